@@ -1,0 +1,150 @@
+#include "common/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static void env_name(char *out, size_t outsz, const char *name)
+{
+    size_t o = (size_t)snprintf(out, outsz, "KGW_");
+    for (const char *p = name; *p && o + 1 < outsz; p++)
+        out[o++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+    out[o] = '\0';
+}
+
+static int parse_bool(const char *v, bool *ret)
+{
+    if (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
+        !strcasecmp(v, "on")) {
+        *ret = true;
+        return 0;
+    }
+    if (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") ||
+        !strcasecmp(v, "off")) {
+        *ret = false;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+static int apply(const struct cfg_option *o, const char *v, const char *origin, char *err,
+                 size_t errsz)
+{
+    switch (o->type) {
+    case CFG_STR:
+        *(const char **)o->target = v;
+        return 0;
+    case CFG_BOOL:
+        if (parse_bool(v, (bool *)o->target) < 0) {
+            snprintf(err, errsz, "%s: '%.64s' is not a boolean", origin, v);
+            return -EINVAL;
+        }
+        return 0;
+    case CFG_INT: {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (errno || end == v || *end) {
+            snprintf(err, errsz, "%s: '%.64s' is not an integer", origin, v);
+            return -EINVAL;
+        }
+        if (x < o->min || x > o->max) {
+            snprintf(err, errsz, "%s: %lld is outside [%lld, %lld]", origin, x, o->min, o->max);
+            return -EINVAL;
+        }
+        *(long long *)o->target = x;
+        return 0;
+    }
+    }
+    return -EINVAL;
+}
+
+static const struct cfg_option *find(const struct cfg_option *opts, size_t n, const char *name,
+                                     size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(opts[i].name) == len && !strncmp(opts[i].name, name, len))
+            return &opts[i];
+    return NULL;
+}
+
+int cfg_parse(const struct cfg_option *opts, size_t n, int argc, char **argv, char *err,
+              size_t errsz)
+{
+    char ename[96], origin[128];
+    int r;
+
+    for (size_t i = 0; i < n; i++) {
+        if (opts[i].def) {
+            snprintf(origin, sizeof(origin), "default of --%s", opts[i].name);
+            if ((r = apply(&opts[i], opts[i].def, origin, err, errsz)) < 0)
+                return r;
+        }
+        env_name(ename, sizeof(ename), opts[i].name);
+        const char *v = getenv(ename);
+        if (v) {
+            if ((r = apply(&opts[i], v, ename, err, errsz)) < 0)
+                return r;
+        }
+    }
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a];
+        if (strncmp(arg, "--", 2) != 0) {
+            snprintf(err, errsz, "unexpected argument '%.64s'", arg);
+            return -EINVAL;
+        }
+        arg += 2;
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const struct cfg_option *o = find(opts, n, arg, len);
+        const char *v = eq ? eq + 1 : NULL;
+        if (!o && !eq && len > 3 && !strncmp(arg, "no-", 3)) {
+            o = find(opts, n, arg + 3, len - 3);
+            if (o && o->type == CFG_BOOL) {
+                *(bool *)o->target = false;
+                continue;
+            }
+            o = NULL;
+        }
+        if (!o) {
+            snprintf(err, errsz, "unknown option '--%.*s' (see --help)", (int)(len > 64 ? 64 : len),
+                     arg);
+            return -EINVAL;
+        }
+        if (!v) {
+            if (o->type == CFG_BOOL) {
+                *(bool *)o->target = true;
+                continue;
+            }
+            if (a + 1 >= argc) {
+                snprintf(err, errsz, "--%s needs a value", o->name);
+                return -EINVAL;
+            }
+            v = argv[++a];
+        }
+        snprintf(origin, sizeof(origin), "--%s", o->name);
+        if ((r = apply(o, v, origin, err, errsz)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+void cfg_help(FILE *out, const struct cfg_option *opts, size_t n)
+{
+    char ename[96], flag[64];
+    for (size_t i = 0; i < n; i++) {
+        const struct cfg_option *o = &opts[i];
+        env_name(ename, sizeof(ename), o->name);
+        snprintf(flag, sizeof(flag), "--%s%s", o->name,
+                 o->type == CFG_BOOL ? "" : o->type == CFG_INT ? " N" : " VALUE");
+        fprintf(out, "  %-28s %s\n", flag, o->help);
+        fprintf(out, "  %-28s env %s", "", ename);
+        if (o->def && !(o->flags & CFG_SECRET))
+            fprintf(out, "; default %s", o->def[0] ? o->def : "(empty)");
+        if (o->type == CFG_INT)
+            fprintf(out, "; range %lld..%lld", o->min, o->max);
+        fputc('\n', out);
+    }
+}

@@ -1,0 +1,31 @@
+/* Table-driven configuration: one static table per program gives every setting's name, type,
+ * default, bounds and help. Values come from defaults, then KGW_* environment variables, then
+ * --flags; the same table prints --help. */
+#ifndef KGW_COMMON_CONFIG_H
+#define KGW_COMMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+enum cfg_type { CFG_STR, CFG_INT, CFG_BOOL };
+
+enum { CFG_SECRET = 1 << 0 };
+
+struct cfg_option {
+    const char *name; /* "max-kernels": flag --max-kernels, env KGW_MAX_KERNELS */
+    enum cfg_type type;
+    void *target; /* const char **, long long *, bool * */
+    const char *def;
+    long long min, max;
+    unsigned flags;
+    const char *help;
+};
+
+/* Applies defaults, environment and argv. Non-option arguments are an error. On failure
+ * writes a message to err and returns -EINVAL. */
+int cfg_parse(const struct cfg_option *opts, size_t n, int argc, char **argv, char *err,
+              size_t errsz);
+void cfg_help(FILE *out, const struct cfg_option *opts, size_t n);
+
+#endif

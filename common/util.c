@@ -1,0 +1,69 @@
+#include "common/util.h"
+
+#include <ctype.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <time.h>
+#include <uuid/uuid.h>
+
+uint64_t util_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+uint64_t util_now_ms(void)
+{
+    return util_now_us() / 1000u;
+}
+
+int64_t util_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void util_iso_time(char *out, size_t outsz, int64_t unix_us)
+{
+    time_t secs = (time_t)(unix_us / 1000000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    snprintf(out, outsz, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (long)(unix_us % 1000000));
+}
+
+void util_uuid(char out[UTIL_UUID_LEN + 1])
+{
+    uuid_t u;
+    uuid_generate_random(u);
+    uuid_unparse_lower(u, out);
+}
+
+bool util_is_uuid(const char *s, size_t len)
+{
+    if (len != UTIL_UUID_LEN)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (s[i] != '-')
+                return false;
+        } else if (!isxdigit((unsigned char)s[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void util_random_hex(char *out, size_t n)
+{
+    unsigned char raw[64];
+    while (n > 0) {
+        size_t k = n > sizeof(raw) ? sizeof(raw) : n;
+        randombytes_buf(raw, k);
+        sodium_bin2hex(out, 2 * k + 1, raw, k);
+        out += 2 * k;
+        n -= k;
+    }
+}

@@ -1,0 +1,26 @@
+/* Small helpers shared by every layer: clocks, ids, timestamps. */
+#ifndef KGW_COMMON_UTIL_H
+#define KGW_COMMON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define UTIL_UUID_LEN 36
+
+uint64_t util_now_ms(void); /* CLOCK_MONOTONIC */
+uint64_t util_now_us(void);
+/* Wall clock as jupyter_server formats it: "%Y-%m-%dT%H:%M:%S.%fZ" (out >= 32 bytes). */
+void util_iso_time(char *out, size_t outsz, int64_t unix_us);
+int64_t util_wall_us(void);
+/* Random v4 UUID, 36 chars + NUL. */
+void util_uuid(char out[UTIL_UUID_LEN + 1]);
+/* True when s is a canonical UUID string (8-4-4-4-12 hex). */
+bool util_is_uuid(const char *s, size_t len);
+/* Random bytes as lowercase hex (out has 2*n+1 bytes). */
+void util_random_hex(char *out, size_t n);
+
+#define UTIL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+#endif

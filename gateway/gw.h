@@ -1,0 +1,88 @@
+/* gateway internals: the server object and what its files share. */
+#ifndef KGW_GATEWAY_GW_H
+#define KGW_GATEWAY_GW_H
+
+#include <jansson.h>
+#include <libwebsockets.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "gateway/lwsloop.h"
+#include "kernelmgr/kmgr.h"
+
+struct gw_config {
+    const char *ip;
+    long long port;
+    const char *api_key;
+    const char *default_kernel;
+    const char *log_level;
+    const char *allow_origin;
+    const char *runtime_dir;
+    long long max_kernels;
+    long long cull_idle_timeout;
+    long long cull_interval;
+    bool cull_connected;
+    bool autorestart;
+    long long max_restarts;
+    long long start_timeout;
+    long long shutdown_grace_ms;
+    long long hb_interval_ms;
+    long long max_body_bytes;
+    long long max_ws_message_bytes;
+    long long max_ws_queue_bytes;
+    long long session_linger;
+    long long max_connections;
+};
+
+typedef struct gw {
+    struct gw_config cfg;
+    lwsloop_t loop;
+    struct lws_context *ctx;
+    kmgr_t *km;
+    unsigned char key_hash[32];
+    char server_session[40]; /* Jupyter session of gateway-made messages */
+    int64_t started_us;
+    int64_t last_activity_us;
+    int connections;
+    struct gsess *sessions; /* /api/sessions */
+    bool stopping;
+} gw_t;
+
+/* per-connection data of every lws protocol: only a pointer to our object */
+struct gw_pss {
+    struct gw_req *req;
+    struct wsconn *ws;
+};
+
+/* auth.c */
+void auth_init(gw_t *g, const char *key);
+/* Checks Authorization (token|bearer), X-API-Key and ?token=. */
+bool auth_check(gw_t *g, struct lws *wsi);
+
+/* http.c */
+int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
+                  void *in, size_t len);
+/* Writes a complete response now (only inside this wsi's callback). Returns what the lws
+ * callback should return. */
+int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
+                   size_t len, const char *location);
+int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message);
+int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
+
+/* wschan.c */
+int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
+                    struct gw_pss *pss, void *in, size_t len);
+/* Answers the upgrade request: 0 proceed, >0 rejected with an HTTP response. */
+int wschan_confirm(gw_t *g, struct lws *wsi);
+void wschan_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
+void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail);
+/* Tells the kernel's clients a requested restart began (status "starting"). */
+void wschan_kernel_restarting(gw_t *g, kernel_t *k);
+
+/* sessions.c */
+int sessions_handle(gw_t *g, struct gw_req *r);
+void sessions_kernel_gone(gw_t *g, const char *kernel_id);
+void sessions_free_all(gw_t *g);
+
+#endif

@@ -1,0 +1,545 @@
+#include "gateway/http.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+#define RESOURCE_MAX (1 << 20)
+
+static const char *const security_headers[][2] = {
+    {"x-content-type-options:", "nosniff"},
+    {"x-frame-options:", "DENY"},
+    {"referrer-policy:", "no-referrer"},
+    {"content-security-policy:", "default-src 'none'; frame-ancestors 'none'"},
+    {"cache-control:", "no-store"},
+};
+
+static int add_header(struct lws *wsi, const char *name, const char *value, unsigned char **p,
+                      unsigned char *end)
+{
+    return lws_add_http_header_by_name(wsi, (const unsigned char *)name, (const unsigned char *)value,
+                                (int)strlen(value), p, end);
+}
+
+static bool origin_allowed(gw_t *g, struct lws *wsi, char *origin, size_t sz)
+{
+    const char *allow = g->cfg.allow_origin;
+    if (!allow || !allow[0])
+        return false;
+    if (lws_hdr_copy(wsi, origin, (int)sz, WSI_TOKEN_ORIGIN) <= 0)
+        return false;
+    return !strcmp(allow, "*") || !strcmp(allow, origin);
+}
+
+int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end)
+{
+    char origin[256];
+    int rc = 0;
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(security_headers); i++)
+        rc |= add_header(wsi, security_headers[i][0], security_headers[i][1], p, end);
+    if (origin_allowed(g, wsi, origin, sizeof(origin))) {
+        rc |= add_header(wsi, "access-control-allow-origin:", origin, p, end);
+        rc |= add_header(wsi, "access-control-allow-credentials:", "true", p, end);
+        rc |= add_header(wsi, "access-control-allow-headers:",
+                         "Authorization, Content-Type, X-API-Key, X-XSRFToken", p, end);
+        rc |= add_header(wsi, "access-control-allow-methods:", "GET, POST, PATCH, DELETE, OPTIONS",
+                         p, end);
+        rc |= add_header(wsi, "vary:", "Origin", p, end);
+    }
+    return rc ? -1 : 0;
+}
+
+int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
+                   size_t len, const char *location)
+{
+    unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
+                                       *end = hdr + sizeof(hdr) - 1;
+    if (lws_add_http_header_status(wsi, (unsigned)status, &p, end))
+        return -1;
+    if (ctype && len > 0 &&
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, (const unsigned char *)ctype,
+                                     (int)strlen(ctype), &p, end))
+        return -1;
+    if (location && add_header(wsi, "location:", location, &p, end))
+        return -1;
+    if (http_add_common_headers(g, wsi, &p, end))
+        return -1;
+    if (lws_add_http_header_content_length(wsi, len, &p, end) || lws_finalize_http_header(wsi, &p, end))
+        return -1;
+    if (lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
+        return -1;
+    if (len > 0) {
+        unsigned char *b = malloc(LWS_PRE + len);
+        if (!b)
+            return -1;
+        memcpy(b + LWS_PRE, body, len);
+        int w = lws_write(wsi, b + LWS_PRE, len, LWS_WRITE_HTTP_FINAL);
+        free(b);
+        if (w < 0)
+            return -1;
+    }
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+static char *error_json(int status, const char *message, size_t *len)
+{
+    json_t *e = json_pack("{s:s, s:s}", "reason", status == 400   ? "Bad Request"
+                                                  : status == 401 ? "Unauthorized"
+                                                  : status == 403 ? "Forbidden"
+                                                  : status == 404 ? "Not Found"
+                                                  : status == 405 ? "Method Not Allowed"
+                                                  : status == 409 ? "Conflict"
+                                                  : status == 413 ? "Payload Too Large"
+                                                  : status == 503 ? "Service Unavailable"
+                                                                  : "Error",
+                          "message", message);
+    char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    *len = s ? strlen(s) : 0;
+    return s;
+}
+
+int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message)
+{
+    size_t len;
+    char *s = error_json(status, message, &len);
+    int r = http_write_now(g, wsi, status, "application/json", s ? s : "", len, NULL);
+    free(s);
+    return r;
+}
+
+/* ---- request objects ---- */
+
+static void req_free(struct gw_req *r)
+{
+    if (!r)
+        return;
+    kwait_cancel(&r->wait);
+    buf_fini(&r->body);
+    free(r->resp);
+    free(r->pending);
+    free(r);
+}
+
+void req_reply(struct gw_req *r, int status, json_t *body)
+{
+    free(r->resp);
+    r->resp = NULL;
+    r->resp_len = 0;
+    if (body) {
+        r->resp = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+        r->resp_len = r->resp ? strlen(r->resp) : 0;
+        json_decref(body);
+    }
+    r->status = status;
+    r->ctype = "application/json";
+    r->has_response = true;
+    lws_callback_on_writable(r->wsi);
+}
+
+void req_error(struct gw_req *r, int status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    free(r->resp);
+    r->resp = error_json(status, msg, &r->resp_len);
+    r->status = status;
+    r->ctype = "application/json";
+    r->has_response = true;
+    lws_callback_on_writable(r->wsi);
+}
+
+json_t *req_json_body(struct gw_req *r)
+{
+    json_error_t err;
+    size_t i = 0;
+    while (i < r->body.len && (r->body.data[i] == ' ' || r->body.data[i] == '\n' ||
+                               r->body.data[i] == '\r' || r->body.data[i] == '\t'))
+        i++;
+    if (i == r->body.len)
+        return json_object();
+    json_t *v = json_loadb(r->body.data, r->body.len, 0, &err);
+    if (!json_is_object(v)) {
+        json_decref(v);
+        req_error(r, 400, "request body must be a JSON object");
+        return NULL;
+    }
+    return v;
+}
+
+static void on_kernel_done(void *data, kernel_t *k, int status)
+{
+    struct gw_req *r = data;
+    r->wait = NULL;
+    r->done(r, k, status);
+}
+
+int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *, kernel_t *, int))
+{
+    r->done = done;
+    snprintf(r->kernel_id, sizeof(r->kernel_id), "%s", kernel_id(k));
+    return kernel_wait(k, on_kernel_done, r, &r->wait);
+}
+
+/* ---- handlers ---- */
+
+static json_t *api_info(gw_t *g)
+{
+    return json_pack("{s:s, s:s, s:s}", "version", KGW_VERSION, "gateway", "kgw", "sandbox",
+                     "disabled");
+}
+
+static void handle_kspecs(struct gw_req *r)
+{
+    gw_t *g = r->g;
+    const kspecs_t *ks = kmgr_kspecs(g->km);
+    json_t *all = json_object();
+    for (size_t i = 0; i < kspecs_count(ks); i++) {
+        const kspec_t *s = kspecs_at(ks, i);
+        json_object_set_new(all, s->name, kspec_model(s));
+    }
+    const char *def = g->cfg.default_kernel;
+    if (!kspecs_find(ks, def) && kspecs_count(ks) > 0)
+        def = kspecs_at(ks, 0)->name;
+    req_reply(r, 200, json_pack("{s:s, s:o}", "default", def, "kernelspecs", all));
+}
+
+static void handle_kspec(struct gw_req *r)
+{
+    const kspec_t *s = kspecs_find(kmgr_kspecs(r->g->km), r->route.arg[0]);
+    if (!s)
+        return req_error(r, 404, "Kernel spec %s not found", r->route.arg[0]);
+    req_reply(r, 200, kspec_model(s));
+}
+
+static const char *mime_of(const char *file)
+{
+    const char *dot = strrchr(file, '.');
+    if (!dot)
+        return "application/octet-stream";
+    if (!strcmp(dot, ".png"))
+        return "image/png";
+    if (!strcmp(dot, ".svg"))
+        return "image/svg+xml";
+    if (!strcmp(dot, ".js"))
+        return "text/javascript";
+    if (!strcmp(dot, ".css"))
+        return "text/css";
+    if (!strcmp(dot, ".json"))
+        return "application/json";
+    return "application/octet-stream";
+}
+
+static void handle_kspec_resource(struct gw_req *r)
+{
+    const kspec_t *s = kspecs_find(kmgr_kspecs(r->g->km), r->route.arg[0]);
+    struct stat st;
+    int fd = s ? kspec_open_resource(s, r->route.arg[1]) : -ENOENT;
+    if (fd < 0)
+        return req_error(r, 404, "resource not found");
+    if (fstat(fd, &st) < 0 || st.st_size > RESOURCE_MAX) {
+        close(fd);
+        return req_error(r, 404, "resource not found");
+    }
+    char *data = malloc((size_t)st.st_size + 1);
+    ssize_t n = data ? read(fd, data, (size_t)st.st_size) : -1;
+    close(fd);
+    if (n < 0) {
+        free(data);
+        return req_error(r, 500, "cannot read resource");
+    }
+    free(r->resp);
+    r->resp = data;
+    r->resp_len = (size_t)n;
+    r->status = 200;
+    r->ctype = mime_of(r->route.arg[1]);
+    r->has_response = true;
+    lws_callback_on_writable(r->wsi);
+}
+
+static void reply_model(struct gw_req *r, kernel_t *k, int status)
+{
+    if (status == 201)
+        snprintf(r->location, sizeof(r->location), "/api/kernels/%s", kernel_id(k));
+    req_reply(r, status, kernel_model(k));
+}
+
+static void on_started(struct gw_req *r, kernel_t *k, int status)
+{
+    if (status < 0) {
+        req_error(r, 500, "kernel %s failed to start", kernel_id(k));
+        kernel_shutdown(k);
+        return;
+    }
+    reply_model(r, k, 201);
+}
+
+/* Starts a kernel from a request body {"name", "env"}; calls done when it is ready. */
+int http_start_kernel(struct gw_req *r, json_t *body,
+                      void (*done)(struct gw_req *, kernel_t *, int))
+{
+    gw_t *g = r->g;
+    json_t *jname = json_object_get(body, "name");
+    json_t *env = json_object_get(body, "env");
+    const char *name = g->cfg.default_kernel;
+    kernel_t *k;
+    if (jname && !json_is_null(jname)) {
+        if (!json_is_string(jname)) {
+            req_error(r, 400, "\"name\" must be a string");
+            return -EINVAL;
+        }
+        name = json_string_value(jname);
+    }
+    if (env && !json_is_null(env) && !json_is_object(env)) {
+        req_error(r, 400, "\"env\" must be an object");
+        return -EINVAL;
+    }
+    int rc = kmgr_start(g->km, name, json_is_object(env) ? env : NULL, &k);
+    if (rc == -ENOENT) {
+        char q[96];
+        req_error(r, 404, "No such kernel spec %s", log_quote(q, sizeof(q), name, strlen(name)));
+        return rc;
+    }
+    if (rc == -EAGAIN) {
+        req_error(r, 503, "kernel limit reached (%lld)", g->cfg.max_kernels);
+        return rc;
+    }
+    if (rc < 0) {
+        req_error(r, 500, "cannot start kernel: %s", strerror(-rc));
+        return rc;
+    }
+    if (req_wait_kernel(r, k, done) < 0)
+        done(r, k, 0);
+    return 0;
+}
+
+static void handle_kernels(struct gw_req *r)
+{
+    gw_t *g = r->g;
+    if (r->method == HTTP_M_GET) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < kmgr_count(g->km); i++) {
+            kernel_t *k = kmgr_at(g->km, i);
+            if (kernel_state(k) != KERNEL_TERMINATING)
+                json_array_append_new(a, kernel_model(k));
+        }
+        return req_reply(r, 200, a);
+    }
+    json_t *body = req_json_body(r);
+    if (!body)
+        return;
+    http_start_kernel(r, body, on_started);
+    json_decref(body);
+}
+
+static void on_deleted(struct gw_req *r, kernel_t *k, int status)
+{
+    req_reply(r, 204, NULL);
+}
+
+static void on_restarted(struct gw_req *r, kernel_t *k, int status)
+{
+    if (status < 0)
+        return req_error(r, 500, "kernel %s failed to restart", kernel_id(k));
+    reply_model(r, k, 200);
+}
+
+static void handle_kernel(struct gw_req *r)
+{
+    kernel_t *k = kmgr_find(r->g->km, r->route.arg[0]);
+    int rc;
+    if (!k || (kernel_state(k) == KERNEL_TERMINATING && r->route.id != ROUTE_KERNEL))
+        return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
+    switch (r->route.id) {
+    case ROUTE_KERNEL:
+        if (r->method == HTTP_M_GET) {
+            if (kernel_state(k) == KERNEL_TERMINATING)
+                return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
+            return reply_model(r, k, 200);
+        }
+        kernel_shutdown(k); /* -EALREADY: another DELETE is in progress; wait for it too */
+        if (req_wait_kernel(r, k, on_deleted) < 0)
+            req_reply(r, 204, NULL);
+        return;
+    case ROUTE_KERNEL_INTERRUPT:
+        rc = kernel_interrupt(k);
+        if (rc < 0 && rc != -EAGAIN)
+            return req_error(r, 500, "interrupt failed: %s", strerror(-rc));
+        return req_reply(r, 204, NULL);
+    case ROUTE_KERNEL_RESTART:
+        rc = kernel_restart(k);
+        if (rc < 0 && rc != -EBUSY)
+            return req_error(r, 500, "restart failed: %s", strerror(-rc));
+        if (rc == 0)
+            wschan_kernel_restarting(r->g, k);
+        if (req_wait_kernel(r, k, on_restarted) < 0)
+            reply_model(r, k, 200);
+        return;
+    default:
+        return req_error(r, 404, "not found");
+    }
+}
+
+static void handle_status(struct gw_req *r)
+{
+    gw_t *g = r->g;
+    char started[40], last[40];
+    util_iso_time(started, sizeof(started), g->started_us);
+    util_iso_time(last, sizeof(last), g->last_activity_us);
+    req_reply(r, 200,
+              json_pack("{s:s, s:s, s:i, s:i}", "started", started, "last_activity", last,
+                        "connections", g->connections, "kernels", (int)kmgr_count(g->km)));
+}
+
+static void dispatch(struct gw_req *r)
+{
+    gw_t *g = r->g;
+    g->last_activity_us = util_wall_us();
+    switch (r->route.id) {
+    case ROUTE_API:
+        return req_reply(r, 200, api_info(g));
+    case ROUTE_STATUS:
+        return handle_status(r);
+    case ROUTE_KSPECS:
+        return handle_kspecs(r);
+    case ROUTE_KSPEC:
+        return handle_kspec(r);
+    case ROUTE_KSPEC_RESOURCE:
+        return handle_kspec_resource(r);
+    case ROUTE_KERNELS:
+        return handle_kernels(r);
+    case ROUTE_KERNEL:
+    case ROUTE_KERNEL_INTERRUPT:
+    case ROUTE_KERNEL_RESTART:
+        return handle_kernel(r);
+    case ROUTE_SESSIONS:
+    case ROUTE_SESSION:
+        sessions_handle(g, r);
+        return;
+    case ROUTE_KERNEL_CHANNELS:
+        return req_error(r, 400, "this endpoint needs a websocket upgrade");
+    default:
+        return req_error(r, 404, "not found");
+    }
+}
+
+static unsigned method_of(struct lws *wsi)
+{
+    static const struct {
+        enum lws_token_indexes tok;
+        unsigned m;
+    } map[] = {
+        {WSI_TOKEN_GET_URI, HTTP_M_GET},       {WSI_TOKEN_POST_URI, HTTP_M_POST},
+        {WSI_TOKEN_DELETE_URI, HTTP_M_DELETE}, {WSI_TOKEN_PATCH_URI, HTTP_M_PATCH},
+        {WSI_TOKEN_PUT_URI, HTTP_M_PUT},       {WSI_TOKEN_OPTIONS_URI, HTTP_M_OPTIONS},
+        {WSI_TOKEN_HEAD_URI, HTTP_M_HEAD},
+    };
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(map); i++)
+        if (lws_hdr_total_length(wsi, map[i].tok) > 0)
+            return map[i].m;
+    return 0;
+}
+
+static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *path, size_t len)
+{
+    char q[160];
+    struct gw_req *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -1;
+    r->g = g;
+    r->wsi = wsi;
+    r->method = method_of(wsi);
+    buf_init(&r->body, (size_t)g->cfg.max_body_bytes);
+    pss->req = r;
+    log_debug("http: %s %s", r->method == HTTP_M_GET ? "GET" : r->method == HTTP_M_POST ? "POST"
+                             : r->method == HTTP_M_DELETE ? "DELETE" : "other",
+              log_quote(q, sizeof(q), path, len));
+
+    if (route_match(path, len, &r->route) < 0)
+        return http_write_error(g, wsi, 404, "not found");
+    if (r->method == HTTP_M_OPTIONS)
+        return http_write_now(g, wsi, 204, NULL, NULL, 0, NULL);
+    if (!(r->route.methods & r->method))
+        return http_write_error(g, wsi, 405, "method not allowed");
+    if (r->route.id != ROUTE_API && !auth_check(g, wsi)) {
+        log_info("http: unauthenticated request for %s refused", q);
+        return http_write_error(g, wsi, 401, "a valid API key is required");
+    }
+    if (r->method & (HTTP_M_POST | HTTP_M_PATCH | HTTP_M_PUT)) {
+        char cl[32];
+        bool chunked = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
+        long long n = 0;
+        if (lws_hdr_copy(wsi, cl, sizeof(cl), WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0)
+            n = atoll(cl);
+        if (n > g->cfg.max_body_bytes)
+            return http_write_error(g, wsi, 413, "request body too large");
+        if (n > 0 || chunked) {
+            r->body_expected = true;
+            return 0;
+        }
+    }
+    dispatch(r);
+    return 0;
+}
+
+static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
+{
+    struct gw_req *r = pss->req;
+    if (!r || !r->has_response)
+        return 0;
+    pss->req = NULL;
+    int rc = http_write_now(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
+                            r->location[0] ? r->location : NULL);
+    req_free(r);
+    return rc;
+}
+
+int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
+                  void *in, size_t len)
+{
+    struct gw_req *r = pss ? pss->req : NULL;
+    switch (reason) {
+    case LWS_CALLBACK_HTTP:
+        if (r) { /* keep-alive: the previous request never got its answer written */
+            req_free(r);
+            pss->req = NULL;
+        }
+        return on_request(g, wsi, pss, in, in ? strlen(in) : 0);
+    case LWS_CALLBACK_HTTP_BODY:
+        if (!r || !r->body_expected)
+            return 0;
+        if (buf_append(&r->body, in, len) < 0) {
+            r->body_expected = false;
+            http_write_error(g, wsi, 413, "request body too large");
+            return -1;
+        }
+        return 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (r && r->body_expected) {
+            r->body_expected = false;
+            dispatch(r);
+        }
+        return 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        return write_pending(g, wsi, pss);
+    case LWS_CALLBACK_CLOSED_HTTP:
+        if (r) {
+            pss->req = NULL;
+            req_free(r);
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}

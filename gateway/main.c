@@ -1,0 +1,266 @@
+/* kgw: a Jupyter Kernel Gateway-compatible server. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "gateway/gw.h"
+#include "protocol/wsmsg.h"
+
+static gw_t G;
+
+#define I(name, field, def, min, max, help) {name, CFG_INT, &G.cfg.field, def, min, max, 0, help}
+#define S(name, field, def, help)           {name, CFG_STR, &G.cfg.field, def, 0, 0, 0, help}
+#define B(name, field, def, help)           {name, CFG_BOOL, &G.cfg.field, def, 0, 0, 0, help}
+
+static const struct cfg_option options[] = {
+    S("ip", ip, "127.0.0.1", "address to listen on"),
+    I("port", port, "8888", 1, 65535, "TCP port to listen on"),
+    {"api-key", CFG_STR, &G.cfg.api_key, NULL, 0, 0, CFG_SECRET,
+     "API key clients must present (generated and printed once when unset)"},
+    S("default-kernel", default_kernel, "python3", "kernelspec used when a request names none"),
+    S("log-level", log_level, "info", "error, warn, info or debug"),
+    S("allow-origin", allow_origin, "", "CORS origin allowed to call the API ('' = none)"),
+    S("runtime-dir", runtime_dir, "", "directory for kernels' private runtime directories "
+                                      "(default: $XDG_RUNTIME_DIR/kgw, /run/kgw as root, else /tmp)"),
+    I("max-kernels", max_kernels, "64", 1, 100000, "most kernels at once"),
+    I("cull-idle-timeout", cull_idle_timeout, "0", 0, 31536000,
+      "shut down kernels idle this many seconds (0 = never)"),
+    I("cull-interval", cull_interval, "300", 1, 86400, "seconds between idle checks"),
+    B("cull-connected", cull_connected, "false", "also cull idle kernels with open websockets"),
+    B("autorestart", autorestart, "true", "restart kernels that die unexpectedly"),
+    I("max-restarts", max_restarts, "5", 0, 1000, "automatic restarts in a row before 'dead'"),
+    I("start-timeout", start_timeout, "60", 1, 3600, "seconds a kernel has to answer at start"),
+    I("shutdown-grace-ms", shutdown_grace_ms, "5000", 0, 600000,
+      "wait after shutdown_request before SIGTERM"),
+    I("hb-interval-ms", hb_interval_ms, "3000", 0, 600000,
+      "heartbeat period (0 = off); 3 missed beats mean the kernel hung"),
+    I("max-body-bytes", max_body_bytes, "1048576", 1024, 1073741824, "largest REST request body"),
+    I("max-ws-message-bytes", max_ws_message_bytes, "67108864", 1024, 1073741824,
+      "largest websocket message from a client (larger: close 1009)"),
+    I("max-ws-queue-bytes", max_ws_queue_bytes, "268435456", 65536, 17179869184LL,
+      "bytes queued to one websocket before the client is disconnected as too slow"),
+    I("session-linger", session_linger, "60", 0, 86400,
+      "seconds a client session's sockets outlive its websocket (for reconnects)"),
+    I("max-connections", max_connections, "4096", 16, 1000000, "file descriptors for clients"),
+};
+
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                    size_t len)
+{
+    struct gw_pss *pss = user;
+    switch (reason) {
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        return wschan_confirm(&G, wsi);
+    case LWS_CALLBACK_HTTP:
+    case LWS_CALLBACK_HTTP_BODY:
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+    case LWS_CALLBACK_CLOSED_HTTP:
+        return http_callback(&G, wsi, reason, pss, in, len);
+    case LWS_CALLBACK_ESTABLISHED:
+    case LWS_CALLBACK_RECEIVE:
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+    case LWS_CALLBACK_CLOSED:
+        return wschan_callback(&G, wsi, reason, pss, in, len);
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: {
+        int fd = (int)(intptr_t)in;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        return 0;
+    }
+    default:
+        return lws_callback_http_dummy(wsi, reason, user, in, len);
+    }
+}
+
+static const struct lws_protocols protocols[] = {
+    /* index 0 serves HTTP and websockets that asked for no subprotocol (legacy) */
+    {"kgw", callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
+    {WSMSG_V1_NAME, callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
+    {LWSLOOP_PROTOCOL, lwsloop_callback, 0, 0, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+static void on_signal(void *data)
+{
+    int fd = (int)(intptr_t)data;
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof(si)) == sizeof(si)) {
+        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
+            log_info("signal %d: shutting down", (int)si.ssi_signo);
+            G.stopping = true;
+            lws_cancel_service(G.ctx);
+        }
+    }
+}
+
+static void lws_logger(int level, const char *line)
+{
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        n--;
+    log_debug("lws: %.*s", (int)n, line);
+}
+
+static const char *default_runtime_dir(char *buf, size_t sz)
+{
+    const char *x = getenv("XDG_RUNTIME_DIR");
+    if (x && x[0])
+        snprintf(buf, sz, "%s/kgw", x);
+    else if (geteuid() == 0)
+        snprintf(buf, sz, "/run/kgw");
+    else
+        snprintf(buf, sz, "/tmp/kgw-%u", (unsigned)geteuid());
+    return buf;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: kgw [--option VALUE ...]\n\n"
+                 "A Jupyter Kernel Gateway-compatible server: REST and websocket API for\n"
+                 "Jupyter kernels. Every option can also be set in the environment variable\n"
+                 "shown below it (flags win).\n\nOptions:\n");
+    cfg_help(out, options, UTIL_ARRAY_SIZE(options));
+    fprintf(out, "  %-28s %s\n  %-28s %s\n", "--help", "show this text", "--version",
+            "print the version");
+}
+
+int main(int argc, char **argv)
+{
+    char err[256], rundir[512], keybuf[65];
+    int rc = 1;
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("kgw %s\n", KGW_VERSION);
+            return 0;
+        }
+    }
+    if (cfg_parse(options, UTIL_ARRAY_SIZE(options), argc, argv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: %s\n", err);
+        return 2;
+    }
+    int lvl = log_level_parse(G.cfg.log_level);
+    if (lvl < 0) {
+        fprintf(stderr, "kgw: --log-level: unknown level '%.32s'\n", G.cfg.log_level);
+        return 2;
+    }
+    log_set_level(lvl);
+    if (sodium_init() < 0) {
+        fprintf(stderr, "kgw: libsodium failed to initialise\n");
+        return 1;
+    }
+    bool generated = false;
+    if (!G.cfg.api_key || !G.cfg.api_key[0]) {
+        util_random_hex(keybuf, 32);
+        G.cfg.api_key = keybuf;
+        generated = true;
+    }
+    auth_init(&G, G.cfg.api_key);
+    if (!G.cfg.runtime_dir[0])
+        G.cfg.runtime_dir = default_runtime_dir(rundir, sizeof(rundir));
+    util_uuid(G.server_session);
+    G.started_us = G.last_activity_us = util_wall_us();
+
+    /* Kernels and clients need descriptors; lws sizes its tables from this limit. */
+    struct rlimit rl;
+    rlim_t want = (rlim_t)G.cfg.max_connections + 64 * (rlim_t)G.cfg.max_kernels + 256;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) {
+        log_error("signalfd: %s", strerror(errno));
+        return 1;
+    }
+
+    lws_set_log_level(LLL_ERR | LLL_WARN | (lvl >= LOG_LVL_DEBUG ? LLL_NOTICE : 0), lws_logger);
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof(info));
+    info.port = (int)G.cfg.port;
+    info.iface = G.cfg.ip;
+    info.protocols = protocols;
+    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+    info.max_http_header_data = 16384;
+    info.max_http_header_pool = 256;
+    info.fd_limit_per_thread = (unsigned)rl.rlim_cur;
+    info.timeout_secs = 30;
+    info.vhost_name = "kgw";
+    G.ctx = lws_create_context(&info);
+    if (!G.ctx) {
+        log_error("cannot create the server context");
+        goto out;
+    }
+    struct lws_vhost *vh = lws_create_vhost(G.ctx, &info);
+    if (!vh) {
+        log_error("cannot listen on %s:%lld: %s", G.cfg.ip, G.cfg.port, strerror(errno));
+        goto out;
+    }
+    lwsloop_init(&G.loop, G.ctx, vh);
+    evl_io_t *sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
+    if (!sig_io)
+        goto out;
+
+    struct kmgr_opts ko = {
+        .runtime_dir = G.cfg.runtime_dir,
+        .kernel_cwd = NULL,
+        .max_kernels = (int)G.cfg.max_kernels,
+        .start_timeout_ms = (int)G.cfg.start_timeout * 1000,
+        .shutdown_grace_ms = (int)G.cfg.shutdown_grace_ms,
+        .autorestart = G.cfg.autorestart,
+        .max_restarts = (int)G.cfg.max_restarts,
+        .hb_interval_ms = (int)G.cfg.hb_interval_ms,
+        .hb_misses = 3,
+        .cull_idle_timeout_s = (int)G.cfg.cull_idle_timeout,
+        .cull_interval_s = (int)G.cfg.cull_interval,
+        .cull_connected = G.cfg.cull_connected,
+        .dead_linger_s = 60,
+    };
+    struct kmgr_hooks kh = {.user = &G, .iopub = wschan_iopub, .event = wschan_event};
+    G.km = kmgr_new(&G.loop.evl, &ko, &kh);
+    if (!G.km) {
+        log_error("cannot start the kernel manager: %s", strerror(errno));
+        goto out;
+    }
+
+    log_warn("kernels run WITHOUT a sandbox in this build");
+    printf("kgw %s listening on http://%s:%lld/\n", KGW_VERSION, G.cfg.ip, G.cfg.port);
+    if (generated)
+        printf("API key (generated; pass it as 'Authorization: token KEY'): %s\n", G.cfg.api_key);
+    fflush(stdout);
+
+    while (!G.stopping)
+        if (lws_service(G.ctx, 0) < 0)
+            break;
+    rc = 0;
+out:
+    kmgr_destroy(&G.km);
+    sessions_free_all(&G);
+    if (G.ctx)
+        lws_context_destroy(G.ctx);
+    close(sfd);
+    return rc;
+}

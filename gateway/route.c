@@ -1,0 +1,112 @@
+#include "gateway/route.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "kernelmgr/kspec.h"
+
+/* Patterns: literal segments, "{id}" (kernel/session id), "{name}" (spec or file name). */
+static const struct {
+    enum route_id id;
+    const char *pattern;
+    unsigned methods;
+} routes[] = {
+    {ROUTE_API, "/api", HTTP_M_GET},
+    {ROUTE_STATUS, "/api/status", HTTP_M_GET},
+    {ROUTE_KSPECS, "/api/kernelspecs", HTTP_M_GET},
+    {ROUTE_KSPEC, "/api/kernelspecs/{name}", HTTP_M_GET},
+    {ROUTE_KSPEC_RESOURCE, "/kernelspecs/{name}/{name}", HTTP_M_GET},
+    {ROUTE_KERNELS, "/api/kernels", HTTP_M_GET | HTTP_M_POST},
+    {ROUTE_KERNEL, "/api/kernels/{id}", HTTP_M_GET | HTTP_M_DELETE},
+    {ROUTE_KERNEL_INTERRUPT, "/api/kernels/{id}/interrupt", HTTP_M_POST},
+    {ROUTE_KERNEL_RESTART, "/api/kernels/{id}/restart", HTTP_M_POST},
+    {ROUTE_KERNEL_CHANNELS, "/api/kernels/{id}/channels", HTTP_M_GET},
+    {ROUTE_SESSIONS, "/api/sessions", HTTP_M_GET | HTTP_M_POST},
+    {ROUTE_SESSION, "/api/sessions/{id}", HTTP_M_GET | HTTP_M_PATCH | HTTP_M_DELETE},
+};
+
+static int is_word(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+int route_is_id(const char *s, size_t n)
+{
+    int groups = 1;
+    size_t run = 0;
+    if (n == 0 || n > 128)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '-') {
+            if (run == 0)
+                return 0;
+            groups++;
+            run = 0;
+        } else if (is_word(s[i])) {
+            run++;
+        } else {
+            return 0;
+        }
+    }
+    return groups == 5 && run > 0;
+}
+
+/* Next segment of p (after a leading '/'); returns its length or -1 at the end. */
+static int next_seg(const char **p, const char *end, const char **seg)
+{
+    if (*p >= end || **p != '/')
+        return -1;
+    (*p)++;
+    *seg = *p;
+    while (*p < end && **p != '/')
+        (*p)++;
+    return (int)(*p - *seg);
+}
+
+static int try_match(const char *pattern, const char *path, size_t len, struct route *out)
+{
+    const char *pp = pattern, *pend = pattern + strlen(pattern);
+    const char *p = path, *end = path + len;
+    int nargs = 0;
+    while (pp < pend) {
+        const char *pseg = NULL, *seg = NULL;
+        int pn = next_seg(&pp, pend, &pseg);
+        int n = next_seg(&p, end, &seg);
+        if (n < 0 || pn < 0)
+            return -ENOENT;
+        if (pseg[0] == '{') {
+            if (n == 0 || n >= ROUTE_ARG_MAX || nargs >= 2)
+                return -ENOENT;
+            char tmp[ROUTE_ARG_MAX];
+            memcpy(tmp, seg, (size_t)n);
+            tmp[n] = '\0';
+            bool ok = pseg[1] == 'i' ? route_is_id(tmp, (size_t)n) : kspec_name_ok(tmp);
+            if (!ok)
+                return -ENOENT;
+            memcpy(out->arg[nargs++], tmp, (size_t)n + 1);
+        } else if (n != pn || memcmp(seg, pseg, (size_t)n) != 0) {
+            return -ENOENT;
+        }
+    }
+    /* one optional trailing slash */
+    if (p < end && !(p + 1 == end && *p == '/'))
+        return -ENOENT;
+    return 0;
+}
+
+int route_match(const char *path, size_t len, struct route *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (len == 0 || len > ROUTE_MAX_PATH || memchr(path, '\0', len))
+        return -ENOENT;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (try_match(routes[i].pattern, path, len, out) == 0) {
+            out->id = routes[i].id;
+            out->methods = routes[i].methods;
+            return 0;
+        }
+        memset(out, 0, sizeof(*out));
+    }
+    return -ENOENT;
+}

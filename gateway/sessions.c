@@ -1,0 +1,257 @@
+/* sessions: /api/sessions as jupyter_server serves it (a path/name/type bound to a kernel). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "gateway/gw.h"
+#include "gateway/http.h"
+
+#define SESSIONS_MAX 4096
+#define FIELD_MAX    1024
+
+typedef struct gsess {
+    char id[40];
+    char kernel_id[40];
+    json_t *fields; /* path, name, type */
+    struct gsess *next;
+} gsess_t;
+
+static gsess_t *find(gw_t *g, const char *id)
+{
+    for (gsess_t *s = g->sessions; s; s = s->next)
+        if (!strcmp(s->id, id))
+            return s;
+    return NULL;
+}
+
+static void unlink_free(gw_t *g, gsess_t *s)
+{
+    for (gsess_t **pp = &g->sessions; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    json_decref(s->fields);
+    free(s);
+}
+
+static json_t *model(gw_t *g, const gsess_t *s)
+{
+    kernel_t *k = kmgr_find(g->km, s->kernel_id);
+    json_t *m = json_deep_copy(s->fields);
+    json_object_set_new(m, "id", json_string(s->id));
+    json_object_set_new(m, "kernel", k ? kernel_model(k) : json_null());
+    json_object_set_new(m, "notebook", json_pack("{s:O, s:O}", "path", json_object_get(s->fields, "path"),
+                                                  "name", json_object_get(s->fields, "name")));
+    return m;
+}
+
+/* Copies path, name and type from the body; 0 or -EINVAL after replying. */
+static int take_fields(struct gw_req *r, json_t *body, json_t *fields)
+{
+    static const char *const keys[] = {"path", "name", "type"};
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(keys); i++) {
+        json_t *v = json_object_get(body, keys[i]);
+        if (!v || json_is_null(v))
+            continue;
+        if (!json_is_string(v) || json_string_length(v) > FIELD_MAX) {
+            req_error(r, 400, "\"%s\" must be a string of at most %d bytes", keys[i], FIELD_MAX);
+            return -EINVAL;
+        }
+        json_object_set(fields, keys[i], v);
+    }
+    /* older clients send {"notebook": {"path": ...}} */
+    json_t *nb = json_object_get(body, "notebook");
+    json_t *p = json_object_get(nb, "path");
+    if (json_is_string(p) && json_string_length(p) <= FIELD_MAX && !json_object_get(body, "path"))
+        json_object_set(fields, "path", p);
+    return 0;
+}
+
+static void on_kernel_ready(struct gw_req *r, kernel_t *k, int status)
+{
+    gw_t *g = r->g;
+    gsess_t *s = r->pending;
+    r->pending = NULL;
+    if (status < 0) {
+        json_decref(s->fields);
+        free(s);
+        req_error(r, 500, "kernel %s failed to start", kernel_id(k));
+        kernel_shutdown(k);
+        return;
+    }
+    snprintf(s->kernel_id, sizeof(s->kernel_id), "%s", kernel_id(k));
+    gsess_t *existing = find(g, s->id);
+    if (!existing) {
+        s->next = g->sessions;
+        g->sessions = s;
+    } else { /* PATCH that changed the kernel */
+        snprintf(existing->kernel_id, sizeof(existing->kernel_id), "%s", kernel_id(k));
+        json_decref(existing->fields);
+        existing->fields = s->fields;
+        free(s);
+        s = existing;
+        return req_reply(r, 200, model(g, s));
+    }
+    snprintf(r->location, sizeof(r->location), "/api/sessions/%s", s->id);
+    req_reply(r, 201, model(g, s));
+}
+
+/* Binds s to the kernel named in body.kernel ({"id"} or {"name"}), then replies. */
+static void bind_kernel(struct gw_req *r, gsess_t *s, json_t *kbody)
+{
+    gw_t *g = r->g;
+    json_t *kid = json_object_get(kbody, "id");
+    r->pending = s;
+    if (json_is_string(kid)) {
+        kernel_t *k = kmgr_find(g->km, json_string_value(kid));
+        if (!k) {
+            r->pending = NULL;
+            json_decref(s->fields);
+            free(s);
+            return req_error(r, 404, "Kernel does not exist");
+        }
+        if (req_wait_kernel(r, k, on_kernel_ready) < 0)
+            on_kernel_ready(r, k, 0);
+        return;
+    }
+    json_t *start = json_pack("{s:O?}", "name", json_object_get(kbody, "name"));
+    if (http_start_kernel(r, start, on_kernel_ready) < 0 && r->pending) {
+        r->pending = NULL;
+        json_decref(s->fields);
+        free(s);
+    }
+    json_decref(start);
+}
+
+static gsess_t *sess_new(const char *id, json_t *fields)
+{
+    gsess_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    if (id)
+        snprintf(s->id, sizeof(s->id), "%s", id);
+    else
+        util_uuid(s->id);
+    s->fields = fields;
+    return s;
+}
+
+static void create(struct gw_req *r, json_t *body)
+{
+    gw_t *g = r->g;
+    size_t n = 0;
+    for (gsess_t *s = g->sessions; s; s = s->next)
+        n++;
+    if (n >= SESSIONS_MAX)
+        return req_error(r, 503, "too many sessions");
+    json_t *fields = json_pack("{s:s, s:s, s:s}", "path", "", "name", "", "type", "notebook");
+    if (take_fields(r, body, fields) < 0) {
+        json_decref(fields);
+        return;
+    }
+    /* jupyter_server returns the existing session for a path that already has one */
+    const char *path = json_string_value(json_object_get(fields, "path"));
+    for (gsess_t *s = g->sessions; s && path[0]; s = s->next)
+        if (!strcmp(json_string_value(json_object_get(s->fields, "path")), path) &&
+            kmgr_find(g->km, s->kernel_id)) {
+            json_decref(fields);
+            snprintf(r->location, sizeof(r->location), "/api/sessions/%s", s->id);
+            return req_reply(r, 201, model(g, s));
+        }
+    gsess_t *s = sess_new(NULL, fields);
+    if (!s) {
+        json_decref(fields);
+        return req_error(r, 500, "out of memory");
+    }
+    json_t *kbody = json_object_get(body, "kernel");
+    if (kbody && !json_is_object(kbody) && !json_is_null(kbody)) {
+        json_decref(fields);
+        free(s);
+        return req_error(r, 400, "\"kernel\" must be an object");
+    }
+    bind_kernel(r, s, kbody);
+}
+
+static void patch(struct gw_req *r, gsess_t *s, json_t *body)
+{
+    json_t *fields = json_deep_copy(s->fields);
+    if (take_fields(r, body, fields) < 0) {
+        json_decref(fields);
+        return;
+    }
+    json_t *kbody = json_object_get(body, "kernel");
+    if (json_is_object(kbody) && (json_object_get(kbody, "id") || json_object_get(kbody, "name"))) {
+        json_t *kid = json_object_get(kbody, "id");
+        if (!json_is_string(kid) || strcmp(json_string_value(kid), s->kernel_id) != 0) {
+            gsess_t *tmp = sess_new(s->id, fields);
+            if (!tmp) {
+                json_decref(fields);
+                return req_error(r, 500, "out of memory");
+            }
+            return bind_kernel(r, tmp, kbody);
+        }
+    }
+    json_decref(s->fields);
+    s->fields = fields;
+    req_reply(r, 200, model(r->g, s));
+}
+
+int sessions_handle(gw_t *g, struct gw_req *r)
+{
+    if (r->route.id == ROUTE_SESSIONS) {
+        if (r->method == HTTP_M_GET) {
+            json_t *a = json_array();
+            for (gsess_t *s = g->sessions; s; s = s->next)
+                if (kmgr_find(g->km, s->kernel_id))
+                    json_array_append_new(a, model(g, s));
+            req_reply(r, 200, a);
+            return 0;
+        }
+        json_t *body = req_json_body(r);
+        if (body)
+            create(r, body);
+        json_decref(body);
+        return 0;
+    }
+    gsess_t *s = find(g, r->route.arg[0]);
+    if (!s) {
+        req_error(r, 404, "Session not found: %s", r->route.arg[0]);
+        return 0;
+    }
+    if (r->method == HTTP_M_GET) {
+        req_reply(r, 200, model(g, s));
+    } else if (r->method == HTTP_M_PATCH) {
+        json_t *body = req_json_body(r);
+        if (body)
+            patch(r, s, body);
+        json_decref(body);
+    } else { /* DELETE: the session's kernel goes with it, as in jupyter_server */
+        kernel_t *k = kmgr_find(g->km, s->kernel_id);
+        unlink_free(g, s);
+        if (k)
+            kernel_shutdown(k);
+        req_reply(r, 204, NULL);
+    }
+    return 0;
+}
+
+void sessions_kernel_gone(gw_t *g, const char *kernel_id)
+{
+    gsess_t *s = g->sessions;
+    while (s) {
+        gsess_t *next = s->next;
+        if (!strcmp(s->kernel_id, kernel_id))
+            unlink_free(g, s);
+        s = next;
+    }
+}
+
+void sessions_free_all(gw_t *g)
+{
+    while (g->sessions)
+        unlink_free(g, g->sessions);
+}

@@ -1,0 +1,534 @@
+/* wschan: websockets on /api/kernels/{id}/channels, relayed to the kernel's ZeroMQ sockets.
+ *
+ * A kernel has a hub; the hub has client sessions (one per session_id: the ZeroMQ identity of
+ * its shell/control/stdin sockets); a session has at most one live websocket. A session
+ * outlives its websocket for a while so a reconnect with the same session_id (JupyterLab does
+ * this after every restart and network blip) reuses the same sockets: a second DEALER with the
+ * same identity would be refused by the kernel's ROUTER. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/blob.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "gateway/gw.h"
+#include "gateway/route.h"
+#include "kernelmgr/kconn.h"
+#include "protocol/wsmsg.h"
+
+#define WS_CHUNK       (256 * 1024)
+#define WS_MAX_BAD     16  /* malformed frames tolerated before the connection is closed */
+#define SESSION_ID_MAX 100
+
+typedef struct khub khub_t;
+typedef struct wsess wsess_t;
+
+struct wsconn {
+    gw_t *g;
+    struct lws *wsi;
+    wsess_t *sess;
+    enum wsproto proto;
+    buf_t in;
+    bool in_msg, in_binary;
+    int bad;
+    /* outbound queue of shared encoded messages */
+    blob_t **q;
+    size_t qhead, qlen, qcap, qbytes, off;
+    unsigned char *scratch;
+    /* closing */
+    bool closing, flush_first;
+    int close_code;
+    char close_reason[100];
+};
+
+struct wsess {
+    khub_t *hub;
+    kconn_t *kc;
+    char id[SESSION_ID_MAX + 1];
+    struct wsconn *ws;
+    evl_timer_t *linger;
+    wsess_t *next;
+};
+
+struct khub {
+    gw_t *g;
+    kernel_t *k;
+    wsess_t *sessions;
+};
+
+/* ---- outbound ---- */
+
+static void ws_close(struct wsconn *ws, int code, const char *reason, bool flush_first)
+{
+    if (ws->closing)
+        return;
+    ws->closing = true;
+    ws->flush_first = flush_first;
+    ws->close_code = code;
+    snprintf(ws->close_reason, sizeof(ws->close_reason), "%s", reason);
+    if (ws->wsi)
+        lws_callback_on_writable(ws->wsi);
+}
+
+static void q_clear(struct wsconn *ws)
+{
+    while (ws->qlen > 0) {
+        blob_unref(&ws->q[ws->qhead]);
+        ws->qhead = (ws->qhead + 1) % ws->qcap;
+        ws->qlen--;
+    }
+    ws->qbytes = 0;
+    ws->off = 0;
+}
+
+static void ws_enqueue(struct wsconn *ws, blob_t *b)
+{
+    if (ws->closing || !b)
+        return;
+    if (ws->qbytes + b->len > (size_t)ws->g->cfg.max_ws_queue_bytes) {
+        log_warn("ws: session %s is not reading fast enough (%zu bytes queued); disconnecting",
+                 ws->sess ? ws->sess->id : "?", ws->qbytes);
+        q_clear(ws);
+        ws_close(ws, 1008, "client too slow: outbound queue limit exceeded", false);
+        return;
+    }
+    if (ws->qlen == ws->qcap) {
+        size_t cap = ws->qcap ? ws->qcap * 2 : 16;
+        blob_t **q = malloc(cap * sizeof(*q));
+        if (!q) {
+            ws_close(ws, 1011, "out of memory", false);
+            return;
+        }
+        for (size_t i = 0; i < ws->qlen; i++)
+            q[i] = ws->q[(ws->qhead + i) % ws->qcap];
+        free(ws->q);
+        ws->q = q;
+        ws->qhead = 0;
+        ws->qcap = cap;
+    }
+    ws->q[(ws->qhead + ws->qlen) % ws->qcap] = blob_ref(b);
+    ws->qlen++;
+    ws->qbytes += b->len;
+    if (ws->qlen == 1)
+        lws_callback_on_writable(ws->wsi);
+}
+
+static int ws_writeable(struct wsconn *ws)
+{
+    if (ws->closing && (!ws->flush_first || ws->qlen == 0)) {
+        lws_close_reason(ws->wsi, (enum lws_close_status)ws->close_code,
+                         (unsigned char *)ws->close_reason, strlen(ws->close_reason));
+        return -1;
+    }
+    while (ws->qlen > 0 && !lws_send_pipe_choked(ws->wsi)) {
+        blob_t *b = ws->q[ws->qhead];
+        size_t n = b->len - ws->off;
+        unsigned char *p;
+        if (n > WS_CHUNK)
+            n = WS_CHUNK;
+        if (ws->off == 0) {
+            p = b->data; /* the blob's headroom takes the frame header */
+        } else {
+            if (!ws->scratch && !(ws->scratch = malloc(LWS_PRE + WS_CHUNK)))
+                return -1;
+            p = ws->scratch + LWS_PRE;
+            memcpy(p, b->data + ws->off, n);
+        }
+        int flags = lws_write_ws_flags((b->flags & BLOB_BINARY) ? LWS_WRITE_BINARY : LWS_WRITE_TEXT,
+                                       ws->off == 0, ws->off + n == b->len);
+        if (lws_write(ws->wsi, p, n, (enum lws_write_protocol)flags) < (int)n)
+            return -1;
+        ws->off += n;
+        if (ws->off == b->len) {
+            ws->qbytes -= b->len;
+            blob_unref(&ws->q[ws->qhead]);
+            ws->qhead = (ws->qhead + 1) % ws->qcap;
+            ws->qlen--;
+            ws->off = 0;
+        }
+    }
+    if (ws->qlen > 0 || ws->closing) {
+        lws_callback_on_writable(ws->wsi);
+    } else if (ws->scratch) {
+        free(ws->scratch);
+        ws->scratch = NULL;
+    }
+    return 0;
+}
+
+/* ---- kernel -> clients ---- */
+
+static void send_to(struct wsconn *ws, blob_t **enc, enum jchan chan, const jmsg_t *m,
+                    const jhdr_t *h)
+{
+    if (!ws || ws->closing)
+        return;
+    if (!enc[ws->proto])
+        enc[ws->proto] = wsmsg_encode(ws->proto, chan, m, h, LWS_PRE);
+    if (!enc[ws->proto]) {
+        log_warn("ws: cannot encode %s message: %s", h->msg_type, strerror(errno));
+        return;
+    }
+    ws_enqueue(ws, enc[ws->proto]);
+}
+
+static void broadcast(khub_t *hub, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
+{
+    blob_t *enc[WSPROTO_N] = {0};
+    for (wsess_t *s = hub->sessions; s; s = s->next)
+        send_to(s->ws, enc, chan, m, h);
+    for (int i = 0; i < WSPROTO_N; i++)
+        blob_unref(&enc[i]);
+}
+
+void wschan_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+{
+    khub_t *hub = kernel_user(k);
+    if (!hub)
+        return;
+    /* The legacy encoding splices the kernel's JSON parts into one document: they must be
+     * JSON objects, or a hostile kernel could corrupt what its clients parse. */
+    for (int i = 0; i < 4; i++)
+        if (!jmsg_is_json_object(m->part[i])) {
+            log_warn("kernel=%s: iopub %s message with invalid JSON dropped", kernel_id(k),
+                     h->msg_type);
+            return;
+        }
+    broadcast(hub, JCHAN_IOPUB, m, h);
+}
+
+static void on_reply(void *user, kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
+{
+    wsess_t *s = user;
+    blob_t *enc[WSPROTO_N] = {0};
+    if (!s->ws)
+        return;
+    for (int i = 0; i < 4; i++)
+        if (!jmsg_is_json_object(m->part[i]))
+            return;
+    send_to(s->ws, enc, chan, m, h);
+    for (int i = 0; i < WSPROTO_N; i++)
+        blob_unref(&enc[i]);
+}
+
+static const struct kconn_ops sess_ops = {.reply = on_reply};
+
+/* A status message made by the gateway (parent_header {}), as jupyter_server sends. */
+static void broadcast_status(khub_t *hub, const char *state)
+{
+    char content[64], msg_id[40];
+    char *hdr = jmsg_new_header("status", hub->g->server_session, msg_id);
+    if (!hdr)
+        return;
+    snprintf(content, sizeof(content), "{\"execution_state\":\"%s\"}", state);
+    jmsg_t m = {.nbuf = 0};
+    m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
+    m.part[JPART_PARENT] = (jspan_t){"{}", 2};
+    m.part[JPART_METADATA] = (jspan_t){"{}", 2};
+    m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
+    jhdr_t h;
+    snprintf(h.msg_id, sizeof(h.msg_id), "%s", msg_id);
+    snprintf(h.msg_type, sizeof(h.msg_type), "status");
+    broadcast(hub, JCHAN_IOPUB, &m, &h);
+    free(hdr);
+}
+
+/* ---- sessions and hubs ---- */
+
+static void sess_destroy(wsess_t *s)
+{
+    khub_t *hub = s->hub;
+    for (wsess_t **pp = &hub->sessions; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    if (s->ws)
+        s->ws->sess = NULL;
+    kconn_destroy(&s->kc);
+    evl_timer_destroy(&hub->g->loop.evl, &s->linger);
+    free(s);
+}
+
+static void on_linger(void *data)
+{
+    wsess_t *s = data;
+    log_debug("ws: session %s on kernel=%s expired", s->id, kernel_id(s->hub->k));
+    sess_destroy(s);
+}
+
+static khub_t *hub_get(gw_t *g, kernel_t *k)
+{
+    khub_t *hub = kernel_user(k);
+    if (hub)
+        return hub;
+    hub = calloc(1, sizeof(*hub));
+    if (!hub)
+        return NULL;
+    hub->g = g;
+    hub->k = k;
+    kernel_set_user(k, hub);
+    return hub;
+}
+
+static void hub_close_all(khub_t *hub, int code, const char *reason)
+{
+    while (hub->sessions) {
+        wsess_t *s = hub->sessions;
+        if (s->ws)
+            ws_close(s->ws, code, reason, true);
+        sess_destroy(s);
+    }
+}
+
+void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
+{
+    gw_t *g = user;
+    khub_t *hub = kernel_user(k);
+    char reason[100];
+    switch (ev) {
+    case KERNEL_EV_RESTARTING:
+        if (hub)
+            broadcast_status(hub, "restarting");
+        break;
+    case KERNEL_EV_STARTED:
+        break;
+    case KERNEL_EV_DIED:
+        if (hub) {
+            broadcast_status(hub, "dead");
+            snprintf(reason, sizeof(reason), "kernel died: %s", detail ? detail : "unknown");
+            hub_close_all(hub, 1011, reason);
+        }
+        break;
+    case KERNEL_EV_GONE:
+        if (hub) {
+            hub_close_all(hub, 1001, "kernel shut down");
+            kernel_set_user(k, NULL);
+            free(hub);
+        }
+        sessions_kernel_gone(g, kernel_id(k));
+        break;
+    }
+}
+
+/* ---- websocket callbacks ---- */
+
+static bool session_id_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > SESSION_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+            return false;
+    return true;
+}
+
+static kernel_t *kernel_of(gw_t *g, struct lws *wsi)
+{
+    char uri[ROUTE_MAX_PATH + 1];
+    struct route rt;
+    int n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+    if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0 || rt.id != ROUTE_KERNEL_CHANNELS)
+        return NULL;
+    kernel_t *k = kmgr_find(g->km, rt.arg[0]);
+    if (!k || kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD)
+        return NULL;
+    return k;
+}
+
+int wschan_confirm(gw_t *g, struct lws *wsi)
+{
+    char sid[SESSION_ID_MAX + 16];
+    char uri[ROUTE_MAX_PATH + 1];
+    struct route rt;
+    int n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+    if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0 || rt.id != ROUTE_KERNEL_CHANNELS) {
+        http_write_error(g, wsi, 404, "not found");
+        return 1;
+    }
+    if (!auth_check(g, wsi)) {
+        log_info("ws: unauthenticated websocket refused");
+        http_write_error(g, wsi, 401, "a valid API key is required");
+        return 1;
+    }
+    if (!kernel_of(g, wsi)) {
+        http_write_error(g, wsi, 404, "Kernel does not exist");
+        return 1;
+    }
+    const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sid, sizeof(sid));
+    if (s && *s && !session_id_ok(s)) {
+        http_write_error(g, wsi, 400, "invalid session_id");
+        return 1;
+    }
+    return 0;
+}
+
+static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
+{
+    char sidbuf[SESSION_ID_MAX + 16], sid[SESSION_ID_MAX + 1];
+    kernel_t *k = kernel_of(g, wsi);
+    if (!k)
+        return -1;
+    const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sidbuf, sizeof(sidbuf));
+    if (s && *s && session_id_ok(s))
+        snprintf(sid, sizeof(sid), "%s", s);
+    else
+        util_uuid(sid);
+    const struct lws_protocols *p = lws_get_protocol(wsi);
+
+    struct wsconn *ws = calloc(1, sizeof(*ws));
+    khub_t *hub = hub_get(g, k);
+    if (!ws || !hub) {
+        free(ws);
+        return -1;
+    }
+    ws->g = g;
+    ws->wsi = wsi;
+    ws->proto = p && p->name && !strcmp(p->name, WSMSG_V1_NAME) ? WSPROTO_V1 : WSPROTO_LEGACY;
+    buf_init(&ws->in, (size_t)g->cfg.max_ws_message_bytes);
+
+    wsess_t *sess;
+    for (sess = hub->sessions; sess; sess = sess->next)
+        if (!strcmp(sess->id, sid))
+            break;
+    if (sess && sess->ws) {
+        log_info("ws: replacing stale connection for session %s on kernel=%s", sid, kernel_id(k));
+        struct wsconn *old = sess->ws;
+        old->sess = NULL;
+        sess->ws = NULL;
+        kernel_connections(k, -1);
+        ws_close(old, 1000, "replaced by a newer connection for this session", false);
+    }
+    if (!sess) {
+        sess = calloc(1, sizeof(*sess));
+        if (!sess)
+            goto fail;
+        sess->hub = hub;
+        snprintf(sess->id, sizeof(sess->id), "%s", sid);
+        sess->linger = g->loop.evl.timer_new(&g->loop.evl, on_linger, sess);
+        sess->kc = kconn_new(k, sid, &sess_ops, sess);
+        if (!sess->kc || !sess->linger) {
+            kconn_destroy(&sess->kc);
+            evl_timer_destroy(&g->loop.evl, &sess->linger);
+            free(sess);
+            goto fail;
+        }
+        sess->next = hub->sessions;
+        hub->sessions = sess;
+    }
+    g->loop.evl.timer_disarm(&g->loop.evl, sess->linger);
+    sess->ws = ws;
+    ws->sess = sess;
+    pss->ws = ws;
+    kernel_connections(k, 1);
+    kernel_touch(k);
+    g->connections++;
+    log_info("ws: connected to kernel=%s session %s (%s)", kernel_id(k), sid,
+             ws->proto == WSPROTO_V1 ? WSMSG_V1_NAME : "legacy");
+    return 0;
+fail:
+    buf_fini(&ws->in);
+    free(ws);
+    return -1;
+}
+
+static void on_message(struct wsconn *ws)
+{
+    wsmsg_t wm;
+    char q[80];
+    int r = wsmsg_decode(ws->proto, ws->in_binary, ws->in.data, ws->in.len, &wm);
+    if (r < 0) {
+        ws->bad++;
+        log_warn("ws: session %s: %s frame dropped (%d so far)", ws->sess->id,
+                 r == -ENOENT ? "unknown channel in" : "malformed", ws->bad);
+        if (ws->bad > WS_MAX_BAD)
+            ws_close(ws, r == -ENOENT ? 1008 : 1007, "too many invalid messages", false);
+        return;
+    }
+    if (wm.chan == JCHAN_IOPUB) {
+        log_debug("ws: session %s: message on iopub from a client dropped", ws->sess->id);
+    } else {
+        log_debug("ws: session %s: %s %s", ws->sess->id, jchan_name(wm.chan),
+                  log_quote(q, sizeof(q), wm.hdr.msg_type, strlen(wm.hdr.msg_type)));
+        r = kconn_send(ws->sess->kc, wm.chan, &wm.m);
+        if (r == -EAGAIN)
+            ws_close(ws, 1013, "kernel is not accepting messages", false);
+        else if (r < 0)
+            log_warn("ws: session %s: send to kernel failed: %s", ws->sess->id, strerror(-r));
+        ws->g->last_activity_us = util_wall_us();
+    }
+    wsmsg_fini(&wm);
+}
+
+static int on_receive(struct wsconn *ws, const void *in, size_t len)
+{
+    if (ws->closing)
+        return 0;
+    if (!ws->in_msg) {
+        ws->in_msg = true;
+        ws->in_binary = lws_frame_is_binary(ws->wsi);
+        buf_reset(&ws->in);
+    }
+    if (buf_append(&ws->in, in, len) < 0) {
+        log_warn("ws: session %s: message over %lld bytes; closing",
+                 ws->sess ? ws->sess->id : "?", ws->g->cfg.max_ws_message_bytes);
+        lws_close_reason(ws->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE,
+                         (unsigned char *)"message too large", 17);
+        return -1;
+    }
+    if (lws_is_final_fragment(ws->wsi) && lws_remaining_packet_payload(ws->wsi) == 0) {
+        ws->in_msg = false;
+        if (ws->sess)
+            on_message(ws);
+        buf_reset(&ws->in);
+    }
+    return 0;
+}
+
+static void on_closed(gw_t *g, struct gw_pss *pss)
+{
+    struct wsconn *ws = pss->ws;
+    if (!ws)
+        return;
+    pss->ws = NULL;
+    wsess_t *s = ws->sess;
+    if (s) {
+        s->ws = NULL;
+        kernel_connections(s->hub->k, -1);
+        g->loop.evl.timer_arm(&g->loop.evl, s->linger, (uint64_t)g->cfg.session_linger * 1000);
+    }
+    g->connections--;
+    q_clear(ws);
+    free(ws->q);
+    free(ws->scratch);
+    buf_fini(&ws->in);
+    free(ws);
+}
+
+int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
+                    struct gw_pss *pss, void *in, size_t len)
+{
+    switch (reason) {
+    case LWS_CALLBACK_ESTABLISHED:
+        return on_established(g, wsi, pss);
+    case LWS_CALLBACK_RECEIVE:
+        return pss->ws ? on_receive(pss->ws, in, len) : -1;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        return pss->ws ? ws_writeable(pss->ws) : -1;
+    case LWS_CALLBACK_CLOSED:
+        on_closed(g, pss);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+void wschan_kernel_restarting(gw_t *g, kernel_t *k)
+{
+    khub_t *hub = kernel_user(k);
+    if (hub)
+        broadcast_status(hub, "starting");
+}

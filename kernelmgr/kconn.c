@@ -1,0 +1,87 @@
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "kernelmgr/private.h"
+
+static const int chan_port[JCHAN_N] = {KPORT_SHELL, 0, KPORT_STDIN, KPORT_CONTROL};
+
+static void on_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
+{
+    kconn_t *c = data;
+    jmsg_t m;
+    jhdr_t h;
+    enum jchan chan = (enum jchan)(z - c->z);
+    if (kernel__parse(c->k, frames, n, &m, &h) < 0) {
+        log_debug("kernel=%s: malformed %s message dropped", c->k->id, jchan_name(chan));
+        return;
+    }
+    kernel_touch(c->k);
+    c->ops->reply(c->user, c, chan, &m, &h);
+}
+
+kconn_t *kconn_new(kernel_t *k, const char *session_id, const struct kconn_ops *ops, void *user)
+{
+    char ep[PATH_MAX + 16];
+    int r = 0;
+    kconn_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    for (int i = 0; i < JCHAN_N; i++)
+        c->z[i].fd = -1;
+    c->k = k;
+    c->ops = ops;
+    c->user = user;
+    snprintf(c->session, sizeof(c->session), "%s", session_id);
+    for (int ch = 0; ch < JCHAN_N && r == 0; ch++) {
+        if (!chan_port[ch])
+            continue;
+        kernel__endpoint(k, chan_port[ch], ep, sizeof(ep));
+        r = kz_open(&c->z[ch], k->m->evl, k->m->zctx, ZMQ_DEALER, c->session, ep, on_reply, c);
+    }
+    if (r < 0) {
+        for (int ch = 0; ch < JCHAN_N; ch++)
+            kz_close(&c->z[ch]);
+        free(c);
+        errno = -r;
+        return NULL;
+    }
+    c->next = k->conns;
+    k->conns = c;
+    return c;
+}
+
+void kconn_destroy(kconn_t **pc)
+{
+    kconn_t *c = *pc;
+    if (!c)
+        return;
+    for (kconn_t **pp = &c->k->conns; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    for (int ch = 0; ch < JCHAN_N; ch++)
+        kz_close(&c->z[ch]);
+    free(c);
+    *pc = NULL;
+}
+
+int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m)
+{
+    if (chan == JCHAN_IOPUB || (unsigned)chan >= JCHAN_N)
+        return -EINVAL;
+    kernel_touch(c->k);
+    return kz_send_jmsg(&c->z[chan], c->k->sign, m);
+}
+
+kernel_t *kconn_kernel(const kconn_t *c)
+{
+    return c->k;
+}
+
+const char *kconn_session(const kconn_t *c)
+{
+    return c->session;
+}

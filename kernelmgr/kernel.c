@@ -1,0 +1,671 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "kernelmgr/private.h"
+#include "sandbox/spawn.h"
+
+#define NUDGE_MS     100  /* kernel_info_request cadence while a kernel starts */
+#define TERM_KILL_MS 1000 /* SIGTERM -> SIGKILL */
+
+static void start_process(kernel_t *k);
+static void on_exit_io(void *data);
+
+const char *kernel_id(const kernel_t *k)
+{
+    return k->id;
+}
+
+const char *kernel_spec_name(const kernel_t *k)
+{
+    return k->spec->name;
+}
+
+enum kernel_state kernel_state(const kernel_t *k)
+{
+    return k->state;
+}
+
+void kernel_set_user(kernel_t *k, void *user)
+{
+    k->user = user;
+}
+
+void *kernel_user(const kernel_t *k)
+{
+    return k->user;
+}
+
+void kernel_touch(kernel_t *k)
+{
+    k->last_activity_us = util_wall_us();
+}
+
+void kernel_connections(kernel_t *k, int delta)
+{
+    k->connections += delta;
+    if (k->connections < 0)
+        k->connections = 0;
+}
+
+json_t *kernel_model(const kernel_t *k)
+{
+    char ts[40];
+    const char *st = k->exec_state;
+    util_iso_time(ts, sizeof(ts), k->last_activity_us);
+    switch (k->state) {
+    case KERNEL_STARTING:
+        st = "starting";
+        break;
+    case KERNEL_RESTARTING:
+        st = "restarting";
+        break;
+    case KERNEL_DEAD:
+        st = "dead";
+        break;
+    default:
+        break;
+    }
+    return json_pack("{s:s, s:s, s:s, s:s, s:i}", "id", k->id, "name", k->spec->name,
+                     "last_activity", ts, "execution_state", st, "connections", k->connections);
+}
+
+void kernel__endpoint(const kernel_t *k, int port, char *out, size_t outsz)
+{
+    snprintf(out, outsz, "ipc://%s/k-%d", k->dir, port);
+}
+
+/* ---- waiters ---- */
+
+int kernel_wait(kernel_t *k, kernel_done_cb cb, void *data, kwait_t **ret)
+{
+    if (k->state != KERNEL_STARTING && k->state != KERNEL_RESTARTING &&
+        k->state != KERNEL_TERMINATING)
+        return -EALREADY;
+    kwait_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->cb = cb;
+    w->data = data;
+    w->k = k;
+    w->next = k->waiters;
+    k->waiters = w;
+    *ret = w;
+    return 0;
+}
+
+void kwait_cancel(kwait_t **pw)
+{
+    kwait_t *w = *pw;
+    if (!w)
+        return;
+    for (kwait_t **pp = &w->k->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    free(w);
+    *pw = NULL;
+}
+
+static void complete(kernel_t *k, int status)
+{
+    kwait_t *list = k->waiters;
+    k->waiters = NULL;
+    while (list) {
+        kwait_t *w = list;
+        list = w->next;
+        w->cb(w->data, k, status);
+        free(w);
+    }
+}
+
+/* ---- messages from the kernel ---- */
+
+int kernel__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h)
+{
+    jspan_t spans[KZ_MAX_FRAMES];
+    for (size_t i = 0; i < n; i++)
+        spans[i] = (jspan_t){zmq_msg_data(&frames[i]), zmq_msg_size(&frames[i])};
+    if (jmsg_parse_frames(spans, n, m) < 0)
+        return -EBADMSG;
+    if (!jsign_verify(k->sign, m->part, m->sig)) {
+        log_warn("kernel=%s: message with a bad signature dropped", k->id);
+        return -EBADMSG;
+    }
+    if (jhdr_parse(m->part[JPART_HEADER], h) < 0)
+        return -EBADMSG;
+    return 0;
+}
+
+static void update_exec_state(kernel_t *k, const jmsg_t *m)
+{
+    json_error_t err;
+    json_t *c = json_loadb(m->part[JPART_CONTENT].p, m->part[JPART_CONTENT].n, 0, &err);
+    const char *st = json_string_value(json_object_get(c, "execution_state"));
+    if (st && (!strcmp(st, "busy") || !strcmp(st, "idle") || !strcmp(st, "starting")))
+        snprintf(k->exec_state, sizeof(k->exec_state), "%s", st);
+    json_decref(c);
+}
+
+static void check_ready(kernel_t *k)
+{
+    if (!k->got_reply || !k->got_iopub)
+        return;
+    if (k->state != KERNEL_STARTING && k->state != KERNEL_RESTARTING)
+        return;
+    k->m->o.hb_interval_ms > 0 ? k->m->evl->timer_arm(k->m->evl, k->hb_timer,
+                                                      (uint64_t)k->m->o.hb_interval_ms)
+                               : (void)0;
+    k->m->evl->timer_disarm(k->m->evl, k->nudge);
+    k->m->evl->timer_disarm(k->m->evl, k->deadline);
+    k->state = KERNEL_RUNNING;
+    snprintf(k->exec_state, sizeof(k->exec_state), "idle");
+    log_info("kernel=%s: ready (pid %d)", k->id, (int)k->pid);
+    if (k->m->h.event)
+        k->m->h.event(k->m->h.user, k, KERNEL_EV_STARTED, NULL);
+    complete(k, 0);
+}
+
+static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
+{
+    kernel_t *k = data;
+    jmsg_t m;
+    jhdr_t h;
+    if (kernel__parse(k, frames, n, &m, &h) < 0) {
+        log_debug("kernel=%s: malformed iopub message dropped", k->id);
+        return;
+    }
+    kernel_touch(k);
+    if (!strcmp(h.msg_type, "status"))
+        update_exec_state(k, &m);
+    if (!k->got_iopub) {
+        k->got_iopub = true;
+        check_ready(k);
+    }
+    if (k->m->h.iopub)
+        k->m->h.iopub(k->m->h.user, k, &m, &h);
+}
+
+static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
+{
+    kernel_t *k = data;
+    jmsg_t m;
+    jhdr_t h;
+    if (kernel__parse(k, frames, n, &m, &h) < 0)
+        return;
+    if (!strcmp(h.msg_type, "kernel_info_reply") && !k->got_reply) {
+        k->got_reply = true;
+        check_ready(k);
+    }
+}
+
+static void on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
+{
+    kernel_t *k = data;
+    k->hb_outstanding = false;
+    k->hb_missed = 0;
+}
+
+int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content)
+{
+    char msg_id[40];
+    char *hdr = jmsg_new_header(msg_type, k->session, msg_id);
+    if (!hdr)
+        return -ENOMEM;
+    jmsg_t m = {.nbuf = 0};
+    m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
+    m.part[JPART_PARENT] = (jspan_t){"{}", 2};
+    m.part[JPART_METADATA] = (jspan_t){"{}", 2};
+    m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
+    int r = kz_send_jmsg(z, k->sign, &m);
+    free(hdr);
+    return r;
+}
+
+/* ---- timers ---- */
+
+static void on_nudge(void *data)
+{
+    kernel_t *k = data;
+    /* ZeroMQ SUB sockets join late: keep asking until an iopub message proves the
+     * subscription is live, so no client ever misses the first messages of a request. */
+    kernel__send_own(k, &k->shell, "kernel_info_request", "{}");
+    k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_MS);
+}
+
+static void signal_group(kernel_t *k, int sig)
+{
+    if (k->pid > 0 && kill(-k->pid, sig) < 0 && errno == ESRCH)
+        kill(k->pid, sig);
+}
+
+static void on_deadline(void *data)
+{
+    kernel_t *k = data;
+    switch (k->stop_stage) {
+    case 0: /* started but never answered */
+        if (k->state == KERNEL_STARTING || k->state == KERNEL_RESTARTING) {
+            log_warn("kernel=%s: no kernel_info_reply within %d ms; killing it", k->id,
+                     k->m->o.start_timeout_ms);
+            k->exit_status = -ETIMEDOUT;
+            signal_group(k, SIGKILL);
+        }
+        break;
+    case 1: /* shutdown_request was ignored */
+        log_debug("kernel=%s: still running after shutdown_request; SIGTERM", k->id);
+        signal_group(k, SIGTERM);
+        k->stop_stage = 2;
+        k->m->evl->timer_arm(k->m->evl, k->deadline, TERM_KILL_MS);
+        break;
+    default:
+        log_debug("kernel=%s: still running after SIGTERM; SIGKILL", k->id);
+        signal_group(k, SIGKILL);
+        break;
+    }
+}
+
+static void on_hb_timer(void *data)
+{
+    kernel_t *k = data;
+    if (k->state != KERNEL_RUNNING)
+        return;
+    if (k->hb_outstanding && ++k->hb_missed >= k->m->o.hb_misses) {
+        log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, k->hb_missed);
+        k->exit_status = -ETIMEDOUT;
+        signal_group(k, SIGKILL);
+        return;
+    }
+    jspan_t ping = {"ping", 4};
+    kz_send(&k->hb, &ping, 1);
+    k->hb_outstanding = true;
+    k->m->evl->timer_arm(k->m->evl, k->hb_timer, (uint64_t)k->m->o.hb_interval_ms);
+}
+
+/* ---- process ---- */
+
+static char **build_env(const kspec_t *spec, json_t *req_env)
+{
+    json_t *env = json_object();
+    const char *home = getenv("HOME");
+    const char *key;
+    json_t *v;
+    if (!env)
+        return NULL;
+    json_object_set_new(env, "PATH",
+                        json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+    json_object_set_new(env, "LANG", json_string("C.UTF-8"));
+    if (home)
+        json_object_set_new(env, "HOME", json_string(home));
+    json_object_foreach(json_object_get(spec->spec, "env"), key, v) if (json_is_string(v))
+        json_object_set(env, key, v);
+    json_object_foreach(req_env, key, v) if (json_is_string(v) && !strncmp(key, "KERNEL_", 7))
+        json_object_set(env, key, v);
+    size_t n = json_object_size(env), i = 0;
+    char **envp = calloc(n + 1, sizeof(char *));
+    json_object_foreach(env, key, v)
+    {
+        if (!envp || asprintf(&envp[i], "%s=%s", key, json_string_value(v)) < 0) {
+            for (size_t j = 0; envp && j < i; j++)
+                free(envp[j]);
+            free(envp);
+            json_decref(env);
+            return NULL;
+        }
+        i++;
+    }
+    json_decref(env);
+    return envp;
+}
+
+static int write_conn_file(kernel_t *k)
+{
+    char ip[PATH_MAX + 8];
+    snprintf(ip, sizeof(ip), "%s/k", k->dir);
+    json_t *c = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}", "shell_port",
+                          KPORT_SHELL, "iopub_port", KPORT_IOPUB, "stdin_port", KPORT_STDIN,
+                          "control_port", KPORT_CONTROL, "hb_port", KPORT_HB, "ip", ip, "key",
+                          k->key, "transport", "ipc", "signature_scheme", "hmac-sha256",
+                          "kernel_name", k->spec->name);
+    if (!c)
+        return -ENOMEM;
+    char *s = json_dumps(c, JSON_INDENT(1));
+    json_decref(c);
+    if (!s)
+        return -ENOMEM;
+    int fd = open(k->conn_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int r = 0;
+    if (fd < 0)
+        r = -errno;
+    else {
+        size_t len = strlen(s);
+        if (write(fd, s, len) != (ssize_t)len)
+            r = -EIO;
+        close(fd);
+    }
+    free(s);
+    return r;
+}
+
+static char **build_argv(const kernel_t *k)
+{
+    json_t *a = json_object_get(k->spec->spec, "argv");
+    size_t n = json_array_size(a);
+    char **argv = calloc(n + 1, sizeof(char *));
+    if (!argv)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *s = json_string_value(json_array_get(a, i));
+        if (!strcmp(s, "{connection_file}"))
+            argv[i] = strdup(k->conn_file);
+        else if (!strcmp(s, "{resource_dir}"))
+            argv[i] = strdup(k->spec->dir);
+        else
+            argv[i] = strdup(s);
+        if (!argv[i]) {
+            for (size_t j = 0; j < i; j++)
+                free(argv[j]);
+            free(argv);
+            return NULL;
+        }
+    }
+    return argv;
+}
+
+static void free_strv(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void set_dead(kernel_t *k, const char *why)
+{
+    k->state = KERNEL_DEAD;
+    evl_t *l = k->m->evl;
+    l->timer_disarm(l, k->nudge);
+    l->timer_disarm(l, k->deadline);
+    l->timer_disarm(l, k->hb_timer);
+    log_warn("kernel=%s: dead: %s", k->id, why);
+    if (k->m->h.event)
+        k->m->h.event(k->m->h.user, k, KERNEL_EV_DIED, why);
+    complete(k, -ECHILD);
+    if (k->m->o.dead_linger_s > 0)
+        l->timer_arm(l, k->linger, (uint64_t)k->m->o.dead_linger_s * 1000);
+}
+
+static void start_process(kernel_t *k)
+{
+    evl_t *l = k->m->evl;
+    char **argv = build_argv(k);
+    struct sbx_spawn_opts so = {
+        .argv = argv, .envp = k->envp, .cwd = k->m->o.kernel_cwd, .stdout_fd = -1, .stderr_fd = 2};
+    int r = argv ? sbx_spawn(&so, &k->pid, &k->pidfd) : -ENOMEM;
+    free_strv(argv);
+    if (r < 0) {
+        char why[128];
+        snprintf(why, sizeof(why), "could not start the kernel process: %s", strerror(-r));
+        k->pid = 0;
+        set_dead(k, why);
+        return;
+    }
+    k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k);
+    k->got_reply = k->got_iopub = false;
+    k->hb_outstanding = false;
+    k->hb_missed = 0;
+    k->exit_status = 0;
+    k->stop_stage = 0;
+    log_debug("kernel=%s: spawned pid %d", k->id, (int)k->pid);
+    on_nudge(k);
+    l->timer_arm(l, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
+}
+
+static void describe_exit(int st, char *out, size_t outsz)
+{
+    if (WIFEXITED(st))
+        snprintf(out, outsz, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(out, outsz, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        snprintf(out, outsz, "ended (status 0x%x)", st);
+}
+
+static void on_exit_io(void *data)
+{
+    kernel_t *k = data;
+    evl_t *l = k->m->evl;
+    int st = 0;
+    char why[160];
+
+    if (waitpid(k->pid, &st, WNOHANG) == 0)
+        return;
+    /* children the kernel left in its process group go with it */
+    kill(-k->pid, SIGKILL);
+    evl_io_destroy(l, &k->pid_io);
+    close(k->pidfd);
+    k->pidfd = -1;
+    k->pid = 0;
+    l->timer_disarm(l, k->hb_timer);
+    l->timer_disarm(l, k->nudge);
+    l->timer_disarm(l, k->deadline);
+    describe_exit(st, why, sizeof(why));
+    if (k->exit_status == -ETIMEDOUT)
+        snprintf(why + strlen(why), sizeof(why) - strlen(why), " (unresponsive)");
+
+    switch (k->state) {
+    case KERNEL_TERMINATING:
+        log_info("kernel=%s: shut down (%s)", k->id, why);
+        complete(k, 0);
+        if (k->m->h.event)
+            k->m->h.event(k->m->h.user, k, KERNEL_EV_GONE, NULL);
+        kmgr__remove(k->m, k);
+        kernel__free(k);
+        return;
+    case KERNEL_RESTARTING:
+        if (k->stop_stage > 0) {
+            log_info("kernel=%s: restarting (old process %s)", k->id, why);
+            start_process(k);
+            return;
+        }
+        /* the new process died while starting */
+        /* fall through */
+    case KERNEL_STARTING:
+    case KERNEL_RUNNING:
+        if (k->m->o.autorestart && k->restarts < k->m->o.max_restarts &&
+            k->state != KERNEL_STARTING) {
+            k->restarts++;
+            log_warn("kernel=%s: %s; restarting (%d/%d)", k->id, why, k->restarts,
+                     k->m->o.max_restarts);
+            k->state = KERNEL_RESTARTING;
+            if (k->m->h.event)
+                k->m->h.event(k->m->h.user, k, KERNEL_EV_RESTARTING, why);
+            start_process(k);
+            return;
+        }
+        set_dead(k, why);
+        return;
+    default:
+        return;
+    }
+}
+
+static void stop_process(kernel_t *k, bool restart)
+{
+    if (k->pid <= 0)
+        return;
+    kernel__send_own(k, &k->control, "shutdown_request",
+                     restart ? "{\"restart\":true}" : "{\"restart\":false}");
+    k->stop_stage = 1;
+    k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
+    k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
+}
+
+int kernel_restart(kernel_t *k)
+{
+    if (k->state == KERNEL_TERMINATING || k->state == KERNEL_RESTARTING)
+        return -EBUSY;
+    k->restarts = 0;
+    if (k->state == KERNEL_DEAD || k->pid <= 0) {
+        k->m->evl->timer_disarm(k->m->evl, k->linger);
+        k->state = KERNEL_RESTARTING;
+        start_process(k);
+        return 0;
+    }
+    k->state = KERNEL_RESTARTING;
+    stop_process(k, true);
+    return 0;
+}
+
+int kernel_shutdown(kernel_t *k)
+{
+    if (k->state == KERNEL_TERMINATING)
+        return -EALREADY;
+    k->state = KERNEL_TERMINATING;
+    if (k->pid <= 0) {
+        /* nothing to wait for: finish on the next turn, outside the caller's stack */
+        k->m->evl->timer_arm(k->m->evl, k->linger, 0);
+        return 0;
+    }
+    complete(k, -ECANCELED); /* a pending start or restart will not finish */
+    stop_process(k, false);
+    return 0;
+}
+
+int kernel_interrupt(kernel_t *k)
+{
+    if (k->state != KERNEL_RUNNING)
+        return -EAGAIN;
+    if (k->spec->interrupt_message)
+        return kernel__send_own(k, &k->control, "interrupt_request", "{}");
+    signal_group(k, SIGINT);
+    return 0;
+}
+
+static void on_linger(void *data)
+{
+    kernel_t *k = data;
+    if (k->state == KERNEL_DEAD)
+        log_info("kernel=%s: removing dead kernel", k->id);
+    k->state = KERNEL_TERMINATING;
+    complete(k, 0);
+    if (k->m->h.event)
+        k->m->h.event(k->m->h.user, k, KERNEL_EV_GONE, NULL);
+    kmgr__remove(k->m, k);
+    kernel__free(k);
+}
+
+kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env)
+{
+    char ep[PATH_MAX + 16];
+    evl_t *l = m->evl;
+    int r;
+    kernel_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    k->m = m;
+    k->spec = spec;
+    k->pidfd = -1;
+    k->iopub.fd = k->shell.fd = k->control.fd = k->hb.fd = -1;
+    util_uuid(k->id);
+    util_uuid(k->session);
+    util_random_hex(k->key, 32);
+    kernel_touch(k);
+    snprintf(k->exec_state, sizeof(k->exec_state), "starting");
+    if ((size_t)snprintf(k->dir, sizeof(k->dir), "%s/%s", m->rundir, k->id) >= 100) {
+        errno = ENAMETOOLONG; /* unix socket paths are limited to 108 bytes */
+        goto fail;
+    }
+    snprintf(k->conn_file, sizeof(k->conn_file), "%s/connection.json", k->dir);
+    if (mkdir(k->dir, 0700) < 0)
+        goto fail;
+    if (!(k->sign = jsign_new(k->key, strlen(k->key))))
+        goto fail;
+    if (!(k->envp = build_env(spec, env)))
+        goto fail;
+    if ((r = write_conn_file(k)) < 0) {
+        errno = -r;
+        goto fail;
+    }
+    if (!(k->nudge = l->timer_new(l, on_nudge, k)) ||
+        !(k->deadline = l->timer_new(l, on_deadline, k)) ||
+        !(k->hb_timer = l->timer_new(l, on_hb_timer, k)) ||
+        !(k->linger = l->timer_new(l, on_linger, k)))
+        goto fail;
+    kernel__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
+    if ((r = kz_open(&k->iopub, l, m->zctx, ZMQ_SUB, NULL, ep, on_iopub, k)) < 0)
+        goto zfail;
+    kernel__endpoint(k, KPORT_SHELL, ep, sizeof(ep));
+    if ((r = kz_open(&k->shell, l, m->zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k)) < 0)
+        goto zfail;
+    kernel__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
+    if ((r = kz_open(&k->control, l, m->zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k)) < 0)
+        goto zfail;
+    kernel__endpoint(k, KPORT_HB, ep, sizeof(ep));
+    if ((r = kz_open(&k->hb, l, m->zctx, ZMQ_DEALER, NULL, ep, on_hb, k)) < 0)
+        goto zfail;
+    k->state = KERNEL_STARTING;
+    start_process(k);
+    if (k->state == KERNEL_DEAD) {
+        errno = ECHILD;
+        goto fail;
+    }
+    return k;
+zfail:
+    errno = -r;
+fail:
+    r = errno;
+    kernel__free(k);
+    errno = r;
+    return NULL;
+}
+
+void kernel__free(kernel_t *k)
+{
+    if (!k)
+        return;
+    evl_t *l = k->m->evl;
+    while (k->waiters) {
+        kwait_t *w = k->waiters;
+        kwait_cancel(&w);
+    }
+    while (k->conns) {
+        kconn_t *c = k->conns;
+        kconn_destroy(&c);
+    }
+    if (k->pid > 0) {
+        kill(-k->pid, SIGKILL);
+        kill(k->pid, SIGKILL);
+        waitpid(k->pid, NULL, 0);
+    }
+    evl_io_destroy(l, &k->pid_io);
+    if (k->pidfd >= 0)
+        close(k->pidfd);
+    kz_close(&k->iopub);
+    kz_close(&k->shell);
+    kz_close(&k->control);
+    kz_close(&k->hb);
+    evl_timer_destroy(l, &k->nudge);
+    evl_timer_destroy(l, &k->deadline);
+    evl_timer_destroy(l, &k->hb_timer);
+    evl_timer_destroy(l, &k->linger);
+    jsign_destroy(&k->sign);
+    free_strv(k->envp);
+    if (k->dir[0]) {
+        char p[PATH_MAX + 16];
+        for (int port = KPORT_SHELL; port <= KPORT_HB; port++) {
+            snprintf(p, sizeof(p), "%s/k-%d", k->dir, port);
+            unlink(p);
+        }
+        unlink(k->conn_file);
+        rmdir(k->dir);
+    }
+    free(k);
+}

@@ -1,0 +1,44 @@
+/* One kernel: its process, connection file, ZeroMQ sockets and life cycle. */
+#ifndef KGW_KERNELMGR_KERNEL_H
+#define KGW_KERNELMGR_KERNEL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+typedef struct kernel kernel_t;
+typedef struct kwait kwait_t;
+
+enum kernel_state {
+    KERNEL_STARTING,    /* process started, not yet answering */
+    KERNEL_RUNNING,
+    KERNEL_RESTARTING,  /* shutting down or starting again; clients stay attached */
+    KERNEL_TERMINATING, /* being shut down for good */
+    KERNEL_DEAD,
+};
+
+/* Completion of the transition in progress (start, restart, shutdown): 0 or -errno. */
+typedef void (*kernel_done_cb)(void *data, kernel_t *k, int status);
+
+const char *kernel_id(const kernel_t *k);
+const char *kernel_spec_name(const kernel_t *k);
+enum kernel_state kernel_state(const kernel_t *k);
+/* {"id", "name", "last_activity", "execution_state", "connections"}. New reference. */
+json_t *kernel_model(const kernel_t *k);
+void kernel_touch(kernel_t *k);
+void kernel_connections(kernel_t *k, int delta);
+void kernel_set_user(kernel_t *k, void *user);
+void *kernel_user(const kernel_t *k);
+
+/* Waits for the transition in progress; -EALREADY when there is none. The callback never
+ * runs if kwait_cancel() is called first. */
+int kernel_wait(kernel_t *k, kernel_done_cb cb, void *data, kwait_t **ret);
+void kwait_cancel(kwait_t **w);
+
+/* SIGINT to the kernel's process group, or interrupt_request for interrupt_mode "message". */
+int kernel_interrupt(kernel_t *k);
+/* Shutdown with restart; clients stay attached. -EBUSY while another transition runs. */
+int kernel_restart(kernel_t *k);
+/* Shutdown for good; the kernel is freed after KERNEL_EV_GONE. */
+int kernel_shutdown(kernel_t *k);
+
+#endif

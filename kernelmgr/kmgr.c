@@ -1,0 +1,175 @@
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "kernelmgr/private.h"
+
+static void on_cull(void *data)
+{
+    kmgr_t *m = data;
+    int64_t now = util_wall_us();
+    int64_t idle_us = (int64_t)m->o.cull_idle_timeout_s * 1000000;
+    for (size_t i = 0; i < m->n; i++) {
+        kernel_t *k = m->v[i];
+        if (k->state != KERNEL_RUNNING || strcmp(k->exec_state, "idle") != 0)
+            continue;
+        if (k->connections > 0 && !m->o.cull_connected)
+            continue;
+        if (now - k->last_activity_us < idle_us)
+            continue;
+        log_info("kernel=%s: culling after %d s idle", k->id, m->o.cull_idle_timeout_s);
+        kernel_shutdown(k);
+    }
+    m->evl->timer_arm(m->evl, m->cull, (uint64_t)m->o.cull_interval_s * 1000);
+}
+
+kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks *h)
+{
+    char tmpl[PATH_MAX];
+    int max_sockets = 65536, io_threads = 1, err;
+    kmgr_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    m->evl = evl;
+    m->o = *o;
+    m->h = *h;
+    m->specs = kspecs_load();
+    if (!m->specs)
+        goto fail;
+    if (kspecs_count(m->specs) == 0)
+        log_warn("no kernelspecs found (looked in $JUPYTER_PATH, ~/.local/share/jupyter, "
+                 "/usr/local/share/jupyter, /usr/share/jupyter)");
+    if (mkdir(o->runtime_dir, 0700) < 0 && errno != EEXIST) {
+        log_error("cannot create runtime directory %s: %s", o->runtime_dir, strerror(errno));
+        goto fail;
+    }
+    snprintf(tmpl, sizeof(tmpl), "%s/gw-XXXXXX", o->runtime_dir);
+    if (!mkdtemp(tmpl)) {
+        log_error("cannot create a private directory in %s: %s", o->runtime_dir,
+                  strerror(errno));
+        goto fail;
+    }
+    snprintf(m->rundir, sizeof(m->rundir), "%s", tmpl);
+    m->zctx = zmq_ctx_new();
+    if (!m->zctx)
+        goto fail;
+    zmq_ctx_set(m->zctx, ZMQ_IO_THREADS, io_threads);
+    zmq_ctx_set(m->zctx, ZMQ_MAX_SOCKETS, max_sockets);
+    zmq_ctx_set(m->zctx, ZMQ_BLOCKY, 0);
+    if (o->cull_idle_timeout_s > 0) {
+        m->cull = evl->timer_new(evl, on_cull, m);
+        if (!m->cull)
+            goto fail;
+        evl->timer_arm(evl, m->cull, (uint64_t)o->cull_interval_s * 1000);
+    }
+    return m;
+fail:
+    err = errno ? errno : ENOMEM;
+    kmgr_destroy(&m);
+    errno = err;
+    return NULL;
+}
+
+void kmgr_destroy(kmgr_t **pm)
+{
+    kmgr_t *m = *pm;
+    if (!m)
+        return;
+    /* At exit there is no loop left to wait on: stop every process group at once. */
+    for (size_t i = 0; i < m->n; i++)
+        if (m->v[i]->pid > 0)
+            kill(-m->v[i]->pid, SIGTERM);
+    for (size_t i = 0; i < m->n; i++) {
+        kernel_t *k = m->v[i];
+        for (int t = 0; t < 50 && k->pid > 0; t++) {
+            if (waitpid(k->pid, NULL, WNOHANG) == k->pid) {
+                kill(-k->pid, SIGKILL);
+                k->pid = 0;
+                break;
+            }
+            usleep(10000);
+        }
+    }
+    while (m->n > 0) {
+        kernel_t *k = m->v[--m->n];
+        if (m->h.event)
+            m->h.event(m->h.user, k, KERNEL_EV_GONE, NULL);
+        kernel__free(k);
+    }
+    free(m->v);
+    evl_timer_destroy(m->evl, &m->cull);
+    if (m->zctx)
+        zmq_ctx_term(m->zctx);
+    if (m->rundir[0])
+        rmdir(m->rundir);
+    kspecs_destroy(&m->specs);
+    free(m);
+    *pm = NULL;
+}
+
+const kspecs_t *kmgr_kspecs(const kmgr_t *m)
+{
+    return m->specs;
+}
+
+int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, kernel_t **ret)
+{
+    const kspec_t *spec = kspecs_find(m->specs, spec_name);
+    if (!spec)
+        return -ENOENT;
+    if (env && !json_is_object(env))
+        return -EINVAL;
+    if (m->o.max_kernels > 0 && m->n >= (size_t)m->o.max_kernels)
+        return -EAGAIN;
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 16;
+        kernel_t **v = realloc(m->v, cap * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        m->v = v;
+        m->cap = cap;
+    }
+    kernel_t *k = kernel__new(m, spec, env);
+    if (!k)
+        return -errno;
+    m->v[m->n++] = k;
+    log_info("kernel=%s: starting %s", k->id, spec->name);
+    *ret = k;
+    return 0;
+}
+
+void kmgr__remove(kmgr_t *m, kernel_t *k)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->v[i] == k) {
+            memmove(&m->v[i], &m->v[i + 1], (m->n - i - 1) * sizeof(*m->v));
+            m->n--;
+            return;
+        }
+}
+
+kernel_t *kmgr_find(const kmgr_t *m, const char *id)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (strcmp(m->v[i]->id, id) == 0)
+            return m->v[i];
+    return NULL;
+}
+
+size_t kmgr_count(const kmgr_t *m)
+{
+    return m->n;
+}
+
+kernel_t *kmgr_at(const kmgr_t *m, size_t i)
+{
+    return i < m->n ? m->v[i] : NULL;
+}

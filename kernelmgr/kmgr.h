@@ -1,0 +1,60 @@
+/* The kernel manager: every kernel of the gateway, their limits and their culling. */
+#ifndef KGW_KERNELMGR_KMGR_H
+#define KGW_KERNELMGR_KMGR_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/evl.h"
+#include "kernelmgr/kernel.h"
+#include "kernelmgr/kspec.h"
+#include "protocol/jmsg.h"
+
+typedef struct kmgr kmgr_t;
+
+struct kmgr_opts {
+    const char *runtime_dir;      /* base directory for per-kernel private directories */
+    const char *kernel_cwd;       /* working directory of kernels (NULL: the gateway's) */
+    int max_kernels;
+    int start_timeout_ms;
+    int shutdown_grace_ms;        /* after shutdown_request, before SIGTERM */
+    bool autorestart;
+    int max_restarts;             /* consecutive automatic restarts before "dead" */
+    int hb_interval_ms;           /* 0: no heartbeat */
+    int hb_misses;                /* missed heartbeats that mean "hung" */
+    int cull_idle_timeout_s;      /* 0: no culling */
+    int cull_interval_s;
+    bool cull_connected;
+    int dead_linger_s;            /* how long a dead kernel stays listed */
+};
+
+enum kernel_event {
+    KERNEL_EV_RESTARTING, /* died (or hung) and is being restarted automatically */
+    KERNEL_EV_STARTED,    /* a (re)started kernel process answered kernel_info */
+    KERNEL_EV_DIED,       /* dead for good (restart failed or disabled) */
+    KERNEL_EV_GONE,       /* shut down; the kernel is freed after this returns */
+};
+
+struct kmgr_hooks {
+    void *user;
+    /* One call per iopub message (signature verified), before any client sees it. */
+    void (*iopub)(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
+    void (*event)(void *user, kernel_t *k, enum kernel_event ev, const char *detail);
+};
+
+/* NULL + errno (ENOENT when no kernelspec is found, with a log line saying where it looked). */
+kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks *h);
+/* Kills every kernel (shutdown_request is not awaited) and frees. */
+void kmgr_destroy(kmgr_t **m);
+
+const kspecs_t *kmgr_kspecs(const kmgr_t *m);
+/* Creates and spawns a kernel; it is "starting" until it answers. env: the request's
+ * variables (only KERNEL_* names are applied). -ENOENT unknown spec, -EAGAIN at max-kernels,
+ * -EINVAL bad env, or a spawn error. */
+int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, kernel_t **ret);
+kernel_t *kmgr_find(const kmgr_t *m, const char *id);
+size_t kmgr_count(const kmgr_t *m);
+kernel_t *kmgr_at(const kmgr_t *m, size_t i);
+
+#endif

@@ -1,0 +1,152 @@
+/* kzsock: a ZeroMQ socket on the event loop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "kernelmgr/private.h"
+#include "protocol/jsign.h"
+
+static void kz_drain(void *data)
+{
+    kzsock_t *z = data;
+    zmq_msg_t frames[KZ_MAX_FRAMES];
+
+    for (int batch = 0; batch < KZ_DRAIN_BATCH; batch++) {
+        int ev = 0;
+        size_t evsz = sizeof(ev);
+        if (!z->s || zmq_getsockopt(z->s, ZMQ_EVENTS, &ev, &evsz) < 0 || !(ev & ZMQ_POLLIN))
+            return;
+        size_t n = 0;
+        bool overflow = false;
+        int more = 1;
+        while (more) {
+            zmq_msg_t scratch, *f = n < KZ_MAX_FRAMES ? &frames[n] : &scratch;
+            zmq_msg_init(f);
+            if (zmq_msg_recv(f, z->s, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(f);
+                break;
+            }
+            more = zmq_msg_more(f);
+            if (f == &scratch) {
+                overflow = true;
+                zmq_msg_close(f);
+            } else {
+                n++;
+            }
+        }
+        if (overflow)
+            log_warn("kernel socket: message with too many frames dropped");
+        else if (n > 0)
+            z->on_msg(z->data, z, frames, n);
+        for (size_t i = 0; i < n; i++)
+            zmq_msg_close(&frames[i]);
+        if (!z->s) /* closed by the handler */
+            return;
+    }
+    /* More may be waiting: let other sockets and clients run first. */
+    z->evl->timer_arm(z->evl, z->again, 0);
+}
+
+int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
+            const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
+            void *data)
+{
+    int zero = 0, ivl = 10, ivl_max = 1000, hwm = 10000, zfd;
+    size_t fdsz = sizeof(zfd);
+    int err;
+
+    memset(z, 0, sizeof(*z));
+    z->fd = -1;
+    z->evl = evl;
+    z->on_msg = on_msg;
+    z->data = data;
+    z->s = zmq_socket(zctx, type);
+    if (!z->s)
+        return -errno;
+    zmq_setsockopt(z->s, ZMQ_LINGER, &zero, sizeof(zero));
+    /* libzmq's default 100 ms reconnect interval alone would add tens of ms to every start */
+    zmq_setsockopt(z->s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+    zmq_setsockopt(z->s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max));
+    zmq_setsockopt(z->s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+    zmq_setsockopt(z->s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+    if (identity && zmq_setsockopt(z->s, ZMQ_ROUTING_ID, identity, strlen(identity)) < 0)
+        goto fail;
+    if (type == ZMQ_SUB && zmq_setsockopt(z->s, ZMQ_SUBSCRIBE, "", 0) < 0)
+        goto fail;
+    if (zmq_connect(z->s, endpoint) < 0)
+        goto fail;
+    if (zmq_getsockopt(z->s, ZMQ_FD, &zfd, &fdsz) < 0)
+        goto fail;
+    z->fd = fcntl(zfd, F_DUPFD_CLOEXEC, 3);
+    if (z->fd < 0)
+        goto fail;
+    z->again = evl->timer_new(evl, kz_drain, z);
+    if (!z->again)
+        goto fail;
+    z->io = evl->io_add(evl, z->fd, kz_drain, z);
+    if (!z->io)
+        goto fail;
+    return 0;
+fail:
+    err = -errno;
+    kz_close(z);
+    return err ? err : -EIO;
+}
+
+void kz_close(kzsock_t *z)
+{
+    if (z->evl) {
+        evl_io_destroy(z->evl, &z->io);
+        evl_timer_destroy(z->evl, &z->again);
+    }
+    if (z->fd >= 0)
+        close(z->fd);
+    z->fd = -1;
+    if (z->s)
+        zmq_close(z->s);
+    z->s = NULL;
+}
+
+int kz_send(kzsock_t *z, const jspan_t *frames, size_t n)
+{
+    int err = 0;
+    if (!z->s)
+        return -ENOTCONN;
+    for (size_t i = 0; i < n; i++) {
+        int flags = ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0);
+        if (zmq_send(z->s, frames[i].p, frames[i].n, flags) < 0) {
+            /* A multipart message is atomic: nothing was queued if the first part failed;
+             * later parts cannot fail with EAGAIN once the first was accepted. */
+            err = -errno;
+            break;
+        }
+    }
+    /* ZMQ_FD is edge-triggered and a send may have consumed its signal. */
+    int ev = 0;
+    size_t evsz = sizeof(ev);
+    if (zmq_getsockopt(z->s, ZMQ_EVENTS, &ev, &evsz) == 0 && (ev & ZMQ_POLLIN))
+        z->evl->timer_arm(z->evl, z->again, 0);
+    return err;
+}
+
+int kz_send_jmsg(kzsock_t *z, jsign_t *sign, const jmsg_t *m)
+{
+    char sig[JSIGN_HEX_LEN + 1];
+    jspan_t frames[6 + JMSG_MAX_BUFFERS];
+    int r;
+
+    if (m->nbuf > JMSG_MAX_BUFFERS)
+        return -EMSGSIZE;
+    if ((r = jsign_compute(sign, m->part, sig)) < 0)
+        return r;
+    frames[0] = (jspan_t){JMSG_DELIM, sizeof(JMSG_DELIM) - 1};
+    frames[1] = (jspan_t){sig, strlen(sig)};
+    for (int i = 0; i < 4; i++)
+        frames[2 + i] = m->part[i];
+    for (size_t i = 0; i < m->nbuf; i++)
+        frames[6 + i] = m->buf[i];
+    return kz_send(z, frames, 6 + m->nbuf);
+}

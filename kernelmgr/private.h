@@ -1,0 +1,114 @@
+/* kernelmgr internals shared by kernel.c, kconn.c and kmgr.c. */
+#ifndef KGW_KERNELMGR_PRIVATE_H
+#define KGW_KERNELMGR_PRIVATE_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <zmq.h>
+
+#include "common/evl.h"
+#include "kernelmgr/kconn.h"
+#include "kernelmgr/kernel.h"
+#include "kernelmgr/kmgr.h"
+#include "protocol/jmsg.h"
+#include "protocol/jsign.h"
+
+#define KZ_MAX_FRAMES (JMSG_MAX_IDS + 6 + JMSG_MAX_BUFFERS)
+#define KZ_DRAIN_BATCH 256 /* messages per socket per loop turn, for fairness */
+
+/* ZeroMQ ports as used in the ipc:// transport: <dir>/k-<port>. */
+enum { KPORT_SHELL = 1, KPORT_IOPUB, KPORT_STDIN, KPORT_CONTROL, KPORT_HB };
+
+struct kmgr {
+    evl_t *evl;
+    struct kmgr_opts o;
+    struct kmgr_hooks h;
+    kspecs_t *specs;
+    void *zctx;
+    char rundir[PATH_MAX]; /* private directory of this gateway instance */
+    kernel_t **v;
+    size_t n, cap;
+    evl_timer_t *cull;
+};
+
+/* A watched ZeroMQ socket. ZMQ_FD is edge-triggered: after every send on the socket the
+ * owner re-checks ZMQ_EVENTS (kz_after_send) so no arrival is missed. */
+typedef struct kzsock {
+    void *s;
+    int fd; /* dup of ZMQ_FD, owned */
+    evl_io_t *io;
+    evl_timer_t *again; /* re-drain on the next turn */
+    evl_t *evl;
+    void (*on_msg)(void *data, struct kzsock *z, zmq_msg_t *frames, size_t n);
+    void *data;
+} kzsock_t;
+
+int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
+            const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
+            void *data);
+void kz_close(kzsock_t *z);
+/* Sends frames (MORE on all but the last); -EAGAIN when the queue is full. */
+int kz_send(kzsock_t *z, const jspan_t *frames, size_t n);
+/* Sends a signed Jupyter message. */
+int kz_send_jmsg(kzsock_t *z, jsign_t *sign, const jmsg_t *m);
+
+struct kconn {
+    kernel_t *k;
+    char session[JMSG_MSG_ID_MAX];
+    kzsock_t z[JCHAN_N]; /* iopub unused */
+    const struct kconn_ops *ops;
+    void *user;
+    kconn_t *next;
+};
+
+struct kwait {
+    kernel_done_cb cb;
+    void *data;
+    kernel_t *k;
+    kwait_t *next;
+};
+
+struct kernel {
+    kmgr_t *m;
+    char id[40];
+    const kspec_t *spec;
+    enum kernel_state state;
+    char exec_state[16];
+    int64_t last_activity_us;
+    int connections;
+    void *user;
+
+    char dir[PATH_MAX];  /* private runtime directory */
+    char conn_file[PATH_MAX];
+    char key[65];
+    jsign_t *sign;
+    char session[40];    /* the manager's own Jupyter session */
+    char **envp;
+
+    pid_t pid;           /* 0: no process */
+    int pidfd;
+    evl_io_t *pid_io;
+    int exit_status;
+
+    kzsock_t iopub, shell, control, hb;
+    evl_timer_t *nudge, *deadline, *hb_timer, *linger;
+    bool got_reply, got_iopub;
+    int stop_stage; /* 0 running, 1 shutdown_request sent, 2 SIGTERM sent */
+    int hb_missed, restarts;
+    bool hb_outstanding;
+
+    kconn_t *conns;
+    kwait_t *waiters;
+};
+
+kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env);
+void kernel__free(kernel_t *k);
+/* Sends a gateway-made message on one of the kernel's manager sockets. */
+int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content);
+void kmgr__remove(kmgr_t *m, kernel_t *k);
+void kernel__endpoint(const kernel_t *k, int port, char *out, size_t outsz);
+/* Verifies and splits frames from the kernel. 0 or -EBADMSG (logged by the caller). */
+int kernel__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h);
+
+#endif

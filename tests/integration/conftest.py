@@ -1,0 +1,190 @@
+"""Shared fixtures: start the real kgw (or, for reference runs, jupyter_server) on a free port.
+
+Environment:
+  KGW_BIN        path to the kgw executable (default: <repo>/build/kgw)
+  KGW_REFERENCE  set to "jupyter_server" to run the same tests against Debian's jupyter_server
+                 (used to check that a test encodes jupyter_server's behaviour, not ours)
+"""
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KGW_BIN = os.environ.get("KGW_BIN", os.path.join(REPO, "build", "kgw"))
+REFERENCE = os.environ.get("KGW_REFERENCE", "")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Gateway:
+    """A running server: base URLs, the API key and helpers for authenticated REST calls."""
+
+    def __init__(self, proc, port, token, log_path):
+        self.proc = proc
+        self.port = port
+        self.token = token
+        self.url = f"http://127.0.0.1:{port}"
+        self.ws_url = f"ws://127.0.0.1:{port}"
+        self.log_path = log_path
+
+    def headers(self, extra=None):
+        h = {"Authorization": f"token {self.token}", "Content-Type": "application/json"}
+        if extra:
+            h.update(extra)
+        return h
+
+    def request(self, method, path, body=None, headers=None, auth=True, raw_body=None):
+        """Returns (status, parsed JSON or None, response headers)."""
+        data = raw_body
+        if body is not None:
+            data = json.dumps(body).encode()
+        h = self.headers(headers) if auth else dict(headers or {})
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                payload = r.read()
+                status, hdrs = r.status, r.headers
+        except urllib.error.HTTPError as e:
+            payload, status, hdrs = e.read(), e.code, e.headers
+        parsed = None
+        if payload:
+            try:
+                parsed = json.loads(payload)
+            except ValueError:
+                parsed = payload
+        return status, parsed, hdrs
+
+    def start_kernel(self, name=None, env=None):
+        body = {}
+        if name:
+            body["name"] = name
+        if env:
+            body["env"] = env
+        status, model, _ = self.request("POST", "/api/kernels", body)
+        assert status == 201, (status, model)
+        return model
+
+    def delete_kernel(self, kid):
+        return self.request("DELETE", f"/api/kernels/{kid}")[0]
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def alive(self):
+        return self.proc.poll() is None
+
+
+def _wait_ready(gw, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not gw.alive():
+            raise RuntimeError("server exited early:\n" + gw.log())
+        try:
+            status, _, _ = gw.request("GET", "/api")
+            if status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("server did not become ready:\n" + gw.log())
+
+
+def start_gateway(extra_args=(), env=None):
+    port = free_port()
+    token = secrets.token_hex(16)
+    log = tempfile.NamedTemporaryFile(prefix="kgw-test-", suffix=".log", delete=False)
+    penv = dict(os.environ)
+    penv.pop("KGW_API_KEY", None)
+    if env:
+        penv.update(env)
+    if REFERENCE == "jupyter_server":
+        argv = ["/usr/bin/python3", "-m", "jupyter_server", "--no-browser",
+                f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+                f"--ServerApp.token={token}", "--ServerApp.ip=127.0.0.1"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            argv.append("--allow-root")
+    else:
+        argv = [KGW_BIN, "--ip", "127.0.0.1", "--port", str(port), "--api-key", token,
+                "--log-level", "debug", *extra_args]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=penv,
+                            start_new_session=True)
+    gw = Gateway(proc, port, token, log.name)
+    try:
+        _wait_ready(gw)
+    except Exception:
+        stop_gateway(gw)
+        raise
+    return gw
+
+
+def stop_gateway(gw):
+    if gw.proc.poll() is None:
+        gw.proc.send_signal(signal.SIGTERM)
+        try:
+            gw.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            gw.proc.kill()
+            gw.proc.wait()
+    rc = gw.proc.returncode
+    if REFERENCE != "jupyter_server" and rc not in (0, -signal.SIGTERM):
+        sys.stderr.write(gw.log())
+        raise AssertionError(f"kgw exited with {rc}")
+
+
+@pytest.fixture(scope="module")
+def gateway():
+    """One kgw per test module (kernels are cheap to create; the server is shared)."""
+    gw = start_gateway()
+    yield gw
+    stop_gateway(gw)
+
+
+@pytest.fixture
+def gateway_factory():
+    """Start extra servers with custom flags; all are stopped at the end of the test."""
+    started = []
+
+    def make(*args, env=None):
+        gw = start_gateway(args, env=env)
+        started.append(gw)
+        return gw
+
+    yield make
+    for gw in started:
+        stop_gateway(gw)
+
+
+@pytest.fixture
+def kernel(gateway):
+    """A fresh python3 kernel, deleted afterwards."""
+    model = gateway.start_kernel()
+    yield model
+    gateway.delete_kernel(model["id"])
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked kgw_only check kgw behaviour that jupyter_server does not have."""
+    if REFERENCE != "jupyter_server":
+        return
+    skip = pytest.mark.skip(reason="kgw-specific behaviour (KGW_REFERENCE=jupyter_server)")
+    for item in items:
+        if item.get_closest_marker("kgw_only"):
+            item.add_marker(skip)
