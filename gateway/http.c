@@ -451,6 +451,17 @@ static unsigned method_of(struct lws *wsi)
     return 0;
 }
 
+/* An answer written at once: the request object goes first (writing may close the
+ * connection, and lws then frees pss). status 204: no body. */
+static int answer_now(gw_t *g, struct lws *wsi, struct gw_pss *pss, int status, const char *msg)
+{
+    req_free(pss->req);
+    pss->req = NULL;
+    if (status == 204)
+        return http_write_now(g, wsi, 204, NULL, NULL, 0, NULL);
+    return http_write_error(g, wsi, status, msg);
+}
+
 static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *path, size_t len)
 {
     char q[160];
@@ -462,19 +473,22 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
     r->method = method_of(wsi);
     buf_init(&r->body, (size_t)g->cfg.max_body_bytes);
     pss->req = r;
-    log_debug("http: %s %s", r->method == HTTP_M_GET ? "GET" : r->method == HTTP_M_POST ? "POST"
-                             : r->method == HTTP_M_DELETE ? "DELETE" : "other",
-              log_quote(q, sizeof(q), path, len));
+    log_quote(q, sizeof(q), path, len);
+    log_debug("http: %s %s", r->method == HTTP_M_GET      ? "GET"
+                             : r->method == HTTP_M_POST   ? "POST"
+                             : r->method == HTTP_M_DELETE ? "DELETE"
+                                                          : "other",
+              q);
 
     if (route_match(path, len, &r->route) < 0)
-        return http_write_error(g, wsi, 404, "not found");
+        return answer_now(g, wsi, pss, 404, "not found");
     if (r->method == HTTP_M_OPTIONS)
-        return http_write_now(g, wsi, 204, NULL, NULL, 0, NULL);
+        return answer_now(g, wsi, pss, 204, NULL);
     if (!(r->route.methods & r->method))
-        return http_write_error(g, wsi, 405, "method not allowed");
+        return answer_now(g, wsi, pss, 405, "method not allowed");
     if (r->route.id != ROUTE_API && !auth_check(g, wsi)) {
         log_info("http: unauthenticated request for %s refused", q);
-        return http_write_error(g, wsi, 401, "a valid API key is required");
+        return answer_now(g, wsi, pss, 401, "a valid API key is required");
     }
     if (r->method & (HTTP_M_POST | HTTP_M_PATCH | HTTP_M_PUT)) {
         char cl[32];
@@ -482,8 +496,11 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
         long long n = 0;
         if (lws_hdr_copy(wsi, cl, sizeof(cl), WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0)
             n = atoll(cl);
-        if (n > g->cfg.max_body_bytes)
-            return http_write_error(g, wsi, 413, "request body too large");
+        if (n > g->cfg.max_body_bytes) {
+            log_info("http: %s: body of %lld bytes refused", q, n);
+            answer_now(g, wsi, pss, 413, "request body too large");
+            return -1; /* the body is still coming: do not read it */
+        }
         if (n > 0 || chunked) {
             r->body_expected = true;
             return 0;
@@ -520,8 +537,7 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
         if (!r || !r->body_expected)
             return 0;
         if (buf_append(&r->body, in, len) < 0) {
-            r->body_expected = false;
-            http_write_error(g, wsi, 413, "request body too large");
+            answer_now(g, wsi, pss, 413, "request body too large");
             return -1;
         }
         return 0;

@@ -140,6 +140,7 @@ int main(int argc, char **argv)
 {
     char err[256], rundir[512], keybuf[65];
     int rc = 1;
+    evl_io_t *sig_io = NULL;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -220,7 +221,7 @@ int main(int argc, char **argv)
         goto out;
     }
     lwsloop_init(&G.loop, G.ctx, vh);
-    evl_io_t *sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
+    sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
     if (!sig_io)
         goto out;
 
@@ -258,6 +259,8 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     kmgr_destroy(&G.km);
+    if (sig_io)
+        G.loop.evl.io_del(&G.loop.evl, sig_io);
     sessions_free_all(&G);
     if (G.ctx)
         lws_context_destroy(G.ctx);

@@ -2,12 +2,14 @@
 
 Environment:
   KGW_BIN        path to the kgw executable (default: <repo>/build/kgw)
+  KGW_WRAPPER    command prefix for kgw, e.g. "valgrind --error-exitcode=99 --leak-check=full"
   KGW_REFERENCE  set to "jupyter_server" to run the same tests against Debian's jupyter_server
                  (used to check that a test encodes jupyter_server's behaviour, not ours)
 """
 import json
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -122,7 +124,7 @@ def start_gateway(extra_args=(), env=None):
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             argv.append("--allow-root")
     else:
-        argv = [KGW_BIN, "--ip", "127.0.0.1", "--port", str(port), "--api-key", token,
+        argv = [*shlex.split(os.environ.get("KGW_WRAPPER", "")), KGW_BIN, "--ip", "127.0.0.1", "--port", str(port), "--api-key", token,
                 "--log-level", "debug", *extra_args]
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=penv,
                             start_new_session=True)

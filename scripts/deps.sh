@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs the Debian 12 packages kgw needs to build, run and test (only the missing ones).
+set -eu
+PKGS="meson ninja-build pkg-config gcc libc6-dev libzmq3-dev libwebsockets-dev libjansson-dev
+libsodium-dev uuid-dev libseccomp-dev libssl-dev python3-ipykernel python3-jupyter-client"
+if [ "${1:-}" = "--test" ]; then
+    PKGS="$PKGS jupyter-server python3-websockets python3-pytest valgrind nodejs npm"
+fi
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+# node and npm may come from outside Debian (for example nodesource); accept those
+case " $missing " in *" nodejs "*) command -v node >/dev/null && missing=$(echo "$missing" | sed 's/ nodejs//');; esac
+case " $missing " in *" npm "*) command -v npm >/dev/null && missing=$(echo "$missing" | sed 's/ npm//');; esac
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "installing:$missing" >&2
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || true
+# shellcheck disable=SC2086
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2

@@ -1,0 +1,10 @@
+#!/bin/sh
+# Installs what is missing, builds, and runs every test suite (unit, integration, fuzz replay).
+# Extra arguments go to `meson test` (for example: --suite unit).
+set -eu
+cd "$(dirname "$0")/.."
+./scripts/deps.sh --test
+(cd tests/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+[ -d build ] || meson setup build >/dev/null
+meson compile -C build >/dev/null
+meson test -C build --print-errorlogs "$@"
