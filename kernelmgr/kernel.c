@@ -13,7 +13,8 @@
 #include "kernelmgr/private.h"
 #include "sandbox/spawn.h"
 
-#define NUDGE_MS     100  /* kernel_info_request cadence while a kernel starts */
+#define NUDGE_RETRY_MS 2000 /* resend kernel_info_request if a start seems stuck */
+#define NUDGE_IOPUB_MS 20   /* resend when the reply came but no iopub message yet */
 #define TERM_KILL_MS 1000 /* SIGTERM -> SIGKILL */
 
 static void start_process(kernel_t *k);
@@ -205,6 +206,8 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     if (!strcmp(h.msg_type, "kernel_info_reply") && !k->got_reply) {
         k->got_reply = true;
         check_ready(k);
+        if (!k->got_iopub) /* the SUB socket had not joined yet: ask again */
+            k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_IOPUB_MS);
     }
 }
 
@@ -236,10 +239,11 @@ int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char 
 static void on_nudge(void *data)
 {
     kernel_t *k = data;
-    /* ZeroMQ SUB sockets join late: keep asking until an iopub message proves the
-     * subscription is live, so no client ever misses the first messages of a request. */
+    /* ZeroMQ SUB sockets join late: the kernel counts as started only once an iopub message
+     * proves the subscription is live, so no client misses the first messages of a request.
+     * The request waits in the DEALER's queue until the kernel binds its socket. */
     kernel__send_own(k, &k->shell, "kernel_info_request", "{}");
-    k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_MS);
+    k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_RETRY_MS);
 }
 
 static void signal_group(kernel_t *k, int sig)
