@@ -97,7 +97,9 @@ static void on_signal(void *data)
     int fd = (int)(intptr_t)data;
     struct signalfd_siginfo si;
     while (read(fd, &si, sizeof(si)) == sizeof(si)) {
-        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
+        if (si.ssi_signo == SIGCHLD && G.km) {
+            kmgr_reap(G.km);
+        } else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
             log_info("signal %d: shutting down", (int)si.ssi_signo);
             G.stopping = true;
             lws_cancel_service(G.ctx);
@@ -190,6 +192,7 @@ int main(int argc, char **argv)
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);

@@ -20,6 +20,12 @@
 static void start_process(kernel_t *k);
 static void on_exit_io(void *data);
 
+void kernel__check_exit(kernel_t *k)
+{
+    if (k->pid > 0)
+        on_exit_io(k);
+}
+
 const char *kernel_id(const kernel_t *k)
 {
     return k->id;
@@ -421,7 +427,8 @@ static void start_process(kernel_t *k)
         set_dead(k, why);
         return;
     }
-    k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k);
+    if (k->pidfd >= 0)
+        k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k);
     k->got_reply = k->got_iopub = false;
     k->hb_outstanding = false;
     k->hb_missed = 0;
@@ -454,7 +461,8 @@ static void on_exit_io(void *data)
     /* children the kernel left in its process group go with it */
     kill(-k->pid, SIGKILL);
     evl_io_destroy(l, &k->pid_io);
-    close(k->pidfd);
+    if (k->pidfd >= 0)
+        close(k->pidfd);
     k->pidfd = -1;
     k->pid = 0;
     l->timer_disarm(l, k->hb_timer);

@@ -83,20 +83,25 @@ void kmgr_destroy(kmgr_t **pm)
     kmgr_t *m = *pm;
     if (!m)
         return;
-    /* At exit there is no loop left to wait on: stop every process group at once. */
+    /* At exit there is no loop left to wait on: stop every process group at once, give them
+     * a moment together, then kill what is left. */
     for (size_t i = 0; i < m->n; i++)
         if (m->v[i]->pid > 0)
             kill(-m->v[i]->pid, SIGTERM);
-    for (size_t i = 0; i < m->n; i++) {
-        kernel_t *k = m->v[i];
-        for (int t = 0; t < 50 && k->pid > 0; t++) {
-            if (waitpid(k->pid, NULL, WNOHANG) == k->pid) {
+    uint64_t deadline = util_now_ms() + 2000;
+    for (;;) {
+        size_t alive = 0;
+        for (size_t i = 0; i < m->n; i++) {
+            kernel_t *k = m->v[i];
+            if (k->pid > 0 && waitpid(k->pid, NULL, WNOHANG) == k->pid) {
                 kill(-k->pid, SIGKILL);
                 k->pid = 0;
-                break;
             }
-            usleep(10000);
+            alive += k->pid > 0;
         }
+        if (alive == 0 || util_now_ms() > deadline)
+            break;
+        usleep(5000);
     }
     while (m->n > 0) {
         kernel_t *k = m->v[--m->n];
@@ -154,6 +159,16 @@ void kmgr__remove(kmgr_t *m, kernel_t *k)
             m->n--;
             return;
         }
+}
+
+void kmgr_reap(kmgr_t *m)
+{
+    for (size_t i = 0; i < m->n;) {
+        size_t before = m->n;
+        kernel__check_exit(m->v[i]);
+        if (m->n == before) /* else v[i] was removed: look at the same index again */
+            i++;
+    }
 }
 
 kernel_t *kmgr_find(const kmgr_t *m, const char *id)

@@ -53,6 +53,8 @@ const kspecs_t *kmgr_kspecs(const kmgr_t *m);
  * variables (only KERNEL_* names are applied). -ENOENT unknown spec, -EAGAIN at max-kernels,
  * -EINVAL bad env, or a spawn error. */
 int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, kernel_t **ret);
+/* Call on SIGCHLD: reaps kernels that exited (needed where pidfds are unavailable). */
+void kmgr_reap(kmgr_t *m);
 kernel_t *kmgr_find(const kmgr_t *m, const char *id);
 size_t kmgr_count(const kmgr_t *m);
 kernel_t *kmgr_at(const kmgr_t *m, size_t i);

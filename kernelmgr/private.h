@@ -104,6 +104,8 @@ struct kernel {
 
 kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env);
 void kernel__free(kernel_t *k);
+/* Reaps the kernel's process if it has exited (SIGCHLD path). */
+void kernel__check_exit(kernel_t *k);
 /* Sends a gateway-made message on one of the kernel's manager sockets. */
 int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content);
 void kmgr__remove(kmgr_t *m, kernel_t *k);

@@ -99,14 +99,17 @@ int sbx_spawn(const struct sbx_spawn_opts *o, pid_t *ret_pid, int *ret_pidfd)
         log_debug("spawn: child set-up failed: %s", strerror(err));
         return -err;
     }
+    /* -1 where pidfds are unavailable (kernels before 5.3, valgrind): callers then learn of
+     * the exit through SIGCHLD */
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (pidfd < 0) {
+    if (pidfd < 0 && errno != ENOSYS) {
         err = -errno;
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         return err;
     }
-    fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    if (pidfd >= 0)
+        fcntl(pidfd, F_SETFD, FD_CLOEXEC);
     *ret_pid = pid;
     *ret_pidfd = pidfd;
     return 0;

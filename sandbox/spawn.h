@@ -15,7 +15,8 @@ struct sbx_spawn_opts {
 
 /* Starts argv[0] (resolved with PATH from envp when it has no '/') in a new session (so a
  * process-group signal reaches the kernel and its children), dying with the gateway.
- * ret_pidfd: a pidfd that becomes readable when the child exits. */
+ * ret_pidfd: a pidfd that becomes readable when the child exits, or -1 where the system has
+ * none (then watch SIGCHLD). */
 int sbx_spawn(const struct sbx_spawn_opts *o, pid_t *ret_pid, int *ret_pidfd);
 
 #endif

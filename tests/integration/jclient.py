@@ -132,7 +132,8 @@ async def connect(gateway, kernel_id, protocol="legacy", session_id="auto", *, q
     headers = {"Authorization": f"token {gateway.token}"} if auth_header else {}
     ws = await asyncio.wait_for(websockets.connect(
         channels_url(gateway, kernel_id, session_id, query), subprotocols=subprotocols,
-        extra_headers=headers, max_size=None, open_timeout=None, ping_interval=None),
+        extra_headers=headers, max_size=None, open_timeout=None, ping_interval=None,
+        close_timeout=2),
         DEFAULT_TIMEOUT * 3)
     return KernelClient(ws, protocol, session_id or uuid.uuid4().hex)
 
@@ -215,7 +216,14 @@ class KernelClient:
         deadline = time.monotonic() + timeout
         while reply is None or not (iopub and iopub[-1]["header"]["msg_type"] == "status"
                                     and iopub[-1]["content"]["execution_state"] == "idle"):
-            m = await self.recv(mine, max(deadline - time.monotonic(), 0.001))
+            try:
+                m = await self.recv(mine, max(deadline - time.monotonic(), 0.001))
+            except asyncio.TimeoutError:
+                got = [m["header"]["msg_type"] for m in iopub] + ([reply["header"]["msg_type"]]
+                                                                   if reply else [])
+                raise asyncio.TimeoutError(
+                    f"request {msg_id}: no reply and iopub idle within {timeout}s; got {got}; "
+                    f"other messages: {[m['header']['msg_type'] for m in self.backlog]}") from None
             if m["channel"] == "iopub":
                 iopub.append(m)
             else:
@@ -236,15 +244,15 @@ class KernelClient:
             if time.monotonic() >= deadline:
                 raise asyncio.TimeoutError(f"kernel not answering within {timeout}s")
             sent.add(await self.request("kernel_info_request"))
-            step = time.monotonic() + every
-            while not (shell_ok and iopub_ok) and (left := min(step, deadline) - time.monotonic()) > 0:
+            step = min(time.monotonic() + every, deadline)
+            while not (shell_ok and iopub_ok) and (left := step - time.monotonic()) > 0:
                 try:
                     m = await self.recv(ours, left)
                 except asyncio.TimeoutError:
                     break
                 shell_ok |= m["channel"] == "shell"
                 iopub_ok |= m["channel"] == "iopub"
-        await asyncio.sleep(every)          # let the replies to the other requests arrive
+        await self.drain(every)             # let the replies to the other requests arrive
         self.backlog = [m for m in self.backlog if not ours(m)]
 
     async def execute(self, code, timeout=DEFAULT_TIMEOUT, **content):
