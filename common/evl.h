@@ -5,6 +5,7 @@
 #ifndef KGW_COMMON_EVL_H
 #define KGW_COMMON_EVL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct evl_io evl_io_t;

@@ -148,6 +148,10 @@ static void create(struct gw_req *r, json_t *body)
         n++;
     if (n >= SESSIONS_MAX)
         return req_error(r, 503, "too many sessions");
+    json_t *nb = json_object_get(body, "notebook");
+    if (!json_is_string(json_object_get(body, "path")) &&
+        !json_is_string(json_object_get(nb, "path")))
+        return req_error(r, 400, "Missing field in JSON data: path");
     json_t *fields = json_pack("{s:s, s:s, s:s}", "path", "", "name", "", "type", "notebook");
     if (take_fields(r, body, fields) < 0) {
         json_decref(fields);
