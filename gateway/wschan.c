@@ -188,14 +188,12 @@ void wschan_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
     khub_t *hub = kernel_user(k);
     if (!hub)
         return;
-    /* The legacy encoding splices the kernel's JSON parts into one document: they must be
-     * JSON objects, or a hostile kernel could corrupt what its clients parse. */
-    for (int i = 0; i < 4; i++)
-        if (!jmsg_is_json_object(m->part[i])) {
-            log_warn("kernel=%s: iopub %s message with invalid JSON dropped", kernel_id(k),
-                     h->msg_type);
-            return;
-        }
+    /* The legacy encoding splices the kernel's JSON parts into one document. */
+    if (!jmsg_parts_ok(m)) {
+        log_warn("kernel=%s: iopub %s message with invalid JSON dropped", kernel_id(k),
+                 h->msg_type);
+        return;
+    }
     broadcast(hub, JCHAN_IOPUB, m, h);
 }
 
@@ -205,9 +203,11 @@ static void on_reply(void *user, kconn_t *c, enum jchan chan, const jmsg_t *m, c
     blob_t *enc[WSPROTO_N] = {0};
     if (!s->ws)
         return;
-    for (int i = 0; i < 4; i++)
-        if (!jmsg_is_json_object(m->part[i]))
-            return;
+    if (!jmsg_parts_ok(m)) {
+        log_warn("kernel=%s: %s %s message with invalid JSON dropped", kernel_id(s->hub->k),
+                 jchan_name(chan), h->msg_type);
+        return;
+    }
     send_to(s->ws, enc, chan, m, h);
     for (int i = 0; i < WSPROTO_N; i++)
         blob_unref(&enc[i]);

@@ -83,6 +83,27 @@ bool jmsg_is_json_object(jspan_t s)
     return ok;
 }
 
+static bool braced(jspan_t s)
+{
+    size_t a = 0, b = s.n;
+    while (a < b && (s.p[a] == ' ' || s.p[a] == '\n' || s.p[a] == '\r' || s.p[a] == '\t'))
+        a++;
+    while (b > a && (s.p[b - 1] == ' ' || s.p[b - 1] == '\n' || s.p[b - 1] == '\r' ||
+                     s.p[b - 1] == '\t'))
+        b--;
+    return b - a >= 2 && s.p[a] == '{' && s.p[b - 1] == '}';
+}
+
+bool jmsg_parts_ok(const jmsg_t *m)
+{
+    for (int i = 0; i < 4; i++) {
+        jspan_t s = m->part[i];
+        if (s.n <= JMSG_FULL_CHECK_MAX ? !jmsg_is_json_object(s) : !braced(s))
+            return false;
+    }
+    return true;
+}
+
 char *jmsg_new_header(const char *msg_type, const char *session, char msg_id_out[37])
 {
     char date[40];

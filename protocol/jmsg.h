@@ -47,6 +47,13 @@ int jmsg_parse_frames(const jspan_t *frames, size_t n, jmsg_t *out);
 int jhdr_parse(jspan_t header, jhdr_t *out);
 /* True when span is a JSON object (checked with jansson). */
 bool jmsg_is_json_object(jspan_t s);
+/* Parts at most this long are parsed in full by jmsg_parts_ok(). */
+#define JMSG_FULL_CHECK_MAX (64 * 1024)
+/* True when the four JSON parts may be spliced into a client's JSON document: parts up to
+ * JMSG_FULL_CHECK_MAX are parsed; longer ones (large outputs: parsing 50 MB with jansson takes
+ * over half a second) must be brace-delimited objects. Either way the gateway's own keys come
+ * after the parts, so a part cannot change the channel a client sees. */
+bool jmsg_parts_ok(const jmsg_t *m);
 
 /* Builds the header JSON of a message the gateway itself sends (kernel_info_request, status,
  * ...). Returns a malloc'd string or NULL. msg_id_out (37 bytes) receives the new id. */
