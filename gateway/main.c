@@ -1,7 +1,5 @@
 /* kgw: a Jupyter Kernel Gateway-compatible server. */
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -73,17 +71,13 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_SERVER_WRITEABLE:
     case LWS_CALLBACK_CLOSED:
         return wschan_callback(&G, wsi, reason, pss, in, len);
-    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: {
-        int fd = (int)(intptr_t)in;
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        return 0;
-    }
     default:
         return lws_callback_http_dummy(wsi, reason, user, in, len);
     }
 }
 
+/* libwebsockets sets TCP_NODELAY on accepted sockets itself (Nagle's algorithm would add
+ * tens of milliseconds to every small websocket message). */
 static const struct lws_protocols protocols[] = {
     /* index 0 serves HTTP and websockets that asked for no subprotocol (legacy) */
     {"kgw", callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/blob.h"
 #include "common/log.h"
@@ -339,6 +340,23 @@ static kernel_t *kernel_of(gw_t *g, struct lws *wsi)
     return k;
 }
 
+/* Browsers send Origin; scripts usually do not. A browser page may open a websocket to any
+ * host, so, as jupyter_server does, only the server's own origin (same host) or the configured
+ * --allow-origin may. */
+static bool origin_ok(gw_t *g, struct lws *wsi)
+{
+    char origin[256], host[256];
+    if (lws_hdr_copy(wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) <= 0)
+        return true;
+    const char *allow = g->cfg.allow_origin;
+    if (allow && allow[0] && (!strcmp(allow, "*") || !strcmp(allow, origin)))
+        return true;
+    if (lws_hdr_copy(wsi, host, sizeof(host), WSI_TOKEN_HOST) <= 0)
+        return false;
+    const char *o = strstr(origin, "://");
+    return o && !strcasecmp(o + 3, host);
+}
+
 int wschan_confirm(gw_t *g, struct lws *wsi)
 {
     char sid[SESSION_ID_MAX + 16];
@@ -352,6 +370,11 @@ int wschan_confirm(gw_t *g, struct lws *wsi)
     if (!auth_check(g, wsi)) {
         log_info("ws: unauthenticated websocket refused");
         http_write_error(g, wsi, 401, "a valid API key is required");
+        return 1;
+    }
+    if (!origin_ok(g, wsi)) {
+        log_info("ws: websocket from a foreign origin refused");
+        http_write_error(g, wsi, 403, "origin not allowed");
         return 1;
     }
     if (!kernel_of(g, wsi)) {
