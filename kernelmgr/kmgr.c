@@ -1,5 +1,7 @@
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,64 @@ static void on_cull(void *data)
     m->evl->timer_arm(m->evl, m->cull, (uint64_t)m->o.cull_interval_s * 1000);
 }
 
+/* Removes a dead instance's directory: <gw-dir>/<kernel-id>/{connection.json, k-N} and the
+ * lock file. Only names this gateway creates are touched; nothing is followed. */
+static void remove_instance_dir(int basefd, const char *name)
+{
+    int dfd = openat(basefd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    DIR *d = fdopendir(dfd);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        int kfd = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (kfd < 0)
+            continue;
+        DIR *kd = fdopendir(kfd);
+        struct dirent *f;
+        while (kd && (f = readdir(kd)))
+            if (f->d_name[0] != '.')
+                unlinkat(kfd, f->d_name, 0);
+        if (kd)
+            closedir(kd);
+        unlinkat(dfd, e->d_name, AT_REMOVEDIR);
+    }
+    unlinkat(dfd, ".lock", 0);
+    if (d)
+        closedir(d);
+    unlinkat(basefd, name, AT_REMOVEDIR);
+}
+
+/* Each running gateway holds an exclusive lock on <its dir>/.lock; a directory whose lock can
+ * be taken belongs to a gateway that died without cleaning up (SIGKILL, crash). */
+static void sweep_stale(const char *runtime_dir)
+{
+    int basefd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (basefd < 0)
+        return;
+    DIR *d = fdopendir(dup(basefd));
+    struct dirent *e;
+    char lockpath[300];
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "gw-", 3) != 0)
+            continue;
+        snprintf(lockpath, sizeof(lockpath), "%s/.lock", e->d_name);
+        int lfd = openat(basefd, lockpath, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (lfd < 0)
+            continue;
+        if (flock(lfd, LOCK_EX | LOCK_NB) == 0) {
+            log_info("removing stale runtime directory %s/%s", runtime_dir, e->d_name);
+            remove_instance_dir(basefd, e->d_name);
+        }
+        close(lfd);
+    }
+    if (d)
+        closedir(d);
+    close(basefd);
+}
+
 kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks *h)
 {
     char tmpl[PATH_MAX];
@@ -39,6 +99,7 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
     if (!m)
         return NULL;
     m->evl = evl;
+    m->lockfd = -1;
     m->o = *o;
     m->h = *h;
     m->specs = kspecs_load();
@@ -51,6 +112,7 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
         log_error("cannot create runtime directory %s: %s", o->runtime_dir, strerror(errno));
         goto fail;
     }
+    sweep_stale(o->runtime_dir);
     snprintf(tmpl, sizeof(tmpl), "%s/gw-XXXXXX", o->runtime_dir);
     if (!mkdtemp(tmpl)) {
         log_error("cannot create a private directory in %s: %s", o->runtime_dir,
@@ -58,6 +120,12 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
         goto fail;
     }
     snprintf(m->rundir, sizeof(m->rundir), "%s", tmpl);
+    snprintf(tmpl, sizeof(tmpl), "%s/.lock", m->rundir);
+    m->lockfd = open(tmpl, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (m->lockfd < 0 || flock(m->lockfd, LOCK_EX | LOCK_NB) < 0) {
+        log_error("cannot lock %s: %s", tmpl, strerror(errno));
+        goto fail;
+    }
     m->zctx = zmq_ctx_new();
     if (!m->zctx)
         goto fail;
@@ -113,8 +181,14 @@ void kmgr_destroy(kmgr_t **pm)
     evl_timer_destroy(m->evl, &m->cull);
     if (m->zctx)
         zmq_ctx_term(m->zctx);
-    if (m->rundir[0])
+    if (m->rundir[0]) {
+        char lock[PATH_MAX + 8];
+        snprintf(lock, sizeof(lock), "%s/.lock", m->rundir);
+        unlink(lock);
         rmdir(m->rundir);
+    }
+    if (m->lockfd > 0)
+        close(m->lockfd);
     kspecs_destroy(&m->specs);
     free(m);
     *pm = NULL;

@@ -27,6 +27,7 @@ struct kmgr {
     kspecs_t *specs;
     void *zctx;
     char rundir[PATH_MAX]; /* private directory of this gateway instance */
+    int lockfd;            /* flock held on <rundir>/.lock while this instance lives */
     kernel_t **v;
     size_t n, cap;
     evl_timer_t *cull;
