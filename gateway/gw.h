@@ -71,6 +71,7 @@ int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message);
 int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
 
 /* wschan.c */
+#define WSCHAN_LEGACY_NAME "kgw" /* lws protocol 0: HTTP, and websockets offering no subprotocol */
 int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
                     struct gw_pss *pss, void *in, size_t len);
 /* Answers the upgrade request: 0 proceed, >0 rejected with an HTTP response. */

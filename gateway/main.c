@@ -80,7 +80,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
  * tens of milliseconds to every small websocket message). */
 static const struct lws_protocols protocols[] = {
     /* index 0 serves HTTP and websockets that asked for no subprotocol (legacy) */
-    {"kgw", callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
+    {WSCHAN_LEGACY_NAME, callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
     {WSMSG_V1_NAME, callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
     {LWSLOOP_PROTOCOL, lwsloop_callback, 0, 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},

@@ -357,6 +357,20 @@ static bool origin_ok(gw_t *g, struct lws *wsi)
     return o && !strcasecmp(o + 3, host);
 }
 
+/* libwebsockets refuses an upgrade whose offered subprotocols it does not know by dropping
+ * the connection; answer such requests with a clear 400 instead. */
+static bool subprotocol_ok(struct lws *wsi)
+{
+    char list[512], *save = NULL;
+    int n = lws_hdr_copy(wsi, list, sizeof(list), WSI_TOKEN_PROTOCOL);
+    if (n <= 0)
+        return n == 0 || lws_hdr_total_length(wsi, WSI_TOKEN_PROTOCOL) == 0;
+    for (char *t = strtok_r(list, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save))
+        if (!strcmp(t, WSMSG_V1_NAME) || !strcmp(t, WSCHAN_LEGACY_NAME))
+            return true;
+    return false;
+}
+
 int wschan_confirm(gw_t *g, struct lws *wsi)
 {
     char sid[SESSION_ID_MAX + 16];
@@ -370,6 +384,11 @@ int wschan_confirm(gw_t *g, struct lws *wsi)
     if (!auth_check(g, wsi)) {
         log_info("ws: unauthenticated websocket refused");
         http_write_error(g, wsi, 401, "a valid API key is required");
+        return 1;
+    }
+    if (!subprotocol_ok(wsi)) {
+        http_write_error(g, wsi, 400, "no supported websocket subprotocol offered (supported: "
+                                      WSMSG_V1_NAME ", or none)");
         return 1;
     }
     if (!origin_ok(g, wsi)) {
