@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+
 #include "common/blob.h"
 #include "common/buf.h"
 

@@ -1,11 +1,13 @@
 /* cfg_parse / cfg_help: defaults, then KGW_* environment, then --flags. */
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+
 #include "common/config.h"
 
 static const char *o_ip;
@@ -241,6 +243,38 @@ static void test_ints(void)
     CHECK(strstr(err, "--port") != NULL);
 }
 
+/* Overflow is an error even for an option whose range is all of long long. */
+static void test_int_extremes(void)
+{
+    static long long big;
+    static const struct cfg_option o[] = {
+        {"big", CFG_INT, &big, "0", LLONG_MIN, LLONG_MAX, 0, "anything"},
+    };
+    static const struct {
+        const char *arg;
+        int ret;
+        long long want;
+    } cases[] = {
+        {"--big=9223372036854775807", 0, LLONG_MAX},
+        {"--big=-9223372036854775808", 0, LLONG_MIN},
+        {"--big=9223372036854775808", -EINVAL, 0},
+        {"--big=-9223372036854775809", -EINVAL, 0},
+        {"--big=99999999999999999999", -EINVAL, 0},
+    };
+    char err[256];
+    unsetenv("KGW_BIG");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *argv[] = {(char *)"kgw", (char *)cases[i].arg, NULL};
+        CHECK_CASE(cases[i].arg);
+        big = 42;
+        CHECK_INT(cfg_parse(o, 1, 2, argv, err, sizeof(err)), cases[i].ret);
+        if (cases[i].ret == 0)
+            CHECK_INT(big, cases[i].want);
+        else
+            CHECK(strstr(err, "is not an integer") != NULL);
+    }
+}
+
 static void test_unknown(void)
 {
     char err[256], longopt[400];
@@ -322,6 +356,7 @@ int main(void)
     test_flag_forms();
     test_bools();
     test_ints();
+    test_int_extremes();
     test_unknown();
     test_bad_default();
     test_help();

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "check.h"
+
 #include "common/util.h"
 #include "protocol/jmsg.h"
 #include "protocol/jsign.h"
@@ -24,7 +25,7 @@ static void test_jchan(void)
         CHECK_INT(jchan_parse(names[i], strlen(names[i])), i);
     }
     CHECK_STR(jchan_name(JCHAN_N), "?");
-    CHECK_STR(jchan_name((enum jchan)-1), "?");
+    CHECK_STR(jchan_name((enum jchan)99), "?");
     CHECK_CASE("jchan_parse rejects near misses");
     CHECK_INT(jchan_parse("", 0), -EINVAL);
     CHECK_INT(jchan_parse("shel", 4), -EINVAL);
@@ -184,8 +185,8 @@ static void test_hdr_parse(void)
     char json[512], id[JMSG_MSG_ID_MAX + 2], type[JMSG_MSG_TYPE_MAX + 2];
     memset(id, 'i', sizeof(id));
     memset(type, 't', sizeof(type));
-    snprintf(json, sizeof(json), "{\"msg_id\":\"%.*s\",\"msg_type\":\"%.*s\"}",
-             JMSG_MSG_ID_MAX - 1, id, JMSG_MSG_TYPE_MAX - 1, type);
+    snprintf(json, sizeof(json), "{\"msg_id\":\"%.*s\",\"msg_type\":\"%.*s\"}", JMSG_MSG_ID_MAX - 1,
+             id, JMSG_MSG_TYPE_MAX - 1, type);
     CHECK_INT(jhdr_parse((jspan_t){json, strlen(json)}, &h), 0);
     CHECK_INT(strlen(h.msg_id), JMSG_MSG_ID_MAX - 1);
     CHECK_INT(strlen(h.msg_type), JMSG_MSG_TYPE_MAX - 1);
@@ -222,6 +223,68 @@ static void test_is_json_object(void)
     CHECK(!jmsg_is_json_object(SPAN("{}{}")));
     CHECK(!jmsg_is_json_object(SPAN("{},\"channel\":\"shell\"")));
     CHECK(!jmsg_is_json_object((jspan_t){"{}", 1}));
+}
+
+/* Parts up to JMSG_FULL_CHECK_MAX are parsed; longer ones only need to be brace-delimited. */
+static void test_parts_ok(void)
+{
+    jmsg_t m = {.nbuf = 0};
+    jspan_t f[7];
+    CHECK_CASE("parts_ok: real message");
+    make_frames(f, 0, 0);
+    CHECK_INT(jmsg_parse_frames(f, 6, &m), 0);
+    CHECK(jmsg_parts_ok(&m));
+
+    static const char *const bad[] = {
+        "", "[]", "null", "{", "{}{}", "{},\"channel\":\"shell\"", "{\"a\":}", " "};
+    for (int part = 0; part < 4; part++) {
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            CHECK_CASE(bad[i]);
+            CHECK_INT(jmsg_parse_frames(f, 6, &m), 0);
+            m.part[part] = (jspan_t){bad[i], strlen(bad[i])};
+            CHECK(!jmsg_parts_ok(&m));
+        }
+    }
+
+    size_t big = JMSG_FULL_CHECK_MAX + 100;
+    char *p = malloc(big);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    CHECK_CASE("parts_ok: a large object");
+    memset(p, ' ', big);
+    p[0] = '{';
+    p[big - 1] = '}';
+    CHECK_INT(jmsg_parse_frames(f, 6, &m), 0);
+    m.part[JPART_CONTENT] = (jspan_t){p, big};
+    CHECK(jmsg_parts_ok(&m));
+    CHECK_CASE("parts_ok: a large part is only shape-checked");
+    memcpy(p + 1, "\"x\":[", 5); /* not valid JSON, but braced */
+    CHECK(jmsg_parts_ok(&m));
+    CHECK_CASE("parts_ok: braces after surrounding whitespace");
+    memset(p, ' ', big);
+    p[10] = '{';
+    p[big - 20] = '}';
+    p[big - 5] = '\n';
+    CHECK(jmsg_parts_ok(&m));
+    CHECK_CASE("parts_ok: large, not brace-delimited");
+    p[big - 20] = ']';
+    CHECK(!jmsg_parts_ok(&m));
+    p[big - 20] = '}';
+    p[10] = '[';
+    CHECK(!jmsg_parts_ok(&m));
+    memset(p, ' ', big);
+    CHECK(!jmsg_parts_ok(&m));
+    CHECK_CASE("parts_ok: at the limit the full check applies");
+    memset(p, ' ', big);
+    p[0] = '{';
+    p[1] = '[';
+    p[JMSG_FULL_CHECK_MAX - 1] = '}';
+    m.part[JPART_CONTENT] = (jspan_t){p, JMSG_FULL_CHECK_MAX};
+    CHECK(!jmsg_parts_ok(&m));
+    p[1] = ' ';
+    CHECK(jmsg_parts_ok(&m));
+    free(p);
 }
 
 static void test_new_header(void)
@@ -381,6 +444,7 @@ int main(void)
     test_parse_frames();
     test_hdr_parse();
     test_is_json_object();
+    test_parts_ok();
     test_new_header();
     test_sign_vectors();
     test_verify_rejects();

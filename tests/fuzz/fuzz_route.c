@@ -1,0 +1,135 @@
+/* route_match on untrusted request paths. A match must carry arguments that are valid ids or
+ * names, and rebuilding the path from the route and its arguments must give the input back
+ * (up to one trailing slash). route_is_id and kspec_name_ok are also checked against POSIX
+ * regular expressions of the same shapes. */
+#include <errno.h>
+#include <regex.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/route.h"
+#include "kernelmgr/kspec.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FUZZ_CHECK(c)                                                                 \
+    do {                                                                              \
+        if (!(c)) {                                                                   \
+            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c); \
+            abort();                                                                  \
+        }                                                                             \
+    } while (0)
+
+/* How each route is spelled; "%I" is an id argument, "%N" a name argument. */
+static const struct {
+    enum route_id id;
+    const char *shape;
+} shapes[] = {
+    {ROUTE_API, "/api"},
+    {ROUTE_STATUS, "/api/status"},
+    {ROUTE_KSPECS, "/api/kernelspecs"},
+    {ROUTE_KSPEC, "/api/kernelspecs/%N"},
+    {ROUTE_KSPEC_RESOURCE, "/kernelspecs/%N/%N"},
+    {ROUTE_KERNELS, "/api/kernels"},
+    {ROUTE_KERNEL, "/api/kernels/%I"},
+    {ROUTE_KERNEL_INTERRUPT, "/api/kernels/%I/interrupt"},
+    {ROUTE_KERNEL_RESTART, "/api/kernels/%I/restart"},
+    {ROUTE_KERNEL_CHANNELS, "/api/kernels/%I/channels"},
+    {ROUTE_SESSIONS, "/api/sessions"},
+    {ROUTE_SESSION, "/api/sessions/%I"},
+};
+
+static regex_t re_id, re_name;
+
+static void init_regex(void)
+{
+    static int done;
+    if (done)
+        return;
+    FUZZ_CHECK(regcomp(&re_id,
+                       "^[A-Za-z0-9_]+-[A-Za-z0-9_]+-[A-Za-z0-9_]+-[A-Za-z0-9_]+-[A-Za-z0-9_]+$",
+                       REG_EXTENDED | REG_NOSUB) == 0);
+    FUZZ_CHECK(regcomp(&re_name, "^[A-Za-z0-9_-][A-Za-z0-9._-]*$", REG_EXTENDED | REG_NOSUB) == 0);
+    done = 1;
+}
+
+static int ref_is_id(const char *s, size_t n)
+{
+    return n <= 128 && !memchr(s, '\0', n) && regexec(&re_id, s, 0, NULL, 0) == 0;
+}
+
+static int ref_name_ok(const char *s)
+{
+    return strlen(s) <= 128 && regexec(&re_name, s, 0, NULL, 0) == 0;
+}
+
+/* Rebuilds the path of a matched route into out; returns its length or -1. */
+static int rebuild(const struct route *r, char *out, size_t outsz)
+{
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        if (shapes[i].id != r->id)
+            continue;
+        size_t o = 0;
+        int arg = 0;
+        for (const char *p = shapes[i].shape; *p; p++) {
+            const char *add = p;
+            size_t n = 1;
+            if (p[0] == '%') {
+                FUZZ_CHECK(arg < 2);
+                const char *a = r->arg[arg++];
+                if (p[1] == 'I')
+                    FUZZ_CHECK(route_is_id(a, strlen(a)));
+                else
+                    FUZZ_CHECK(kspec_name_ok(a));
+                add = a;
+                n = strlen(a);
+                p++;
+            }
+            FUZZ_CHECK(o + n < outsz);
+            memcpy(out + o, add, n);
+            o += n;
+        }
+        /* unused argument slots stay empty */
+        for (; arg < 2; arg++)
+            FUZZ_CHECK(r->arg[arg][0] == '\0');
+        out[o] = '\0';
+        return (int)o;
+    }
+    return -1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *path = (const char *)data;
+    struct route r;
+    char buf[ROUTE_MAX_PATH + 1];
+
+    init_regex();
+    int rc = route_match(path, size, &r);
+    FUZZ_CHECK(rc == 0 || rc == -ENOENT);
+    if (rc == 0) {
+        FUZZ_CHECK(r.id != ROUTE_NONE && r.methods != 0);
+        FUZZ_CHECK(size <= ROUTE_MAX_PATH && !memchr(path, '\0', size));
+        for (int i = 0; i < 2; i++)
+            FUZZ_CHECK(memchr(r.arg[i], '\0', sizeof(r.arg[i])) != NULL);
+        int n = rebuild(&r, buf, sizeof(buf));
+        FUZZ_CHECK(n > 0);
+        FUZZ_CHECK(((size_t)n == size || ((size_t)n + 1 == size && path[n] == '/')) &&
+                   memcmp(buf, path, (size_t)n) == 0);
+    } else {
+        FUZZ_CHECK(r.id == ROUTE_NONE && r.arg[0][0] == '\0' && r.arg[1][0] == '\0');
+    }
+
+    /* the argument checkers on their own, against the reference expressions */
+    char *s = malloc(size + 1);
+    FUZZ_CHECK(s != NULL);
+    memcpy(s, data, size);
+    s[size] = '\0';
+    FUZZ_CHECK(!!route_is_id(s, size) == ref_is_id(s, size));
+    if (!memchr(data, '\0', size))
+        FUZZ_CHECK(kspec_name_ok(s) == ref_name_ok(s));
+    free(s);
+    return 0;
+}

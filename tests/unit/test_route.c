@@ -1,0 +1,290 @@
+/* gateway/route.c: untrusted request paths to routes and arguments. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+#include "gateway/route.h"
+#include "kernelmgr/kspec.h"
+
+#define KID "4f1c8c3e-9d2a-4b7e-8f00-1234567890ab"
+#define SID "0b7ad8d4-3f57-4bd5-a2c9-5e0f3c7d9a11"
+
+static const struct {
+    const char *path;
+    enum route_id id;
+    unsigned methods;
+    const char *arg0, *arg1;
+} good[] = {
+    {"/api", ROUTE_API, HTTP_M_GET, "", ""},
+    {"/api/status", ROUTE_STATUS, HTTP_M_GET, "", ""},
+    {"/api/kernelspecs", ROUTE_KSPECS, HTTP_M_GET, "", ""},
+    {"/api/kernelspecs/python3", ROUTE_KSPEC, HTTP_M_GET, "python3", ""},
+    {"/api/kernelspecs/ir-4.2_x", ROUTE_KSPEC, HTTP_M_GET, "ir-4.2_x", ""},
+    {"/kernelspecs/python3/logo-64x64.png", ROUTE_KSPEC_RESOURCE, HTTP_M_GET, "python3",
+     "logo-64x64.png"},
+    {"/kernelspecs/Python3/kernel.js", ROUTE_KSPEC_RESOURCE, HTTP_M_GET, "Python3", "kernel.js"},
+    {"/api/kernels", ROUTE_KERNELS, HTTP_M_GET | HTTP_M_POST, "", ""},
+    {"/api/kernels/" KID, ROUTE_KERNEL, HTTP_M_GET | HTTP_M_DELETE, KID, ""},
+    {"/api/kernels/" KID "/interrupt", ROUTE_KERNEL_INTERRUPT, HTTP_M_POST, KID, ""},
+    {"/api/kernels/" KID "/restart", ROUTE_KERNEL_RESTART, HTTP_M_POST, KID, ""},
+    {"/api/kernels/" KID "/channels", ROUTE_KERNEL_CHANNELS, HTTP_M_GET, KID, ""},
+    {"/api/sessions", ROUTE_SESSIONS, HTTP_M_GET | HTTP_M_POST, "", ""},
+    {"/api/sessions/" SID, ROUTE_SESSION, HTTP_M_GET | HTTP_M_PATCH | HTTP_M_DELETE, SID, ""},
+    /* jupyter_server's id shape is \w+-\w+-\w+-\w+-\w+, not strictly a UUID */
+    {"/api/kernels/a-b-c-d-e", ROUTE_KERNEL, HTTP_M_GET | HTTP_M_DELETE, "a-b-c-d-e", ""},
+    {"/api/kernels/A_1-b-C-d-9/channels", ROUTE_KERNEL_CHANNELS, HTTP_M_GET, "A_1-b-C-d-9", ""},
+};
+
+static void test_good_routes(void)
+{
+    char path[512];
+    struct route r;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        for (int slash = 0; slash < 2; slash++) {
+            snprintf(path, sizeof(path), "%s%s", good[i].path, slash ? "/" : "");
+            CHECK_CASE(path);
+            memset(&r, 0x5a, sizeof(r));
+            CHECK_INT(route_match(path, strlen(path), &r), 0);
+            CHECK_INT(r.id, good[i].id);
+            CHECK_INT(r.methods, good[i].methods);
+            CHECK_STR(r.arg[0], good[i].arg0);
+            CHECK_STR(r.arg[1], good[i].arg1);
+        }
+    }
+}
+
+static void test_bad_shapes(void)
+{
+    static const char *const bad[] = {
+        "",
+        "/",
+        "//",
+        "api",
+        "api/status",
+        "/API",
+        "/Api/status",
+        "/apix",
+        "/ap",
+        "/api//",
+        "//api",
+        "/api/status//",
+        "/api/status/x",
+        "/api/kernel",
+        "/api/kernelsx",
+        "/api/kernels//",
+        "/api/kernels//" KID,
+        "/api/kernels/" KID "//",
+        "/api/kernels/" KID "/interrupt/x",
+        "/api/kernels/" KID "/foo",
+        "/api/kernels/" KID "/Interrupt",
+        "/api/kernels/" KID "/channels/x",
+        "/api/kernels/" KID "/channels?session_id=x",
+        "/api/kernels?x=1",
+        "/api/kernels/" KID "?",
+        "/api/kernels#frag",
+        "/api/kernelspecs/python3/x",
+        "/api/kernelspecs//",
+        "/kernelspecs",
+        "/kernelspecs/",
+        "/kernelspecs/python3",
+        "/kernelspecs/python3/",
+        "/kernelspecs/python3//",
+        "/kernelspecs//logo.png",
+        "/kernelspecs/python3/a/b",
+        "/api/sessions/" SID "/x",
+        "/api/sessions//",
+        "/api/kernels/" KID "/interrupt\r\n",
+        " /api",
+        "/api ",
+        "\\api",
+        "/api\\status",
+    };
+    struct route r;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_CASE(bad[i]);
+        CHECK_INT(route_match(bad[i], strlen(bad[i]), &r), -ENOENT);
+        CHECK_INT(r.id, ROUTE_NONE);
+        CHECK_INT(r.methods, 0);
+        CHECK_STR(r.arg[0], "");
+        CHECK_STR(r.arg[1], "");
+    }
+}
+
+static void test_dot_dot(void)
+{
+    static const char *const bad[] = {
+        "/api/kernelspecs/..",
+        "/api/kernelspecs/.",
+        "/api/kernelspecs/.hidden",
+        "/api/kernelspecs/../kernels",
+        "/kernelspecs/../etc/passwd",
+        "/kernelspecs/python3/..",
+        "/kernelspecs/python3/.",
+        "/kernelspecs/../kernel.json",
+        "/kernelspecs/python3/..%2fkernel.json",
+        "/kernelspecs/python3/%2e%2e",
+        "/kernelspecs/%2e%2e/kernel.json",
+        "/kernelspecs/python3/.kernel.json",
+        "/api/kernels/../status",
+        "/api/kernels/" KID "/../restart",
+        "/api/./status",
+        "/api/../api/status",
+        "/./api",
+    };
+    struct route r;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_CASE(bad[i]);
+        CHECK_INT(route_match(bad[i], strlen(bad[i]), &r), -ENOENT);
+    }
+    CHECK_CASE("dots inside a name are fine");
+    CHECK_INT(route_match("/kernelspecs/py.3/logo..png", 27, &r), 0);
+    CHECK_STR(r.arg[0], "py.3");
+    CHECK_STR(r.arg[1], "logo..png");
+}
+
+static void test_nul_and_length(void)
+{
+    struct route r;
+    static const char nul1[] = "/api\0";
+    static const char nul2[] = "/api/kernelspecs/py\0thon3";
+    static const char nul3[] = "/kernelspecs/python3/logo.png\0/../../x";
+    CHECK_CASE("NUL bytes");
+    CHECK_INT(route_match(nul1, sizeof(nul1) - 1, &r), -ENOENT);
+    CHECK_INT(route_match(nul2, sizeof(nul2) - 1, &r), -ENOENT);
+    CHECK_INT(route_match(nul3, sizeof(nul3) - 1, &r), -ENOENT);
+    CHECK_INT(route_match("\0", 1, &r), -ENOENT);
+
+    CHECK_CASE("length-delimited, not NUL-terminated");
+    CHECK_INT(route_match("/api/status", 4, &r), 0);
+    CHECK_INT(r.id, ROUTE_API);
+    CHECK_INT(route_match("/api/statusGARBAGE", 11, &r), 0);
+    CHECK_INT(r.id, ROUTE_STATUS);
+
+    CHECK_CASE("over-long paths");
+    size_t big = ROUTE_MAX_PATH + 64;
+    char *p = malloc(big + 1);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    /* "/api" followed by slashes: never a match, at any length */
+    memcpy(p, "/api", 4);
+    memset(p + 4, '/', big - 4);
+    p[big] = '\0';
+    CHECK_INT(route_match(p, ROUTE_MAX_PATH, &r), -ENOENT);
+    CHECK_INT(route_match(p, ROUTE_MAX_PATH + 1, &r), -ENOENT);
+    CHECK_INT(route_match(p, big, &r), -ENOENT);
+    /* a kernelspec name that is too long for a name (129) and for an argument (300) */
+    for (size_t n = 127; n <= 300; n++) {
+        char name[400];
+        memset(name, 'k', n);
+        name[n] = '\0';
+        int len = snprintf(p, big, "/api/kernelspecs/%s", name);
+        int rc = route_match(p, (size_t)len, &r);
+        if (n <= 128) {
+            CHECK_INT(rc, 0);
+            CHECK_INT(strlen(r.arg[0]), n);
+        } else {
+            CHECK_INT(rc, -ENOENT);
+        }
+    }
+    /* an id-shaped segment over 128 characters */
+    for (size_t n = 120; n <= 300; n++) {
+        char id[400];
+        memset(id, 'a', n);
+        id[1] = id[3] = id[5] = id[7] = '-';
+        id[n] = '\0';
+        int len = snprintf(p, big, "/api/kernels/%s/restart", id);
+        int rc = route_match(p, (size_t)len, &r);
+        CHECK_INT(rc, n <= 128 ? 0 : -ENOENT);
+    }
+    /* a whole path longer than ROUTE_MAX_PATH that would otherwise match */
+    memset(p, 'x', big);
+    int len = snprintf(p, big, "/api/kernels/%s", KID);
+    p[len] = 'x';
+    CHECK_INT(route_match(p, (size_t)len, &r), 0);
+    CHECK_INT(route_match(p, ROUTE_MAX_PATH + 1, &r), -ENOENT);
+    free(p);
+}
+
+static void test_ids(void)
+{
+    static const char *const ok[] = {
+        KID,         "a-b-c-d-e",         "_-_-_-_-_",
+        "0-0-0-0-0", "ABC-def-123-x_y-Z", "4F1C8C3E-9D2A-4B7E-8F00-1234567890AB",
+    };
+    static const char *const bad[] = {
+        "abc",
+        "-",
+        "----",
+        "a-b-c-d",
+        "a-b-c-d-e-f",
+        "-a-b-c-d",
+        "a-b-c-d-",
+        "a--b-c-d",
+        "a-b-c-d-e!",
+        "a.b-c-d-e-f",
+        "a b-c-d-e",
+        "a-b-c-d-e ",
+        "a-b-c-d-\xc3\xa9",
+        "a/b-c-d-e",
+        "a%2db-c-d-e",
+        "..-..-..-..-..",
+        "4f1c8c3e9d2a4b7e8f001234567890ab",
+        "{4f1c8c3e-9d2a-4b7e-8f00-1234567890ab}",
+    };
+    struct route r;
+    char path[512];
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        CHECK_CASE(ok[i]);
+        CHECK(route_is_id(ok[i], strlen(ok[i])));
+        snprintf(path, sizeof(path), "/api/sessions/%s", ok[i]);
+        CHECK_INT(route_match(path, strlen(path), &r), 0);
+        CHECK_STR(r.arg[0], ok[i]);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_CASE(bad[i]);
+        CHECK(!route_is_id(bad[i], strlen(bad[i])));
+        snprintf(path, sizeof(path), "/api/kernels/%s", bad[i]);
+        CHECK_INT(route_match(path, strlen(path), &r), -ENOENT);
+        snprintf(path, sizeof(path), "/api/kernels/%s/channels", bad[i]);
+        CHECK_INT(route_match(path, strlen(path), &r), -ENOENT);
+        snprintf(path, sizeof(path), "/api/sessions/%s", bad[i]);
+        CHECK_INT(route_match(path, strlen(path), &r), -ENOENT);
+    }
+    CHECK_CASE("route_is_id is length-delimited");
+    CHECK(route_is_id(KID "garbage", strlen(KID)));
+    CHECK(!route_is_id(KID, strlen(KID) - 12)); /* "...-8f00-": trailing dash */
+    CHECK(!route_is_id(KID, strlen(KID) - 13)); /* four groups */
+    CHECK(!route_is_id("", 0));
+    CHECK(!route_is_id(NULL, 0));
+    CHECK(!route_is_id("a-b-c-d-e\0", 10));
+}
+
+static void test_kspec_names(void)
+{
+    CHECK_CASE("kspec_name_ok");
+    CHECK(kspec_name_ok("python3"));
+    CHECK(kspec_name_ok("a.b-c_D9"));
+    CHECK(kspec_name_ok("x."));
+    CHECK(!kspec_name_ok(""));
+    CHECK(!kspec_name_ok("."));
+    CHECK(!kspec_name_ok(".."));
+    CHECK(!kspec_name_ok(".x"));
+    CHECK(!kspec_name_ok("a/b"));
+    CHECK(!kspec_name_ok("a b"));
+    CHECK(!kspec_name_ok("a%2e"));
+    CHECK(!kspec_name_ok("\xc3\xa9"));
+}
+
+int main(void)
+{
+    test_good_routes();
+    test_bad_shapes();
+    test_dot_dot();
+    test_nul_and_length();
+    test_ids();
+    test_kspec_names();
+    CHECK_DONE();
+}
