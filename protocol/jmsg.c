@@ -65,9 +65,11 @@ int jhdr_parse(jspan_t header, jhdr_t *out)
     json_t *h = json_loadb(header.p, header.n, JSON_REJECT_DUPLICATES, &err);
     if (!json_is_object(h))
         goto out;
-    if (copy_str(h, "msg_type", out->msg_type, sizeof(out->msg_type)) < 0 ||
-        copy_str(h, "msg_id", out->msg_id, sizeof(out->msg_id)) < 0)
+    jhdr_t tmp;
+    if (copy_str(h, "msg_type", tmp.msg_type, sizeof(tmp.msg_type)) < 0 ||
+        copy_str(h, "msg_id", tmp.msg_id, sizeof(tmp.msg_id)) < 0)
         goto out;
+    *out = tmp; /* written only on success */
     r = 0;
 out:
     json_decref(h);
