@@ -12,13 +12,17 @@ Speaks both kernel websocket protocols served on /api/kernels/{id}/channels:
 Only the standard library and ``websockets`` are used.
 """
 import asyncio
+import base64
 import json
+import os
+import socket
 import struct
 import time
 import uuid
 from datetime import datetime, timezone
 
 import websockets
+import websockets.exceptions  # lazily exported by websockets 10: import it explicitly
 
 V1 = "v1.kernel.websocket.jupyter.org"
 PROTOCOLS = ("legacy", "v1")
@@ -116,6 +120,34 @@ def channels_url(gateway, kernel_id, session_id=None, query=""):
     if query:
         params.append(query)
     return url + ("?" + "&".join(params) if params else "")
+
+
+def handshake_status(gateway, kernel_id, session_id="auto", *, query="", auth_header=True,
+                     subprotocols=None):
+    """Send a websocket upgrade request by hand and return the HTTP status code of the answer
+    (HTTP/1.0 or 1.1; the `websockets` client rejects an HTTP/1.0 refusal outright)."""
+    if session_id == "auto":
+        session_id = uuid.uuid4().hex
+    url = channels_url(gateway, kernel_id, session_id, query)
+    path = url[len(gateway.ws_url):]
+    lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{gateway.port}", "Upgrade: websocket",
+             "Connection: Upgrade", "Sec-WebSocket-Version: 13",
+             "Sec-WebSocket-Key: " + base64.b64encode(os.urandom(16)).decode()]
+    if auth_header:
+        lines.append(f"Authorization: token {gateway.token}")
+    if subprotocols:
+        lines.append("Sec-WebSocket-Protocol: " + ", ".join(subprotocols))
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=DEFAULT_TIMEOUT) as s:
+        s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        data = b""
+        while b"\r\n" not in data:
+            chunk = s.recv(4096)
+            assert chunk, f"connection closed without an HTTP status line: {data!r}"
+            data += chunk
+    status_line = data.split(b"\r\n", 1)[0].decode("latin-1")
+    version, code = status_line.split(" ", 2)[:2]
+    assert version in ("HTTP/1.1", "HTTP/1.0"), status_line
+    return int(code)
 
 
 async def connect(gateway, kernel_id, protocol="legacy", session_id="auto", *, query="",

@@ -1,0 +1,314 @@
+#include "sandbox/cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+static const char *const v1_ctls[] = {"memory", "pids", "cpu"};
+#define NCTL 3
+
+struct sbx_cgroups {
+    int version;
+    char base[NCTL][PATH_MAX]; /* v1: one per controller; v2: base[0] only */
+};
+
+struct sbx_cgroup {
+    sbx_cgroups_t *cgs;
+    char path[NCTL][PATH_MAX];
+};
+
+static int write_file(const char *dir, const char *file, const char *value)
+{
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof(p), "%s/%s", dir, file);
+    int fd = open(p, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = write(fd, value, strlen(value));
+    int err = n < 0 ? -errno : 0;
+    close(fd);
+    return err;
+}
+
+static int read_file(const char *dir, const char *file, char *out, size_t outsz)
+{
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof(p), "%s/%s", dir, file);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = read(fd, out, outsz - 1);
+    close(fd);
+    if (n < 0)
+        return -errno;
+    out[n] = '\0';
+    return (int)n;
+}
+
+/* Value of "key N" in a flat keyed file (memory.events, pids.events, memory.oom_control). */
+static long long keyed(const char *dir, const char *file, const char *key)
+{
+    char buf[4096];
+    if (read_file(dir, file, buf, sizeof(buf)) < 0)
+        return 0;
+    size_t kl = strlen(key);
+    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (!strncmp(line, key, kl) && line[kl] == ' ')
+            return atoll(line + kl + 1);
+    return 0;
+}
+
+/* Our own cgroup path for a v1 controller, or for v2 ("" key), from /proc/self/cgroup. */
+static bool own_cgroup(const char *ctl, char *out, size_t outsz)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[1024];
+    bool found = false;
+    while (f && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        const char *list = c1 + 1;
+        bool match = false;
+        if (!ctl[0]) {
+            match = list[0] == '\0';
+        } else {
+            char copy[256], *save = NULL;
+            snprintf(copy, sizeof(copy), "%s", list);
+            for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+                match = match || !strcmp(t, ctl);
+        }
+        if (match) {
+            snprintf(out, outsz, "%s", strcmp(c2 + 1, "/") ? c2 + 1 : "");
+            found = true;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+static void kill_and_rmdir(const char *dir)
+{
+    char buf[8192];
+    for (int attempt = 0; attempt < 50; attempt++) {
+        if (read_file(dir, "cgroup.procs", buf, sizeof(buf)) > 0)
+            for (char *p = buf; *p;) {
+                pid_t pid = (pid_t)atoi(p);
+                if (pid > 0)
+                    kill(pid, SIGKILL);
+                p = strchr(p, '\n');
+                if (!p)
+                    break;
+                p++;
+            }
+        if (rmdir(dir) == 0 || errno == ENOENT)
+            return;
+        usleep(2000);
+    }
+    log_debug("cgroup: cannot remove %s: %s", dir, strerror(errno));
+}
+
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char sub[PATH_MAX];
+    while (d && (e = readdir(d)))
+        if (e->d_type == DT_DIR && e->d_name[0] != '.') {
+            snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+            kill_and_rmdir(sub);
+        }
+    if (d)
+        closedir(d);
+    kill_and_rmdir(dir);
+}
+
+sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
+{
+    char own[PATH_MAX];
+    struct stat st;
+    sbx_cgroups_t *cgs = calloc(1, sizeof(*cgs));
+    if (!cgs)
+        return NULL;
+    if (own_cgroup("memory", own, sizeof(own)) && stat("/sys/fs/cgroup/memory", &st) == 0) {
+        cgs->version = 1;
+        for (int i = 0; i < NCTL; i++) {
+            if (!own_cgroup(v1_ctls[i], own, sizeof(own))) {
+                snprintf(why, whysz, "cgroup v1 controller %s is not mounted", v1_ctls[i]);
+                goto fail;
+            }
+            snprintf(cgs->base[i], sizeof(cgs->base[i]), "/sys/fs/cgroup/%s%s/kgw-%s",
+                     v1_ctls[i], own, instance);
+            if (mkdir(cgs->base[i], 0755) < 0 && errno != EEXIST) {
+                snprintf(why, whysz, "cannot create cgroup %s: %s", cgs->base[i],
+                         strerror(errno));
+                goto fail;
+            }
+        }
+        return cgs;
+    }
+    if (own_cgroup("", own, sizeof(own))) {
+        char buf[512], dir[PATH_MAX], leaf[PATH_MAX + 32];
+        cgs->version = 2;
+        snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", own);
+        if (read_file("/sys/fs/cgroup", "cgroup.controllers", buf, sizeof(buf)) < 0 ||
+            !strstr(buf, "memory") || !strstr(buf, "pids") || !strstr(buf, "cpu")) {
+            snprintf(why, whysz, "cgroup v2 is mounted without the memory, pids and cpu "
+                                 "controllers");
+            goto fail;
+        }
+        /* v2 has no processes in inner cgroups: move the gateway into a leaf of its own,
+         * then delegate the controllers to the kernels' parent. */
+        snprintf(leaf, sizeof(leaf), "%s/kgw-%s-gateway", dir, instance);
+        snprintf(buf, sizeof(buf), "%d", (int)getpid());
+        if ((mkdir(leaf, 0755) < 0 && errno != EEXIST) ||
+            write_file(leaf, "cgroup.procs", buf) < 0 ||
+            write_file(dir, "cgroup.subtree_control", "+memory +pids +cpu") < 0) {
+            snprintf(why, whysz, "cannot delegate cgroup v2 controllers under %s: %s", dir,
+                     strerror(errno));
+            goto fail;
+        }
+        snprintf(cgs->base[0], sizeof(cgs->base[0]), "%s/kgw-%s", dir, instance);
+        if ((mkdir(cgs->base[0], 0755) < 0 && errno != EEXIST) ||
+            write_file(cgs->base[0], "cgroup.subtree_control", "+memory +pids +cpu") < 0) {
+            snprintf(why, whysz, "cannot create cgroup %s: %s", cgs->base[0], strerror(errno));
+            goto fail;
+        }
+        return cgs;
+    }
+    snprintf(why, whysz, "no usable cgroup hierarchy found in /proc/self/cgroup");
+fail:
+    free(cgs);
+    errno = ENOTSUP;
+    return NULL;
+}
+
+void sbx_cgroups_destroy(sbx_cgroups_t **pcgs)
+{
+    sbx_cgroups_t *cgs = *pcgs;
+    if (!cgs)
+        return;
+    for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++)
+        remove_tree(cgs->base[i]);
+    free(cgs);
+    *pcgs = NULL;
+}
+
+void sbx_cgroups_remove_stale(const char *instance)
+{
+    char own[PATH_MAX], dir[PATH_MAX + 64];
+    for (int i = 0; i < NCTL; i++)
+        if (own_cgroup(v1_ctls[i], own, sizeof(own))) {
+            snprintf(dir, sizeof(dir), "/sys/fs/cgroup/%s%s/kgw-%s", v1_ctls[i], own, instance);
+            remove_tree(dir);
+        }
+    if (own_cgroup("", own, sizeof(own))) {
+        snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s/kgw-%s", own, instance);
+        remove_tree(dir);
+    }
+}
+
+const char *sbx_cgroups_version(const sbx_cgroups_t *cgs)
+{
+    return cgs->version == 1 ? "v1" : "v2";
+}
+
+sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
+                             long long pids, long long cpu_millis)
+{
+    char v[64];
+    int r = 0;
+    sbx_cgroup_t *cg = calloc(1, sizeof(*cg));
+    if (!cg)
+        return NULL;
+    cg->cgs = cgs;
+    int n = cgs->version == 1 ? NCTL : 1;
+    for (int i = 0; i < n; i++) {
+        snprintf(cg->path[i], sizeof(cg->path[i]), "%s/%s", cgs->base[i], name);
+        if (mkdir(cg->path[i], 0755) < 0 && errno != EEXIST) {
+            r = -errno;
+            goto fail;
+        }
+    }
+    if (cgs->version == 1) {
+        snprintf(v, sizeof(v), "%lld", mem_bytes);
+        r = write_file(cg->path[0], "memory.limit_in_bytes", v);
+        write_file(cg->path[0], "memory.memsw.limit_in_bytes", v); /* absent without swap accounting */
+        snprintf(v, sizeof(v), "%lld", pids);
+        r = r ? r : write_file(cg->path[1], "pids.max", v);
+        snprintf(v, sizeof(v), "%lld", cpu_millis * 100);
+        r = r ? r : write_file(cg->path[2], "cpu.cfs_period_us", "100000");
+        r = r ? r : write_file(cg->path[2], "cpu.cfs_quota_us", v);
+    } else {
+        snprintf(v, sizeof(v), "%lld", mem_bytes);
+        r = write_file(cg->path[0], "memory.max", v);
+        write_file(cg->path[0], "memory.swap.max", "0");
+        snprintf(v, sizeof(v), "%lld", pids);
+        r = r ? r : write_file(cg->path[0], "pids.max", v);
+        snprintf(v, sizeof(v), "%lld 100000", cpu_millis * 100);
+        r = r ? r : write_file(cg->path[0], "cpu.max", v);
+    }
+    if (r < 0)
+        goto fail;
+    return cg;
+fail:
+    sbx_cgroup_destroy(&cg);
+    errno = -r;
+    return NULL;
+}
+
+int sbx_cgroup_attach(sbx_cgroup_t *cg, pid_t pid)
+{
+    char v[32];
+    snprintf(v, sizeof(v), "%d", (int)pid);
+    for (int i = 0; i < (cg->cgs->version == 1 ? NCTL : 1); i++) {
+        int r = write_file(cg->path[i], "cgroup.procs", v);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+void sbx_cgroup_explain(sbx_cgroup_t *cg, char *out, size_t outsz)
+{
+    long long oom, pidmax;
+    if (cg->cgs->version == 1) {
+        oom = keyed(cg->path[0], "memory.oom_control", "oom_kill");
+        pidmax = keyed(cg->path[1], "pids.events", "max");
+    } else {
+        oom = keyed(cg->path[0], "memory.events", "oom_kill");
+        pidmax = keyed(cg->path[0], "pids.events", "max");
+    }
+    out[0] = '\0';
+    if (oom > 0)
+        snprintf(out, outsz, "out of memory (%lld OOM kill%s)", oom, oom > 1 ? "s" : "");
+    else if (pidmax > 0)
+        snprintf(out, outsz, "process limit reached (%lld fork%s refused)", pidmax,
+                 pidmax > 1 ? "s" : "");
+}
+
+void sbx_cgroup_destroy(sbx_cgroup_t **pcg)
+{
+    sbx_cgroup_t *cg = *pcg;
+    if (!cg)
+        return;
+    for (int i = 0; i < NCTL; i++)
+        if (cg->path[i][0])
+            kill_and_rmdir(cg->path[i]);
+    free(cg);
+    *pcg = NULL;
+}

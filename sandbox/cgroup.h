@@ -1,0 +1,30 @@
+/* Per-kernel cgroups: memory, pids and CPU limits, with a cgroup v1 backend (one hierarchy per
+ * controller) and a v2 backend (unified) behind one interface. OOM kills and pid-limit hits are
+ * read back for death reports. */
+#ifndef KGW_SANDBOX_CGROUP_H
+#define KGW_SANDBOX_CGROUP_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct sbx_cgroup sbx_cgroup_t;
+typedef struct sbx_cgroups sbx_cgroups_t;
+
+/* The gateway's cgroup parent: <own cgroup>/kgw-<instance> under each controller. Sweeps the
+ * leftovers of dead instances. NULL + errno (with why) when cgroups cannot be used. */
+sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz);
+void sbx_cgroups_destroy(sbx_cgroups_t **cgs);
+/* Removes the cgroups of a gateway instance that is gone (its runtime lock was free). */
+void sbx_cgroups_remove_stale(const char *instance);
+const char *sbx_cgroups_version(const sbx_cgroups_t *cgs); /* "v1" or "v2" */
+
+sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
+                             long long pids, long long cpu_millis);
+/* Moves pid (and so its future children) into the cgroup. */
+int sbx_cgroup_attach(sbx_cgroup_t *cg, pid_t pid);
+/* Human-readable reason for a death, from the cgroup's counters ("" when none). */
+void sbx_cgroup_explain(sbx_cgroup_t *cg, char *out, size_t outsz);
+/* Kills anything left and removes the cgroup. */
+void sbx_cgroup_destroy(sbx_cgroup_t **cg);
+
+#endif

@@ -1,0 +1,553 @@
+#include "sandbox/sbx.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "sandbox/filter.h"
+
+/* Everything between fork and exec below runs in a copy of a multi-threaded process: no
+ * allocation, no locks, no stdio; errors go back as {step, errno} through a close-on-exec pipe. */
+
+enum step {
+    ST_NONE = 0,
+    ST_USERNS,
+    ST_MAPS,
+    ST_NAMESPACES,
+    ST_FORK,
+    ST_ROOT,
+    ST_USR,
+    ST_ETC,
+    ST_PROC,
+    ST_DEV,
+    ST_TMPFS,
+    ST_RUNTIME,
+    ST_PIVOT,
+    ST_HOSTNAME,
+    ST_LOOPBACK,
+    ST_PRIVS,
+    ST_RLIMITS,
+    ST_SECCOMP,
+    ST_EXEC_INIT,
+    ST_EXEC_KERNEL,
+    ST_N
+};
+
+static const char *const step_names[ST_N] = {
+    [ST_USERNS] = "create a user namespace",
+    [ST_MAPS] = "map uids into the user namespace",
+    [ST_NAMESPACES] = "create mount/pid/network/ipc/uts/cgroup namespaces",
+    [ST_FORK] = "fork the sandbox init",
+    [ST_ROOT] = "mount the tmpfs root",
+    [ST_USR] = "bind /usr read-only",
+    [ST_ETC] = "populate /etc",
+    [ST_PROC] = "mount /proc",
+    [ST_DEV] = "populate /dev",
+    [ST_TMPFS] = "mount /tmp, home and the workspace",
+    [ST_RUNTIME] = "bind the runtime directory",
+    [ST_PIVOT] = "pivot_root",
+    [ST_HOSTNAME] = "set the hostname",
+    [ST_LOOPBACK] = "bring up the loopback interface",
+    [ST_PRIVS] = "drop privileges",
+    [ST_RLIMITS] = "set rlimits",
+    [ST_SECCOMP] = "load the seccomp filter",
+    [ST_EXEC_INIT] = "start the sandbox init",
+    [ST_EXEC_KERNEL] = "start the kernel",
+};
+
+struct failure {
+    int step;
+    int err;
+};
+
+static void fail(int fd, enum step st, int err)
+{
+    struct failure f = {st, err ? err : EIO};
+    ssize_t w = write(fd, &f, sizeof(f));
+    (void)w;
+    _exit(127);
+}
+
+#define TRY(fd, st, expr)                                                                          \
+    do {                                                                                           \
+        if ((expr) < 0)                                                                            \
+            fail((fd), (st), errno);                                                               \
+    } while (0)
+
+static int path(char *out, size_t outsz, const char *a, const char *b)
+{
+    int n = snprintf(out, outsz, "%s%s", a, b);
+    return n < 0 || (size_t)n >= outsz ? -1 : 0;
+}
+
+/* flags of an existing mount that a remount inside a user namespace must keep */
+static unsigned long locked_flags(const char *p)
+{
+    struct statvfs sv;
+    unsigned long f = 0;
+    if (statvfs(p, &sv) < 0)
+        return 0;
+    if (sv.f_flag & ST_NOSUID)
+        f |= MS_NOSUID;
+    if (sv.f_flag & ST_NODEV)
+        f |= MS_NODEV;
+    if (sv.f_flag & ST_NOEXEC)
+        f |= MS_NOEXEC;
+    if (sv.f_flag & ST_NOATIME)
+        f |= MS_NOATIME;
+    if (sv.f_flag & ST_NODIRATIME)
+        f |= MS_NODIRATIME;
+    if (sv.f_flag & ST_RELATIME)
+        f |= MS_RELATIME;
+    return f;
+}
+
+static int bind_ro(const char *src, const char *dst, unsigned long extra)
+{
+    if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+        return -1;
+    return mount(NULL, dst, NULL,
+                 MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | extra | locked_flags(dst), NULL);
+}
+
+static int write_all(const char *p, const char *s, mode_t mode)
+{
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, s, strlen(s));
+    close(fd);
+    return n == (ssize_t)strlen(s) ? 0 : -1;
+}
+
+/* /etc entries the sandbox may see: what Python and common libraries read. */
+static const char *const etc_files[] = {
+    "ld.so.cache", "python3", "python3.11", "ssl/certs", "ssl/openssl.cnf", "fonts",
+    "matplotlibrc", "alternatives", "mime.types", "nsswitch.conf", "host.conf", "gai.conf",
+    "protocols", "services", "debian_version", "os-release",
+};
+
+static void mk_etc(int efd, const char *root)
+{
+    char dst[512], src[256], link[256];
+    struct stat st;
+    path(dst, sizeof(dst), root, "/etc/ssl");
+    TRY(efd, ST_ETC, mkdir(dst, 0755));
+    for (size_t i = 0; i < sizeof(etc_files) / sizeof(etc_files[0]); i++) {
+        snprintf(src, sizeof(src), "/etc/%s", etc_files[i]);
+        if (lstat(src, &st) < 0)
+            continue;
+        snprintf(dst, sizeof(dst), "%s/etc/%s", root, etc_files[i]);
+        if (S_ISLNK(st.st_mode)) {
+            ssize_t n = readlink(src, link, sizeof(link) - 1);
+            if (n < 0)
+                continue;
+            link[n] = '\0';
+            TRY(efd, ST_ETC, symlink(link, dst));
+            continue;
+        }
+        if (S_ISDIR(st.st_mode))
+            TRY(efd, ST_ETC, mkdir(dst, 0755));
+        else
+            TRY(efd, ST_ETC, write_all(dst, "", 0644));
+        TRY(efd, ST_ETC, bind_ro(src, dst, MS_NODEV));
+    }
+    /* /etc/localtime is a symlink into /usr on Debian: keep it a symlink */
+    ssize_t n = readlink("/etc/localtime", link, sizeof(link) - 1);
+    if (n > 0) {
+        link[n] = '\0';
+        path(dst, sizeof(dst), root, "/etc/localtime");
+        TRY(efd, ST_ETC, symlink(link, dst));
+    }
+    static const struct {
+        const char *name, *text;
+    } gen[] = {
+        {"passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                   "sandbox:x:1000:1000:sandbox:" SBX_HOME ":/bin/sh\n"
+                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+        {"group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n"},
+        {"hosts", "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n"},
+        {"hostname", "sandbox\n"},
+        {"resolv.conf", ""},
+    };
+    for (size_t i = 0; i < sizeof(gen) / sizeof(gen[0]); i++) {
+        snprintf(dst, sizeof(dst), "%s/etc/%s", root, gen[i].name);
+        TRY(efd, ST_ETC, write_all(dst, gen[i].text, 0644));
+    }
+}
+
+static void mk_dev(int efd, const char *root)
+{
+    static const char *const nodes[] = {"null", "zero", "full", "random", "urandom"};
+    static const char *const links[][2] = {
+        {"fd", "/proc/self/fd"},
+        {"stdin", "/proc/self/fd/0"},
+        {"stdout", "/proc/self/fd/1"},
+        {"stderr", "/proc/self/fd/2"},
+    };
+    char dst[512], src[64];
+    path(dst, sizeof(dst), root, "/dev");
+    TRY(efd, ST_DEV, mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755"));
+    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
+        snprintf(dst, sizeof(dst), "%s/dev/%s", root, nodes[i]);
+        snprintf(src, sizeof(src), "/dev/%s", nodes[i]);
+        TRY(efd, ST_DEV, write_all(dst, "", 0666));
+        TRY(efd, ST_DEV, mount(src, dst, NULL, MS_BIND, NULL));
+    }
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+        snprintf(dst, sizeof(dst), "%s/dev/%s", root, links[i][0]);
+        TRY(efd, ST_DEV, symlink(links[i][1], dst));
+    }
+    path(dst, sizeof(dst), root, "/dev/shm");
+    TRY(efd, ST_DEV, mkdir(dst, 01777));
+}
+
+static void tmpfs(int efd, const char *root, const char *where, long long size, int uid,
+                  int mode)
+{
+    char dst[512], opts[128];
+    path(dst, sizeof(dst), root, where);
+    snprintf(opts, sizeof(opts), "size=%lld,mode=%o,uid=%d,gid=%d", size, mode, uid, uid);
+    TRY(efd, ST_TMPFS, mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, opts));
+}
+
+static void setup_root(int efd, const sbx_profile_t *p)
+{
+    const char *root = p->root_dir;
+    char dst[512];
+    static const char *const dirs[] = {"/usr", "/etc", "/proc", "/dev", "/tmp", "/home",
+                                       "/home/sandbox", "/mnt", "/mnt/data", "/run",
+                                       "/run/kernel", "/.oldroot", "/root"};
+    static const char *const usrlinks[][2] = {
+        {"/bin", "usr/bin"}, {"/lib", "usr/lib"}, {"/lib64", "usr/lib64"}, {"/sbin", "usr/sbin"}};
+
+    TRY(efd, ST_ROOT, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
+    TRY(efd, ST_ROOT, mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755"));
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        path(dst, sizeof(dst), root, dirs[i]);
+        TRY(efd, ST_ROOT, mkdir(dst, 0755));
+    }
+    for (size_t i = 0; i < sizeof(usrlinks) / sizeof(usrlinks[0]); i++) {
+        struct stat st;
+        if (lstat(usrlinks[i][0], &st) < 0)
+            continue;
+        path(dst, sizeof(dst), root, usrlinks[i][0]);
+        if (S_ISLNK(st.st_mode)) {
+            TRY(efd, ST_USR, symlink(usrlinks[i][1], dst));
+        } else { /* not a merged-/usr system: bind the directory itself */
+            TRY(efd, ST_USR, mkdir(dst, 0755));
+            TRY(efd, ST_USR, bind_ro(usrlinks[i][0], dst, MS_NODEV));
+        }
+    }
+    path(dst, sizeof(dst), root, "/usr");
+    TRY(efd, ST_USR, bind_ro("/usr", dst, MS_NODEV));
+    mk_etc(efd, root);
+
+    path(dst, sizeof(dst), root, "/proc");
+    TRY(efd, ST_PROC, mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
+    static const char *const proc_ro[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq",
+                                          "/proc/bus", "/proc/fs"};
+    for (size_t i = 0; i < sizeof(proc_ro) / sizeof(proc_ro[0]); i++) {
+        path(dst, sizeof(dst), root, proc_ro[i]);
+        if (access(dst, F_OK) == 0)
+            TRY(efd, ST_PROC, bind_ro(dst, dst, MS_NODEV | MS_NOEXEC));
+    }
+    mk_dev(efd, root);
+    tmpfs(efd, root, "/dev/shm", p->lim->tmp_bytes, SBX_UID, 01777);
+    tmpfs(efd, root, "/tmp", p->lim->tmp_bytes, 0, 01777);
+    tmpfs(efd, root, SBX_HOME, p->lim->tmp_bytes, SBX_UID, 0700);
+    tmpfs(efd, root, SBX_WORKSPACE_PATH, p->lim->workspace_bytes, SBX_UID, 0755);
+
+    path(dst, sizeof(dst), root, SBX_RUNTIME_PATH);
+    TRY(efd, ST_RUNTIME, mount(p->runtime_dir, dst, NULL, MS_BIND, NULL));
+    TRY(efd, ST_RUNTIME, mount(NULL, dst, NULL,
+                               MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC |
+                                   locked_flags(dst),
+                               NULL));
+
+    path(dst, sizeof(dst), root, "/.oldroot");
+    TRY(efd, ST_PIVOT, syscall(SYS_pivot_root, root, dst));
+    TRY(efd, ST_PIVOT, chdir("/"));
+    TRY(efd, ST_PIVOT, umount2("/.oldroot", MNT_DETACH));
+    TRY(efd, ST_PIVOT, rmdir("/.oldroot"));
+    TRY(efd, ST_PIVOT, mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL));
+}
+
+static void loopback_up(int efd)
+{
+    struct ifreq ifr;
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    TRY(efd, ST_LOOPBACK, s);
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "lo", 3);
+    TRY(efd, ST_LOOPBACK, ioctl(s, SIOCGIFFLAGS, &ifr));
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    TRY(efd, ST_LOOPBACK, ioctl(s, SIOCSIFFLAGS, &ifr));
+    close(s);
+}
+
+static void drop_privs(int efd)
+{
+    for (int c = 0; c <= CAP_LAST_CAP; c++)
+        if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+            fail(efd, ST_PRIVS, errno);
+    TRY(efd, ST_PRIVS, prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0));
+    TRY(efd, ST_PRIVS, setgroups(0, NULL));
+    TRY(efd, ST_PRIVS, setresgid(SBX_UID, SBX_UID, SBX_UID));
+    TRY(efd, ST_PRIVS, setresuid(SBX_UID, SBX_UID, SBX_UID));
+    /* the uid change cleared it */
+    TRY(efd, ST_PRIVS, prctl(PR_SET_PDEATHSIG, SIGKILL));
+}
+
+static void set_rlimits(int efd, const struct sbx_limits *lim)
+{
+    struct rlimit core = {0, 0}, fsize = {(rlim_t)lim->fsize_bytes, (rlim_t)lim->fsize_bytes},
+                  nofile = {(rlim_t)lim->nofile, (rlim_t)lim->nofile};
+    TRY(efd, ST_RLIMITS, setrlimit(RLIMIT_CORE, &core));
+    TRY(efd, ST_RLIMITS, setrlimit(RLIMIT_FSIZE, &fsize));
+    TRY(efd, ST_RLIMITS, setrlimit(RLIMIT_NOFILE, &nofile));
+}
+
+static void close_fds(int keep)
+{
+    if (syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */) < 0)
+        for (int fd = 3; fd < 4096; fd++)
+            if (fd != keep)
+                close(fd);
+}
+
+/* pid 2: the kernel */
+static void kernel_stage(int efd, const sbx_profile_t *p, void (*fn)(void *), void *arg)
+{
+    int null;
+    TRY(efd, ST_EXEC_KERNEL, setsid());
+    TRY(efd, ST_EXEC_KERNEL, null = open("/dev/null", O_RDWR | O_CLOEXEC));
+    TRY(efd, ST_EXEC_KERNEL, dup2(null, 0));
+    TRY(efd, ST_EXEC_KERNEL, dup2(null, 1));
+    TRY(efd, ST_EXEC_KERNEL, dup2(p->stderr_fd >= 0 ? p->stderr_fd : null, 2));
+    set_rlimits(efd, p->lim);
+    drop_privs(efd);
+    TRY(efd, ST_EXEC_KERNEL, chdir(SBX_WORKSPACE_PATH));
+    close_fds(efd);
+    TRY(efd, ST_SECCOMP, sbx_filter_load());
+    fn(arg);
+    fail(efd, ST_EXEC_KERNEL, errno);
+}
+
+/* pid 1: set up, fork the kernel, become kgw-sandbox-init */
+static void init_stage(int efd, const sbx_profile_t *p, void (*fn)(void *), void *arg)
+{
+    static char *const init_argv[] = {"init", NULL};
+    static char *const init_envp[] = {NULL};
+    setup_root(efd, p);
+    TRY(efd, ST_HOSTNAME, sethostname("sandbox", 7));
+    loopback_up(efd);
+    pid_t k = fork();
+    TRY(efd, ST_FORK, k);
+    if (k == 0)
+        kernel_stage(efd, p, fn, arg);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+    }
+    set_rlimits(efd, p->lim);
+    drop_privs(efd);
+    close_fds(efd);
+    TRY(efd, ST_SECCOMP, sbx_filter_load());
+    syscall(SYS_execveat, p->init_fd, "", init_argv, init_envp, AT_EMPTY_PATH);
+    fail(efd, ST_EXEC_INIT, errno);
+}
+
+static volatile pid_t proxied;
+
+static void forward(int sig)
+{
+    if (proxied > 0)
+        kill(proxied, sig);
+}
+
+/* The process the gateway knows: in the new user namespace, outside the pid namespace. */
+static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
+                        void (*fn)(void *), void *arg)
+{
+    char c;
+    TRY(efd, ST_USERNS, unshare(CLONE_NEWUSER));
+    TRY(efd, ST_USERNS, write(syncfd, "u", 1));
+    if (read(gofd, &c, 1) != 1) /* the gateway gave up */
+        _exit(127);
+    close(syncfd);
+    close(gofd);
+    TRY(efd, ST_MAPS, prctl(PR_SET_PDEATHSIG, SIGKILL));
+    TRY(efd, ST_NAMESPACES, unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                                    CLONE_NEWUTS | CLONE_NEWCGROUP));
+    pid_t init = fork();
+    TRY(efd, ST_FORK, init);
+    if (init == 0) {
+        TRY(efd, ST_FORK, prctl(PR_SET_PDEATHSIG, SIGKILL));
+        init_stage(efd, p, fn, arg);
+    }
+    close(efd);
+    proxied = init;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = forward;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    int st;
+    while (waitpid(init, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFSIGNALED(st))
+        _exit(128 + WTERMSIG(st));
+    _exit(WEXITSTATUS(st));
+}
+
+static int write_map(pid_t pid, const char *file, const char *map)
+{
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%d/%s", (int)pid, file);
+    int fd = open(p, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = write(fd, map, strlen(map));
+    int err = n < 0 ? -errno : 0;
+    close(fd);
+    return err;
+}
+
+int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+              int *ret_pidfd, char *why, size_t whysz)
+{
+    int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
+    char c, map[128];
+    struct failure f = {0, 0};
+
+    why[0] = '\0';
+    if ((r = sbx_filter_prepare()) < 0) {
+        snprintf(why, whysz, "cannot compile the seccomp filter: %s", strerror(-r));
+        return r;
+    }
+    if (pipe2(efd, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 || pipe2(gop, O_CLOEXEC) < 0) {
+        r = -errno;
+        goto out;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        r = -errno;
+        goto out;
+    }
+    if (pid == 0) {
+        sigset_t none;
+        for (int s = 1; s < NSIG; s++)
+            signal(s, SIG_DFL);
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        close(efd[0]);
+        close(syncp[0]);
+        close(gop[1]);
+        if (setsid() < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+            _exit(127);
+        proxy_stage(efd[1], syncp[1], gop[0], p, fn, arg);
+    }
+    close(efd[1]);
+    close(syncp[1]);
+    close(gop[0]);
+    efd[1] = syncp[1] = gop[0] = -1;
+
+    if (read(syncp[0], &c, 1) == 1) {
+        snprintf(map, sizeof(map), "0 %u 1\n%u %u 1\n", (unsigned)p->root_uid, SBX_UID,
+                 (unsigned)p->uid);
+        r = write_map(pid, "uid_map", map);
+        if (r == 0)
+            r = write_map(pid, "gid_map", map);
+        if (r < 0) {
+            f = (struct failure){ST_MAPS, -r};
+        } else if (p->cgroup && (r = sbx_cgroup_attach(p->cgroup, pid)) < 0) {
+            snprintf(why, whysz, "cannot move the kernel into its cgroup: %s", strerror(-r));
+            f = (struct failure){ST_NONE, -r};
+        } else if (write(gop[1], "g", 1) != 1) {
+            f = (struct failure){ST_MAPS, errno};
+        }
+    }
+    close(gop[1]);
+    gop[1] = -1;
+    /* EOF once init and the kernel have exec'd (the pipe is close-on-exec) */
+    ssize_t n;
+    if (f.err == 0) {
+        do {
+            n = read(efd[0], &f, sizeof(f));
+        } while (n < 0 && errno == EINTR);
+        if (n != sizeof(f))
+            f.err = 0;
+    }
+    if (f.err) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        if (!why[0])
+            snprintf(why, whysz, "sandbox: cannot %s: %s",
+                     f.step > 0 && f.step < ST_N ? step_names[f.step] : "set up", strerror(f.err));
+        r = -f.err;
+        goto out;
+    }
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0 && errno != ENOSYS) {
+        r = -errno;
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        goto out;
+    }
+    if (pidfd >= 0)
+        fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    *ret_pid = pid;
+    *ret_pidfd = pidfd;
+    r = 0;
+out:
+    for (int i = 0; i < 2; i++) {
+        if (efd[i] >= 0)
+            close(efd[i]);
+        if (syncp[i] >= 0)
+            close(syncp[i]);
+        if (gop[i] >= 0)
+            close(gop[i]);
+    }
+    return r;
+}
+
+static void probe_fn(void *arg)
+{
+    _exit(0);
+}
+
+int sbx_probe(const sbx_profile_t *p, char *why, size_t whysz)
+{
+    pid_t pid;
+    int pidfd, st;
+    int r = sbx_start(p, probe_fn, NULL, &pid, &pidfd, why, whysz);
+    if (r < 0)
+        return r;
+    waitpid(pid, &st, 0);
+    if (pidfd >= 0)
+        close(pidfd);
+    return 0;
+}

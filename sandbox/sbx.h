@@ -1,0 +1,59 @@
+/* The kernel sandbox. A sandboxed kernel runs as
+ *
+ *   gateway ─ proxy (new user ns; outside the kernel's pid ns; waits, forwards signals)
+ *               └─ init, pid 1 (our kgw-sandbox-init: reaps, forwards signals, exits with
+ *                   └─ kernel, pid 2       the kernel and so takes the namespace down)
+ *
+ * with its own user, mount, pid, network, IPC, UTS and cgroup namespaces; a tmpfs root with
+ * read-only /usr and a handful of /etc files; a size-limited tmpfs workspace, /tmp and home;
+ * only a loopback interface; uid 1000 inside (a distinct unprivileged uid outside); no
+ * capabilities; no_new_privs; a seccomp filter; rlimits; cgroup limits.
+ *
+ * sbx_start() works in a process that will exec (fn calls execve) and in one that will not
+ * (fn runs the kernel in-process), because fn runs in the final sandboxed process. */
+#ifndef KGW_SANDBOX_SBX_H
+#define KGW_SANDBOX_SBX_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "sandbox/cgroup.h"
+
+#define SBX_RUNTIME_PATH   "/run/kernel" /* the kernel's private runtime directory, inside */
+#define SBX_WORKSPACE_PATH "/mnt/data"
+#define SBX_HOME           "/home/sandbox"
+#define SBX_UID            1000 /* inside */
+
+struct sbx_limits {
+    long long mem_bytes;       /* cgroup memory limit (includes the tmpfs mounts) */
+    long long pids;            /* cgroup pids.max */
+    long long cpu_millis;      /* 1000 = one CPU */
+    long long workspace_bytes; /* tmpfs size of /mnt/data */
+    long long tmp_bytes;       /* tmpfs size of /tmp and of home, each */
+    long long fsize_bytes;     /* RLIMIT_FSIZE */
+    long long nofile;          /* RLIMIT_NOFILE */
+};
+
+typedef struct sbx_profile {
+    const char *runtime_dir; /* outside; bound read-write at SBX_RUNTIME_PATH */
+    const char *root_dir;    /* outside; an empty directory the new root is mounted on */
+    uid_t uid;               /* outside uid (and gid) of inside uid SBX_UID */
+    uid_t root_uid;          /* outside uid (and gid) of inside uid 0 (set-up only) */
+    const struct sbx_limits *lim;
+    sbx_cgroup_t *cgroup;    /* NULL: no cgroup limits */
+    int init_fd;             /* executable fd of kgw-sandbox-init */
+    char *const *envp;       /* the kernel's whole environment */
+    int stderr_fd;           /* -1: /dev/null */
+} sbx_profile_t;
+
+/* Runs fn(arg) in a new sandbox; fn must not return (exec or _exit). Returns the proxy's pid
+ * (signal it: SIGINT, SIGTERM and SIGKILL reach the kernel) and a pidfd (-1 where the system
+ * has none). Failures of any set-up step come back as -errno with a step description. */
+int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+              int *ret_pidfd, char *why, size_t whysz);
+
+/* Checks that this host can run sandboxes (a complete dry run). 0, or -errno with why. */
+int sbx_probe(const sbx_profile_t *p, char *why, size_t whysz);
+
+
+#endif
