@@ -33,6 +33,16 @@ struct gw_config {
     long long max_ws_queue_bytes;
     long long session_linger;
     long long max_connections;
+    bool sandbox;
+    const char *sandbox_init;
+    long long sandbox_uid_base;
+    long long mem_limit;
+    long long cpu_limit;
+    long long pids_limit;
+    long long workspace_size;
+    long long tmp_size;
+    long long fsize_limit;
+    long long nofile_limit;
 };
 
 typedef struct gw {

@@ -197,7 +197,7 @@ int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *,
 static json_t *api_info(gw_t *g)
 {
     return json_pack("{s:s, s:s, s:s}", "version", KGW_VERSION, "gateway", "kgw", "sandbox",
-                     "disabled");
+                     kmgr_sandbox_mode(g->km));
 }
 
 static void handle_kspecs(struct gw_req *r)
@@ -309,6 +309,11 @@ int http_start_kernel(struct gw_req *r, json_t *body,
     if (rc == -ENOENT) {
         char q[96];
         req_error(r, 404, "No such kernel spec %s", log_quote(q, sizeof(q), name, strlen(name)));
+        return rc;
+    }
+    if (rc == -EPERM) {
+        req_error(r, 503, "kernels cannot be started: the sandbox is unavailable: %s",
+                  kmgr_sandbox_error(g->km));
         return rc;
     }
     if (rc == -EAGAIN) {

@@ -5,7 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -51,7 +56,62 @@ static const struct cfg_option options[] = {
     I("session-linger", session_linger, "60", 0, 86400,
       "seconds a client session's sockets outlive its websocket (for reconnects)"),
     I("max-connections", max_connections, "4096", 16, 1000000, "file descriptors for clients"),
+    B("sandbox", sandbox, "true",
+      "run every kernel in a sandbox (--no-sandbox: unsandboxed, for development only)"),
+    S("sandbox-init", sandbox_init, "", "path of kgw-sandbox-init (default: next to kgw)"),
+    I("sandbox-uid-base", sandbox_uid_base, "200000", 1000, 4000000000LL,
+      "first host uid of sandboxes (two per kernel slot)"),
+    I("mem-limit", mem_limit, "2147483648", 67108864, 1099511627776LL,
+      "memory per kernel in bytes, tmpfs files included (cgroup)"),
+    I("cpu-limit", cpu_limit, "1000", 10, 1024000, "CPU per kernel in thousandths of a core"),
+    I("pids-limit", pids_limit, "512", 16, 1000000, "processes and threads per kernel"),
+    I("workspace-size", workspace_size, "1073741824", 1048576, 1099511627776LL,
+      "size of a kernel's /mnt/data in bytes"),
+    I("tmp-size", tmp_size, "268435456", 1048576, 1099511627776LL,
+      "size of a kernel's /tmp and of its home, each, in bytes"),
+    I("fsize-limit", fsize_limit, "1073741824", 1048576, 1099511627776LL,
+      "largest file a kernel may write (RLIMIT_FSIZE), bytes"),
+    I("nofile-limit", nofile_limit, "1024", 64, 1048576, "open files per kernel process"),
 };
+
+/* kgw-sandbox-init in a sealed memfd: every sandbox's pid 1 is exec'd from it, so its
+ * /proc/1/exe names no host path. */
+static int load_init(const char *path, char *why, size_t whysz)
+{
+    char self[PATH_MAX], def[PATH_MAX + 32];
+    if (!path || !path[0]) {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n < 0) {
+            snprintf(why, whysz, "cannot find kgw's own path: %s", strerror(errno));
+            return -errno;
+        }
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash)
+            *slash = '\0';
+        snprintf(def, sizeof(def), "%s/kgw-sandbox-init", self);
+        path = def;
+    }
+    int src = open(path, O_RDONLY | O_CLOEXEC);
+    if (src < 0) {
+        snprintf(why, whysz, "cannot open %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    int mfd = memfd_create("kgw-sandbox-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    struct stat st;
+    if (mfd < 0 || fstat(src, &st) < 0 ||
+        sendfile(mfd, src, NULL, (size_t)st.st_size) != st.st_size ||
+        fchmod(mfd, 0555) < 0 ||
+        fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
+        snprintf(why, whysz, "cannot load %s: %s", path, strerror(errno));
+        close(src);
+        if (mfd >= 0)
+            close(mfd);
+        return -EIO;
+    }
+    close(src);
+    return mfd;
+}
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len)
@@ -137,6 +197,7 @@ int main(int argc, char **argv)
     char err[256], rundir[512], keybuf[65];
     int rc = 1;
     evl_io_t *sig_io = NULL;
+    int init_fd = -1;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -237,6 +298,31 @@ int main(int argc, char **argv)
         .cull_connected = G.cfg.cull_connected,
         .dead_linger_s = 60,
     };
+    char why[256];
+    struct kmgr_sandbox sb = {
+        .lim = {.mem_bytes = G.cfg.mem_limit,
+                .pids = G.cfg.pids_limit,
+                .cpu_millis = G.cfg.cpu_limit,
+                .workspace_bytes = G.cfg.workspace_size,
+                .tmp_bytes = G.cfg.tmp_size,
+                .fsize_bytes = G.cfg.fsize_limit,
+                .nofile = G.cfg.nofile_limit},
+        .uid_base = (unsigned)G.cfg.sandbox_uid_base,
+        .init_fd = -1,
+    };
+    if (G.cfg.sandbox) {
+        sb.init_fd = init_fd = load_init(G.cfg.sandbox_init, why, sizeof(why));
+        if (sb.init_fd < 0) {
+            log_error("sandbox: %s", why);
+            goto out;
+        }
+        ko.sandbox = &sb;
+    } else {
+        log_warn("**********************************************************************");
+        log_warn("--no-sandbox: kernels run UNSANDBOXED with the gateway's privileges.");
+        log_warn("Anyone who can run code in a kernel owns this host. Development only.");
+        log_warn("**********************************************************************");
+    }
     struct kmgr_hooks kh = {.user = &G, .iopub = wschan_iopub, .event = wschan_event};
     G.km = kmgr_new(&G.loop.evl, &ko, &kh);
     if (!G.km) {
@@ -244,7 +330,6 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    log_warn("kernels run WITHOUT a sandbox in this build");
     printf("kgw %s listening on http://%s:%lld/\n", KGW_VERSION, G.cfg.ip, G.cfg.port);
     if (generated)
         printf("API key (generated; pass it as 'Authorization: token KEY'): %s\n", G.cfg.api_key);
@@ -255,6 +340,8 @@ int main(int argc, char **argv)
             break;
     rc = 0;
 out:
+    if (init_fd >= 0)
+        close(init_fd);
     kmgr_destroy(&G.km);
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);

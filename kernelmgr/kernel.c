@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/private.h"
+#include "sandbox/sbx.h"
 #include "sandbox/spawn.h"
 
 #define NUDGE_RETRY_MS 2000 /* resend kernel_info_request if a start seems stuck */
@@ -302,10 +303,10 @@ static void on_hb_timer(void *data)
 
 /* ---- process ---- */
 
-static char **build_env(const kspec_t *spec, json_t *req_env)
+static char **build_env(const kspec_t *spec, json_t *req_env, bool sandboxed)
 {
     json_t *env = json_object();
-    const char *home = getenv("HOME");
+    const char *home = sandboxed ? SBX_HOME : getenv("HOME");
     const char *key;
     json_t *v;
     if (!env)
@@ -339,7 +340,7 @@ static char **build_env(const kspec_t *spec, json_t *req_env)
 static int write_conn_file(kernel_t *k)
 {
     char ip[PATH_MAX + 8];
-    snprintf(ip, sizeof(ip), "%s/k", k->dir);
+    snprintf(ip, sizeof(ip), "%s/k", k->m->o.sandbox ? SBX_RUNTIME_PATH : k->dir);
     json_t *c = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}", "shell_port",
                           KPORT_SHELL, "iopub_port", KPORT_IOPUB, "stdin_port", KPORT_STDIN,
                           "control_port", KPORT_CONTROL, "hb_port", KPORT_HB, "ip", ip, "key",
@@ -375,7 +376,7 @@ static char **build_argv(const kernel_t *k)
     for (size_t i = 0; i < n; i++) {
         const char *s = json_string_value(json_array_get(a, i));
         if (!strcmp(s, "{connection_file}"))
-            argv[i] = strdup(k->conn_file);
+            argv[i] = strdup(k->m->o.sandbox ? SBX_RUNTIME_PATH "/connection.json" : k->conn_file);
         else if (!strcmp(s, "{resource_dir}"))
             argv[i] = strdup(k->spec->dir);
         else
@@ -412,19 +413,63 @@ static void set_dead(kernel_t *k, const char *why)
         l->timer_arm(l, k->linger, (uint64_t)k->m->o.dead_linger_s * 1000);
 }
 
+struct exec_args {
+    char **argv, **envp;
+};
+
+static void exec_kernel(void *data)
+{
+    struct exec_args *a = data;
+    execve(a->argv[0], a->argv, a->envp);
+}
+
+static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
+{
+    const struct kmgr_sandbox *sb = k->m->o.sandbox;
+    struct exec_args a = {argv, k->envp};
+    sbx_profile_t p = {
+        .runtime_dir = k->dir,
+        .root_dir = k->root_dir,
+        .uid = sb->uid_base + 2 * (unsigned)k->slot + 1,
+        .root_uid = sb->uid_base + 2 * (unsigned)k->slot,
+        .lim = &sb->lim,
+        .cgroup = k->cgroup,
+        .init_fd = sb->init_fd,
+        .envp = k->envp,
+        .stderr_fd = 2,
+    };
+    if (argv[0][0] != '/') {
+        snprintf(why, whysz, "kernelspec argv[0] must be an absolute path in the sandbox");
+        return -EINVAL;
+    }
+    return sbx_start(&p, exec_kernel, &a, &k->pid, &k->pidfd, why, whysz);
+}
+
 static void start_process(kernel_t *k)
 {
     evl_t *l = k->m->evl;
+    char why[256] = "";
     char **argv = build_argv(k);
-    struct sbx_spawn_opts so = {
-        .argv = argv, .envp = k->envp, .cwd = k->m->o.kernel_cwd, .stdout_fd = -1, .stderr_fd = 2};
-    int r = argv ? sbx_spawn(&so, &k->pid, &k->pidfd) : -ENOMEM;
+    int r;
+    if (!argv) {
+        r = -ENOMEM;
+    } else if (k->m->o.sandbox) {
+        r = spawn_sandboxed(k, argv, why, sizeof(why));
+    } else {
+        struct sbx_spawn_opts so = {.argv = argv,
+                                    .envp = k->envp,
+                                    .cwd = k->m->o.kernel_cwd,
+                                    .stdout_fd = -1,
+                                    .stderr_fd = 2};
+        r = sbx_spawn(&so, &k->pid, &k->pidfd);
+    }
     free_strv(argv);
     if (r < 0) {
-        char why[128];
-        snprintf(why, sizeof(why), "could not start the kernel process: %s", strerror(-r));
+        char msg[400];
+        snprintf(msg, sizeof(msg), "could not start the kernel process: %s",
+                 why[0] ? why : strerror(-r));
         k->pid = 0;
-        set_dead(k, why);
+        set_dead(k, msg);
         return;
     }
     if (k->pidfd >= 0)
@@ -454,7 +499,7 @@ static void on_exit_io(void *data)
     kernel_t *k = data;
     evl_t *l = k->m->evl;
     int st = 0;
-    char why[160];
+    char why[300];
 
     if (waitpid(k->pid, &st, WNOHANG) == 0)
         return;
@@ -471,6 +516,12 @@ static void on_exit_io(void *data)
     describe_exit(st, why, sizeof(why));
     if (k->exit_status == -ETIMEDOUT)
         snprintf(why + strlen(why), sizeof(why) - strlen(why), " (unresponsive)");
+    if (k->cgroup) {
+        char cause[96];
+        sbx_cgroup_explain(k->cgroup, cause, sizeof(cause));
+        if (cause[0])
+            snprintf(why + strlen(why), sizeof(why) - strlen(why), ": %s", cause);
+    }
 
     switch (k->state) {
     case KERNEL_TERMINATING:
@@ -585,6 +636,7 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env)
     k->m = m;
     k->spec = spec;
     k->pidfd = -1;
+    k->slot = -1;
     k->iopub.fd = k->shell.fd = k->control.fd = k->hb.fd = -1;
     util_uuid(k->id);
     util_uuid(k->session);
@@ -598,13 +650,37 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env)
     snprintf(k->conn_file, sizeof(k->conn_file), "%s/connection.json", k->dir);
     if (mkdir(k->dir, 0700) < 0)
         goto fail;
+    if (m->o.sandbox) {
+        const struct kmgr_sandbox *sb = m->o.sandbox;
+        if ((k->slot = kmgr__slot_take(m)) < 0) {
+            errno = EAGAIN;
+            goto fail;
+        }
+        uid_t uid = sb->uid_base + 2 * (unsigned)k->slot + 1;
+        uid_t ruid = uid - 1;
+        /* the kernel (uid inside 1000) creates its sockets here; the sandbox's set-up
+         * (inside root) mounts the new root on root_dir */
+        snprintf(k->root_dir, sizeof(k->root_dir), "%s.root", k->dir);
+        if (chown(k->dir, uid, uid) < 0 || mkdir(k->root_dir, 0700) < 0 ||
+            chown(k->root_dir, ruid, ruid) < 0)
+            goto fail;
+        k->cgroup = sbx_cgroup_new(m->cgroups, k->id, sb->lim.mem_bytes, sb->lim.pids,
+                                   sb->lim.cpu_millis);
+        if (!k->cgroup)
+            goto fail;
+    }
     if (!(k->sign = jsign_new(k->key, strlen(k->key))))
         goto fail;
-    if (!(k->envp = build_env(spec, env)))
+    if (!(k->envp = build_env(spec, env, m->o.sandbox != NULL)))
         goto fail;
     if ((r = write_conn_file(k)) < 0) {
         errno = -r;
         goto fail;
+    }
+    if (m->o.sandbox) {
+        uid_t uid = m->o.sandbox->uid_base + 2 * (unsigned)k->slot + 1;
+        if (chown(k->conn_file, uid, uid) < 0)
+            goto fail;
     }
     if (!(k->nudge = l->timer_new(l, on_nudge, k)) ||
         !(k->deadline = l->timer_new(l, on_deadline, k)) ||
@@ -679,5 +755,10 @@ void kernel__free(kernel_t *k)
         unlink(k->conn_file);
         rmdir(k->dir);
     }
+    if (k->root_dir[0])
+        rmdir(k->root_dir);
+    sbx_cgroup_destroy(&k->cgroup);
+    if (k->slot >= 0)
+        kmgr__slot_put(k->m, k->slot);
     free(k);
 }

@@ -83,12 +83,94 @@ static void sweep_stale(const char *runtime_dir)
         if (flock(lfd, LOCK_EX | LOCK_NB) == 0) {
             log_info("removing stale runtime directory %s/%s", runtime_dir, e->d_name);
             remove_instance_dir(basefd, e->d_name);
+            sbx_cgroups_remove_stale(e->d_name);
         }
         close(lfd);
     }
     if (d)
         closedir(d);
     close(basefd);
+}
+
+long kmgr__slot_take(kmgr_t *m)
+{
+    for (size_t i = 0; i < m->nslots; i++)
+        if (!m->slots[i]) {
+            m->slots[i] = 1;
+            return (long)i;
+        }
+    return -1;
+}
+
+void kmgr__slot_put(kmgr_t *m, long slot)
+{
+    if (slot >= 0 && (size_t)slot < m->nslots)
+        m->slots[slot] = 0;
+}
+
+/* Secure by default: a dry run of the whole sandbox, or kernels are refused with the reason. */
+static void sandbox_setup(kmgr_t *m)
+{
+    char why[256] = "", dir[PATH_MAX + 16], root[PATH_MAX + 24];
+    const char *inst = strrchr(m->rundir, '/') + 1;
+    m->nslots = (size_t)(m->o.max_kernels > 0 ? m->o.max_kernels : 1024) + 1;
+    m->slots = calloc(m->nslots, 1);
+    if (!m->slots) {
+        snprintf(m->sandbox_error, sizeof(m->sandbox_error), "out of memory");
+        return;
+    }
+    m->cgroups = sbx_cgroups_new(inst, why, sizeof(why));
+    if (!m->cgroups) {
+        snprintf(m->sandbox_error, sizeof(m->sandbox_error), "%s", why);
+        goto out;
+    }
+    /* probe with the uids of the last slot, which kernels use last */
+    long slot = (long)m->nslots - 1;
+    m->slots[slot] = 1;
+    uid_t uid = m->o.sandbox->uid_base + 2 * (unsigned)slot + 1;
+    snprintf(dir, sizeof(dir), "%s/probe", m->rundir);
+    snprintf(root, sizeof(root), "%s/probe.root", m->rundir);
+    sbx_cgroup_t *cg = sbx_cgroup_new(m->cgroups, "probe", m->o.sandbox->lim.mem_bytes,
+                                      m->o.sandbox->lim.pids, m->o.sandbox->lim.cpu_millis);
+    if (!cg || mkdir(dir, 0700) < 0 || chown(dir, uid, uid) < 0 || mkdir(root, 0700) < 0 ||
+        chown(root, uid - 1, uid - 1) < 0) {
+        snprintf(m->sandbox_error, sizeof(m->sandbox_error), "cannot prepare the sandbox: %s",
+                 cg ? strerror(errno) : "cannot create a cgroup");
+    } else {
+        char *envp[] = {NULL};
+        sbx_profile_t p = {.runtime_dir = dir, .root_dir = root, .uid = uid,
+                           .root_uid = uid - 1, .lim = &m->o.sandbox->lim, .cgroup = cg,
+                           .init_fd = m->o.sandbox->init_fd, .envp = envp, .stderr_fd = -1};
+        uint64_t t0 = util_now_us();
+        if (sbx_probe(&p, why, sizeof(why)) < 0)
+            snprintf(m->sandbox_error, sizeof(m->sandbox_error), "%s", why);
+        else
+            log_debug("sandbox: dry run took %.1f ms", (double)(util_now_us() - t0) / 1000.0);
+    }
+    sbx_cgroup_destroy(&cg);
+    rmdir(dir);
+    rmdir(root);
+out:
+    if (m->sandbox_error[0]) {
+        log_error("sandbox unavailable: %s. Kernels will be refused; --no-sandbox runs them "
+                  "unsandboxed (development only).",
+                  m->sandbox_error);
+        snprintf(m->sandbox_mode, sizeof(m->sandbox_mode), "unavailable");
+    } else {
+        snprintf(m->sandbox_mode, sizeof(m->sandbox_mode), "enabled");
+        log_info("sandbox: enabled (namespaces, seccomp, cgroup %s)",
+                 sbx_cgroups_version(m->cgroups));
+    }
+}
+
+const char *kmgr_sandbox_mode(const kmgr_t *m)
+{
+    return m->sandbox_mode;
+}
+
+const char *kmgr_sandbox_error(const kmgr_t *m)
+{
+    return m->sandbox_error[0] ? m->sandbox_error : NULL;
 }
 
 kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks *h)
@@ -108,7 +190,8 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
     if (kspecs_count(m->specs) == 0)
         log_warn("no kernelspecs found (looked in $JUPYTER_PATH, ~/.local/share/jupyter, "
                  "/usr/local/share/jupyter, /usr/share/jupyter)");
-    if (mkdir(o->runtime_dir, 0700) < 0 && errno != EEXIST) {
+    /* 0711: sandboxed set-up (an unprivileged uid outside) must traverse it, nobody list it */
+    if (mkdir(o->runtime_dir, 0711) < 0 && errno != EEXIST) {
         log_error("cannot create runtime directory %s: %s", o->runtime_dir, strerror(errno));
         goto fail;
     }
@@ -120,6 +203,8 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
         goto fail;
     }
     snprintf(m->rundir, sizeof(m->rundir), "%s", tmpl);
+    chmod(o->runtime_dir, 0711);
+    chmod(m->rundir, 0711);
     snprintf(tmpl, sizeof(tmpl), "%s/.lock", m->rundir);
     m->lockfd = open(tmpl, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (m->lockfd < 0 || flock(m->lockfd, LOCK_EX | LOCK_NB) < 0) {
@@ -132,6 +217,9 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
     zmq_ctx_set(m->zctx, ZMQ_IO_THREADS, io_threads);
     zmq_ctx_set(m->zctx, ZMQ_MAX_SOCKETS, max_sockets);
     zmq_ctx_set(m->zctx, ZMQ_BLOCKY, 0);
+    snprintf(m->sandbox_mode, sizeof(m->sandbox_mode), "disabled");
+    if (o->sandbox)
+        sandbox_setup(m);
     if (o->cull_idle_timeout_s > 0) {
         m->cull = evl->timer_new(evl, on_cull, m);
         if (!m->cull)
@@ -181,6 +269,8 @@ void kmgr_destroy(kmgr_t **pm)
     evl_timer_destroy(m->evl, &m->cull);
     if (m->zctx)
         zmq_ctx_term(m->zctx);
+    sbx_cgroups_destroy(&m->cgroups);
+    free(m->slots);
     if (m->rundir[0]) {
         char lock[PATH_MAX + 8];
         snprintf(lock, sizeof(lock), "%s/.lock", m->rundir);
@@ -206,6 +296,8 @@ int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, kernel_t **ret)
         return -ENOENT;
     if (env && !json_is_object(env))
         return -EINVAL;
+    if (m->sandbox_error[0])
+        return -EPERM;
     if (m->o.max_kernels > 0 && m->n >= (size_t)m->o.max_kernels)
         return -EAGAIN;
     if (m->n == m->cap) {

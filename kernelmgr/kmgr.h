@@ -10,8 +10,16 @@
 #include "kernelmgr/kernel.h"
 #include "kernelmgr/kspec.h"
 #include "protocol/jmsg.h"
+#include "sandbox/sbx.h"
 
 typedef struct kmgr kmgr_t;
+
+/* How kernels are sandboxed (see sandbox/sbx.h). */
+struct kmgr_sandbox {
+    struct sbx_limits lim;
+    int init_fd;        /* kgw-sandbox-init, executable fd */
+    unsigned uid_base;  /* outside uids: uid_base + 2*slot (inside root), + 1 (inside user) */
+};
 
 struct kmgr_opts {
     const char *runtime_dir;      /* base directory for per-kernel private directories */
@@ -27,6 +35,7 @@ struct kmgr_opts {
     int cull_interval_s;
     bool cull_connected;
     int dead_linger_s;            /* how long a dead kernel stays listed */
+    const struct kmgr_sandbox *sandbox; /* NULL: kernels run unsandboxed (development only) */
 };
 
 enum kernel_event {
@@ -43,15 +52,19 @@ struct kmgr_hooks {
     void (*event)(void *user, kernel_t *k, enum kernel_event ev, const char *detail);
 };
 
-/* NULL + errno (ENOENT when no kernelspec is found, with a log line saying where it looked). */
+/* NULL + errno. With a sandbox configured, a complete dry run checks the host can create one;
+ * if it cannot, kernels are refused (-EPERM) and kmgr_sandbox_error() says why. */
 kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks *h);
 /* Kills every kernel (shutdown_request is not awaited) and frees. */
 void kmgr_destroy(kmgr_t **m);
 
 const kspecs_t *kmgr_kspecs(const kmgr_t *m);
+/* "disabled", "enabled (cgroup v1)", ...; and why sandboxed kernels cannot start (or NULL). */
+const char *kmgr_sandbox_mode(const kmgr_t *m);
+const char *kmgr_sandbox_error(const kmgr_t *m);
 /* Creates and spawns a kernel; it is "starting" until it answers. env: the request's
  * variables (only KERNEL_* names are applied). -ENOENT unknown spec, -EAGAIN at max-kernels,
- * -EINVAL bad env, or a spawn error. */
+ * -EINVAL bad env, -EPERM when the sandbox is unavailable, or a spawn error. */
 int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, kernel_t **ret);
 /* Call on SIGCHLD: reaps kernels that exited (needed where pidfds are unavailable). */
 void kmgr_reap(kmgr_t *m);

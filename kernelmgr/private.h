@@ -31,6 +31,11 @@ struct kmgr {
     kernel_t **v;
     size_t n, cap;
     evl_timer_t *cull;
+    sbx_cgroups_t *cgroups;
+    unsigned char *slots; /* sandbox uid slots in use */
+    size_t nslots;
+    char sandbox_mode[64];
+    char sandbox_error[256];
 };
 
 /* A watched ZeroMQ socket. ZMQ_FD is edge-triggered: after every send on the socket the
@@ -87,7 +92,10 @@ struct kernel {
     char session[40];    /* the manager's own Jupyter session */
     char **envp;
 
-    pid_t pid;           /* 0: no process */
+    sbx_cgroup_t *cgroup;
+    long slot;           /* sandbox uid slot, -1: none */
+    char root_dir[PATH_MAX];
+    pid_t pid;           /* 0: no process (sandboxed: the proxy outside the sandbox) */
     int pidfd;
     evl_io_t *pid_io;
     int exit_status;
@@ -110,6 +118,9 @@ void kernel__check_exit(kernel_t *k);
 /* Sends a gateway-made message on one of the kernel's manager sockets. */
 int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content);
 void kmgr__remove(kmgr_t *m, kernel_t *k);
+/* Sandbox uid slots: -1 when all are taken. */
+long kmgr__slot_take(kmgr_t *m);
+void kmgr__slot_put(kmgr_t *m, long slot);
 void kernel__endpoint(const kernel_t *k, int port, char *out, size_t outsz);
 /* Verifies and splits frames from the kernel. 0 or -EBADMSG (logged by the caller). */
 int kernel__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h);

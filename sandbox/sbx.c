@@ -357,6 +357,9 @@ static void init_stage(int efd, const sbx_profile_t *p, void (*fn)(void *), void
 {
     static char *const init_argv[] = {"init", NULL};
     static char *const init_envp[] = {NULL};
+    /* out of the proxy's process group: a signal to that group must reach init only once,
+     * through the proxy */
+    TRY(efd, ST_FORK, setsid());
     setup_root(efd, p);
     TRY(efd, ST_HOSTNAME, sethostname("sandbox", 7));
     loopback_up(efd);
@@ -397,7 +400,12 @@ static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
         _exit(127);
     close(syncfd);
     close(gofd);
-    TRY(efd, ST_MAPS, prctl(PR_SET_PDEATHSIG, SIGKILL));
+    /* become the namespace's root (the host uid mapped to inside 0): until now this process
+     * still had the gateway's uid, which means nothing inside */
+    TRY(efd, ST_MAPS, setgroups(0, NULL));
+    TRY(efd, ST_MAPS, setresgid(0, 0, 0));
+    TRY(efd, ST_MAPS, setresuid(0, 0, 0));
+    TRY(efd, ST_MAPS, prctl(PR_SET_PDEATHSIG, SIGKILL)); /* the uid change cleared it */
     TRY(efd, ST_NAMESPACES, unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                                     CLONE_NEWUTS | CLONE_NEWCGROUP));
     pid_t init = fork();
