@@ -43,6 +43,8 @@ struct gw_config {
     long long tmp_size;
     long long fsize_limit;
     long long nofile_limit;
+    long long exec_timeout;
+    long long output_cap;
 };
 
 typedef struct gw {
@@ -88,6 +90,8 @@ int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
 int wschan_confirm(gw_t *g, struct lws *wsi);
 void wschan_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
 void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail);
+/* A gateway notice to an execution's clients: an iopub stream (stderr) under its parent. */
+void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text);
 /* Tells the kernel's clients a requested restart began (status "starting"). */
 void wschan_kernel_restarting(gw_t *g, kernel_t *k);
 

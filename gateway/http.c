@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,7 +306,50 @@ int http_start_kernel(struct gw_req *r, json_t *body,
         req_error(r, 400, "\"env\" must be an object");
         return -EINVAL;
     }
-    int rc = kmgr_start(g->km, name, json_is_object(env) ? env : NULL, &k);
+    struct kmgr_limits lim = {0};
+    json_t *jl = json_object_get(body, "limits");
+    if (jl && !json_is_null(jl)) {
+        static const struct {
+            const char *key;
+            size_t off;
+            long long scale;
+        } keys[] = {
+            {"memory", offsetof(struct kmgr_limits, mem_bytes), 1},
+            {"cpu", offsetof(struct kmgr_limits, cpu_millis), 1},
+            {"pids", offsetof(struct kmgr_limits, pids), 1},
+            {"workspace", offsetof(struct kmgr_limits, workspace_bytes), 1},
+            {"exec_timeout", offsetof(struct kmgr_limits, exec_timeout_ms), 1000},
+            {"output_bytes", offsetof(struct kmgr_limits, output_cap), 1},
+        };
+        const char *key;
+        json_t *v;
+        if (!json_is_object(jl)) {
+            req_error(r, 400, "\"limits\" must be an object");
+            return -EINVAL;
+        }
+        json_object_foreach(jl, key, v)
+        {
+            size_t i;
+            for (i = 0; i < UTIL_ARRAY_SIZE(keys); i++)
+                if (!strcmp(key, keys[i].key))
+                    break;
+            if (i == UTIL_ARRAY_SIZE(keys) || !json_is_integer(v) || json_integer_value(v) <= 0 ||
+                json_integer_value(v) > (1LL << 50)) {
+                char q[80];
+                req_error(r, 400,
+                          "limits: %s is not a known limit with a positive integer value "
+                          "(memory, cpu, pids, workspace, exec_timeout, output_bytes)",
+                          log_quote(q, sizeof(q), key, strlen(key)));
+                return -EINVAL;
+            }
+            *(long long *)((char *)&lim + keys[i].off) = json_integer_value(v) * keys[i].scale;
+        }
+    }
+    int rc = kmgr_start(g->km, name, json_is_object(env) ? env : NULL, &lim, &k);
+    if (rc == -ERANGE) {
+        req_error(r, 400, "limits: a requested limit is above the gateway's cap");
+        return rc;
+    }
     if (rc == -ENOENT) {
         char q[96];
         req_error(r, 404, "No such kernel spec %s", log_quote(q, sizeof(q), name, strlen(name)));

@@ -72,6 +72,10 @@ static const struct cfg_option options[] = {
     I("fsize-limit", fsize_limit, "1073741824", 1048576, 1099511627776LL,
       "largest file a kernel may write (RLIMIT_FSIZE), bytes"),
     I("nofile-limit", nofile_limit, "1024", 64, 1048576, "open files per kernel process"),
+    I("exec-timeout", exec_timeout, "3600", 0, 604800,
+      "wall-time seconds per execution: then interrupt, and restart if ignored (0 = none)"),
+    I("output-cap", output_cap, "134217728", 0, 1099511627776LL,
+      "iopub output bytes per execution; beyond it output is cut with a notice (0 = none)"),
 };
 
 /* kgw-sandbox-init in a sealed memfd: every sandbox's pid 1 is exec'd from it, so its
@@ -297,6 +301,8 @@ int main(int argc, char **argv)
         .cull_interval_s = (int)G.cfg.cull_interval,
         .cull_connected = G.cfg.cull_connected,
         .dead_linger_s = 60,
+        .exec_timeout_ms = (int)G.cfg.exec_timeout * 1000,
+        .output_cap = G.cfg.output_cap,
     };
     char why[256];
     struct kmgr_sandbox sb = {
@@ -323,7 +329,8 @@ int main(int argc, char **argv)
         log_warn("Anyone who can run code in a kernel owns this host. Development only.");
         log_warn("**********************************************************************");
     }
-    struct kmgr_hooks kh = {.user = &G, .iopub = wschan_iopub, .event = wschan_event};
+    struct kmgr_hooks kh = {
+        .user = &G, .iopub = wschan_iopub, .event = wschan_event, .notice = wschan_notice};
     G.km = kmgr_new(&G.loop.evl, &ko, &kh);
     if (!G.km) {
         log_error("cannot start the kernel manager: %s", strerror(errno));

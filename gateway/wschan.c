@@ -236,6 +236,34 @@ static void broadcast_status(khub_t *hub, const char *state)
     free(hdr);
 }
 
+void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
+{
+    khub_t *hub = kernel_user(k);
+    char msg_id[40];
+    if (!hub)
+        return;
+    char *hdr = jmsg_new_header("stream", hub->g->server_session, msg_id);
+    json_t *c = json_pack("{s:s, s:s}", "name", "stderr", "text", "");
+    char line[300];
+    snprintf(line, sizeof(line), "\n[kgw] %s\n", text);
+    json_object_set_new(c, "text", json_string(line));
+    char *content = c ? json_dumps(c, JSON_COMPACT) : NULL;
+    json_decref(c);
+    if (hdr && content && jmsg_is_json_object(parent)) {
+        jmsg_t m = {.nbuf = 0};
+        m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
+        m.part[JPART_PARENT] = parent;
+        m.part[JPART_METADATA] = (jspan_t){"{}", 2};
+        m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
+        jhdr_t h;
+        snprintf(h.msg_id, sizeof(h.msg_id), "%s", msg_id);
+        snprintf(h.msg_type, sizeof(h.msg_type), "stream");
+        broadcast(hub, JCHAN_IOPUB, &m, &h);
+    }
+    free(hdr);
+    free(content);
+}
+
 /* ---- sessions and hubs ---- */
 
 static void sess_destroy(wsess_t *s)

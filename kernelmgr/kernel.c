@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #define NUDGE_RETRY_MS 2000 /* resend kernel_info_request if a start seems stuck */
 #define NUDGE_IOPUB_MS 20   /* resend when the reply came but no iopub message yet */
 #define TERM_KILL_MS 1000 /* SIGTERM -> SIGKILL */
+#define EXEC_INTERRUPT_GRACE_MS 5000 /* after a wall-time interrupt, before restarting */
 
 static void start_process(kernel_t *k);
 static void on_exit_io(void *data);
@@ -154,6 +156,60 @@ int kernel__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h
     return 0;
 }
 
+static void notice(kernel_t *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void notice(kernel_t *k, const char *fmt, ...)
+{
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    log_info("kernel=%s: %s", k->id, text);
+    if (k->m->h.notice && k->exec_parent)
+        k->m->h.notice(k->m->h.user, k, (jspan_t){k->exec_parent, strlen(k->exec_parent)}, text);
+}
+
+static void exec_end(kernel_t *k)
+{
+    k->m->evl->timer_disarm(k->m->evl, k->exec_timer);
+    k->exec_id[0] = '\0';
+    free(k->exec_parent);
+    k->exec_parent = NULL;
+    k->exec_bytes = 0;
+    k->exec_capped = false;
+    k->exec_stage = 0;
+}
+
+static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
+{
+    exec_end(k);
+    snprintf(k->exec_id, sizeof(k->exec_id), "%s", msg_id);
+    k->exec_parent = strndup(parent.p, parent.n);
+    if (k->exec_timeout_ms > 0)
+        k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
+}
+
+/* Wall time per execution: interrupt first; a kernel that ignores SIGINT is restarted. */
+static void on_exec_timer(void *data)
+{
+    kernel_t *k = data;
+    if (!k->exec_id[0] || k->state != KERNEL_RUNNING)
+        return;
+    if (k->exec_stage == 0) {
+        notice(k, "execution exceeded the wall-time limit of %d s: interrupting it",
+               k->exec_timeout_ms / 1000);
+        kernel_interrupt(k);
+        k->exec_stage = 1;
+        k->m->evl->timer_arm(k->m->evl, k->exec_timer, EXEC_INTERRUPT_GRACE_MS);
+        return;
+    }
+    notice(k, "the kernel ignored the interrupt: restarting it");
+    exec_end(k);
+    if (kernel_restart(k) == 0 && k->m->h.event)
+        k->m->h.event(k->m->h.user, k, KERNEL_EV_RESTARTING, "execution wall-time limit");
+}
+
 static void update_exec_state(kernel_t *k, const jmsg_t *m)
 {
     json_error_t err;
@@ -161,7 +217,43 @@ static void update_exec_state(kernel_t *k, const jmsg_t *m)
     const char *st = json_string_value(json_object_get(c, "execution_state"));
     if (st && (!strcmp(st, "busy") || !strcmp(st, "idle") || !strcmp(st, "starting")))
         snprintf(k->exec_state, sizeof(k->exec_state), "%s", st);
+    if (st && (!strcmp(st, "busy") || !strcmp(st, "idle"))) {
+        jhdr_t ph;
+        if (jhdr_parse(m->part[JPART_PARENT], &ph) == 0) {
+            if (!strcmp(st, "busy") && !strcmp(ph.msg_type, "execute_request"))
+                exec_begin(k, ph.msg_id, m->part[JPART_PARENT]);
+            else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id))
+                exec_end(k);
+        }
+    }
     json_decref(c);
+}
+
+/* Output per execution: beyond the cap, output messages of that execution are dropped, once
+ * with a notice. The gateway's memory stays bounded whatever the kernel prints. */
+static bool over_output_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+{
+    if (k->output_cap <= 0 || !k->exec_id[0])
+        return false;
+    if (strcmp(h->msg_type, "stream") && strcmp(h->msg_type, "display_data") &&
+        strcmp(h->msg_type, "update_display_data") && strcmp(h->msg_type, "execute_result"))
+        return false;
+    if (!memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->exec_id,
+                strlen(k->exec_id)))
+        return false;
+    long long n = (long long)m->part[JPART_CONTENT].n;
+    for (size_t i = 0; i < m->nbuf; i++)
+        n += (long long)m->buf[i].n;
+    k->exec_bytes += n;
+    if (k->exec_bytes <= k->output_cap)
+        return false;
+    if (!k->exec_capped) {
+        k->exec_capped = true;
+        notice(k, "output limit of %lld bytes for this execution reached: further output is "
+                  "discarded",
+               k->output_cap);
+    }
+    return true;
 }
 
 static void check_ready(kernel_t *k)
@@ -199,6 +291,8 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         k->got_iopub = true;
         check_ready(k);
     }
+    if (over_output_cap(k, &m, &h))
+        return;
     if (k->m->h.iopub)
         k->m->h.iopub(k->m->h.user, k, &m, &h);
 }
@@ -432,7 +526,7 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
         .root_dir = k->root_dir,
         .uid = sb->uid_base + 2 * (unsigned)k->slot + 1,
         .root_uid = sb->uid_base + 2 * (unsigned)k->slot,
-        .lim = &sb->lim,
+        .lim = &k->lim,
         .cgroup = k->cgroup,
         .init_fd = sb->init_fd,
         .envp = k->envp,
@@ -513,6 +607,7 @@ static void on_exit_io(void *data)
     l->timer_disarm(l, k->hb_timer);
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
+    exec_end(k);
     describe_exit(st, why, sizeof(why));
     if (k->exit_status == -ETIMEDOUT)
         snprintf(why + strlen(why), sizeof(why) - strlen(why), " (unresponsive)");
@@ -625,7 +720,8 @@ static void on_linger(void *data)
     kernel__free(k);
 }
 
-kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env)
+kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
+                      const struct kmgr_limits *lim)
 {
     char ep[PATH_MAX + 16];
     evl_t *l = m->evl;
@@ -637,6 +733,22 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env)
     k->spec = spec;
     k->pidfd = -1;
     k->slot = -1;
+    k->exec_timeout_ms = m->o.exec_timeout_ms;
+    k->output_cap = m->o.output_cap;
+    if (m->o.sandbox)
+        k->lim = m->o.sandbox->lim;
+    if (lim) {
+#define OVERRIDE(dst, v)                                                                           \
+    if ((v) > 0)                                                                                   \
+        (dst) = (v)
+        OVERRIDE(k->lim.mem_bytes, lim->mem_bytes);
+        OVERRIDE(k->lim.cpu_millis, lim->cpu_millis);
+        OVERRIDE(k->lim.pids, lim->pids);
+        OVERRIDE(k->lim.workspace_bytes, lim->workspace_bytes);
+        OVERRIDE(k->exec_timeout_ms, (int)lim->exec_timeout_ms);
+        OVERRIDE(k->output_cap, lim->output_cap);
+#undef OVERRIDE
+    }
     k->iopub.fd = k->shell.fd = k->control.fd = k->hb.fd = -1;
     util_uuid(k->id);
     util_uuid(k->session);
@@ -664,8 +776,8 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env)
         if (chown(k->dir, uid, uid) < 0 || mkdir(k->root_dir, 0700) < 0 ||
             chown(k->root_dir, ruid, ruid) < 0)
             goto fail;
-        k->cgroup = sbx_cgroup_new(m->cgroups, k->id, sb->lim.mem_bytes, sb->lim.pids,
-                                   sb->lim.cpu_millis);
+        k->cgroup = sbx_cgroup_new(m->cgroups, k->id, k->lim.mem_bytes, k->lim.pids,
+                                   k->lim.cpu_millis);
         if (!k->cgroup)
             goto fail;
     }
@@ -685,7 +797,8 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env)
     if (!(k->nudge = l->timer_new(l, on_nudge, k)) ||
         !(k->deadline = l->timer_new(l, on_deadline, k)) ||
         !(k->hb_timer = l->timer_new(l, on_hb_timer, k)) ||
-        !(k->linger = l->timer_new(l, on_linger, k)))
+        !(k->linger = l->timer_new(l, on_linger, k)) ||
+        !(k->exec_timer = l->timer_new(l, on_exec_timer, k)))
         goto fail;
     kernel__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
     if ((r = kz_open(&k->iopub, l, m->zctx, ZMQ_SUB, NULL, ep, on_iopub, k)) < 0)
@@ -744,6 +857,8 @@ void kernel__free(kernel_t *k)
     evl_timer_destroy(l, &k->deadline);
     evl_timer_destroy(l, &k->hb_timer);
     evl_timer_destroy(l, &k->linger);
+    evl_timer_destroy(l, &k->exec_timer);
+    free(k->exec_parent);
     jsign_destroy(&k->sign);
     free_strv(k->envp);
     if (k->dir[0]) {

@@ -1,5 +1,6 @@
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <signal.h>
@@ -289,8 +290,24 @@ const kspecs_t *kmgr_kspecs(const kmgr_t *m)
     return m->specs;
 }
 
-int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, kernel_t **ret)
+static bool within(long long want, long long cap)
 {
+    return want == 0 || (want > 0 && (cap == 0 || want <= cap));
+}
+
+int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, const struct kmgr_limits *lim,
+               kernel_t **ret)
+{
+    if (lim) {
+        const struct sbx_limits *cap = m->o.sandbox ? &m->o.sandbox->lim : NULL;
+        if ((cap && (!within(lim->mem_bytes, cap->mem_bytes) ||
+                     !within(lim->cpu_millis, cap->cpu_millis) || !within(lim->pids, cap->pids) ||
+                     !within(lim->workspace_bytes, cap->workspace_bytes))) ||
+            !within(lim->exec_timeout_ms, m->o.exec_timeout_ms) ||
+            lim->exec_timeout_ms > INT_MAX ||
+            !within(lim->output_cap, m->o.output_cap))
+            return -ERANGE;
+    }
     const kspec_t *spec = kspecs_find(m->specs, spec_name);
     if (!spec)
         return -ENOENT;
@@ -308,7 +325,7 @@ int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, kernel_t **ret)
         m->v = v;
         m->cap = cap;
     }
-    kernel_t *k = kernel__new(m, spec, env);
+    kernel_t *k = kernel__new(m, spec, env, lim);
     if (!k)
         return -errno;
     m->v[m->n++] = k;

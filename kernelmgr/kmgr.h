@@ -36,6 +36,15 @@ struct kmgr_opts {
     bool cull_connected;
     int dead_linger_s;            /* how long a dead kernel stays listed */
     const struct kmgr_sandbox *sandbox; /* NULL: kernels run unsandboxed (development only) */
+    int exec_timeout_ms;          /* wall time per execution (0: none) */
+    long long output_cap;         /* iopub output bytes per execution (0: none) */
+};
+
+/* Per-kernel limits asked for at creation; 0 keeps the gateway's value. Each must be at most
+ * the gateway's (its configured value is the cap). */
+struct kmgr_limits {
+    long long mem_bytes, cpu_millis, pids, workspace_bytes;
+    long long exec_timeout_ms, output_cap;
 };
 
 enum kernel_event {
@@ -50,6 +59,9 @@ struct kmgr_hooks {
     /* One call per iopub message (signature verified), before any client sees it. */
     void (*iopub)(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
     void (*event)(void *user, kernel_t *k, enum kernel_event ev, const char *detail);
+    /* A notice for the clients of an execution (output cut, wall time exceeded): parent is
+     * the header of the execute_request it concerns. */
+    void (*notice)(void *user, kernel_t *k, jspan_t parent, const char *text);
 };
 
 /* NULL + errno. With a sandbox configured, a complete dry run checks the host can create one;
@@ -64,8 +76,10 @@ const char *kmgr_sandbox_mode(const kmgr_t *m);
 const char *kmgr_sandbox_error(const kmgr_t *m);
 /* Creates and spawns a kernel; it is "starting" until it answers. env: the request's
  * variables (only KERNEL_* names are applied). -ENOENT unknown spec, -EAGAIN at max-kernels,
- * -EINVAL bad env, -EPERM when the sandbox is unavailable, or a spawn error. */
-int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, kernel_t **ret);
+ * -EINVAL bad env, -ERANGE a limit above the gateway's, -EPERM when the sandbox is
+ * unavailable, or a spawn error. */
+int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, const struct kmgr_limits *lim,
+               kernel_t **ret);
 /* Call on SIGCHLD: reaps kernels that exited (needed where pidfds are unavailable). */
 void kmgr_reap(kmgr_t *m);
 kernel_t *kmgr_find(const kmgr_t *m, const char *id);

@@ -93,6 +93,16 @@ struct kernel {
     char **envp;
 
     sbx_cgroup_t *cgroup;
+    struct sbx_limits lim;   /* this kernel's sandbox limits */
+    int exec_timeout_ms;
+    long long output_cap;
+    /* the execution in progress (from iopub status busy/idle of an execute_request) */
+    char exec_id[JMSG_MSG_ID_MAX];
+    char *exec_parent;       /* its header, for notices */
+    long long exec_bytes;
+    bool exec_capped;
+    int exec_stage;          /* 0 running, 1 interrupted for exceeding its wall time */
+    evl_timer_t *exec_timer;
     long slot;           /* sandbox uid slot, -1: none */
     char root_dir[PATH_MAX];
     pid_t pid;           /* 0: no process (sandboxed: the proxy outside the sandbox) */
@@ -111,7 +121,8 @@ struct kernel {
     kwait_t *waiters;
 };
 
-kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env);
+kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
+                      const struct kmgr_limits *lim);
 void kernel__free(kernel_t *k);
 /* Reaps the kernel's process if it has exited (SIGCHLD path). */
 void kernel__check_exit(kernel_t *k);

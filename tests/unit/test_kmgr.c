@@ -97,8 +97,8 @@ int main(void)
     }
 
     kernel_t *k = NULL;
-    CHECK(kmgr_start(m, "nope", NULL, &k) == -ENOENT);
-    CHECK(kmgr_start(m, "python3", NULL, &k) == 0);
+    CHECK(kmgr_start(m, "nope", NULL, NULL, &k) == -ENOENT);
+    CHECK(kmgr_start(m, "python3", NULL, NULL, &k) == 0);
     CHECK(kmgr_find(m, kernel_id(k)) == k);
     kwait_t *w = NULL;
     CHECK(kernel_wait(k, on_done, NULL, &w) == 0);
