@@ -3,6 +3,8 @@
 Environment:
   KGW_BIN        path to the kgw executable (default: <repo>/build/kgw)
   KGW_WRAPPER    command prefix for kgw, e.g. "valgrind --error-exitcode=99 --leak-check=full"
+  KGW_EXTRA_ARGS extra kgw arguments for every server, e.g. "--no-sandbox" under valgrind (which
+                 cannot run seccomp or namespaces); sandbox tests then skip
   KGW_REFERENCE  set to "jupyter_server" to run the same tests against Debian's jupyter_server
                  (used to check that a test encodes jupyter_server's behaviour, not ours)
 """
@@ -125,7 +127,7 @@ def start_gateway(extra_args=(), env=None):
             argv.append("--allow-root")
     else:
         argv = [*shlex.split(os.environ.get("KGW_WRAPPER", "")), KGW_BIN, "--ip", "127.0.0.1", "--port", str(port), "--api-key", token,
-                "--log-level", "debug", *extra_args]
+                "--log-level", "debug", *shlex.split(os.environ.get("KGW_EXTRA_ARGS", "")), *extra_args]
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=penv,
                             start_new_session=True)
     gw = Gateway(proc, port, token, log.name)
@@ -182,11 +184,18 @@ def kernel(gateway):
     gateway.delete_kernel(model["id"])
 
 
+SANDBOX_MODULES = ("test_escape.py", "test_sandbox_work.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked kgw_only check kgw behaviour that jupyter_server does not have."""
-    if REFERENCE != "jupyter_server":
-        return
-    skip = pytest.mark.skip(reason="kgw-specific behaviour (KGW_REFERENCE=jupyter_server)")
+    """Tests marked kgw_only check kgw behaviour that jupyter_server does not have; the sandbox
+    suites need kgw's sandbox (not available under --no-sandbox, e.g. with valgrind)."""
+    no_sandbox = "--no-sandbox" in os.environ.get("KGW_EXTRA_ARGS", "")
+    skip_ref = pytest.mark.skip(reason="kgw-specific behaviour (KGW_REFERENCE=jupyter_server)")
+    skip_sbx = pytest.mark.skip(reason="needs kgw's sandbox (KGW_EXTRA_ARGS has --no-sandbox)")
     for item in items:
-        if item.get_closest_marker("kgw_only"):
-            item.add_marker(skip)
+        if REFERENCE == "jupyter_server" and item.get_closest_marker("kgw_only"):
+            item.add_marker(skip_ref)
+        if (REFERENCE == "jupyter_server" or no_sandbox) and \
+                os.path.basename(str(item.fspath)) in SANDBOX_MODULES:
+            item.add_marker(skip_sbx)
