@@ -7,7 +7,9 @@
 #include <string.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -317,6 +319,10 @@ int main(int argc, char **argv)
         .init_fd = -1,
     };
     if (G.cfg.sandbox) {
+        /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
+         * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
+        if (unshare(CLONE_NEWNS) == 0)
+            mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
         sb.init_fd = init_fd = load_init(G.cfg.sandbox_init, why, sizeof(why));
         if (sb.init_fd < 0) {
             log_error("sandbox: %s", why);

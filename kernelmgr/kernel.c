@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -773,8 +774,15 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         /* the kernel (uid inside 1000) creates its sockets here; the sandbox's set-up
          * (inside root) mounts the new root on root_dir */
         snprintf(k->root_dir, sizeof(k->root_dir), "%s.root", k->dir);
-        if (chown(k->dir, uid, uid) < 0 || mkdir(k->root_dir, 0700) < 0 ||
-            chown(k->root_dir, ruid, ruid) < 0)
+        /* a tmpfs of its own, so the kernel's mountinfo shows "/" as the bind source rather
+         * than a host path (the gateway runs in a private mount namespace: see main.c) */
+        char opts[96];
+        snprintf(opts, sizeof(opts), "size=1m,nr_inodes=64,mode=0700,uid=%u,gid=%u",
+                 (unsigned)uid, (unsigned)uid);
+        if (mount("tmpfs", k->dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
+            goto fail;
+        k->dir_mounted = true;
+        if (mkdir(k->root_dir, 0700) < 0 || chown(k->root_dir, ruid, ruid) < 0)
             goto fail;
         k->cgroup = sbx_cgroup_new(m->cgroups, k->id, k->lim.mem_bytes, k->lim.pids,
                                    k->lim.cpu_millis);
@@ -868,6 +876,8 @@ void kernel__free(kernel_t *k)
             unlink(p);
         }
         unlink(k->conn_file);
+        if (k->dir_mounted)
+            umount2(k->dir, MNT_DETACH);
         rmdir(k->dir);
     }
     if (k->root_dir[0])

@@ -105,6 +105,7 @@ struct kernel {
     evl_timer_t *exec_timer;
     long slot;           /* sandbox uid slot, -1: none */
     char root_dir[PATH_MAX];
+    bool dir_mounted;
     pid_t pid;           /* 0: no process (sandboxed: the proxy outside the sandbox) */
     int pidfd;
     evl_io_t *pid_io;
