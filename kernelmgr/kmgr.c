@@ -109,6 +109,22 @@ void kmgr__slot_put(kmgr_t *m, long slot)
         m->slots[slot] = 0;
 }
 
+/* A gateway instance is alive while it holds the lock in its runtime directory. */
+static bool instance_alive(const char *inst, void *data)
+{
+    kmgr_t *m = data;
+    char lock[PATH_MAX];
+    snprintf(lock, sizeof(lock), "%s/%s/.lock", m->o.runtime_dir, inst);
+    if (strcmp(inst, strrchr(m->rundir, '/') + 1) == 0)
+        return true;
+    int fd = open(lock, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno != ENOENT; /* no runtime directory: the instance is gone */
+    bool alive = flock(fd, LOCK_EX | LOCK_NB) < 0;
+    close(fd);
+    return alive;
+}
+
 /* Secure by default: a dry run of the whole sandbox, or kernels are refused with the reason. */
 static void sandbox_setup(kmgr_t *m)
 {
@@ -120,6 +136,23 @@ static void sandbox_setup(kmgr_t *m)
         snprintf(m->sandbox_error, sizeof(m->sandbox_error), "out of memory");
         return;
     }
+    /* the sandbox's set-up runs as an unprivileged host uid: it must reach the runtime dir */
+    char up[PATH_MAX];
+    snprintf(up, sizeof(up), "%s", m->o.runtime_dir);
+    for (char *slash = strrchr(up, '/'); slash; slash = strrchr(up, '/')) {
+        struct stat st;
+        *slash = '\0';
+        const char *d = up[0] ? up : "/";
+        if (stat(d, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+            snprintf(m->sandbox_error, sizeof(m->sandbox_error),
+                     "%s (a parent of the runtime directory %s) is not searchable by other "
+                     "users, and sandboxed kernels run as unprivileged uids (chmod o+x, or "
+                     "choose another --runtime-dir)",
+                     d, m->o.runtime_dir);
+            goto out;
+        }
+    }
+    sbx_cgroups_sweep(instance_alive, m);
     m->cgroups = sbx_cgroups_new(inst, why, sizeof(why));
     if (!m->cgroups) {
         snprintf(m->sandbox_error, sizeof(m->sandbox_error), "%s", why);

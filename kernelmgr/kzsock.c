@@ -54,7 +54,7 @@ int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
             const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
             void *data)
 {
-    int zero = 0, ivl = 10, ivl_max = 1000, hwm = 10000, zfd;
+    int zero = 0, ivl = 10, hwm = 10000, zfd;
     size_t fdsz = sizeof(zfd);
     int err;
 
@@ -67,9 +67,12 @@ int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
     if (!z->s)
         return -errno;
     zmq_setsockopt(z->s, ZMQ_LINGER, &zero, sizeof(zero));
-    /* libzmq's default 100 ms reconnect interval alone would add tens of ms to every start */
+    /* The kernel binds its sockets some 0.5 s after it starts. libzmq's default 100 ms
+     * reconnect interval would add tens of ms to every start, and exponential backoff
+     * (RECONNECT_IVL_MAX) far more: retry every 10 ms (connecting to a missing ipc path is one
+     * failed syscall). */
     zmq_setsockopt(z->s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
-    zmq_setsockopt(z->s, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max));
+    zmq_setsockopt(z->s, ZMQ_RECONNECT_IVL_MAX, &zero, sizeof(zero));
     zmq_setsockopt(z->s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
     zmq_setsockopt(z->s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     if (identity && zmq_setsockopt(z->s, ZMQ_ROUTING_ID, identity, strlen(identity)) < 0)

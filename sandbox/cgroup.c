@@ -222,6 +222,58 @@ void sbx_cgroups_remove_stale(const char *instance)
     }
 }
 
+/* Removes empty cgroups only (rmdir fails where processes live): a dead instance's kernels
+ * died with it, while a live instance under another runtime directory keeps its kernels. */
+static void rmdir_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char sub[PATH_MAX + 256];
+    while (d && (e = readdir(d)))
+        if (e->d_type == DT_DIR && e->d_name[0] != '.') {
+            snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+            rmdir(sub);
+        }
+    if (d)
+        closedir(d);
+    if (rmdir(dir) == 0)
+        log_info("cgroup: removed stale %s", dir);
+}
+
+static void sweep_dir(const char *dir, bool (*alive)(const char *, void *), void *data)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char sub[PATH_MAX + 256];
+    while (d && (e = readdir(d))) {
+        /* kgw-<instance> only: never the gateway leaf "kgw-<instance>-gateway" of a live v2
+         * instance (alive() says so for live instances, and the name check skips leaves) */
+        if (e->d_type != DT_DIR || strncmp(e->d_name, "kgw-gw-", 7) != 0 ||
+            strchr(e->d_name + 7, '-'))
+            continue;
+        if (alive(e->d_name + 4, data))
+            continue;
+        snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+        rmdir_tree(sub);
+    }
+    if (d)
+        closedir(d);
+}
+
+void sbx_cgroups_sweep(bool (*alive)(const char *instance, void *data), void *data)
+{
+    char own[PATH_MAX], dir[PATH_MAX + 64];
+    for (int i = 0; i < NCTL; i++)
+        if (own_cgroup(v1_ctls[i], own, sizeof(own))) {
+            snprintf(dir, sizeof(dir), "/sys/fs/cgroup/%s%s", v1_ctls[i], own);
+            sweep_dir(dir, alive, data);
+        }
+    if (own_cgroup("", own, sizeof(own))) {
+        snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", own);
+        sweep_dir(dir, alive, data);
+    }
+}
+
 const char *sbx_cgroups_version(const sbx_cgroups_t *cgs)
 {
     return cgs->version == 1 ? "v1" : "v2";
@@ -238,6 +290,7 @@ sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem
     cg->cgs = cgs;
     int n = cgs->version == 1 ? NCTL : 1;
     for (int i = 0; i < n; i++) {
+        mkdir(cgs->base[i], 0755); /* a sweep by another instance may have removed it empty */
         snprintf(cg->path[i], sizeof(cg->path[i]), "%s/%s", cgs->base[i], name);
         if (mkdir(cg->path[i], 0755) < 0 && errno != EEXIST) {
             r = -errno;

@@ -4,6 +4,7 @@
 #ifndef KGW_SANDBOX_CGROUP_H
 #define KGW_SANDBOX_CGROUP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -16,6 +17,9 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz);
 void sbx_cgroups_destroy(sbx_cgroups_t **cgs);
 /* Removes the cgroups of a gateway instance that is gone (its runtime lock was free). */
 void sbx_cgroups_remove_stale(const char *instance);
+/* Removes every kgw-<instance> cgroup under this process's cgroups whose instance is not
+ * alive (for instances that died under another runtime directory or before their sweep). */
+void sbx_cgroups_sweep(bool (*alive)(const char *instance, void *data), void *data);
 const char *sbx_cgroups_version(const sbx_cgroups_t *cgs); /* "v1" or "v2" */
 
 sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
