@@ -525,6 +525,7 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
     sbx_profile_t p = {
         .runtime_dir = k->dir,
         .root_dir = k->root_dir,
+        .workspace_dir = k->ws_dir,
         .uid = sb->uid_base + 2 * (unsigned)k->slot + 1,
         .root_uid = sb->uid_base + 2 * (unsigned)k->slot,
         .lim = &k->lim,
@@ -776,7 +777,7 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         snprintf(k->root_dir, sizeof(k->root_dir), "%s.root", k->dir);
         /* a tmpfs of its own, so the kernel's mountinfo shows "/" as the bind source rather
          * than a host path (the gateway runs in a private mount namespace: see main.c) */
-        char opts[96];
+        char opts[128];
         snprintf(opts, sizeof(opts), "size=1m,nr_inodes=64,mode=0700,uid=%u,gid=%u",
                  (unsigned)uid, (unsigned)uid);
         if (mount("tmpfs", k->dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
@@ -784,6 +785,15 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         k->dir_mounted = true;
         if (mkdir(k->root_dir, 0700) < 0 || chown(k->root_dir, ruid, ruid) < 0)
             goto fail;
+        /* the workspace: a size-limited tmpfs the kernel sees at /mnt/data; it lives with the
+         * kernel object, so a restart keeps the files */
+        snprintf(k->ws_dir, sizeof(k->ws_dir), "%s.ws", k->dir);
+        snprintf(opts, sizeof(opts), "size=%lld,mode=0755,uid=%u,gid=%u", k->lim.workspace_bytes,
+                 (unsigned)uid, (unsigned)uid);
+        if (mkdir(k->ws_dir, 0700) < 0 ||
+            mount("tmpfs", k->ws_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+            goto fail;
+        k->ws_mounted = true;
         k->cgroup = sbx_cgroup_new(m->cgroups, k->id, k->lim.mem_bytes, k->lim.pids,
                                    k->lim.cpu_millis);
         if (!k->cgroup)
@@ -882,6 +892,10 @@ void kernel__free(kernel_t *k)
     }
     if (k->root_dir[0])
         rmdir(k->root_dir);
+    if (k->ws_mounted)
+        umount2(k->ws_dir, MNT_DETACH);
+    if (k->ws_dir[0])
+        rmdir(k->ws_dir);
     sbx_cgroup_destroy(&k->cgroup);
     if (k->slot >= 0)
         kmgr__slot_put(k->m, k->slot);

@@ -106,6 +106,8 @@ struct kernel {
     long slot;           /* sandbox uid slot, -1: none */
     char root_dir[PATH_MAX];
     bool dir_mounted;
+    char ws_dir[PATH_MAX]; /* workspace tmpfs, bound at /mnt/data */
+    bool ws_mounted;
     pid_t pid;           /* 0: no process (sandboxed: the proxy outside the sandbox) */
     int pidfd;
     evl_io_t *pid_io;

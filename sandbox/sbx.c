@@ -274,7 +274,15 @@ static void setup_root(int efd, const sbx_profile_t *p)
     tmpfs(efd, root, "/dev/shm", p->lim->tmp_bytes, SBX_UID, 01777);
     tmpfs(efd, root, "/tmp", p->lim->tmp_bytes, 0, 01777);
     tmpfs(efd, root, SBX_HOME, p->lim->tmp_bytes, SBX_UID, 0700);
-    tmpfs(efd, root, SBX_WORKSPACE_PATH, p->lim->workspace_bytes, SBX_UID, 0755);
+    if (p->workspace_dir) {
+        path(dst, sizeof(dst), root, SBX_WORKSPACE_PATH);
+        TRY(efd, ST_TMPFS, mount(p->workspace_dir, dst, NULL, MS_BIND, NULL));
+        TRY(efd, ST_TMPFS, mount(NULL, dst, NULL,
+                                 MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | locked_flags(dst),
+                                 NULL));
+    } else {
+        tmpfs(efd, root, SBX_WORKSPACE_PATH, p->lim->workspace_bytes, SBX_UID, 0755);
+    }
 
     path(dst, sizeof(dst), root, SBX_RUNTIME_PATH);
     TRY(efd, ST_RUNTIME, mount(p->runtime_dir, dst, NULL, MS_BIND, NULL));

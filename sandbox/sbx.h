@@ -37,6 +37,8 @@ struct sbx_limits {
 typedef struct sbx_profile {
     const char *runtime_dir; /* outside; bound read-write at SBX_RUNTIME_PATH */
     const char *root_dir;    /* outside; an empty directory the new root is mounted on */
+    const char *workspace_dir; /* outside; bound read-write at SBX_WORKSPACE_PATH (NULL: a
+                                  fresh tmpfs of lim->workspace_bytes) */
     uid_t uid;               /* outside uid (and gid) of inside uid SBX_UID */
     uid_t root_uid;          /* outside uid (and gid) of inside uid 0 (set-up only) */
     const struct sbx_limits *lim;
