@@ -19,6 +19,7 @@
 #define NUDGE_RETRY_MS 2000 /* resend kernel_info_request if a start seems stuck */
 #define NUDGE_IOPUB_MS 20   /* resend when the reply came but no iopub message yet */
 #define TERM_KILL_MS 1000 /* SIGTERM -> SIGKILL */
+#define KGW_MS_NOSYMFOLLOW 256 /* MS_NOSYMFOLLOW, Linux 5.10 */
 #define EXEC_INTERRUPT_GRACE_MS 5000 /* after a wall-time interrupt, before restarting */
 
 static void start_process(kernel_t *k);
@@ -532,7 +533,7 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
         .cgroup = k->cgroup,
         .init_fd = sb->init_fd,
         .envp = k->envp,
-        .stderr_fd = 2,
+        .stderr_fd = -1, /* never the gateway's log: a kernel could read it back or forge lines */
     };
     if (argv[0][0] != '/') {
         snprintf(why, whysz, "kernelspec argv[0] must be an absolute path in the sandbox");
@@ -780,7 +781,10 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         char opts[128];
         snprintf(opts, sizeof(opts), "size=1m,nr_inodes=64,mode=0700,uid=%u,gid=%u",
                  (unsigned)uid, (unsigned)uid);
-        if (mount("tmpfs", k->dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
+        /* nosymfollow: the kernel can replace its socket files with symlinks; the gateway's
+         * reconnects must never follow them to a host socket */
+        if (mount("tmpfs", k->dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | KGW_MS_NOSYMFOLLOW,
+                  opts) < 0)
             goto fail;
         k->dir_mounted = true;
         if (mkdir(k->root_dir, 0700) < 0 || chown(k->root_dir, ruid, ruid) < 0)
@@ -791,7 +795,7 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         snprintf(opts, sizeof(opts), "size=%lld,mode=0755,uid=%u,gid=%u", k->lim.workspace_bytes,
                  (unsigned)uid, (unsigned)uid);
         if (mkdir(k->ws_dir, 0700) < 0 ||
-            mount("tmpfs", k->ws_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+            mount("tmpfs", k->ws_dir, "tmpfs", MS_NOSUID | MS_NODEV | KGW_MS_NOSYMFOLLOW, opts) < 0)
             goto fail;
         k->ws_mounted = true;
         k->cgroup = sbx_cgroup_new(m->cgroups, k->id, k->lim.mem_bytes, k->lim.pids,

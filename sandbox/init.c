@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,10 @@ static void forward(int sig)
 int main(void)
 {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    /* init runs with the kernel's uid: without this, kernel code could read or write its
+     * memory through /proc/1/mem (exec made it dumpable again) */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+        return 127;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = forward;

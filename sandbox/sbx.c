@@ -218,6 +218,13 @@ static void mk_dev(int efd, const char *root)
     }
     path(dst, sizeof(dst), root, "/dev/shm");
     TRY(efd, ST_DEV, mkdir(dst, 01777));
+    /* a private devpts instance: IPython runs !commands on a pseudo-terminal */
+    path(dst, sizeof(dst), root, "/dev/pts");
+    TRY(efd, ST_DEV, mkdir(dst, 0755));
+    TRY(efd, ST_DEV, mount("devpts", dst, "devpts", MS_NOSUID | MS_NOEXEC,
+                           "newinstance,ptmxmode=0666,mode=0600"));
+    path(dst, sizeof(dst), root, "/dev/ptmx");
+    TRY(efd, ST_DEV, symlink("pts/ptmx", dst));
 }
 
 static void tmpfs(int efd, const char *root, const char *where, long long size, int uid,
