@@ -216,51 +216,43 @@ static void on_reply(void *user, kconn_t *c, enum jchan chan, const jmsg_t *m, c
 
 static const struct kconn_ops sess_ops = {.reply = on_reply};
 
-/* A status message made by the gateway (parent_header {}), as jupyter_server sends. */
-static void broadcast_status(khub_t *hub, const char *state)
+/* An iopub message made by the gateway itself, in its own Jupyter session. */
+static void broadcast_own(khub_t *hub, const char *msg_type, jspan_t parent, const char *content)
 {
-    char content[64], msg_id[40];
-    char *hdr = jmsg_new_header("status", hub->g->server_session, msg_id);
+    jhdr_t h;
+    char *hdr = jmsg_new_header(msg_type, hub->g->server_session, h.msg_id);
     if (!hdr)
         return;
-    snprintf(content, sizeof(content), "{\"execution_state\":\"%s\"}", state);
+    snprintf(h.msg_type, sizeof(h.msg_type), "%s", msg_type);
     jmsg_t m = {.nbuf = 0};
     m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
-    m.part[JPART_PARENT] = (jspan_t){"{}", 2};
+    m.part[JPART_PARENT] = parent;
     m.part[JPART_METADATA] = (jspan_t){"{}", 2};
     m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
-    jhdr_t h;
-    snprintf(h.msg_id, sizeof(h.msg_id), "%s", msg_id);
-    snprintf(h.msg_type, sizeof(h.msg_type), "status");
     broadcast(hub, JCHAN_IOPUB, &m, &h);
     free(hdr);
+}
+
+/* A status message with parent_header {}, as jupyter_server sends on restarts and deaths. */
+static void broadcast_status(khub_t *hub, const char *state)
+{
+    char content[64];
+    snprintf(content, sizeof(content), "{\"execution_state\":\"%s\"}", state);
+    broadcast_own(hub, "status", (jspan_t){"{}", 2}, content);
 }
 
 void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
 {
     khub_t *hub = kernel_user(k);
-    char msg_id[40];
-    if (!hub)
-        return;
-    char *hdr = jmsg_new_header("stream", hub->g->server_session, msg_id);
-    json_t *c = json_pack("{s:s, s:s}", "name", "stderr", "text", "");
     char line[300];
+    if (!hub || !jmsg_is_json_object(parent))
+        return;
     snprintf(line, sizeof(line), "\n[kgw] %s\n", text);
-    json_object_set_new(c, "text", json_string(line));
+    json_t *c = json_pack("{s:s, s:s}", "name", "stderr", "text", line);
     char *content = c ? json_dumps(c, JSON_COMPACT) : NULL;
     json_decref(c);
-    if (hdr && content && jmsg_is_json_object(parent)) {
-        jmsg_t m = {.nbuf = 0};
-        m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
-        m.part[JPART_PARENT] = parent;
-        m.part[JPART_METADATA] = (jspan_t){"{}", 2};
-        m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
-        jhdr_t h;
-        snprintf(h.msg_id, sizeof(h.msg_id), "%s", msg_id);
-        snprintf(h.msg_type, sizeof(h.msg_type), "stream");
-        broadcast(hub, JCHAN_IOPUB, &m, &h);
-    }
-    free(hdr);
+    if (content)
+        broadcast_own(hub, "stream", parent, content);
     free(content);
 }
 
