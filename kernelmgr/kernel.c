@@ -349,9 +349,12 @@ static void on_nudge(void *data)
     k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_RETRY_MS);
 }
 
-static void signal_group(kernel_t *k, int sig)
+void kernel__signal(kernel_t *k, int sig)
 {
-    if (k->pid > 0 && kill(-k->pid, sig) < 0 && errno == ESRCH)
+    /* pid 1 would make kill(-1) signal every process we may signal: never */
+    if (k->pid <= 1)
+        return;
+    if (kill(-k->pid, sig) < 0 && errno == ESRCH)
         kill(k->pid, sig);
 }
 
@@ -364,18 +367,18 @@ static void on_deadline(void *data)
             log_warn("kernel=%s: no kernel_info_reply within %d ms; killing it", k->id,
                      k->m->o.start_timeout_ms);
             k->exit_status = -ETIMEDOUT;
-            signal_group(k, SIGKILL);
+            kernel__signal(k, SIGKILL);
         }
         break;
     case 1: /* shutdown_request was ignored */
         log_debug("kernel=%s: still running after shutdown_request; SIGTERM", k->id);
-        signal_group(k, SIGTERM);
+        kernel__signal(k, SIGTERM);
         k->stop_stage = 2;
         k->m->evl->timer_arm(k->m->evl, k->deadline, TERM_KILL_MS);
         break;
     default:
         log_debug("kernel=%s: still running after SIGTERM; SIGKILL", k->id);
-        signal_group(k, SIGKILL);
+        kernel__signal(k, SIGKILL);
         break;
     }
 }
@@ -388,7 +391,7 @@ static void on_hb_timer(void *data)
     if (k->hb_outstanding && ++k->hb_missed >= k->m->o.hb_misses) {
         log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, k->hb_missed);
         k->exit_status = -ETIMEDOUT;
-        signal_group(k, SIGKILL);
+        kernel__signal(k, SIGKILL);
         return;
     }
     jspan_t ping = {"ping", 4};
@@ -598,10 +601,15 @@ static void on_exit_io(void *data)
     int st = 0;
     char why[300];
 
-    if (waitpid(k->pid, &st, WNOHANG) == 0)
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    if (waitid(P_PID, (id_t)k->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
         return;
-    /* children the kernel left in its process group go with it */
-    kill(-k->pid, SIGKILL);
+    /* children the kernel left in its process group go with it: signalled while the exited
+     * leader is not yet reaped, so its pid (and group) cannot have been reused */
+    kernel__signal(k, SIGKILL);
+    if (waitpid(k->pid, &st, 0) < 0)
+        st = 0;
     evl_io_destroy(l, &k->pid_io);
     if (k->pidfd >= 0)
         close(k->pidfd);
@@ -706,7 +714,7 @@ int kernel_interrupt(kernel_t *k)
         return -EAGAIN;
     if (k->spec->interrupt_message)
         return kernel__send_own(k, &k->control, "interrupt_request", "{}");
-    signal_group(k, SIGINT);
+    kernel__signal(k, SIGINT);
     return 0;
 }
 
@@ -863,8 +871,8 @@ void kernel__free(kernel_t *k)
         kconn_t *c = k->conns;
         kconn_destroy(&c);
     }
-    if (k->pid > 0) {
-        kill(-k->pid, SIGKILL);
+    if (k->pid > 1) {
+        kernel__signal(k, SIGKILL);
         kill(k->pid, SIGKILL);
         waitpid(k->pid, NULL, 0);
     }

@@ -276,15 +276,14 @@ void kmgr_destroy(kmgr_t **pm)
     /* At exit there is no loop left to wait on: stop every process group at once, give them
      * a moment together, then kill what is left. */
     for (size_t i = 0; i < m->n; i++)
-        if (m->v[i]->pid > 0)
-            kill(-m->v[i]->pid, SIGTERM);
+        kernel__signal(m->v[i], SIGTERM);
     uint64_t deadline = util_now_ms() + 2000;
     for (;;) {
         size_t alive = 0;
         for (size_t i = 0; i < m->n; i++) {
             kernel_t *k = m->v[i];
-            if (k->pid > 0 && waitpid(k->pid, NULL, WNOHANG) == k->pid) {
-                kill(-k->pid, SIGKILL);
+            if (k->pid > 1 && waitpid(k->pid, NULL, WNOHANG) == k->pid) {
+                kernel__signal(k, SIGKILL);
                 k->pid = 0;
             }
             alive += k->pid > 0;

@@ -127,6 +127,8 @@ struct kernel {
 kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
                       const struct kmgr_limits *lim);
 void kernel__free(kernel_t *k);
+/* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
+void kernel__signal(kernel_t *k, int sig);
 /* Reaps the kernel's process if it has exited (SIGCHLD path). */
 void kernel__check_exit(kernel_t *k);
 /* Sends a gateway-made message on one of the kernel's manager sockets. */
