@@ -73,7 +73,11 @@ int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
      * failed syscall). */
     zmq_setsockopt(z->s, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
     zmq_setsockopt(z->s, ZMQ_RECONNECT_IVL_MAX, &zero, sizeof(zero));
-    zmq_setsockopt(z->s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+    /* A kernel's PUB socket drops what does not fit in its queue plus ours: give iopub a deep
+     * queue on this side, so a gateway briefly starved of CPU (the kernel and its client
+     * spinning on two cores) does not lose a kernel's output, its final status included. */
+    int rcvhwm = type == ZMQ_SUB ? 100000 : hwm;
+    zmq_setsockopt(z->s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
     zmq_setsockopt(z->s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     if (identity && zmq_setsockopt(z->s, ZMQ_ROUTING_ID, identity, strlen(identity)) < 0)
         goto fail;

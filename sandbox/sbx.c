@@ -404,11 +404,34 @@ static void forward(int sig)
         kill(proxied, sig);
 }
 
+/* Closes every descriptor above 2 but the n in keep (the proxy never execs, so close-on-exec
+ * does not help: without this it would hold the gateway's sockets). */
+static void close_all_but(int *keep, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort: n is tiny */
+        for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1];
+            keep[j - 1] = t;
+        }
+    unsigned lo = 3;
+    for (int i = 0; i < n; i++) {
+        if (keep[i] < (int)lo)
+            continue;
+        if ((unsigned)keep[i] > lo)
+            syscall(SYS_close_range, lo, (unsigned)keep[i] - 1, 0u);
+        lo = (unsigned)keep[i] + 1;
+    }
+    syscall(SYS_close_range, lo, ~0u, 0u);
+}
+
 /* The process the gateway knows: in the new user namespace, outside the pid namespace. */
 static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
                         void (*fn)(void *), void *arg)
 {
     char c;
+    int keep[] = {efd, syncfd, gofd, p->init_fd, p->stderr_fd};
+    close_all_but(keep, (int)(sizeof(keep) / sizeof(keep[0])));
     TRY(efd, ST_USERNS, unshare(CLONE_NEWUSER));
     TRY(efd, ST_USERNS, write(syncfd, "u", 1));
     if (read(gofd, &c, 1) != 1) /* the gateway gave up */
