@@ -1294,9 +1294,11 @@ def test_output_flood_keeps_gateway_responsive(gateway_factory):
                                "    print('x' * 1000, flush=True)"),
                 "silent": False, "store_history": False, "user_expressions": {},
                 "allow_stdin": False, "stop_on_error": True})
-            nbytes, reply = 0, None
+            nbytes, reply, idle = 0, None, False
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
+            # the shell reply and the iopub idle travel on different sockets: either may
+            # arrive first
+            while time.monotonic() < deadline and not (reply and idle):
                 m = await c._recv_frame(deadline - time.monotonic())
                 if m["parent_header"].get("msg_id") != msg_id:
                     continue
@@ -1304,8 +1306,8 @@ def test_output_flood_keeps_gateway_responsive(gateway_factory):
                     nbytes += len(m["content"]["text"])
                 if m["channel"] == "shell":
                     reply = m
-                if reply and S.status_of(m) == "idle":
-                    break
+                if S.status_of(m) == "idle":
+                    idle = True
             await c.close()
             return nbytes, reply
         return run(go(), 90)
