@@ -5,6 +5,7 @@
  * its shape-only path; one input in eight, as it is slow); then frames, each a uint16 LE length and
  * that many bytes (0xffff: the rest of the input; a short last frame is truncated). Every frame
  * gets its own allocation of its exact size, as ZeroMQ frames do. */
+#include "fuzz.h"
 #include <endian.h>
 #include <errno.h>
 #include <jansson.h>
@@ -17,15 +18,7 @@
 #include "protocol/jsign.h"
 #include "protocol/wsmsg.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(c)                                                                 \
-    do {                                                                              \
-        if (!(c)) {                                                                   \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c); \
-            abort();                                                                  \
-        }                                                                             \
-    } while (0)
 
 #define FUZZ_KEY   "fuzz-key"
 #define MAX_FRAMES (JMSG_MAX_IDS + 1 + 5 + JMSG_MAX_BUFFERS + 8)

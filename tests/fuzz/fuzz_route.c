@@ -2,6 +2,7 @@
  * names, and rebuilding the path from the route and its arguments must give the input back
  * (up to one trailing slash). route_is_id and kspec_name_ok are also checked against POSIX
  * regular expressions of the same shapes. */
+#include "fuzz.h"
 #include <errno.h>
 #include <regex.h>
 #include <stdint.h>
@@ -12,15 +13,7 @@
 #include "gateway/route.h"
 #include "kernelmgr/kspec.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(c)                                                                 \
-    do {                                                                              \
-        if (!(c)) {                                                                   \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c); \
-            abort();                                                                  \
-        }                                                                             \
-    } while (0)
 
 /* How each route is spelled; "%I" is an id argument, "%N" a name argument. */
 static const struct {

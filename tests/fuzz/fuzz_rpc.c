@@ -3,6 +3,7 @@
  * spec (checked here independently of rpc.c) and is the value the client sent, by position or
  * by keyword; out-params are written only on success; every exception message is printable
  * ASCII; every reply is JSON that echoes the request_id. */
+#include "fuzz.h"
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -13,15 +14,7 @@
 
 #include "protocol/rpc.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(c)                                                                 \
-    do {                                                                              \
-        if (!(c)) {                                                                   \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c); \
-            abort();                                                                  \
-        }                                                                             \
-    } while (0)
 
 static int printable(const char *s, size_t n)
 {

@@ -1,6 +1,7 @@
 /* wsmsg_decode on untrusted websocket frames. Input: byte 0 picks the encoding (bit 0: v1,
  * bit 1: binary frame), the rest is the frame. A frame that decodes must survive
  * encode -> decode unchanged in its own encoding, and in the other one where that is defined. */
+#include "fuzz.h"
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -12,15 +13,7 @@
 #include "protocol/jmsg.h"
 #include "protocol/wsmsg.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(c)                                                                 \
-    do {                                                                              \
-        if (!(c)) {                                                                   \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c); \
-            abort();                                                                  \
-        }                                                                             \
-    } while (0)
 
 static int span_eq(jspan_t a, jspan_t b)
 {
