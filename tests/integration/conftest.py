@@ -153,6 +153,47 @@ def stop_gateway(gw):
         raise AssertionError(f"kgw exited with {rc}")
 
 
+def _own_cgroup_dirs():
+    """This process's cgroup directories (v1 memory/pids/cpu, and v2)."""
+    dirs = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctls, path = line.rstrip("\n").split(":", 2)
+                for ctl in ("memory", "pids", "cpu"):
+                    if ctl in ctls.split(","):
+                        dirs.append(f"/sys/fs/cgroup/{ctl}{path.rstrip('/')}")
+                if ctls == "":
+                    dirs.append(f"/sys/fs/cgroup{path.rstrip('/')}")
+    except OSError:
+        pass
+    return dirs
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_cgroups_left_behind():
+    """A gateway killed outright leaves its (empty) kernel cgroups under ours; the next gateway
+    sweeps them, but after the last test nobody would: remove the empty ones (rmdir only)."""
+    yield
+    for base in _own_cgroup_dirs():
+        try:
+            names = [n for n in os.listdir(base) if n.startswith("kgw-gw-")]
+        except OSError:
+            continue
+        for name in names:
+            top = os.path.join(base, name)
+            for sub in sorted(os.listdir(top)) if os.path.isdir(top) else []:
+                if os.path.isdir(os.path.join(top, sub)):
+                    try:
+                        os.rmdir(os.path.join(top, sub))
+                    except OSError:
+                        pass
+            try:
+                os.rmdir(top)
+            except OSError:
+                pass
+
+
 @pytest.fixture(scope="module")
 def gateway():
     """One kgw per test module (kernels are cheap to create; the server is shared)."""
