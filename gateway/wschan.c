@@ -50,8 +50,16 @@ struct wsess {
     char id[SESSION_ID_MAX + 1];
     struct wsconn *ws;
     evl_timer_t *linger;
+    /* while no websocket is attached, what the session would have received, replayed to the
+     * next websocket of the same protocol (as jupyter_server does after a network blip) */
+    bool buffering;
+    enum wsproto buf_proto;
+    blob_t **buf;
+    size_t nbuf, cap, buf_bytes;
     wsess_t *next;
 };
+
+#define SESSION_BUFFER_MAX 10000 /* messages */
 
 struct khub {
     gw_t *g;
@@ -161,25 +169,95 @@ static int ws_writeable(struct wsconn *ws)
 
 /* ---- kernel -> clients ---- */
 
-static void send_to(struct wsconn *ws, blob_t **enc, enum jchan chan, const jmsg_t *m,
-                    const jhdr_t *h)
+static void buf_clear(wsess_t *s)
 {
-    if (!ws || ws->closing)
+    for (size_t i = 0; i < s->nbuf; i++)
+        blob_unref(&s->buf[i]);
+    free(s->buf);
+    s->buf = NULL;
+    s->nbuf = s->cap = s->buf_bytes = 0;
+}
+
+/* Keeps b for the session's next websocket; a session that buffers too much stops buffering
+ * (its client has been gone too long to catch up). */
+static void buf_add(wsess_t *s, blob_t *b)
+{
+    if (!s->buffering)
         return;
-    if (!enc[ws->proto])
-        enc[ws->proto] = wsmsg_encode(ws->proto, chan, m, h, LWS_PRE);
-    if (!enc[ws->proto]) {
+    if (s->nbuf == SESSION_BUFFER_MAX ||
+        s->buf_bytes + b->len > (size_t)s->hub->g->cfg.max_ws_queue_bytes) {
+        log_warn("ws: session %s: too much output while disconnected; not replaying it", s->id);
+        buf_clear(s);
+        s->buffering = false;
+        return;
+    }
+    if (s->nbuf == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        blob_t **nb = realloc(s->buf, cap * sizeof(*nb));
+        if (!nb) {
+            buf_clear(s);
+            s->buffering = false;
+            return;
+        }
+        s->buf = nb;
+        s->cap = cap;
+    }
+    s->buf[s->nbuf++] = blob_ref(b);
+    s->buf_bytes += b->len;
+}
+
+static void deliver(wsess_t *s, blob_t **enc, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
+{
+    struct wsconn *ws = s->ws;
+    if (ws ? ws->closing : !s->buffering)
+        return;
+    enum wsproto p = ws ? ws->proto : s->buf_proto;
+    if (!enc[p])
+        enc[p] = wsmsg_encode(p, chan, m, h, LWS_PRE);
+    if (!enc[p]) {
         log_warn("ws: cannot encode %s message: %s", h->msg_type, strerror(errno));
         return;
     }
-    ws_enqueue(ws, enc[ws->proto]);
+    if (ws)
+        ws_enqueue(ws, enc[p]);
+    else
+        buf_add(s, enc[p]);
+}
+
+/* The websocket is going: what it had not sent yet is kept for the next one. */
+static void sess_detach(wsess_t *s, struct wsconn *ws)
+{
+    s->ws = NULL;
+    s->buffering = true;
+    s->buf_proto = ws->proto;
+    ws->off = 0; /* a partly sent message is sent again whole */
+    while (ws->qlen > 0) {
+        blob_t *b = ws->q[ws->qhead];
+        buf_add(s, b);
+        blob_unref(&ws->q[ws->qhead]);
+        ws->qhead = (ws->qhead + 1) % ws->qcap;
+        ws->qlen--;
+    }
+    ws->qbytes = 0;
+}
+
+static void sess_attach(wsess_t *s, struct wsconn *ws)
+{
+    s->ws = ws;
+    if (s->nbuf > 0 && s->buf_proto == ws->proto) {
+        log_info("ws: session %s: replaying %zu messages", s->id, s->nbuf);
+        for (size_t i = 0; i < s->nbuf; i++)
+            ws_enqueue(ws, s->buf[i]);
+    }
+    buf_clear(s);
+    s->buffering = false;
 }
 
 static void broadcast(khub_t *hub, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
 {
     blob_t *enc[WSPROTO_N] = {0};
     for (wsess_t *s = hub->sessions; s; s = s->next)
-        send_to(s->ws, enc, chan, m, h);
+        deliver(s, enc, chan, m, h);
     for (int i = 0; i < WSPROTO_N; i++)
         blob_unref(&enc[i]);
 }
@@ -202,14 +280,12 @@ static void on_reply(void *user, kconn_t *c, enum jchan chan, const jmsg_t *m, c
 {
     wsess_t *s = user;
     blob_t *enc[WSPROTO_N] = {0};
-    if (!s->ws)
-        return;
     if (!jmsg_parts_ok(m)) {
         log_warn("kernel=%s: %s %s message with invalid JSON dropped", kernel_id(s->hub->k),
                  jchan_name(chan), h->msg_type);
         return;
     }
-    send_to(s->ws, enc, chan, m, h);
+    deliver(s, enc, chan, m, h);
     for (int i = 0; i < WSPROTO_N; i++)
         blob_unref(&enc[i]);
 }
@@ -268,6 +344,7 @@ static void sess_destroy(wsess_t *s)
         }
     if (s->ws)
         s->ws->sess = NULL;
+    buf_clear(s);
     kconn_destroy(&s->kc);
     evl_timer_destroy(&hub->g->loop.evl, &s->linger);
     free(s);
@@ -459,8 +536,8 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     if (sess && sess->ws) {
         log_info("ws: replacing stale connection for session %s on kernel=%s", sid, kernel_id(k));
         struct wsconn *old = sess->ws;
+        sess_detach(sess, old);
         old->sess = NULL;
-        sess->ws = NULL;
         kernel_connections(k, -1);
         ws_close(old, 1000, "replaced by a newer connection for this session", false);
     }
@@ -482,8 +559,8 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
         hub->sessions = sess;
     }
     g->loop.evl.timer_disarm(&g->loop.evl, sess->linger);
-    sess->ws = ws;
     ws->sess = sess;
+    sess_attach(sess, ws);
     pss->ws = ws;
     kernel_connections(k, 1);
     kernel_touch(k);
@@ -558,7 +635,7 @@ static void on_closed(gw_t *g, struct gw_pss *pss)
     pss->ws = NULL;
     wsess_t *s = ws->sess;
     if (s) {
-        s->ws = NULL;
+        sess_detach(s, ws);
         kernel_connections(s->hub->k, -1);
         g->loop.evl.timer_arm(&g->loop.evl, s->linger, (uint64_t)g->cfg.session_linger * 1000);
     }

@@ -412,3 +412,24 @@ def test_oversized_frame_closed_1009(gateway, kernel, proto):
         await other.close()
     run(go())
     assert gateway.request("GET", "/api")[0] == 200
+
+
+def test_reconnect_replays_missed_messages(gateway, kernel, proto):
+    """A client that drops and reconnects with the same session_id gets what was sent while it
+    was away: the reply and the output of a cell that finished meanwhile (jupyter_server
+    buffers the same way; JupyterLab relies on it after a network blip)."""
+    async def go():
+        sid = uuid.uuid4().hex
+        c = await J.connect(gateway, kernel["id"], proto, session_id=sid)
+        await c.execute("1")  # the session is live
+        msg_id = await c.request("execute_request", {
+            "code": "import time; time.sleep(1.5); print('late')", "silent": False})
+        await c.close()
+        await asyncio.sleep(2.5)  # the cell finishes while nobody is connected
+        c2 = await J.connect(gateway, kernel["id"], proto, session_id=sid)
+        reply, iopub = await c2.collect(msg_id, timeout=10)
+        assert reply["content"]["status"] == "ok"
+        texts = [m["content"]["text"] for m in iopub if m["header"]["msg_type"] == "stream"]
+        assert "".join(texts) == "late\n", texts
+        await c2.close()
+    run(go())
