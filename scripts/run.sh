@@ -4,5 +4,5 @@ set -eu
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 [ -d build ] || meson setup build --buildtype=release >/dev/null
-meson compile -C build kgw >/dev/null
+meson compile -C build kgw kgw-sandbox-init >/dev/null
 exec ./build/kgw "$@"
