@@ -543,8 +543,15 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
         char cl[32];
         bool chunked = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
         long long n = 0;
-        if (lws_hdr_copy(wsi, cl, sizeof(cl), WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0)
-            n = atoll(cl);
+        if (lws_hdr_copy(wsi, cl, sizeof(cl), WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) {
+            char *end;
+            errno = 0;
+            n = strtoll(cl, &end, 10);
+            if (errno || end == cl || *end || n < 0) {
+                answer_now(g, wsi, pss, 400, "invalid Content-Length");
+                return -1;
+            }
+        }
         if (n > g->cfg.max_body_bytes) {
             log_info("http: %s: body of %lld bytes refused", q, n);
             answer_now(g, wsi, pss, 413, "request body too large");

@@ -382,3 +382,13 @@ def test_sessions_errors(gateway):
     assert_error(gateway.request("POST", "/api/sessions", {"type": "notebook"}), 400)
     assert_error(gateway.request("POST", "/api/sessions", raw_body=b""), 400)
     assert_error(gateway.request("POST", "/api/sessions", raw_body=b"{bad"), 400)
+
+
+@pytest.mark.kgw_only
+@pytest.mark.parametrize("value", ["-5", "12abc", "99999999999999999999999"])
+def test_invalid_content_length_is_400(gateway, value):
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as s:
+        s.sendall((f"POST /api/kernels HTTP/1.1\r\nHost: x\r\nAuthorization: token "
+                   f"{gateway.token}\r\nContent-Length: {value}\r\n\r\n").encode())
+        status = s.recv(4096).split(b"\r\n", 1)[0]
+    assert status.startswith(b"HTTP/1.1 400"), status
