@@ -11,6 +11,8 @@
 #include "gateway/lwsloop.h"
 #include "kernelmgr/kmgr.h"
 
+#define GW_INSTANCE_ID_MAX 128
+
 struct gw_config {
     const char *ip;
     long long port;
@@ -29,6 +31,9 @@ struct gw_config {
     long long shutdown_grace_ms;
     long long hb_interval_ms;
     long long max_body_bytes;
+    long long max_upload_bytes;
+    long long max_download_bytes;
+    const char *instance_id;
     long long max_ws_message_bytes;
     long long max_ws_queue_bytes;
     long long session_linger;
@@ -59,6 +64,10 @@ typedef struct gw {
     int connections;
     struct gsess *sessions; /* /api/sessions */
     bool stopping;
+    char instance_id[GW_INSTANCE_ID_MAX + 1]; /* GET /self_identify, X-KGW-Self-Identify */
+    evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */
+    uint64_t tick_ms;                            /* when the tick last ran (monotonic) */
+    uint64_t loop_lag_ms;                        /* how late it ran then */
 } gw_t;
 
 /* per-connection data of every lws protocol: only a pointer to our object */
@@ -81,6 +90,13 @@ int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, cons
                    size_t len, const char *location);
 int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message);
 int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
+
+/* http.c: the instance's identity; 0, or -EINVAL when id is not 1 to GW_INSTANCE_ID_MAX
+ * bytes of [A-Za-z0-9._:-] (it goes into a response header). Empty: a random UUID. */
+int http_set_instance_id(gw_t *g, const char *id);
+/* Starts the loop tick that /check_liveness watches. */
+int http_start_tick(gw_t *g);
+void http_stop_tick(gw_t *g);
 
 /* wschan.c */
 #define WSCHAN_LEGACY_NAME "kgw" /* lws protocol 0: HTTP, and websockets offering no subprotocol */

@@ -12,8 +12,11 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/openapi.h"
 
 #define RESOURCE_MAX (1 << 20)
+#define TICK_MS      1000 /* the loop tick /check_liveness watches */
+#define MAX_LAG_MS   2000 /* a tick this late means the loop was blocked */
 
 static const char *const security_headers[][2] = {
     {"x-content-type-options:", "nosniff"},
@@ -46,13 +49,16 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
     int rc = 0;
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(security_headers); i++)
         rc |= add_header(wsi, security_headers[i][0], security_headers[i][1], p, end);
+    rc |= add_header(wsi, "x-kgw-self-identify:", g->instance_id, p, end);
     if (origin_allowed(g, wsi, origin, sizeof(origin))) {
         rc |= add_header(wsi, "access-control-allow-origin:", origin, p, end);
         rc |= add_header(wsi, "access-control-allow-credentials:", "true", p, end);
         rc |= add_header(wsi, "access-control-allow-headers:",
                          "Authorization, Content-Type, X-API-Key, X-XSRFToken", p, end);
-        rc |= add_header(wsi, "access-control-allow-methods:", "GET, POST, PATCH, DELETE, OPTIONS",
-                         p, end);
+        rc |= add_header(wsi, "access-control-allow-methods:",
+                         "GET, POST, PUT, PATCH, DELETE, OPTIONS", p, end);
+        rc |= add_header(wsi, "access-control-expose-headers:",
+                         "X-KGW-Self-Identify, Content-Disposition, Location", p, end);
         rc |= add_header(wsi, "vary:", "Origin", p, end);
     }
     return rc ? -1 : 0;
@@ -98,8 +104,12 @@ static char *error_json(int status, const char *message, size_t *len)
                                                   : status == 404 ? "Not Found"
                                                   : status == 405 ? "Method Not Allowed"
                                                   : status == 409 ? "Conflict"
+                                                  : status == 411 ? "Length Required"
                                                   : status == 413 ? "Payload Too Large"
+                                                  : status == 415 ? "Unsupported Media Type"
+                                                  : status == 500 ? "Internal Server Error"
                                                   : status == 503 ? "Service Unavailable"
+                                                  : status == 507 ? "Insufficient Storage"
                                                                   : "Error",
                           "message", message);
     char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
@@ -124,6 +134,7 @@ static void req_free(struct gw_req *r)
     if (!r)
         return;
     kwait_cancel(&r->wait);
+    files_xfer_free(&r->xfer);
     buf_fini(&r->body);
     free(r->resp);
     free(r->pending);
@@ -451,6 +462,85 @@ static void handle_status(struct gw_req *r)
                         "connections", g->connections, "kernels", (int)kmgr_count(g->km)));
 }
 
+/* ---- identity, liveness, description ---- */
+
+int http_set_instance_id(gw_t *g, const char *id)
+{
+    if (!id || !id[0]) {
+        util_uuid(g->instance_id);
+        return 0;
+    }
+    size_t n = strlen(id);
+    if (n > GW_INSTANCE_ID_MAX ||
+        strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") != n)
+        return -EINVAL;
+    memcpy(g->instance_id, id, n + 1);
+    return 0;
+}
+
+static void on_tick(void *data)
+{
+    gw_t *g = data;
+    uint64_t now = util_now_ms();
+    g->loop_lag_ms = now > g->tick_ms + TICK_MS ? now - g->tick_ms - TICK_MS : 0;
+    if (g->loop_lag_ms > MAX_LAG_MS)
+        log_warn("event loop: a %d ms timer ran %llu ms late", TICK_MS,
+                 (unsigned long long)g->loop_lag_ms);
+    g->tick_ms = now;
+    g->loop.evl.timer_arm(&g->loop.evl, g->tick, TICK_MS);
+}
+
+int http_start_tick(gw_t *g)
+{
+    g->tick = g->loop.evl.timer_new(&g->loop.evl, on_tick, g);
+    if (!g->tick)
+        return -errno;
+    g->tick_ms = util_now_ms();
+    g->loop.evl.timer_arm(&g->loop.evl, g->tick, TICK_MS);
+    return 0;
+}
+
+void http_stop_tick(gw_t *g)
+{
+    evl_timer_destroy(&g->loop.evl, &g->tick);
+}
+
+/* 200 only when a kernel could be started now: the loop keeps time, the sandbox works and the
+ * kernel limit is not reached. */
+static void handle_liveness(struct gw_req *r)
+{
+    gw_t *g = r->g;
+    char why[320];
+    const char *sbx = kmgr_sandbox_error(g->km);
+    why[0] = '\0';
+    if (g->loop_lag_ms > MAX_LAG_MS)
+        snprintf(why, sizeof(why), "the event loop was blocked (a timer ran %llu ms late)",
+                 (unsigned long long)g->loop_lag_ms);
+    else if (sbx)
+        snprintf(why, sizeof(why), "kernels cannot be started: the sandbox is unavailable: %s",
+                 sbx);
+    else if ((long long)kmgr_count(g->km) >= g->cfg.max_kernels)
+        snprintf(why, sizeof(why), "kernel limit reached (%lld)", g->cfg.max_kernels);
+    if (why[0])
+        return req_reply(r, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", why));
+    req_reply(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void handle_openapi(struct gw_req *r)
+{
+    char *doc = malloc(kgw_openapi_json_len);
+    if (!doc)
+        return req_error(r, 500, "out of memory");
+    memcpy(doc, kgw_openapi_json, kgw_openapi_json_len);
+    free(r->resp);
+    r->resp = doc;
+    r->resp_len = kgw_openapi_json_len;
+    r->status = 200;
+    r->ctype = "application/json";
+    r->has_response = true;
+    lws_callback_on_writable(r->wsi);
+}
+
 static void dispatch(struct gw_req *r)
 {
     gw_t *g = r->g;
@@ -477,13 +567,25 @@ static void dispatch(struct gw_req *r)
         sessions_handle(g, r);
         return;
     case ROUTE_KERNEL_CHANNELS:
+    case ROUTE_CHANNEL:
         return req_error(r, 400, "this endpoint needs a websocket upgrade");
+    case ROUTE_DOWNLOAD:
+    case ROUTE_CHECK_FILE:
+    case ROUTE_FILES:
+    case ROUTE_FILE:
+        return files_handle(r);
+    case ROUTE_SELF_IDENTIFY:
+        return req_reply(r, 200, json_pack("{s:s}", "instance_id", g->instance_id));
+    case ROUTE_LIVENESS:
+        return handle_liveness(r);
+    case ROUTE_OPENAPI:
+        return handle_openapi(r);
     default:
         return req_error(r, 404, "not found");
     }
 }
 
-static unsigned method_of(struct lws *wsi)
+static unsigned method_of(struct lws *wsi, unsigned *ret_tok)
 {
     static const struct {
         enum lws_token_indexes tok;
@@ -494,9 +596,13 @@ static unsigned method_of(struct lws *wsi)
         {WSI_TOKEN_PUT_URI, HTTP_M_PUT},       {WSI_TOKEN_OPTIONS_URI, HTTP_M_OPTIONS},
         {WSI_TOKEN_HEAD_URI, HTTP_M_HEAD},
     };
-    for (size_t i = 0; i < UTIL_ARRAY_SIZE(map); i++)
-        if (lws_hdr_total_length(wsi, map[i].tok) > 0)
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(map); i++) {
+        if (lws_hdr_total_length(wsi, map[i].tok) > 0) {
+            *ret_tok = map[i].tok;
             return map[i].m;
+        }
+    }
+    *ret_tok = WSI_TOKEN_GET_URI;
     return 0;
 }
 
@@ -511,23 +617,79 @@ static int answer_now(gw_t *g, struct lws *wsi, struct gw_pss *pss, int status, 
     return http_write_error(g, wsi, status, msg);
 }
 
+static const char *method_name(unsigned m)
+{
+    switch (m) {
+    case HTTP_M_GET:
+        return "GET";
+    case HTTP_M_POST:
+        return "POST";
+    case HTTP_M_PUT:
+        return "PUT";
+    case HTTP_M_PATCH:
+        return "PATCH";
+    case HTTP_M_DELETE:
+        return "DELETE";
+    case HTTP_M_OPTIONS:
+        return "OPTIONS";
+    case HTTP_M_HEAD:
+        return "HEAD";
+    default:
+        return "other";
+    }
+}
+
+/* Content-Length of the request: 0 (none given), the length, or -1 when invalid. */
+static long long content_length(struct lws *wsi, bool *ret_given)
+{
+    char cl[32];
+    *ret_given = false;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) <= 0)
+        return 0;
+    if (lws_hdr_copy(wsi, cl, sizeof(cl), WSI_TOKEN_HTTP_CONTENT_LENGTH) <= 0)
+        return -1;
+    char *end;
+    errno = 0;
+    long long n = strtoll(cl, &end, 10);
+    if (errno || end == cl || *end || n < 0)
+        return -1;
+    *ret_given = true;
+    return n;
+}
+
+/* The {path} of a file route into r->fpath; false after answering 400. libwebsockets has
+ * already percent-decoded the request path and resolved "." and ".." segments in it; a literal
+ * ';' or '&' (which it splits on) or a NUL would leave it in pieces: refused. */
+static bool take_file_path(struct gw_req *r, const char *path, size_t len, unsigned tok)
+{
+    char q[160];
+    if (lws_hdr_total_length(r->wsi, (enum lws_token_indexes)tok) != (int)len)
+        return false;
+    int rc = fpath_normalize(path + r->route.rest_off, r->route.rest_len, r->fpath,
+                             sizeof(r->fpath));
+    if (rc < 0) {
+        log_quote(q, sizeof(q), path + r->route.rest_off, r->route.rest_len);
+        log_info("http: invalid file path %s refused", q);
+        return false;
+    }
+    return true;
+}
+
 static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *path, size_t len)
 {
     char q[160];
+    unsigned tok;
     struct gw_req *r = calloc(1, sizeof(*r));
     if (!r)
         return -1;
     r->g = g;
     r->wsi = wsi;
-    r->method = method_of(wsi);
+    r->method = method_of(wsi, &tok);
+    r->tenant = ""; /* the caller's tenant: set from its credentials once tenants exist */
     buf_init(&r->body, (size_t)g->cfg.max_body_bytes);
     pss->req = r;
     log_quote(q, sizeof(q), path, len);
-    log_debug("http: %s %s", r->method == HTTP_M_GET      ? "GET"
-                             : r->method == HTTP_M_POST   ? "POST"
-                             : r->method == HTTP_M_DELETE ? "DELETE"
-                                                          : "other",
-              q);
+    log_debug("http: %s %s", method_name(r->method), q);
 
     if (route_match(path, len, &r->route) < 0)
         return answer_now(g, wsi, pss, 404, "not found");
@@ -535,22 +697,38 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
         return answer_now(g, wsi, pss, 204, NULL);
     if (!(r->route.methods & r->method))
         return answer_now(g, wsi, pss, 405, "method not allowed");
-    if (r->route.id != ROUTE_API && !auth_check(g, wsi)) {
+    if (!(r->route.flags & ROUTE_F_PUBLIC) && !auth_check(g, wsi)) {
         log_info("http: unauthenticated request for %s refused", q);
         return answer_now(g, wsi, pss, 401, "a valid API key is required");
     }
+    if (r->route.rest_len > 0 && !take_file_path(r, path, len, tok))
+        return answer_now(g, wsi, pss, 400,
+                          "invalid file path: give a relative path of at most 1024 bytes of "
+                          "UTF-8, '/'-separated, without empty, '.' or '..' components or "
+                          "control characters (percent-encode '%', '?', '#', ';' and '&')");
     if (r->method & (HTTP_M_POST | HTTP_M_PATCH | HTTP_M_PUT)) {
-        char cl[32];
-        bool chunked = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
-        long long n = 0;
-        if (lws_hdr_copy(wsi, cl, sizeof(cl), WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) {
-            char *end;
-            errno = 0;
-            n = strtoll(cl, &end, 10);
-            if (errno || end == cl || *end || n < 0) {
-                answer_now(g, wsi, pss, 400, "invalid Content-Length");
+        bool given, chunked = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
+        long long n = content_length(wsi, &given);
+        if (n < 0) {
+            answer_now(g, wsi, pss, 400, "invalid Content-Length");
+            return -1;
+        }
+        if (r->route.flags & ROUTE_F_UPLOAD) {
+            if (chunked || !given) {
+                answer_now(g, wsi, pss, 411, "uploads need a Content-Length");
                 return -1;
             }
+            int rc = files_upload_start(r, n);
+            if (rc == -EFBIG) {
+                log_info("http: %s: upload of %lld bytes refused", q, n);
+                answer_now(g, wsi, pss, 413, "upload larger than the gateway's limit");
+                return -1; /* the body is still coming: do not read it */
+            }
+            if (rc == 0 && n > 0)
+                r->body_expected = true;
+            else if (rc == 0)
+                files_upload_done(r);
+            return 0;
         }
         if (n > g->cfg.max_body_bytes) {
             log_info("http: %s: body of %lld bytes refused", q, n);
@@ -569,6 +747,14 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
 static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
 {
     struct gw_req *r = pss->req;
+    if (r && !r->has_response && files_is_download(r)) {
+        int rc = files_download_write(r);
+        if (rc <= 0)
+            return rc;
+        pss->req = NULL;
+        req_free(r);
+        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    }
     if (!r || !r->has_response)
         return 0;
     pss->req = NULL;
@@ -592,6 +778,8 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
     case LWS_CALLBACK_HTTP_BODY:
         if (!r || !r->body_expected)
             return 0;
+        if (r->xfer)
+            return files_upload_body(r, in, len);
         if (buf_append(&r->body, in, len) < 0) {
             answer_now(g, wsi, pss, 413, "request body too large");
             return -1;
@@ -600,7 +788,10 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
         if (r && r->body_expected) {
             r->body_expected = false;
-            dispatch(r);
+            if (r->xfer)
+                files_upload_done(r);
+            else
+                dispatch(r);
         }
         return 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:

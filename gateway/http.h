@@ -9,6 +9,9 @@
 #include "gateway/gw.h"
 #include "gateway/route.h"
 #include "kernelmgr/kernel.h"
+#include "protocol/fpath.h"
+
+struct fxfer; /* files.c: an upload or download in progress */
 
 struct gw_req {
     gw_t *g;
@@ -28,6 +31,9 @@ struct gw_req {
     size_t resp_len;
     const char *ctype;
     char location[128];
+    const char *tenant;        /* the caller's tenant ("" while there are none) */
+    char fpath[FPATH_MAX + 1]; /* the {path} of a file route, checked (fpath_normalize) */
+    struct fxfer *xfer;
 };
 
 /* Stores a JSON response (steals body; NULL: empty) and asks lws for a writeable callback. */
@@ -41,5 +47,20 @@ int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *,
 /* Starts a kernel from {"name", "env"}; replies on errors itself. */
 int http_start_kernel(struct gw_req *r, json_t *body,
                       void (*done)(struct gw_req *, kernel_t *, int));
+
+/* files.c: the workspace file endpoints. check_file, listing, delete and the start of a
+ * download (which then continues in files_download_write). */
+void files_handle(struct gw_req *r);
+/* Before an upload's body: 0 to stream the body into files_upload_body; 1 when a reply is
+ * queued (the body is then discarded); -EFBIG when it is over --max-upload-bytes (answer at
+ * once and close: it is not worth reading). */
+int files_upload_start(struct gw_req *r, long long content_length);
+/* Body bytes; failures are remembered and answered at the end. Returns 0. */
+int files_upload_body(struct gw_req *r, const void *in, size_t len);
+void files_upload_done(struct gw_req *r);
+bool files_is_download(const struct gw_req *r);
+/* On a writeable callback: -1 close, 0 more to send, 1 finished (complete the transaction). */
+int files_download_write(struct gw_req *r);
+void files_xfer_free(struct fxfer **x);
 
 #endif

@@ -51,6 +51,13 @@ static const struct cfg_option options[] = {
     I("hb-interval-ms", hb_interval_ms, "3000", 0, 600000,
       "heartbeat period (0 = off); 3 missed beats mean the kernel hung"),
     I("max-body-bytes", max_body_bytes, "1048576", 1024, 1073741824, "largest REST request body"),
+    I("max-upload-bytes", max_upload_bytes, "1073741824", 0, 1099511627776LL,
+      "largest upload (POST /upload, PUT /upload/{path}); it is streamed to the workspace"),
+    I("max-download-bytes", max_download_bytes, "1073741824", 0, 1099511627776LL,
+      "largest file GET /download serves (larger: check_file says too_large)"),
+    S("instance-id", instance_id, "",
+      "this instance's identity in GET /self_identify and the X-KGW-Self-Identify header of "
+      "every response, [A-Za-z0-9._:-]{1,128} (default: a random UUID)"),
     I("max-ws-message-bytes", max_ws_message_bytes, "67108864", 1024, 1073741824,
       "largest websocket message from a client (larger: close 1009)"),
     I("max-ws-queue-bytes", max_ws_queue_bytes, "268435456", 65536, 17179869184LL,
@@ -126,6 +133,16 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     switch (reason) {
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
         return wschan_confirm(&G, wsi);
+    case LWS_CALLBACK_ADD_HEADERS: { /* the 101 of a websocket upgrade */
+        struct lws_process_html_args *a = in;
+        unsigned char *p = (unsigned char *)a->p;
+        if (lws_add_http_header_by_name(wsi, (const unsigned char *)"x-kgw-self-identify:",
+                                        (const unsigned char *)G.instance_id,
+                                        (int)strlen(G.instance_id), &p, p + a->max_len))
+            return 1;
+        a->p = (char *)p;
+        return 0;
+    }
     case LWS_CALLBACK_HTTP:
     case LWS_CALLBACK_HTTP_BODY:
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
@@ -236,6 +253,11 @@ int main(int argc, char **argv)
         generated = true;
     }
     auth_init(&G, G.cfg.api_key);
+    if (http_set_instance_id(&G, G.cfg.instance_id) < 0) {
+        fprintf(stderr, "kgw: --instance-id: 1 to %d characters of [A-Za-z0-9._:-]\n",
+                GW_INSTANCE_ID_MAX);
+        return 2;
+    }
     if (!G.cfg.runtime_dir[0])
         G.cfg.runtime_dir = default_runtime_dir(rundir, sizeof(rundir));
     util_uuid(G.server_session);
@@ -286,7 +308,7 @@ int main(int argc, char **argv)
     }
     lwsloop_init(&G.loop, G.ctx, vh);
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io)
+    if (!sig_io || http_start_tick(&G) < 0)
         goto out;
 
     struct kmgr_opts ko = {
@@ -343,7 +365,8 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    printf("kgw %s listening on http://%s:%lld/\n", KGW_VERSION, G.cfg.ip, G.cfg.port);
+    printf("kgw %s listening on http://%s:%lld/ (instance %s)\n", KGW_VERSION, G.cfg.ip,
+           G.cfg.port, G.instance_id);
     if (generated)
         printf("API key (generated; pass it as 'Authorization: token KEY'): %s\n", G.cfg.api_key);
     fflush(stdout);
@@ -356,6 +379,7 @@ out:
     if (init_fd >= 0)
         close(init_fd);
     kmgr_destroy(&G.km);
+    http_stop_tick(&G);
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);
     sessions_free_all(&G);

@@ -6,25 +6,41 @@
 
 #include "kernelmgr/kspec.h"
 
-/* Patterns: literal segments, "{id}" (kernel/session id), "{name}" (spec or file name). */
-static const struct {
-    enum route_id id;
-    const char *pattern;
-    unsigned methods;
-} routes[] = {
-    {ROUTE_API, "/api", HTTP_M_GET},
-    {ROUTE_STATUS, "/api/status", HTTP_M_GET},
-    {ROUTE_KSPECS, "/api/kernelspecs", HTTP_M_GET},
-    {ROUTE_KSPEC, "/api/kernelspecs/{name}", HTTP_M_GET},
-    {ROUTE_KSPEC_RESOURCE, "/kernelspecs/{name}/{name}", HTTP_M_GET},
-    {ROUTE_KERNELS, "/api/kernels", HTTP_M_GET | HTTP_M_POST},
-    {ROUTE_KERNEL, "/api/kernels/{id}", HTTP_M_GET | HTTP_M_DELETE},
-    {ROUTE_KERNEL_INTERRUPT, "/api/kernels/{id}/interrupt", HTTP_M_POST},
-    {ROUTE_KERNEL_RESTART, "/api/kernels/{id}/restart", HTTP_M_POST},
-    {ROUTE_KERNEL_CHANNELS, "/api/kernels/{id}/channels", HTTP_M_GET},
-    {ROUTE_SESSIONS, "/api/sessions", HTTP_M_GET | HTTP_M_POST},
-    {ROUTE_SESSION, "/api/sessions/{id}", HTTP_M_GET | HTTP_M_PATCH | HTTP_M_DELETE},
+/* See struct route_def for the pattern syntax. */
+static const struct route_def routes[] = {
+    {ROUTE_API, "/api", HTTP_M_GET, ROUTE_F_PUBLIC},
+    {ROUTE_STATUS, "/api/status", HTTP_M_GET, 0},
+    {ROUTE_KSPECS, "/api/kernelspecs", HTTP_M_GET, 0},
+    {ROUTE_KSPEC, "/api/kernelspecs/{name}", HTTP_M_GET, 0},
+    {ROUTE_KSPEC_RESOURCE, "/kernelspecs/{name}/{name}", HTTP_M_GET, 0},
+    {ROUTE_KERNELS, "/api/kernels", HTTP_M_GET | HTTP_M_POST, 0},
+    {ROUTE_KERNEL, "/api/kernels/{id}", HTTP_M_GET | HTTP_M_DELETE, 0},
+    {ROUTE_KERNEL_INTERRUPT, "/api/kernels/{id}/interrupt", HTTP_M_POST, 0},
+    {ROUTE_KERNEL_RESTART, "/api/kernels/{id}/restart", HTTP_M_POST, 0},
+    {ROUTE_KERNEL_CHANNELS, "/api/kernels/{id}/channels", HTTP_M_GET, ROUTE_F_WEBSOCKET},
+    {ROUTE_SESSIONS, "/api/sessions", HTTP_M_GET | HTTP_M_POST, 0},
+    {ROUTE_SESSION, "/api/sessions/{id}", HTTP_M_GET | HTTP_M_PATCH | HTTP_M_DELETE, 0},
+    {ROUTE_CHANNEL, "/channel", HTTP_M_GET, ROUTE_F_WEBSOCKET},
+    {ROUTE_UPLOAD, "/upload", HTTP_M_POST, ROUTE_F_UPLOAD},
+    {ROUTE_UPLOAD_PATH, "/upload/{path}", HTTP_M_PUT, ROUTE_F_UPLOAD},
+    {ROUTE_DOWNLOAD, "/download/{path}", HTTP_M_GET, 0},
+    {ROUTE_CHECK_FILE, "/check_file/{path}", HTTP_M_GET, 0},
+    {ROUTE_FILES, "/files", HTTP_M_GET, 0},
+    {ROUTE_FILE, "/files/{path}", HTTP_M_DELETE, 0},
+    {ROUTE_SELF_IDENTIFY, "/self_identify", HTTP_M_GET, 0},
+    {ROUTE_LIVENESS, "/check_liveness", HTTP_M_GET, ROUTE_F_PUBLIC},
+    {ROUTE_OPENAPI, "/openapi.json", HTTP_M_GET, 0},
 };
+
+size_t route_count(void)
+{
+    return sizeof(routes) / sizeof(routes[0]);
+}
+
+const struct route_def *route_at(size_t i)
+{
+    return i < route_count() ? &routes[i] : NULL;
+}
 
 static int is_word(char c)
 {
@@ -75,6 +91,13 @@ static int try_match(const char *pattern, const char *path, size_t len, struct r
         int n = next_seg(&p, end, &seg);
         if (n < 0 || pn < 0)
             return -ENOENT;
+        if (pseg[0] == '{' && pseg[1] == 'p') { /* {path}: the rest, at least one byte */
+            if (seg == end)
+                return -ENOENT;
+            out->rest_off = (size_t)(seg - path);
+            out->rest_len = (size_t)(end - seg);
+            return 0;
+        }
         if (pseg[0] == '{') {
             if (n == 0 || n >= ROUTE_ARG_MAX || nargs >= 2)
                 return -ENOENT;
@@ -104,6 +127,7 @@ int route_match(const char *path, size_t len, struct route *out)
         if (try_match(routes[i].pattern, path, len, out) == 0) {
             out->id = routes[i].id;
             out->methods = routes[i].methods;
+            out->flags = routes[i].flags;
             return 0;
         }
         memset(out, 0, sizeof(*out));

@@ -18,6 +18,16 @@ enum route_id {
     ROUTE_KERNEL_CHANNELS,
     ROUTE_SESSIONS,
     ROUTE_SESSION,
+    ROUTE_CHANNEL,
+    ROUTE_UPLOAD,
+    ROUTE_UPLOAD_PATH,
+    ROUTE_DOWNLOAD,
+    ROUTE_CHECK_FILE,
+    ROUTE_FILES,
+    ROUTE_FILE,
+    ROUTE_SELF_IDENTIFY,
+    ROUTE_LIVENESS,
+    ROUTE_OPENAPI,
 };
 
 enum {
@@ -30,18 +40,39 @@ enum {
     HTTP_M_HEAD = 1 << 6,
 };
 
+enum {
+    ROUTE_F_PUBLIC = 1 << 0,    /* answered without the API key */
+    ROUTE_F_WEBSOCKET = 1 << 1, /* a websocket: GET with an upgrade */
+    ROUTE_F_UPLOAD = 1 << 2,    /* the body is streamed to a file, not collected */
+};
+
 #define ROUTE_MAX_PATH 2048
 #define ROUTE_ARG_MAX  256
+
+/* One row of the route table. Pattern segments are literals, "{id}" (a kernel or session
+ * id), "{name}" (a kernelspec or file name) or, last only, "{path}": the rest of the request
+ * path (one or more bytes, '/' included; checked by the handler, see protocol/fpath.h). */
+struct route_def {
+    enum route_id id;
+    const char *pattern;
+    unsigned methods; /* allowed methods */
+    unsigned flags;
+};
 
 struct route {
     enum route_id id;
     unsigned methods; /* allowed methods */
+    unsigned flags;
     char arg[2][ROUTE_ARG_MAX];
+    size_t rest_off, rest_len; /* "{path}": where it is in the matched path */
 };
 
 /* Matches a path (no query string). 0 on a match; -ENOENT otherwise (including over-long
  * paths and arguments that are not valid ids or names). */
 int route_match(const char *path, size_t len, struct route *out);
+/* The table itself, for documentation checks: route_at(i) for i < route_count(). */
+size_t route_count(void);
+const struct route_def *route_at(size_t i);
 /* True for jupyter_server's kernel/session id shape: \w+-\w+-\w+-\w+-\w+ (bounded). */
 int route_is_id(const char *s, size_t n);
 

@@ -1,0 +1,699 @@
+/* The workspace file endpoints: upload (multipart or raw PUT, streamed into an O_TMPFILE and
+ * linked into place when complete), download (streamed from an open descriptor), check_file,
+ * the listing and delete.
+ *
+ * The kernel controls everything inside a workspace and may plant symlinks, fifos or hard links
+ * there at any time, so every path is resolved below the workspace root with openat2()
+ * (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), one
+ * call per use, and only regular files are read. Nothing here names a host path in a reply. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "gateway/http.h"
+#include "kernelmgr/wspace.h"
+#include "protocol/fpath.h"
+
+#define DL_CHUNK         (64 * 1024) /* bytes read and written per step of a download */
+#define LIST_MAX_ENTRIES 10000       /* entries in one listing (then "truncated") */
+#define SPA_STORAGE      4096        /* lws_spa's buffer: > FPATH_MAX + a boundary */
+#define SPA_PATH         0           /* index of the "path" form field */
+#define BOUNDARY_MAX     70          /* RFC 2046 */
+#define MULTIPART_SLACK  65536       /* a multipart body's bytes beyond the file's (estimate) */
+
+enum fx_kind { FX_UPLOAD, FX_DOWNLOAD };
+
+struct fxfer {
+    enum fx_kind kind;
+    wspace_t *ws; /* held while the transfer runs */
+    int root;     /* the workspace's root directory */
+    int fd;       /* download: the file; upload: the O_TMPFILE (-1 once failed) */
+    long long size; /* download: the Content-Length sent; upload: bytes written */
+    long long sent;
+    bool headers_sent;
+    /* upload */
+    bool multipart, in_file, file_seen, file_done;
+    struct lws_spa *spa;
+    struct lwsac *ac; /* the spa's memory */
+    int err;          /* first failure: its status (the body is still read to its end) */
+    char errmsg[200];
+    char filename[FPATH_NAME_MAX + 2];
+};
+
+static const char *const spa_params[] = {"path"};
+
+/* ---- resolution below the workspace root ---- */
+
+static int ws_open(int dirfd, const char *path, int flags, mode_t mode)
+{
+    struct open_how how = {
+        .flags = (unsigned long long)(flags | O_CLOEXEC | O_NOFOLLOW),
+        .mode = mode,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+    };
+    /* EAGAIN: a rename raced with the resolution (RESOLVE_BENEATH) */
+    for (int i = 0; i < 8; i++) {
+        long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+        if (fd >= 0)
+            return (int)fd;
+        if (errno != EAGAIN && errno != EINTR)
+            return -errno;
+    }
+    return -EAGAIN;
+}
+
+static int give_to_kernel(int fd, const wspace_t *w)
+{
+    uid_t uid = wspace_uid(w);
+    gid_t gid = wspace_gid(w);
+    if (uid == geteuid() && gid == getegid())
+        return 0;
+    return fchown(fd, uid, gid) < 0 ? -errno : 0;
+}
+
+/* Opens the directory holding path's last component; *ret_base points into path. With create,
+ * missing directories are made (0755, given to the workspace's owner). */
+static int open_parent(int root, const wspace_t *w, const char *path, bool create,
+                       const char **ret_base)
+{
+    char comp[FPATH_NAME_MAX + 1];
+    int dir = ws_open(root, ".", O_RDONLY | O_DIRECTORY, 0);
+    const char *p = path;
+    if (dir < 0)
+        return dir;
+    for (const char *slash; (slash = strchr(p, '/')); p = slash + 1) {
+        size_t n = (size_t)(slash - p);
+        memcpy(comp, p, n);
+        comp[n] = '\0';
+        int next = ws_open(dir, comp, O_RDONLY | O_DIRECTORY, 0);
+        if (next == -ENOENT && create) {
+            if (mkdirat(dir, comp, 0755) < 0 && errno != EEXIST) {
+                next = -errno;
+            } else {
+                next = ws_open(dir, comp, O_RDONLY | O_DIRECTORY, 0);
+                int rc = next >= 0 ? give_to_kernel(next, w) : 0;
+                if (rc < 0) {
+                    close(next);
+                    next = rc;
+                }
+            }
+        }
+        close(dir);
+        if (next < 0)
+            return next;
+        dir = next;
+    }
+    *ret_base = p;
+    return dir;
+}
+
+/* Status and message for a failed resolution of the client's path q (quoted). */
+static void path_error(struct gw_req *r, int err, const char *q)
+{
+    switch (err) {
+    case -ENOENT:
+        return req_error(r, 404, "no such file or directory: %s", q);
+    case -ENOTDIR:
+        return req_error(r, 409, "%s: a parent is not a directory", q);
+    case -ELOOP:
+    case -EXDEV:
+        return req_error(r, 409, "%s: a symbolic link or mount point is in the way (never followed)",
+                         q);
+    case -ENOSPC:
+    case -EDQUOT:
+        return req_error(r, 413, "%s: the workspace is full", q);
+    case -ENAMETOOLONG:
+        return req_error(r, 400, "%s: path too long", q);
+    default:
+        log_warn("files: %s: %s", q, strerror(-err));
+        return req_error(r, 500, "%s: %s", q, strerror(-err));
+    }
+}
+
+static const char *quote_path(char *q, size_t qsz, const char *path)
+{
+    return log_quote(q, qsz, path, strlen(path));
+}
+
+/* ---- the request's workspace ---- */
+
+/* The workspace named by ?workspace=, held by nobody yet; NULL after replying. Another
+ * tenant's workspace is answered exactly like a missing one. */
+static wspace_t *request_workspace(struct gw_req *r, int *ret_root)
+{
+    char buf[1024], q[WSPACE_ID_MAX + 8]; /* lws stops at the first argument that does not fit */
+    const char *id = lws_get_urlarg_by_name(r->wsi, "workspace=", buf, sizeof(buf));
+    if (!id || !id[0]) {
+        req_error(r, 400, "the workspace query parameter is required (?workspace=ID)");
+        return NULL;
+    }
+    wspace_t *w = strlen(id) <= WSPACE_ID_MAX ? kmgr_workspace(r->g->km, id) : NULL;
+    if (!w || strcmp(wspace_tenant(w), r->tenant) != 0) {
+        req_error(r, 404, "no such workspace: %s", log_quote(q, sizeof(q), id, strlen(id)));
+        return NULL;
+    }
+    wspace_touch(w);
+    int root = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0) {
+        log_warn("files: workspace %s: cannot open its directory: %s", wspace_id(w),
+                 strerror(errno));
+        req_error(r, 500, "workspace %s is not available", wspace_id(w));
+        return NULL;
+    }
+    *ret_root = root;
+    return w;
+}
+
+static long long free_bytes(int root)
+{
+    struct statvfs sv;
+    if (fstatvfs(root, &sv) < 0)
+        return -1;
+    return (long long)sv.f_bavail * (long long)sv.f_frsize;
+}
+
+void files_xfer_free(struct fxfer **px)
+{
+    struct fxfer *x = *px;
+    if (!x)
+        return;
+    if (x->spa)
+        lws_spa_destroy(x->spa); /* frees x->ac (and calls spa_cb: x is still valid) */
+    lwsac_free(&x->ac);
+    if (x->fd >= 0)
+        close(x->fd); /* an unlinked O_TMPFILE vanishes here */
+    if (x->root >= 0)
+        close(x->root);
+    if (x->ws)
+        wspace_release(x->ws);
+    free(x);
+    *px = NULL;
+}
+
+static struct fxfer *xfer_new(enum fx_kind kind, wspace_t *w, int root)
+{
+    struct fxfer *x = calloc(1, sizeof(*x));
+    if (!x)
+        return NULL;
+    x->kind = kind;
+    x->ws = w;
+    x->root = root;
+    x->fd = -1;
+    wspace_hold(w);
+    return x;
+}
+
+/* ---- check_file, listing, delete ---- */
+
+static void handle_check_file(struct gw_req *r, int root)
+{
+    struct stat st = {0};
+    char q[160];
+    int fd = ws_open(root, r->fpath, O_PATH, 0);
+    if (fd >= 0 && fstat(fd, &st) < 0)
+        st.st_mode = 0;
+    if (fd >= 0)
+        close(fd);
+    if (fd < 0 && fd != -ENOENT && fd != -ELOOP && fd != -ENOTDIR && fd != -EXDEV)
+        return path_error(r, fd, quote_path(q, sizeof(q), r->fpath));
+    bool reg = fd >= 0 && S_ISREG(st.st_mode);
+    long long size = reg ? (long long)st.st_size : 0;
+    req_reply(r, 200,
+              json_pack("{s:b, s:b, s:I}", "exists", reg, "too_large",
+                        reg && size > r->g->cfg.max_download_bytes, "size", (json_int_t)size));
+}
+
+struct lister {
+    json_t *files;
+    size_t count;
+    bool truncated;
+};
+
+static void list_dir(struct lister *l, int dir, const char *prefix, int depth)
+{
+    int fd = dup(dir);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *name = e->d_name;
+        size_t nlen = strlen(name);
+        char path[FPATH_MAX + 1], when[40];
+        struct stat st;
+        if (!strcmp(name, ".") || !strcmp(name, ".."))
+            continue;
+        /* names the API could not address (or JSON not carry) are left out */
+        if (!fpath_name_ok(name, nlen))
+            continue;
+        int n = snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "/" : "", name);
+        if (n < 0 || (size_t)n >= sizeof(path))
+            continue;
+        if (l->count >= LIST_MAX_ENTRIES) {
+            l->truncated = true;
+            break;
+        }
+        if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        const char *type = S_ISREG(st.st_mode)   ? "file"
+                           : S_ISDIR(st.st_mode) ? "directory"
+                           : S_ISLNK(st.st_mode) ? "symlink"
+                                                 : "other";
+        util_iso_time(when, sizeof(when),
+                      (int64_t)st.st_mtim.tv_sec * 1000000 + st.st_mtim.tv_nsec / 1000);
+        json_array_append_new(l->files,
+                              json_pack("{s:s, s:I, s:s, s:s}", "path", path, "size",
+                                        (json_int_t)(S_ISREG(st.st_mode) ? st.st_size : 0),
+                                        "type", type, "last_modified", when));
+        l->count++;
+        if (S_ISDIR(st.st_mode)) {
+            if (depth + 1 >= FPATH_DEPTH_MAX) {
+                l->truncated = true;
+                continue;
+            }
+            int sub = ws_open(dirfd(d), name, O_RDONLY | O_DIRECTORY, 0);
+            if (sub >= 0) {
+                list_dir(l, sub, path, depth + 1);
+                close(sub);
+            }
+        }
+    }
+    closedir(d);
+}
+
+static void handle_list(struct gw_req *r, wspace_t *w, int root)
+{
+    struct lister l = {.files = json_array()};
+    list_dir(&l, root, "", 0);
+    req_reply(r, 200,
+              json_pack("{s:s, s:o, s:b}", "workspace", wspace_id(w), "files", l.files,
+                        "truncated", l.truncated));
+}
+
+static void handle_delete(struct gw_req *r, wspace_t *w, int root)
+{
+    const char *base;
+    char q[160];
+    struct stat st;
+    quote_path(q, sizeof(q), r->fpath);
+    int dir = open_parent(root, w, r->fpath, false, &base);
+    if (dir < 0)
+        return path_error(r, dir, q);
+    int rc = 0;
+    if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        rc = -errno;
+    else if (unlinkat(dir, base, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) < 0)
+        rc = -errno;
+    close(dir);
+    if (rc == -ENOTEMPTY || rc == -EEXIST)
+        return req_error(r, 409, "%s: the directory is not empty", q);
+    if (rc < 0)
+        return path_error(r, rc, q);
+    log_info("files: workspace %s: deleted %s", wspace_id(w), q);
+    req_reply(r, 204, NULL);
+}
+
+/* ---- download ---- */
+
+static void start_download(struct gw_req *r, wspace_t *w, int root)
+{
+    char q[160];
+    struct stat st;
+    quote_path(q, sizeof(q), r->fpath);
+    /* O_NONBLOCK: a fifo planted by the kernel must not block the loop */
+    int fd = ws_open(root, r->fpath, O_RDONLY | O_NONBLOCK, 0);
+    if (fd < 0) {
+        close(root);
+        return path_error(r, fd == -ENXIO ? -ENOENT : fd, q);
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        close(root);
+        return req_error(r, 404, "%s is not a regular file", q);
+    }
+    if (st.st_size > r->g->cfg.max_download_bytes) {
+        close(fd);
+        close(root);
+        return req_error(r, 413, "%s is larger than the download limit (%lld bytes)", q,
+                         r->g->cfg.max_download_bytes);
+    }
+    struct fxfer *x = xfer_new(FX_DOWNLOAD, w, root);
+    if (!x) {
+        close(fd);
+        close(root);
+        return req_error(r, 500, "out of memory");
+    }
+    x->fd = fd;
+    x->size = (long long)st.st_size;
+    r->xfer = x;
+    log_debug("files: workspace %s: download %s (%lld bytes)", wspace_id(w), q, x->size);
+    lws_callback_on_writable(r->wsi);
+}
+
+static int download_headers(struct gw_req *r)
+{
+    struct fxfer *x = r->xfer;
+    unsigned char hdr[LWS_PRE + 2048], *start = hdr + LWS_PRE, *p = start,
+                                       *end = hdr + sizeof(hdr) - 1;
+    char disp[64 + 3 * FPATH_NAME_MAX];
+    int n = snprintf(disp, sizeof(disp), "attachment; filename*=UTF-8''");
+    if (fpath_attr_encode(fpath_basename(r->fpath), disp + n, sizeof(disp) - (size_t)n) < 0)
+        return -1;
+    static const char ctype[] = "application/octet-stream";
+    if (lws_add_http_header_status(r->wsi, 200, &p, end) ||
+        lws_add_http_header_by_token(r->wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
+                                     (const unsigned char *)ctype, (int)sizeof(ctype) - 1, &p,
+                                     end) ||
+        lws_add_http_header_by_name(r->wsi, (const unsigned char *)"content-disposition:",
+                                    (const unsigned char *)disp, (int)strlen(disp), &p, end) ||
+        http_add_common_headers(r->g, r->wsi, &p, end) ||
+        lws_add_http_header_content_length(r->wsi, (lws_filepos_t)x->size, &p, end) ||
+        lws_finalize_http_header(r->wsi, &p, end))
+        return -1;
+    if (lws_write(r->wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
+        return -1;
+    x->headers_sent = true;
+    return 0;
+}
+
+int files_download_write(struct gw_req *r)
+{
+    static unsigned char chunk[LWS_PRE + DL_CHUNK]; /* lws copies what the socket does not take */
+    struct fxfer *x = r->xfer;
+    if (!x->headers_sent && download_headers(r) < 0)
+        return -1;
+    while (x->sent < x->size && !lws_send_pipe_choked(r->wsi)) {
+        long long want = x->size - x->sent;
+        size_t n = want > DL_CHUNK ? DL_CHUNK : (size_t)want;
+        ssize_t got = pread(x->fd, chunk + LWS_PRE, n, (off_t)x->sent);
+        if (got <= 0) {
+            /* shrunk under us (the kernel owns it): the promised length cannot be kept */
+            log_info("files: workspace %s: %s changed during its download; connection closed",
+                     wspace_id(x->ws), r->fpath);
+            return -1;
+        }
+        bool last = x->sent + got == x->size;
+        if (lws_write(r->wsi, chunk + LWS_PRE, (size_t)got,
+                      last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < 0)
+            return -1;
+        x->sent += got;
+    }
+    if (x->sent < x->size) {
+        lws_callback_on_writable(r->wsi);
+        return 0;
+    }
+    wspace_touch(x->ws);
+    return 1;
+}
+
+bool files_is_download(const struct gw_req *r)
+{
+    return r->xfer && r->xfer->kind == FX_DOWNLOAD;
+}
+
+/* ---- upload ---- */
+
+static void upload_fail(struct fxfer *x, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void upload_fail(struct fxfer *x, int status, const char *fmt, ...)
+{
+    if (x->err)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->errmsg, sizeof(x->errmsg), fmt, ap);
+    va_end(ap);
+    x->err = status;
+    if (x->fd >= 0) { /* give the space back now */
+        close(x->fd);
+        x->fd = -1;
+    }
+}
+
+static void upload_write(struct fxfer *x, const char *p, size_t n)
+{
+    while (n > 0 && !x->err) {
+        ssize_t w = write(x->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == ENOSPC || errno == EDQUOT || errno == EFBIG)) {
+            upload_fail(x, 413, "the workspace is full (%lld bytes written, none kept)",
+                        x->size);
+            return;
+        }
+        if (w <= 0) {
+            log_warn("files: workspace %s: upload write: %s", wspace_id(x->ws),
+                     strerror(errno));
+            upload_fail(x, 500, "cannot write the file");
+            return;
+        }
+        x->size += w;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static int spa_cb(void *data, const char *name, const char *filename, char *buf, int len,
+                  enum lws_spa_fileupload_states state)
+{
+    struct fxfer *x = data;
+    switch (state) {
+    case LWS_UFS_OPEN:
+        if (x->file_seen || strcmp(name, "file") != 0) {
+            upload_fail(x, 400, "one file part is expected, named \"file\"");
+            return 0;
+        }
+        x->file_seen = x->in_file = true;
+        snprintf(x->filename, sizeof(x->filename), "%s", filename ? filename : "");
+        return 0;
+    case LWS_UFS_CONTENT:
+    case LWS_UFS_FINAL_CONTENT:
+        if (x->in_file && len > 0 && buf)
+            upload_write(x, buf, (size_t)len);
+        if (state == LWS_UFS_FINAL_CONTENT && x->in_file) {
+            x->in_file = false;
+            x->file_done = true;
+        }
+        return 0;
+    case LWS_UFS_CLOSE:
+    default:
+        return 0;
+    }
+}
+
+/* True when the Content-Type is what lws_spa parses as multipart, with a sane boundary. */
+static bool multipart_ok(struct lws *wsi)
+{
+    char ct[256];
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE) >= (int)sizeof(ct) ||
+        lws_hdr_copy(wsi, ct, sizeof(ct), WSI_TOKEN_HTTP_CONTENT_TYPE) <= 0)
+        return false;
+    if (strncmp(ct, "multipart/form-data", 19) != 0)
+        return false;
+    const char *b = strstr(ct, "boundary=");
+    if (!b)
+        return false;
+    b += 9;
+    if (*b == '"')
+        b++;
+    size_t n = strcspn(b, " ;\"");
+    return n >= 1 && n <= BOUNDARY_MAX;
+}
+
+int files_upload_start(struct gw_req *r, long long content_length)
+{
+    gw_t *g = r->g;
+    char q[160];
+    int root = -1;
+    if (content_length > g->cfg.max_upload_bytes)
+        return -EFBIG;
+    bool multipart = r->route.id == ROUTE_UPLOAD;
+    if (multipart && !multipart_ok(r->wsi)) {
+        req_error(r, 415, "POST /upload takes multipart/form-data (a \"file\" part and a \"path\" "
+                          "field); PUT /upload/{path} takes the raw file");
+        return 1;
+    }
+    wspace_t *w = request_workspace(r, &root);
+    if (!w)
+        return 1;
+    long long avail = free_bytes(root);
+    long long need = multipart ? content_length - MULTIPART_SLACK : content_length;
+    if (avail >= 0 && need > avail) {
+        close(root);
+        req_error(r, 413, "the workspace is full: %lld bytes free, the upload has %lld", avail,
+                  content_length);
+        return 1;
+    }
+    struct fxfer *x = xfer_new(FX_UPLOAD, w, root);
+    if (!x) {
+        close(root);
+        req_error(r, 500, "out of memory");
+        return 1;
+    }
+    r->xfer = x;
+    x->multipart = multipart;
+    x->fd = ws_open(root, ".", O_TMPFILE | O_WRONLY, 0600);
+    if (x->fd < 0) {
+        int rc = x->fd;
+        x->fd = -1;
+        path_error(r, rc, quote_path(q, sizeof(q), "."));
+        return 1;
+    }
+    if (give_to_kernel(x->fd, w) < 0 || fchmod(x->fd, 0644) < 0) {
+        log_warn("files: workspace %s: cannot give an upload to its owner: %s", wspace_id(w),
+                 strerror(errno));
+        req_error(r, 500, "cannot create the file");
+        return 1;
+    }
+    if (multipart) {
+        lws_spa_create_info_t si = {
+            .param_names = spa_params,
+            .count_params = (int)UTIL_ARRAY_SIZE(spa_params),
+            .max_storage = SPA_STORAGE,
+            .opt_cb = spa_cb,
+            .opt_data = x,
+            /* With an lwsac, field values are copied out and the parse buffer never shrinks:
+             * libwebsockets 4.1's in-buffer storage overflows once a field has used it up
+             * (fixed upstream in 2026, "spa: defend against cross-chunk mismatches"). */
+            .ac = &x->ac,
+        };
+        x->spa = lws_spa_create_via_info(r->wsi, &si);
+        if (!x->spa) {
+            req_error(r, 500, "out of memory");
+            return 1;
+        }
+    }
+    log_debug("files: workspace %s: upload of %lld bytes started", wspace_id(w), content_length);
+    return 0;
+}
+
+int files_upload_body(struct gw_req *r, const void *in, size_t len)
+{
+    struct fxfer *x = r->xfer;
+    if (x->err)
+        return 0; /* read to the end, then answer */
+    if (!x->multipart) {
+        upload_write(x, in, len);
+        return 0;
+    }
+    if (lws_spa_process(x->spa, in, (int)len) < 0) {
+        upload_fail(x, 400, "malformed multipart/form-data body");
+        return 0;
+    }
+    /* repeated "path" fields would pile up: bound them as they arrive */
+    if (lws_spa_get_length(x->spa, SPA_PATH) > FPATH_MAX)
+        upload_fail(x, 400, "\"path\" is longer than %d bytes", FPATH_MAX);
+    return 0;
+}
+
+/* Links the complete temporary file at path, replacing a file of that name atomically. */
+static int link_into_place(struct fxfer *x, const char *path)
+{
+    const char *base;
+    char tmp[64], proc[64];
+    struct stat st;
+    int dir = open_parent(x->root, x->ws, path, true, &base);
+    if (dir < 0)
+        return dir;
+    if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        close(dir);
+        return -EISDIR;
+    }
+    int rc = -EEXIST;
+    for (int i = 0; i < 8 && rc == -EEXIST; i++) {
+        char hex[17];
+        util_random_hex(hex, 8);
+        snprintf(tmp, sizeof(tmp), ".kgw-upload-%s", hex);
+        rc = linkat(x->fd, "", dir, tmp, AT_EMPTY_PATH) < 0 ? -errno : 0;
+        if (rc == -ENOENT || rc == -EPERM) { /* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH */
+            snprintf(proc, sizeof(proc), "/proc/self/fd/%d", x->fd);
+            rc = linkat(AT_FDCWD, proc, dir, tmp, AT_SYMLINK_FOLLOW) < 0 ? -errno : 0;
+        }
+    }
+    if (rc == 0 && renameat(dir, tmp, dir, base) < 0) {
+        rc = -errno;
+        unlinkat(dir, tmp, 0);
+    }
+    close(dir);
+    return rc;
+}
+
+void files_upload_done(struct gw_req *r)
+{
+    struct fxfer *x = r->xfer;
+    char path[FPATH_MAX + 1], q[160];
+    if (x->multipart && x->spa)
+        lws_spa_finalize(x->spa);
+    if (!x->err && x->multipart) {
+        const char *p = lws_spa_get_string(x->spa, SPA_PATH);
+        int plen = lws_spa_get_length(x->spa, SPA_PATH);
+        if (!x->file_done)
+            upload_fail(x, 400, "no complete \"file\" part in the form");
+        else if (plen > 0 && (!p || strlen(p) != (size_t)plen))
+            upload_fail(x, 400, "one \"path\" field is expected");
+        else if (plen == 0 && strlen(x->filename) >= FPATH_NAME_MAX)
+            upload_fail(x, 400, "no \"path\" field, and the part's filename is too long");
+        else if (fpath_normalize(plen > 0 ? p : x->filename, plen > 0 ? (size_t)plen
+                                                                      : strlen(x->filename),
+                                 path, sizeof(path)) < 0)
+            upload_fail(x, 400, "invalid path %s (relative, '/'-separated, no '.' or '..')",
+                        plen > 0 ? log_quote(q, sizeof(q), p, (size_t)plen)
+                                 : log_quote(q, sizeof(q), x->filename, strlen(x->filename)));
+    } else if (!x->err) {
+        snprintf(path, sizeof(path), "%s", r->fpath);
+    }
+    if (x->err)
+        return req_error(r, x->err, "%s", x->errmsg);
+    quote_path(q, sizeof(q), path);
+    int rc = link_into_place(x, path);
+    if (rc == -EISDIR || rc == -ENOTEMPTY || rc == -EEXIST)
+        return req_error(r, 409, "%s is a directory", q);
+    if (rc < 0)
+        return path_error(r, rc, q);
+    log_info("files: workspace %s: uploaded %s (%lld bytes)", wspace_id(x->ws), q, x->size);
+    wspace_touch(x->ws);
+    req_reply(r, 201, json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)x->size));
+}
+
+/* ---- entry ---- */
+
+void files_handle(struct gw_req *r)
+{
+    int root = -1;
+    wspace_t *w = request_workspace(r, &root);
+    if (!w)
+        return;
+    switch (r->route.id) {
+    case ROUTE_CHECK_FILE:
+        handle_check_file(r, root);
+        break;
+    case ROUTE_FILES:
+        handle_list(r, w, root);
+        break;
+    case ROUTE_FILE:
+        handle_delete(r, w, root);
+        break;
+    case ROUTE_DOWNLOAD:
+        return start_download(r, w, root); /* owns root */
+    default:
+        req_error(r, 404, "not found");
+        break;
+    }
+    close(root);
+}

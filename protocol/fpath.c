@@ -1,0 +1,119 @@
+#include "protocol/fpath.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Length of the UTF-8 sequence at s (at most n bytes) or 0 when it is not valid: shortest
+ * form only, no surrogates (U+D800-DFFF), nothing above U+10FFFF. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* Checks one component; 0, -EINVAL or -ENAMETOOLONG. */
+static int check_name(const char *name, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)name;
+    if (len == 0)
+        return -EINVAL;
+    if (len > FPATH_NAME_MAX)
+        return -ENAMETOOLONG;
+    if ((len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
+        return -EINVAL;
+    for (size_t i = 0; i < len;) {
+        if (s[i] < 0x20 || s[i] == 0x7f || s[i] == '/')
+            return -EINVAL;
+        size_t n = utf8_seq(s + i, len - i);
+        if (n == 0)
+            return -EINVAL;
+        i += n;
+    }
+    return 0;
+}
+
+bool fpath_name_ok(const char *name, size_t len)
+{
+    return check_name(name, len) == 0;
+}
+
+int fpath_normalize(const char *in, size_t len, char *out, size_t outsz)
+{
+    size_t depth = 0;
+    if (len == 0)
+        return -EINVAL;
+    if (len > FPATH_MAX)
+        return -ENAMETOOLONG;
+    for (size_t i = 0; i <= len;) {
+        const char *slash = memchr(in + i, '/', len - i);
+        size_t end = slash ? (size_t)(slash - in) : len;
+        int rc = check_name(in + i, end - i);
+        if (rc < 0)
+            return rc;
+        if (++depth > FPATH_DEPTH_MAX)
+            return -ENAMETOOLONG;
+        i = end + 1; /* past the '/'; past the end when this was the last component */
+    }
+    if (outsz < len + 1)
+        return -ENOBUFS;
+    memcpy(out, in, len);
+    out[len] = '\0';
+    return (int)len;
+}
+
+const char *fpath_basename(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+int fpath_attr_encode(const char *name, char *out, size_t outsz)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        unsigned c = *p;
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     (c && strchr("!#$&+-.^_`|~", (int)c));
+        if (o + (plain ? 1 : 3) >= outsz)
+            return -ENOBUFS;
+        if (plain) {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    if (o >= outsz)
+        return -ENOBUFS;
+    out[o] = '\0';
+    return (int)o;
+}
