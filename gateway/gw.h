@@ -45,6 +45,8 @@ struct gw_config {
     long long cpu_limit;
     long long pids_limit;
     long long workspace_size;
+    long long max_workspaces;
+    long long workspace_grace;
     long long tmp_size;
     long long fsize_limit;
     long long nofile_limit;

@@ -317,46 +317,27 @@ int http_start_kernel(struct gw_req *r, json_t *body,
         req_error(r, 400, "\"env\" must be an object");
         return -EINVAL;
     }
-    struct kmgr_limits lim = {0};
-    json_t *jl = json_object_get(body, "limits");
-    if (jl && !json_is_null(jl)) {
-        static const struct {
-            const char *key;
-            size_t off;
-            long long scale;
-        } keys[] = {
-            {"memory", offsetof(struct kmgr_limits, mem_bytes), 1},
-            {"cpu", offsetof(struct kmgr_limits, cpu_millis), 1},
-            {"pids", offsetof(struct kmgr_limits, pids), 1},
-            {"workspace", offsetof(struct kmgr_limits, workspace_bytes), 1},
-            {"exec_timeout", offsetof(struct kmgr_limits, exec_timeout_ms), 1000},
-            {"output_bytes", offsetof(struct kmgr_limits, output_cap), 1},
-        };
-        const char *key;
-        json_t *v;
-        if (!json_is_object(jl)) {
-            req_error(r, 400, "\"limits\" must be an object");
-            return -EINVAL;
-        }
-        json_object_foreach(jl, key, v)
-        {
-            size_t i;
-            for (i = 0; i < UTIL_ARRAY_SIZE(keys); i++)
-                if (!strcmp(key, keys[i].key))
-                    break;
-            if (i == UTIL_ARRAY_SIZE(keys) || !json_is_integer(v) || json_integer_value(v) <= 0 ||
-                json_integer_value(v) > (1LL << 50)) {
-                char q[80];
-                req_error(r, 400,
-                          "limits: %s is not a known limit with a positive integer value "
-                          "(memory, cpu, pids, workspace, exec_timeout, output_bytes)",
-                          log_quote(q, sizeof(q), key, strlen(key)));
-                return -EINVAL;
-            }
-            *(long long *)((char *)&lim + keys[i].off) = json_integer_value(v) * keys[i].scale;
-        }
+    struct kmgr_limits lim;
+    char err[200];
+    if (kmgr_limits_parse(json_object_get(body, "limits"), &lim, err, sizeof(err)) < 0) {
+        req_error(r, 400, "%s", err);
+        return -EINVAL;
     }
-    int rc = kmgr_start(g->km, name, json_is_object(env) ? env : NULL, &lim, &k);
+    json_t *jws = json_object_get(body, "workspace");
+    if (jws && !json_is_null(jws) &&
+        (!json_is_string(jws) || !route_is_id(json_string_value(jws), json_string_length(jws)))) {
+        req_error(r, 400, "\"workspace\" must be a workspace id");
+        return -EINVAL;
+    }
+    struct kmgr_start st = {.spec_name = name,
+                            .env = json_is_object(env) ? env : NULL,
+                            .lim = &lim,
+                            .workspace = json_is_string(jws) ? json_string_value(jws) : NULL};
+    int rc = kmgr_start(g->km, &st, &k);
+    if (rc == -ESRCH) {
+        req_error(r, 404, "No such workspace");
+        return rc;
+    }
     if (rc == -ERANGE) {
         req_error(r, 400, "limits: a requested limit is above the gateway's cap");
         return rc;

@@ -75,7 +75,11 @@ static const struct cfg_option options[] = {
     I("cpu-limit", cpu_limit, "1000", 10, 1024000, "CPU per kernel in thousandths of a core"),
     I("pids-limit", pids_limit, "512", 16, 1000000, "processes and threads per kernel"),
     I("workspace-size", workspace_size, "1073741824", 1048576, 1099511627776LL,
-      "size of a kernel's /mnt/data in bytes"),
+      "size of a new workspace (a kernel's /mnt/data) in bytes"),
+    I("max-workspaces", max_workspaces, "0", 0, 100000,
+      "workspaces, with or without kernels (0: twice --max-kernels)"),
+    I("workspace-grace", workspace_grace, "600", 0, 604800,
+      "seconds a workspace outlives its last kernel, for downloads"),
     I("tmp-size", tmp_size, "268435456", 1048576, 1099511627776LL,
       "size of a kernel's /tmp and of its home, each, in bytes"),
     I("fsize-limit", fsize_limit, "1073741824", 1048576, 1099511627776LL,
@@ -327,6 +331,8 @@ int main(int argc, char **argv)
         .dead_linger_s = 60,
         .exec_timeout_ms = (int)G.cfg.exec_timeout * 1000,
         .output_cap = G.cfg.output_cap,
+        .max_workspaces = (int)G.cfg.max_workspaces,
+        .workspace_grace_s = (int)G.cfg.workspace_grace,
     };
     char why[256];
     struct kmgr_sandbox sb = {

@@ -19,7 +19,6 @@
 #define NUDGE_RETRY_MS 2000 /* resend kernel_info_request if a start seems stuck */
 #define NUDGE_IOPUB_MS 20   /* resend when the reply came but no iopub message yet */
 #define TERM_KILL_MS 1000 /* SIGTERM -> SIGKILL */
-#define KGW_MS_NOSYMFOLLOW 256 /* MS_NOSYMFOLLOW, Linux 5.10 */
 #define EXEC_INTERRUPT_GRACE_MS 5000 /* after a wall-time interrupt, before restarting */
 
 static void start_process(kernel_t *k);
@@ -86,8 +85,14 @@ json_t *kernel_model(const kernel_t *k)
     default:
         break;
     }
-    return json_pack("{s:s, s:s, s:s, s:s, s:i}", "id", k->id, "name", k->spec->name,
-                     "last_activity", ts, "execution_state", st, "connections", k->connections);
+    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:s}", "id", k->id, "name", k->spec->name,
+                     "last_activity", ts, "execution_state", st, "connections", k->connections,
+                     "workspace", k->ws->id);
+}
+
+struct wspace *kernel_workspace(const kernel_t *k)
+{
+    return k->ws;
 }
 
 void kernel__endpoint(const kernel_t *k, int port, char *out, size_t outsz)
@@ -529,9 +534,9 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
     sbx_profile_t p = {
         .runtime_dir = k->dir,
         .root_dir = k->root_dir,
-        .workspace_dir = k->ws_dir,
-        .uid = sb->uid_base + 2 * (unsigned)k->slot + 1,
-        .root_uid = sb->uid_base + 2 * (unsigned)k->slot,
+        .workspace_dir = k->ws->path,
+        .uid = k->ws->uid,
+        .root_uid = k->ws->uid - 1,
         .lim = &k->lim,
         .cgroup = k->cgroup,
         .init_fd = sb->init_fd,
@@ -558,7 +563,7 @@ static void start_process(kernel_t *k)
     } else {
         struct sbx_spawn_opts so = {.argv = argv,
                                     .envp = k->envp,
-                                    .cwd = k->m->o.kernel_cwd,
+                                    .cwd = k->m->o.kernel_cwd ? k->m->o.kernel_cwd : k->ws->path,
                                     .stdout_fd = -1,
                                     .stderr_fd = 2};
         r = sbx_spawn(&so, &k->pid, &k->pidfd);
@@ -732,7 +737,7 @@ static void on_linger(void *data)
 }
 
 kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
-                      const struct kmgr_limits *lim)
+                      const struct kmgr_limits *lim, wspace_t *ws)
 {
     char ep[PATH_MAX + 16];
     evl_t *l = m->evl;
@@ -743,7 +748,8 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     k->m = m;
     k->spec = spec;
     k->pidfd = -1;
-    k->slot = -1;
+    k->ws = ws;
+    wspace__attach(ws);
     k->exec_timeout_ms = m->o.exec_timeout_ms;
     k->output_cap = m->o.output_cap;
     if (m->o.sandbox)
@@ -774,12 +780,7 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     if (mkdir(k->dir, 0700) < 0)
         goto fail;
     if (m->o.sandbox) {
-        const struct kmgr_sandbox *sb = m->o.sandbox;
-        if ((k->slot = kmgr__slot_take(m)) < 0) {
-            errno = EAGAIN;
-            goto fail;
-        }
-        uid_t uid = sb->uid_base + 2 * (unsigned)k->slot + 1;
+        uid_t uid = ws->uid;
         uid_t ruid = uid - 1;
         /* the kernel (uid inside 1000) creates its sockets here; the sandbox's set-up
          * (inside root) mounts the new root on root_dir */
@@ -797,15 +798,6 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         k->dir_mounted = true;
         if (mkdir(k->root_dir, 0700) < 0 || chown(k->root_dir, ruid, ruid) < 0)
             goto fail;
-        /* the workspace: a size-limited tmpfs the kernel sees at /mnt/data; it lives with the
-         * kernel object, so a restart keeps the files */
-        snprintf(k->ws_dir, sizeof(k->ws_dir), "%s.ws", k->dir);
-        snprintf(opts, sizeof(opts), "size=%lld,mode=0755,uid=%u,gid=%u", k->lim.workspace_bytes,
-                 (unsigned)uid, (unsigned)uid);
-        if (mkdir(k->ws_dir, 0700) < 0 ||
-            mount("tmpfs", k->ws_dir, "tmpfs", MS_NOSUID | MS_NODEV | KGW_MS_NOSYMFOLLOW, opts) < 0)
-            goto fail;
-        k->ws_mounted = true;
         k->cgroup = sbx_cgroup_new(m->cgroups, k->id, k->lim.mem_bytes, k->lim.pids,
                                    k->lim.cpu_millis);
         if (!k->cgroup)
@@ -820,7 +812,7 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         goto fail;
     }
     if (m->o.sandbox) {
-        uid_t uid = m->o.sandbox->uid_base + 2 * (unsigned)k->slot + 1;
+        uid_t uid = ws->uid;
         if (chown(k->conn_file, uid, uid) < 0)
             goto fail;
     }
@@ -904,12 +896,8 @@ void kernel__free(kernel_t *k)
     }
     if (k->root_dir[0])
         rmdir(k->root_dir);
-    if (k->ws_mounted)
-        umount2(k->ws_dir, MNT_DETACH);
-    if (k->ws_dir[0])
-        rmdir(k->ws_dir);
     sbx_cgroup_destroy(&k->cgroup);
-    if (k->slot >= 0)
-        kmgr__slot_put(k->m, k->slot);
+    if (k->ws)
+        wspace__detach(k->ws);
     free(k);
 }

@@ -22,9 +22,12 @@ typedef void (*kernel_done_cb)(void *data, kernel_t *k, int status);
 const char *kernel_id(const kernel_t *k);
 const char *kernel_spec_name(const kernel_t *k);
 enum kernel_state kernel_state(const kernel_t *k);
-/* {"id", "name", "last_activity", "execution_state", "connections"}. New reference. */
+/* {"id", "name", "last_activity", "execution_state", "connections", "workspace"}. New
+ * reference. */
 json_t *kernel_model(const kernel_t *k);
 void kernel_touch(kernel_t *k);
+/* Its workspace (struct wspace, kernelmgr/wspace.h). */
+struct wspace *kernel_workspace(const kernel_t *k);
 void kernel_connections(kernel_t *k, int delta);
 void kernel_set_user(kernel_t *k, void *user);
 void *kernel_user(const kernel_t *k);

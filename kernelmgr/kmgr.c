@@ -1,6 +1,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <signal.h>
@@ -130,7 +131,7 @@ static void sandbox_setup(kmgr_t *m)
 {
     char why[256] = "", dir[PATH_MAX + 16], root[PATH_MAX + 24];
     const char *inst = strrchr(m->rundir, '/') + 1;
-    m->nslots = (size_t)(m->o.max_kernels > 0 ? m->o.max_kernels : 1024) + 1;
+    m->nslots = (size_t)m->o.max_workspaces + 1; /* a uid slot per workspace */
     m->slots = calloc(m->nslots, 1);
     if (!m->slots) {
         snprintf(m->sandbox_error, sizeof(m->sandbox_error), "out of memory");
@@ -218,6 +219,10 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
     m->lockfd = -1;
     m->o = *o;
     m->h = *h;
+    if (m->o.max_workspaces <= 0)
+        m->o.max_workspaces = m->o.max_kernels > 0 ? 2 * m->o.max_kernels : 1024;
+    if (m->o.workspace_grace_s < 0)
+        m->o.workspace_grace_s = 0;
     m->specs = kspecs_load();
     if (!m->specs)
         goto fail;
@@ -298,6 +303,9 @@ void kmgr_destroy(kmgr_t **pm)
             m->h.event(m->h.user, k, KERNEL_EV_GONE, NULL);
         kernel__free(k);
     }
+    while (m->nws > 0)
+        wspace__free(m->ws[--m->nws]);
+    free(m->ws);
     free(m->v);
     evl_timer_destroy(m->evl, &m->cull);
     if (m->zctx)
@@ -322,14 +330,114 @@ const kspecs_t *kmgr_kspecs(const kmgr_t *m)
     return m->specs;
 }
 
+int kmgr_limits_parse(json_t *obj, struct kmgr_limits *out, char *err, size_t errsz)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+        long long scale;
+    } keys[] = {
+        {"memory", offsetof(struct kmgr_limits, mem_bytes), 1},
+        {"cpu", offsetof(struct kmgr_limits, cpu_millis), 1},
+        {"pids", offsetof(struct kmgr_limits, pids), 1},
+        {"workspace", offsetof(struct kmgr_limits, workspace_bytes), 1},
+        {"exec_timeout", offsetof(struct kmgr_limits, exec_timeout_ms), 1000},
+        {"output_bytes", offsetof(struct kmgr_limits, output_cap), 1},
+    };
+    const char *key;
+    json_t *v;
+    memset(out, 0, sizeof(*out));
+    if (!obj || json_is_null(obj))
+        return 0;
+    if (!json_is_object(obj)) {
+        snprintf(err, errsz, "\"limits\" must be an object");
+        return -EINVAL;
+    }
+    json_object_foreach(obj, key, v)
+    {
+        size_t i;
+        for (i = 0; i < UTIL_ARRAY_SIZE(keys); i++)
+            if (!strcmp(key, keys[i].key))
+                break;
+        if (i == UTIL_ARRAY_SIZE(keys) || !json_is_integer(v) || json_integer_value(v) <= 0 ||
+            json_integer_value(v) > (1LL << 50)) {
+            char q[80];
+            snprintf(err, errsz,
+                     "limits: %s is not a known limit with a positive integer value (memory, cpu, "
+                     "pids, workspace, exec_timeout, output_bytes)",
+                     log_quote(q, sizeof(q), key, strlen(key)));
+            return -EINVAL;
+        }
+        *(long long *)((char *)out + keys[i].off) = json_integer_value(v) * keys[i].scale;
+    }
+    return 0;
+}
+
 static bool within(long long want, long long cap)
 {
     return want == 0 || (want > 0 && (cap == 0 || want <= cap));
 }
 
-int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, const struct kmgr_limits *lim,
-               kernel_t **ret)
+static int grow(void **v, size_t *cap, size_t n, size_t size)
 {
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? 2 * *cap : 16;
+    void *nv = realloc(*v, c * size);
+    if (!nv)
+        return -ENOMEM;
+    *v = nv;
+    *cap = c;
+    return 0;
+}
+
+/* The least recently used workspace no kernel uses and no transfer holds, or NULL. */
+static wspace_t *idle_workspace(kmgr_t *m)
+{
+    wspace_t *best = NULL;
+    for (size_t i = 0; i < m->nws; i++) {
+        wspace_t *w = m->ws[i];
+        if (w->kernels == 0 && w->holds == 0 && (!best || w->last_used_us < best->last_used_us))
+            best = w;
+    }
+    return best;
+}
+
+static int new_workspace(kmgr_t *m, const char *tenant, long long size, wspace_t **ret)
+{
+    long slot = -1;
+    if (m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && (slot = kmgr__slot_take(m)) < 0)) {
+        /* full: the oldest workspace left only for downloads makes room */
+        wspace_t *old = idle_workspace(m);
+        if (!old)
+            return -EAGAIN;
+        log_info("workspace=%s: removed early to make room for a new one", old->id);
+        kmgr__ws_remove(m, old);
+        wspace__free(old);
+        if (m->o.sandbox && slot < 0 && (slot = kmgr__slot_take(m)) < 0)
+            return -EAGAIN;
+    }
+    if (grow((void **)&m->ws, &m->capws, m->nws, sizeof(*m->ws)) < 0) {
+        kmgr__slot_put(m, slot);
+        return -ENOMEM;
+    }
+    wspace_t *w = wspace__new(m, tenant, size, slot);
+    if (!w) {
+        int err = errno;
+        kmgr__slot_put(m, slot);
+        return -err;
+    }
+    m->ws[m->nws++] = w;
+    *ret = w;
+    return 0;
+}
+
+int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
+{
+    const struct kmgr_limits *lim = req->lim;
+    const char *tenant = req->tenant ? req->tenant : "";
+    wspace_t *ws = NULL;
+    int r;
     if (lim) {
         const struct sbx_limits *cap = m->o.sandbox ? &m->o.sandbox->lim : NULL;
         if ((cap && (!within(lim->mem_bytes, cap->mem_bytes) ||
@@ -340,30 +448,66 @@ int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, const struct kmgr_
             !within(lim->output_cap, m->o.output_cap))
             return -ERANGE;
     }
-    const kspec_t *spec = kspecs_find(m->specs, spec_name);
+    if (strlen(tenant) > KMGR_TENANT_MAX)
+        return -EINVAL;
+    const kspec_t *spec = kspecs_find(m->specs, req->spec_name);
     if (!spec)
         return -ENOENT;
-    if (env && !json_is_object(env))
+    if (req->env && !json_is_object(req->env))
         return -EINVAL;
+    if (req->workspace) {
+        ws = kmgr_workspace(m, req->workspace);
+        if (!ws || strcmp(ws->tenant, tenant) != 0)
+            return -ESRCH;
+    }
     if (m->sandbox_error[0])
         return -EPERM;
     if (m->o.max_kernels > 0 && m->n >= (size_t)m->o.max_kernels)
         return -EAGAIN;
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 16;
-        kernel_t **v = realloc(m->v, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        m->v = v;
-        m->cap = cap;
+    if (grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
+        return -ENOMEM;
+    if (!ws) {
+        long long size = lim && lim->workspace_bytes > 0 ? lim->workspace_bytes
+                         : m->o.sandbox                  ? m->o.sandbox->lim.workspace_bytes
+                                                         : 0;
+        if ((r = new_workspace(m, tenant, size, &ws)) < 0)
+            return r;
     }
-    kernel_t *k = kernel__new(m, spec, env, lim);
+    kernel_t *k = kernel__new(m, spec, req->env, lim, ws);
     if (!k)
         return -errno;
     m->v[m->n++] = k;
-    log_info("kernel=%s: starting %s", k->id, spec->name);
+    log_info("kernel=%s: starting %s in workspace=%s", k->id, spec->name, ws->id);
     *ret = k;
     return 0;
+}
+
+void kmgr__ws_remove(kmgr_t *m, wspace_t *w)
+{
+    for (size_t i = 0; i < m->nws; i++)
+        if (m->ws[i] == w) {
+            memmove(&m->ws[i], &m->ws[i + 1], (m->nws - i - 1) * sizeof(*m->ws));
+            m->nws--;
+            return;
+        }
+}
+
+wspace_t *kmgr_workspace(const kmgr_t *m, const char *id)
+{
+    for (size_t i = 0; i < m->nws; i++)
+        if (strcmp(m->ws[i]->id, id) == 0)
+            return m->ws[i];
+    return NULL;
+}
+
+size_t kmgr_workspace_count(const kmgr_t *m)
+{
+    return m->nws;
+}
+
+wspace_t *kmgr_workspace_at(const kmgr_t *m, size_t i)
+{
+    return i < m->nws ? m->ws[i] : NULL;
 }
 
 void kmgr__remove(kmgr_t *m, kernel_t *k)

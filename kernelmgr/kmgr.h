@@ -9,6 +9,7 @@
 #include "common/evl.h"
 #include "kernelmgr/kernel.h"
 #include "kernelmgr/kspec.h"
+#include "kernelmgr/wspace.h"
 #include "protocol/jmsg.h"
 #include "sandbox/sbx.h"
 
@@ -38,6 +39,19 @@ struct kmgr_opts {
     const struct kmgr_sandbox *sandbox; /* NULL: kernels run unsandboxed (development only) */
     int exec_timeout_ms;          /* wall time per execution (0: none) */
     long long output_cap;         /* iopub output bytes per execution (0: none) */
+    int max_workspaces;           /* with or without kernels (0: 2 x max_kernels, or 1024) */
+    int workspace_grace_s;        /* a workspace outlives its last kernel this long */
+};
+
+#define KMGR_TENANT_MAX 64
+
+/* What a kernel is started with. */
+struct kmgr_start {
+    const char *spec_name;
+    json_t *env;                   /* the request's variables (only KERNEL_* names apply) */
+    const struct kmgr_limits *lim; /* NULL: the gateway's */
+    const char *workspace;         /* share this workspace of the same tenant; NULL: a new one */
+    const char *tenant;            /* owner ("" or NULL: the default tenant) */
 };
 
 /* Per-kernel limits asked for at creation; 0 keeps the gateway's value. Each must be at most
@@ -74,12 +88,18 @@ const kspecs_t *kmgr_kspecs(const kmgr_t *m);
 /* "disabled", "enabled (cgroup v1)", ...; and why sandboxed kernels cannot start (or NULL). */
 const char *kmgr_sandbox_mode(const kmgr_t *m);
 const char *kmgr_sandbox_error(const kmgr_t *m);
-/* Creates and spawns a kernel; it is "starting" until it answers. env: the request's
- * variables (only KERNEL_* names are applied). -ENOENT unknown spec, -EAGAIN at max-kernels,
+/* Creates and spawns a kernel; it is "starting" until it answers. -ENOENT unknown spec,
+ * -ESRCH unknown workspace (or another tenant's), -EAGAIN at max-kernels or max-workspaces,
  * -EINVAL bad env, -ERANGE a limit above the gateway's, -EPERM when the sandbox is
  * unavailable, or a spawn error. */
-int kmgr_start(kmgr_t *m, const char *spec_name, json_t *env, const struct kmgr_limits *lim,
-               kernel_t **ret);
+int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret);
+/* Per-kernel limits from a JSON object {"memory", "cpu", "pids", "workspace", "exec_timeout"
+ * (seconds), "output_bytes"}, positive integers. -EINVAL with a message in err. */
+int kmgr_limits_parse(json_t *obj, struct kmgr_limits *out, char *err, size_t errsz);
+/* The workspace with this id, or NULL. Callers check wspace_tenant() themselves. */
+wspace_t *kmgr_workspace(const kmgr_t *m, const char *id);
+size_t kmgr_workspace_count(const kmgr_t *m);
+wspace_t *kmgr_workspace_at(const kmgr_t *m, size_t i);
 /* Call on SIGCHLD: reaps kernels that exited (needed where pidfds are unavailable). */
 void kmgr_reap(kmgr_t *m);
 kernel_t *kmgr_find(const kmgr_t *m, const char *id);

@@ -11,9 +11,11 @@
 #include "kernelmgr/kconn.h"
 #include "kernelmgr/kernel.h"
 #include "kernelmgr/kmgr.h"
+#include "kernelmgr/wspace.h"
 #include "protocol/jmsg.h"
 #include "protocol/jsign.h"
 
+#define KGW_MS_NOSYMFOLLOW 256 /* MS_NOSYMFOLLOW, Linux 5.10 */
 #define KZ_MAX_FRAMES (JMSG_MAX_IDS + 6 + JMSG_MAX_BUFFERS)
 #define KZ_DRAIN_BATCH 256 /* messages per socket per loop turn, for fairness */
 
@@ -30,6 +32,8 @@ struct kmgr {
     int lockfd;            /* flock held on <rundir>/.lock while this instance lives */
     kernel_t **v;
     size_t n, cap;
+    wspace_t **ws; /* workspaces, with or without kernels */
+    size_t nws, capws;
     evl_timer_t *cull;
     sbx_cgroups_t *cgroups;
     unsigned char *slots; /* sandbox uid slots in use */
@@ -103,11 +107,9 @@ struct kernel {
     bool exec_capped;
     int exec_stage;          /* 0 running, 1 interrupted for exceeding its wall time */
     evl_timer_t *exec_timer;
-    long slot;           /* sandbox uid slot, -1: none */
+    wspace_t *ws;        /* bound at /mnt/data; its uid slot is the kernel's */
     char root_dir[PATH_MAX];
     bool dir_mounted;
-    char ws_dir[PATH_MAX]; /* workspace tmpfs, bound at /mnt/data */
-    bool ws_mounted;
     pid_t pid;           /* 0: no process (sandboxed: the proxy outside the sandbox) */
     int pidfd;
     evl_io_t *pid_io;
@@ -124,8 +126,31 @@ struct kernel {
     kwait_t *waiters;
 };
 
+struct wspace {
+    kmgr_t *m;
+    char id[WSPACE_ID_MAX];
+    char tenant[KMGR_TENANT_MAX + 1];
+    char path[PATH_MAX];
+    bool made, mounted;
+    uid_t uid;
+    gid_t gid;
+    long slot; /* sandbox uid slot, -1: none */
+    long long size;
+    int kernels, holds;
+    int64_t last_used_us;
+    evl_timer_t *grace;
+};
+
+/* A new workspace (slot: its sandbox uid slot, owned from now on). NULL + errno. */
+wspace_t *wspace__new(kmgr_t *m, const char *tenant, long long size, long slot);
+void wspace__free(wspace_t *w);
+/* A kernel starts or stops using it; the last detach starts the grace period. */
+void wspace__attach(wspace_t *w);
+void wspace__detach(wspace_t *w);
+void kmgr__ws_remove(kmgr_t *m, wspace_t *w);
+
 kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
-                      const struct kmgr_limits *lim);
+                      const struct kmgr_limits *lim, wspace_t *ws);
 void kernel__free(kernel_t *k);
 /* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
 void kernel__signal(kernel_t *k, int sig);

@@ -114,8 +114,8 @@ int main(void)
     reap_l->timer_arm(reap_l, reap_t, 50);
 
     kernel_t *k = NULL;
-    CHECK(kmgr_start(m, "nope", NULL, NULL, &k) == -ENOENT);
-    CHECK(kmgr_start(m, "python3", NULL, NULL, &k) == 0);
+    CHECK(kmgr_start(m, &(struct kmgr_start){.spec_name = "nope"}, &k) == -ENOENT);
+    CHECK(kmgr_start(m, &(struct kmgr_start){.spec_name = "python3"}, &k) == 0);
     CHECK(kmgr_find(m, kernel_id(k)) == k);
     kwait_t *w = NULL;
     CHECK(kernel_wait(k, on_done, NULL, &w) == 0);

@@ -1,0 +1,174 @@
+/* Workspaces: the directories kernels see as /mnt/data, shared by kernels of one tenant and
+ * kept for a grace period after the last of them is gone. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "kernelmgr/private.h"
+
+const char *wspace_id(const wspace_t *w)
+{
+    return w->id;
+}
+
+const char *wspace_tenant(const wspace_t *w)
+{
+    return w->tenant;
+}
+
+const char *wspace_path(const wspace_t *w)
+{
+    return w->path;
+}
+
+uid_t wspace_uid(const wspace_t *w)
+{
+    return w->uid;
+}
+
+gid_t wspace_gid(const wspace_t *w)
+{
+    return w->gid;
+}
+
+long long wspace_size_limit(const wspace_t *w)
+{
+    return w->size;
+}
+
+int wspace_kernels(const wspace_t *w)
+{
+    return w->kernels;
+}
+
+static void arm_grace(wspace_t *w)
+{
+    evl_t *l = w->m->evl;
+    if (w->kernels > 0 || w->holds > 0) {
+        l->timer_disarm(l, w->grace);
+        return;
+    }
+    l->timer_arm(l, w->grace, (uint64_t)w->m->o.workspace_grace_s * 1000);
+}
+
+void wspace_touch(wspace_t *w)
+{
+    w->last_used_us = util_now_us();
+    arm_grace(w);
+}
+
+void wspace_hold(wspace_t *w)
+{
+    w->holds++;
+    wspace_touch(w);
+}
+
+void wspace_release(wspace_t *w)
+{
+    if (w->holds > 0)
+        w->holds--;
+    wspace_touch(w);
+}
+
+static void on_grace(void *data)
+{
+    wspace_t *w = data;
+    if (w->kernels > 0 || w->holds > 0)
+        return;
+    log_info("workspace=%s: removed (no kernel for %d s)", w->id, w->m->o.workspace_grace_s);
+    kmgr__ws_remove(w->m, w);
+    wspace__free(w);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+wspace_t *wspace__new(kmgr_t *m, const char *tenant, long long size, long slot)
+{
+    int err;
+    wspace_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return NULL;
+    w->m = m;
+    w->slot = slot;
+    w->size = size;
+    util_uuid(w->id);
+    snprintf(w->tenant, sizeof(w->tenant), "%s", tenant ? tenant : "");
+    snprintf(w->path, sizeof(w->path), "%s/ws-%s", m->rundir, w->id);
+    if (!(w->grace = m->evl->timer_new(m->evl, on_grace, w)))
+        goto fail;
+    if (m->o.sandbox) {
+        char opts[128];
+        w->uid = m->o.sandbox->uid_base + 2 * (unsigned)slot + 1;
+        w->gid = w->uid;
+        snprintf(opts, sizeof(opts), "size=%lld,mode=0755,uid=%u,gid=%u", size, (unsigned)w->uid,
+                 (unsigned)w->gid);
+        if (mkdir(w->path, 0700) < 0)
+            goto fail;
+        w->made = true;
+        /* nosymfollow: the gateway serves files from here, and the kernel plants what it
+         * likes; the file endpoints also resolve with RESOLVE_NO_SYMLINKS */
+        if (mount("tmpfs", w->path, "tmpfs", MS_NOSUID | MS_NODEV | KGW_MS_NOSYMFOLLOW, opts) < 0)
+            goto fail;
+        w->mounted = true;
+    } else {
+        /* development mode: a plain directory, the unsandboxed kernel's working directory */
+        w->uid = geteuid();
+        w->gid = getegid();
+        w->size = 0;
+        if (mkdir(w->path, 0700) < 0)
+            goto fail;
+        w->made = true;
+    }
+    w->last_used_us = util_now_us();
+    log_info("workspace=%s: created", w->id);
+    return w;
+fail:
+    err = errno;
+    wspace__free(w);
+    errno = err;
+    return NULL;
+}
+
+void wspace__attach(wspace_t *w)
+{
+    w->kernels++;
+    wspace_touch(w);
+}
+
+void wspace__detach(wspace_t *w)
+{
+    if (w->kernels > 0)
+        w->kernels--;
+    wspace_touch(w);
+    if (w->kernels == 0 && w->m->o.workspace_grace_s == 0 && w->holds == 0) {
+        kmgr__ws_remove(w->m, w);
+        wspace__free(w);
+    }
+}
+
+void wspace__free(wspace_t *w)
+{
+    if (!w)
+        return;
+    evl_timer_destroy(w->m->evl, &w->grace);
+    if (w->mounted)
+        umount2(w->path, MNT_DETACH);
+    else if (w->made)
+        nftw(w->path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (w->made)
+        rmdir(w->path);
+    if (w->slot >= 0)
+        kmgr__slot_put(w->m, w->slot);
+    free(w);
+}
