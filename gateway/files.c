@@ -36,6 +36,8 @@
 enum fx_kind { FX_UPLOAD, FX_DOWNLOAD };
 
 struct fxfer {
+    struct fxfer *prev, *next; /* gw_t.xfers: every transfer in progress */
+    gw_t *g;
     enum fx_kind kind;
     wspace_t *ws; /* held while the transfer runs */
     int root;     /* the workspace's root directory */
@@ -198,15 +200,38 @@ void files_xfer_free(struct fxfer **px)
         close(x->root);
     if (x->ws)
         wspace_release(x->ws);
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        x->g->xfers = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
     free(x);
     *px = NULL;
 }
 
-static struct fxfer *xfer_new(enum fx_kind kind, wspace_t *w, int root)
+void files_shutdown(gw_t *g)
+{
+    for (struct fxfer *x = g->xfers; x; x = x->next) {
+        if (x->fd >= 0)
+            close(x->fd);
+        if (x->root >= 0)
+            close(x->root);
+        x->fd = x->root = -1;
+        x->ws = NULL; /* the kernel manager frees it next, hold or not */
+    }
+}
+
+static struct fxfer *xfer_new(gw_t *g, enum fx_kind kind, wspace_t *w, int root)
 {
     struct fxfer *x = calloc(1, sizeof(*x));
     if (!x)
         return NULL;
+    x->g = g;
+    x->next = g->xfers;
+    if (x->next)
+        x->next->prev = x;
+    g->xfers = x;
     x->kind = kind;
     x->ws = w;
     x->root = root;
@@ -352,7 +377,7 @@ static void start_download(struct gw_req *r, wspace_t *w, int root)
         return req_error(r, 413, "%s is larger than the download limit (%lld bytes)", q,
                          r->g->cfg.max_download_bytes);
     }
-    struct fxfer *x = xfer_new(FX_DOWNLOAD, w, root);
+    struct fxfer *x = xfer_new(r->g, FX_DOWNLOAD, w, root);
     if (!x) {
         close(fd);
         close(root);
@@ -540,7 +565,7 @@ int files_upload_start(struct gw_req *r, long long content_length)
                   content_length);
         return 1;
     }
-    struct fxfer *x = xfer_new(FX_UPLOAD, w, root);
+    struct fxfer *x = xfer_new(g, FX_UPLOAD, w, root);
     if (!x) {
         close(root);
         req_error(r, 500, "out of memory");

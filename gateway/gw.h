@@ -70,6 +70,7 @@ typedef struct gw {
     evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */
     uint64_t tick_ms;                            /* when the tick last ran (monotonic) */
     uint64_t loop_lag_ms;                        /* how late it ran then */
+    struct fxfer *xfers;                         /* files.c: transfers in progress */
 } gw_t;
 
 /* per-connection data of every lws protocol: only a pointer to our object */
@@ -99,6 +100,9 @@ int http_set_instance_id(gw_t *g, const char *id);
 /* Starts the loop tick that /check_liveness watches. */
 int http_start_tick(gw_t *g);
 void http_stop_tick(gw_t *g);
+
+/* files.c: ends every transfer's use of its workspace (before the kernel manager goes). */
+void files_shutdown(gw_t *g);
 
 /* wschan.c */
 #define WSCHAN_LEGACY_NAME "kgw" /* lws protocol 0: HTTP, and websockets offering no subprotocol */

@@ -384,6 +384,7 @@ int main(int argc, char **argv)
 out:
     if (init_fd >= 0)
         close(init_fd);
+    files_shutdown(&G);
     kmgr_destroy(&G.km);
     http_stop_tick(&G);
     if (sig_io)
