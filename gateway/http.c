@@ -112,7 +112,19 @@ static char *error_json(int status, const char *message, size_t *len)
                                                   : status == 507 ? "Insufficient Storage"
                                                                   : "Error",
                           "message", message);
-    char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    if (!e) { /* a quoted client string that is not UTF-8: say it in ASCII */
+        char ascii[512];
+        size_t i;
+        bool changed = false;
+        for (i = 0; message[i] && i < sizeof(ascii) - 1; i++) {
+            changed |= (unsigned char)message[i] >= 0x80;
+            ascii[i] = (unsigned char)message[i] < 0x80 ? message[i] : '?';
+        }
+        ascii[i] = '\0';
+        *len = 0;
+        return changed ? error_json(status, ascii, len) : NULL;
+    }
+    char *s = json_dumps(e, JSON_COMPACT);
     json_decref(e);
     *len = s ? strlen(s) : 0;
     return s;
@@ -497,9 +509,9 @@ static void handle_liveness(struct gw_req *r)
     if (g->loop_lag_ms > MAX_LAG_MS)
         snprintf(why, sizeof(why), "the event loop was blocked (a timer ran %llu ms late)",
                  (unsigned long long)g->loop_lag_ms);
-    else if (sbx)
-        snprintf(why, sizeof(why), "kernels cannot be started: the sandbox is unavailable: %s",
-                 sbx);
+    else if (sbx) /* unauthenticated: the details (host paths) are in the log and in the 503
+                     * of POST /api/kernels */
+        snprintf(why, sizeof(why), "kernels cannot be started: the sandbox is unavailable");
     else if ((long long)kmgr_count(g->km) >= g->cfg.max_kernels)
         snprintf(why, sizeof(why), "kernel limit reached (%lld)", g->cfg.max_kernels);
     if (why[0])

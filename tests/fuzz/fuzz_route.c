@@ -15,7 +15,8 @@
 
 
 
-/* How each route is spelled; "%I" is an id argument, "%N" a name argument. */
+/* How each route is spelled; "%I" is an id argument, "%N" a name argument, "%P" the rest of
+ * the path (any bytes, at least one). */
 static const struct {
     enum route_id id;
     const char *shape;
@@ -32,6 +33,16 @@ static const struct {
     {ROUTE_KERNEL_CHANNELS, "/api/kernels/%I/channels"},
     {ROUTE_SESSIONS, "/api/sessions"},
     {ROUTE_SESSION, "/api/sessions/%I"},
+    {ROUTE_CHANNEL, "/channel"},
+    {ROUTE_UPLOAD, "/upload"},
+    {ROUTE_UPLOAD_PATH, "/upload/%P"},
+    {ROUTE_DOWNLOAD, "/download/%P"},
+    {ROUTE_CHECK_FILE, "/check_file/%P"},
+    {ROUTE_FILES, "/files"},
+    {ROUTE_FILE, "/files/%P"},
+    {ROUTE_SELF_IDENTIFY, "/self_identify"},
+    {ROUTE_LIVENESS, "/check_liveness"},
+    {ROUTE_OPENAPI, "/openapi.json"},
 };
 
 static regex_t re_id, re_name;
@@ -58,8 +69,16 @@ static int ref_name_ok(const char *s)
     return strlen(s) <= 128 && regexec(&re_name, s, 0, NULL, 0) == 0;
 }
 
+static const char *shape_of(enum route_id id)
+{
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        if (shapes[i].id == id)
+            return shapes[i].shape;
+    return "";
+}
+
 /* Rebuilds the path of a matched route into out; returns its length or -1. */
-static int rebuild(const struct route *r, char *out, size_t outsz)
+static int rebuild(const struct route *r, const char *path, size_t len, char *out, size_t outsz)
 {
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         if (shapes[i].id != r->id)
@@ -69,7 +88,12 @@ static int rebuild(const struct route *r, char *out, size_t outsz)
         for (const char *p = shapes[i].shape; *p; p++) {
             const char *add = p;
             size_t n = 1;
-            if (p[0] == '%') {
+            if (p[0] == '%' && p[1] == 'P') {
+                FUZZ_CHECK(r->rest_len > 0 && r->rest_off + r->rest_len == len);
+                add = path + r->rest_off;
+                n = r->rest_len;
+                p++;
+            } else if (p[0] == '%') {
                 FUZZ_CHECK(arg < 2);
                 const char *a = r->arg[arg++];
                 if (p[1] == 'I')
@@ -107,12 +131,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(size <= ROUTE_MAX_PATH && !memchr(path, '\0', size));
         for (int i = 0; i < 2; i++)
             FUZZ_CHECK(memchr(r.arg[i], '\0', sizeof(r.arg[i])) != NULL);
-        int n = rebuild(&r, buf, sizeof(buf));
+        if (!strstr(shape_of(r.id), "%P"))
+            FUZZ_CHECK(r.rest_off == 0 && r.rest_len == 0);
+        int n = rebuild(&r, path, size, buf, sizeof(buf));
         FUZZ_CHECK(n > 0);
         FUZZ_CHECK(((size_t)n == size || ((size_t)n + 1 == size && path[n] == '/')) &&
                    memcmp(buf, path, (size_t)n) == 0);
     } else {
-        FUZZ_CHECK(r.id == ROUTE_NONE && r.arg[0][0] == '\0' && r.arg[1][0] == '\0');
+        FUZZ_CHECK(r.id == ROUTE_NONE && r.arg[0][0] == '\0' && r.arg[1][0] == '\0' &&
+                   r.rest_len == 0);
     }
 
     /* the argument checkers on their own, against the reference expressions */
