@@ -32,6 +32,7 @@
 #define SPA_PATH         0           /* index of the "path" form field */
 #define BOUNDARY_MAX     70          /* RFC 2046 */
 #define MULTIPART_SLACK  65536       /* a multipart body's bytes beyond the file's (estimate) */
+#define STALL_SECS       60          /* a download whose reader takes nothing this long is cut */
 
 enum fx_kind { FX_UPLOAD, FX_DOWNLOAD };
 
@@ -439,9 +440,12 @@ int files_download_write(struct gw_req *r)
         x->sent += got;
     }
     if (x->sent < x->size) {
+        /* a reader that stops reading must not hold the workspace (and a descriptor) forever */
+        lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, STALL_SECS);
         lws_callback_on_writable(r->wsi);
         return 0;
     }
+    lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0);
     wspace_touch(x->ws);
     return 1;
 }

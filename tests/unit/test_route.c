@@ -35,6 +35,12 @@ static const struct {
     /* jupyter_server's id shape is \w+-\w+-\w+-\w+-\w+, not strictly a UUID */
     {"/api/kernels/a-b-c-d-e", ROUTE_KERNEL, HTTP_M_GET | HTTP_M_DELETE, "a-b-c-d-e", ""},
     {"/api/kernels/A_1-b-C-d-9/channels", ROUTE_KERNEL_CHANNELS, HTTP_M_GET, "A_1-b-C-d-9", ""},
+    {"/channel", ROUTE_CHANNEL, HTTP_M_GET, "", ""},
+    {"/upload", ROUTE_UPLOAD, HTTP_M_POST, "", ""},
+    {"/files", ROUTE_FILES, HTTP_M_GET, "", ""},
+    {"/self_identify", ROUTE_SELF_IDENTIFY, HTTP_M_GET, "", ""},
+    {"/check_liveness", ROUTE_LIVENESS, HTTP_M_GET, "", ""},
+    {"/openapi.json", ROUTE_OPENAPI, HTTP_M_GET, "", ""},
 };
 
 static void test_good_routes(void)
@@ -278,6 +284,62 @@ static void test_kspec_names(void)
     CHECK(!kspec_name_ok("\xc3\xa9"));
 }
 
+/* Routes ending in {path} carry the rest of the path, '/' included, unchecked (the handler
+ * checks it with fpath_normalize). */
+static void test_file_paths(void)
+{
+    static const struct {
+        const char *path;
+        enum route_id id;
+        unsigned methods;
+        const char *rest;
+    } files[] = {
+        {"/upload/a.txt", ROUTE_UPLOAD_PATH, HTTP_M_PUT, "a.txt"},
+        {"/download/dir/sub/f.csv", ROUTE_DOWNLOAD, HTTP_M_GET, "dir/sub/f.csv"},
+        {"/check_file/x", ROUTE_CHECK_FILE, HTTP_M_GET, "x"},
+        {"/files/a/b/", ROUTE_FILE, HTTP_M_DELETE, "a/b/"},
+        {"/download//etc", ROUTE_DOWNLOAD, HTTP_M_GET, "/etc"},
+        {"/download/../x", ROUTE_DOWNLOAD, HTTP_M_GET, "../x"},
+        {"/download/a b%;?", ROUTE_DOWNLOAD, HTTP_M_GET, "a b%;?"},
+    };
+    struct route r;
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        size_t n = strlen(files[i].path);
+        CHECK_CASE(files[i].path);
+        CHECK_INT(route_match(files[i].path, n, &r), 0);
+        CHECK_INT(r.id, files[i].id);
+        CHECK_INT(r.methods, files[i].methods);
+        CHECK_MEM(files[i].path + r.rest_off, r.rest_len, files[i].rest, strlen(files[i].rest));
+        CHECK_INT(r.rest_off + r.rest_len, n);
+    }
+    static const char *const bad[] = {"/download", "/download/", "/downloadx/a", "/check_file",
+                                      "/check_file/", "/upload/", "/Upload/a", "/file/a"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_CASE(bad[i]);
+        int rc = route_match(bad[i], strlen(bad[i]), &r);
+        /* "/upload/" is POST /upload with a trailing slash */
+        if (!strcmp(bad[i], "/upload/")) {
+            CHECK_INT(rc, 0);
+            CHECK_INT(r.id, ROUTE_UPLOAD);
+        } else {
+            CHECK_INT(rc, -ENOENT);
+        }
+        CHECK_INT(r.rest_len, 0);
+    }
+    CHECK_CASE("no rest on other routes");
+    CHECK_INT(route_match("/api/kernels", 12, &r), 0);
+    CHECK_INT(r.rest_off + r.rest_len, 0);
+    CHECK_CASE("flags");
+    CHECK_INT(route_match("/check_liveness", 15, &r), 0);
+    CHECK(r.flags & ROUTE_F_PUBLIC);
+    CHECK_INT(route_match("/api", 4, &r), 0);
+    CHECK(r.flags & ROUTE_F_PUBLIC);
+    CHECK_INT(route_match("/self_identify", 14, &r), 0);
+    CHECK(!(r.flags & ROUTE_F_PUBLIC));
+    CHECK_INT(route_match("/upload/x", 9, &r), 0);
+    CHECK(r.flags & ROUTE_F_UPLOAD);
+}
+
 int main(void)
 {
     test_good_routes();
@@ -286,5 +348,6 @@ int main(void)
     test_nul_and_length();
     test_ids();
     test_kspec_names();
+    test_file_paths();
     CHECK_DONE();
 }
