@@ -529,7 +529,7 @@ static int spa_cb(void *data, const char *name, const char *filename, char *buf,
 /* True when the Content-Type is what lws_spa parses as multipart, with a sane boundary. */
 static bool multipart_ok(struct lws *wsi)
 {
-    char ct[256];
+    char ct[200]; /* lws_spa reads at most 204 bytes of it: longer, it would not see the type */
     if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE) >= (int)sizeof(ct) ||
         lws_hdr_copy(wsi, ct, sizeof(ct), WSI_TOKEN_HTTP_CONTENT_TYPE) <= 0)
         return false;

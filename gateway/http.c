@@ -698,7 +698,7 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
         return answer_now(g, wsi, pss, 400,
                           "invalid file path: give a relative path of at most 1024 bytes of "
                           "UTF-8, '/'-separated, without empty, '.' or '..' components or "
-                          "control characters (percent-encode '%', '?', '#', ';' and '&')");
+                          "control characters (percent-encode '%', '?', '#', ';', '&' and '+')");
     if (r->method & (HTTP_M_POST | HTTP_M_PATCH | HTTP_M_PUT)) {
         bool given, chunked = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
         long long n = content_length(wsi, &given);
