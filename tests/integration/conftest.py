@@ -225,7 +225,7 @@ def kernel(gateway):
     gateway.delete_kernel(model["id"])
 
 
-SANDBOX_MODULES = ("test_escape.py", "test_sandbox_work.py")
+SANDBOX_MODULES = ("test_escape.py", "test_sandbox_work.py", "test_files.py")
 
 
 def pytest_collection_modifyitems(config, items):
