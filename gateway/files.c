@@ -269,7 +269,7 @@ struct lister {
 
 static void list_dir(struct lister *l, int dir, const char *prefix, int depth)
 {
-    int fd = dup(dir);
+    int fd = fcntl(dir, F_DUPFD_CLOEXEC, 0);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
         if (fd >= 0)
