@@ -9,8 +9,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <linux/openat2.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,9 +40,9 @@ struct fxfer {
     struct fxfer *prev, *next; /* gw_t.xfers: every transfer in progress */
     gw_t *g;
     enum fx_kind kind;
-    wspace_t *ws; /* held while the transfer runs */
-    int root;     /* the workspace's root directory */
-    int fd;       /* download: the file; upload: the O_TMPFILE (-1 once failed) */
+    wspace_t *ws;   /* held while the transfer runs */
+    int root;       /* the workspace's root directory */
+    int fd;         /* download: the file; upload: the O_TMPFILE (-1 once failed) */
     long long size; /* download: the Content-Length sent; upload: bytes written */
     long long sent;
     bool headers_sent;
@@ -88,8 +88,8 @@ static int give_to_kernel(int fd, const wspace_t *w)
 
 /* Opens the directory holding path's last component; *ret_base points into path. With create,
  * missing directories are made (0755, given to the workspace's owner). */
-static int open_parent(int root, const wspace_t *w, const char *path, bool create,
-                       const char **ret_base)
+static int
+open_parent(int root, const wspace_t *w, const char *path, bool create, const char **ret_base)
 {
     char comp[FPATH_NAME_MAX + 1];
     int dir = ws_open(root, ".", O_RDONLY | O_DIRECTORY, 0);
@@ -132,8 +132,8 @@ static void path_error(struct gw_req *r, int err, const char *q)
         return req_error(r, 409, "%s: a parent is not a directory", q);
     case -ELOOP:
     case -EXDEV:
-        return req_error(r, 409, "%s: a symbolic link or mount point is in the way (never followed)",
-                         q);
+        return req_error(r, 409,
+                         "%s: a symbolic link or mount point is in the way (never followed)", q);
     case -ENOSPC:
     case -EDQUOT:
         return req_error(r, 413, "%s: the workspace is full", q);
@@ -304,8 +304,8 @@ static void list_dir(struct lister *l, int dir, const char *prefix, int depth)
                       (int64_t)st.st_mtim.tv_sec * 1000000 + st.st_mtim.tv_nsec / 1000);
         json_array_append_new(l->files,
                               json_pack("{s:s, s:I, s:s, s:s}", "path", path, "size",
-                                        (json_int_t)(S_ISREG(st.st_mode) ? st.st_size : 0),
-                                        "type", type, "last_modified", when));
+                                        (json_int_t)(S_ISREG(st.st_mode) ? st.st_size : 0), "type",
+                                        type, "last_modified", when));
         l->count++;
         if (S_ISDIR(st.st_mode)) {
             if (depth + 1 >= FPATH_DEPTH_MAX) {
@@ -327,8 +327,8 @@ static void handle_list(struct gw_req *r, wspace_t *w, int root)
     struct lister l = {.files = json_array()};
     list_dir(&l, root, "", 0);
     req_reply(r, 200,
-              json_pack("{s:s, s:o, s:b}", "workspace", wspace_id(w), "files", l.files,
-                        "truncated", l.truncated));
+              json_pack("{s:s, s:o, s:b}", "workspace", wspace_id(w), "files", l.files, "truncated",
+                        l.truncated));
 }
 
 static void handle_delete(struct gw_req *r, wspace_t *w, int root)
@@ -482,13 +482,11 @@ static void upload_write(struct fxfer *x, const char *p, size_t n)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == ENOSPC || errno == EDQUOT || errno == EFBIG)) {
-            upload_fail(x, 413, "the workspace is full (%lld bytes written, none kept)",
-                        x->size);
+            upload_fail(x, 413, "the workspace is full (%lld bytes written, none kept)", x->size);
             return;
         }
         if (w <= 0) {
-            log_warn("files: workspace %s: upload write: %s", wspace_id(x->ws),
-                     strerror(errno));
+            log_warn("files: workspace %s: upload write: %s", wspace_id(x->ws), strerror(errno));
             upload_fail(x, 500, "cannot write the file");
             return;
         }
@@ -498,7 +496,11 @@ static void upload_write(struct fxfer *x, const char *p, size_t n)
     }
 }
 
-static int spa_cb(void *data, const char *name, const char *filename, char *buf, int len,
+static int spa_cb(void *data,
+                  const char *name,
+                  const char *filename,
+                  char *buf,
+                  int len,
                   enum lws_spa_fileupload_states state)
 {
     struct fxfer *x = data;
@@ -554,8 +556,9 @@ int files_upload_start(struct gw_req *r, long long content_length)
         return -EFBIG;
     bool multipart = r->route.id == ROUTE_UPLOAD;
     if (multipart && !multipart_ok(r->wsi)) {
-        req_error(r, 415, "POST /upload takes multipart/form-data (a \"file\" part and a \"path\" "
-                          "field); PUT /upload/{path} takes the raw file");
+        req_error(r, 415,
+                  "POST /upload takes multipart/form-data (a \"file\" part and a \"path\" "
+                  "field); PUT /upload/{path} takes the raw file");
         return 1;
     }
     wspace_t *w = request_workspace(r, &root);
@@ -678,9 +681,9 @@ void files_upload_done(struct gw_req *r)
             upload_fail(x, 400, "one \"path\" field is expected");
         else if (plen == 0 && strlen(x->filename) >= FPATH_NAME_MAX)
             upload_fail(x, 400, "no \"path\" field, and the part's filename is too long");
-        else if (fpath_normalize(plen > 0 ? p : x->filename, plen > 0 ? (size_t)plen
-                                                                      : strlen(x->filename),
-                                 path, sizeof(path)) < 0)
+        else if (fpath_normalize(plen > 0 ? p : x->filename,
+                                 plen > 0 ? (size_t)plen : strlen(x->filename), path,
+                                 sizeof(path)) < 0)
             upload_fail(x, 400, "invalid path %s (relative, '/'-separated, no '.' or '..')",
                         plen > 0 ? log_quote(q, sizeof(q), p, (size_t)plen)
                                  : log_quote(q, sizeof(q), x->filename, strlen(x->filename)));

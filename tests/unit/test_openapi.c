@@ -15,8 +15,8 @@ static const struct {
     unsigned bit;
     const char *name;
 } methods[] = {
-    {HTTP_M_GET, "get"},       {HTTP_M_POST, "post"},   {HTTP_M_PUT, "put"},
-    {HTTP_M_PATCH, "patch"},   {HTTP_M_DELETE, "delete"}, {HTTP_M_HEAD, "head"},
+    {HTTP_M_GET, "get"},         {HTTP_M_POST, "post"},     {HTTP_M_PUT, "put"},
+    {HTTP_M_PATCH, "patch"},     {HTTP_M_DELETE, "delete"}, {HTTP_M_HEAD, "head"},
     {HTTP_M_OPTIONS, "options"},
 };
 
