@@ -67,6 +67,7 @@ typedef struct gw {
 struct gw_pss {
     struct gw_req *req;
     struct wsconn *ws;
+    struct chconn *ch;
 };
 
 /* auth.c */
@@ -96,6 +97,16 @@ void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *det
 void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text);
 /* Tells the kernel's clients a requested restart began (status "starting"). */
 void wschan_kernel_restarting(gw_t *g, kernel_t *k);
+/* Browsers send Origin: only the server's own or --allow-origin may open a websocket. */
+bool wschan_origin_ok(gw_t *g, struct lws *wsi);
+
+/* channel.c: the /channel RPC websocket */
+bool channel_is_channel(struct lws *wsi);
+int channel_confirm(gw_t *g, struct lws *wsi);
+int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
+                     struct gw_pss *pss, void *in, size_t len);
+void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
+void channel_kernel_gone(gw_t *g, kernel_t *k);
 
 /* sessions.c */
 int sessions_handle(gw_t *g, struct gw_req *r);

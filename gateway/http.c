@@ -458,6 +458,7 @@ static void dispatch(struct gw_req *r)
         sessions_handle(g, r);
         return;
     case ROUTE_KERNEL_CHANNELS:
+    case ROUTE_CHANNEL:
         return req_error(r, 400, "this endpoint needs a websocket upgrade");
     default:
         return req_error(r, 404, "not found");

@@ -129,6 +129,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     struct gw_pss *pss = user;
     switch (reason) {
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        if (channel_is_channel(wsi))
+            return channel_confirm(&G, wsi);
         return wschan_confirm(&G, wsi);
     case LWS_CALLBACK_HTTP:
     case LWS_CALLBACK_HTTP_BODY:
@@ -137,9 +139,14 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_CLOSED_HTTP:
         return http_callback(&G, wsi, reason, pss, in, len);
     case LWS_CALLBACK_ESTABLISHED:
+        if (channel_is_channel(wsi))
+            return channel_callback(&G, wsi, reason, pss, in, len);
+        return wschan_callback(&G, wsi, reason, pss, in, len);
     case LWS_CALLBACK_RECEIVE:
     case LWS_CALLBACK_SERVER_WRITEABLE:
     case LWS_CALLBACK_CLOSED:
+        if (pss && pss->ch)
+            return channel_callback(&G, wsi, reason, pss, in, len);
         return wschan_callback(&G, wsi, reason, pss, in, len);
     default:
         return lws_callback_http_dummy(wsi, reason, user, in, len);

@@ -24,6 +24,7 @@ static const struct {
     {ROUTE_KERNEL_CHANNELS, "/api/kernels/{id}/channels", HTTP_M_GET},
     {ROUTE_SESSIONS, "/api/sessions", HTTP_M_GET | HTTP_M_POST},
     {ROUTE_SESSION, "/api/sessions/{id}", HTTP_M_GET | HTTP_M_PATCH | HTTP_M_DELETE},
+    {ROUTE_CHANNEL, "/channel", HTTP_M_GET},
 };
 
 static int is_word(char c)

@@ -18,6 +18,7 @@ enum route_id {
     ROUTE_KERNEL_CHANNELS,
     ROUTE_SESSIONS,
     ROUTE_SESSION,
+    ROUTE_CHANNEL,
 };
 
 enum {
