@@ -290,10 +290,7 @@ static struct chref *ref_add(chconn_t *c, enum rpc_obj type, const char *id)
 /* A kernel of the caller's tenant, by id; NULL for a missing one and another tenant's alike. */
 static kernel_t *tenant_kernel(chconn_t *c, const char *id)
 {
-    kernel_t *k = kmgr_find(c->g->km, id);
-    if (!k || strcmp(wspace_tenant(kernel_workspace(k)), c->tenant) != 0)
-        return NULL;
-    return k;
+    return gw_kernel(c->g, id, c->tenant);
 }
 
 static bool kernel_usable(const kernel_t *k)
@@ -909,9 +906,10 @@ bool channel_is_channel(struct lws *wsi)
 
 int channel_confirm(gw_t *g, struct lws *wsi)
 {
-    if (!auth_check(g, wsi)) {
-        log_info("channel: unauthenticated websocket refused");
-        http_write_error(g, wsi, 401, "a valid API key is required");
+    struct gw_caller who;
+    int retry = 0, st = auth_request(g, wsi, &who, &retry);
+    if (st) {
+        http_write_auth_error(g, wsi, st, retry);
         return 1;
     }
     if (!wschan_origin_ok(g, wsi)) {
@@ -927,8 +925,14 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     chconn_t *c = calloc(1, sizeof(*c));
     if (!c)
         return -1;
+    const char *tenant = auth_tenant(g, wsi);
+    if (!tenant) {
+        free(c);
+        return -1;
+    }
     c->g = g;
     c->wsi = wsi;
+    snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
     buf_init(&c->in, RPC_MAX_MESSAGE_BYTES);
     char peer[48] = "?";
     lws_get_peer_simple(wsi, peer, sizeof(peer));

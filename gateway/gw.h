@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/keyfile.h"
+#include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
 #include "kernelmgr/kmgr.h"
 
@@ -15,6 +17,16 @@ struct gw_config {
     const char *ip;
     long long port;
     const char *api_key;
+    const char *key_file;
+    long long auth_fail_limit;
+    long long auth_fail_window;
+    long long rate_limit;
+    long long rate_burst;
+    const char *trusted_proxies;
+    const char *audit_log;
+    const char *certfile;
+    const char *keyfile;
+    long long max_connections_per_address;
     const char *default_kernel;
     const char *log_level;
     const char *allow_origin;
@@ -54,7 +66,8 @@ typedef struct gw {
     lwsloop_t loop;
     struct lws_context *ctx;
     kmgr_t *km;
-    unsigned char key_hash[32];
+    keyfile_t *keys; /* API keys and their tenants */
+    rl_t *rl;
     char server_session[40]; /* Jupyter session of gateway-made messages */
     int64_t started_us;
     int64_t last_activity_us;
@@ -71,9 +84,26 @@ struct gw_pss {
 };
 
 /* auth.c */
-void auth_init(gw_t *g, const char *key);
-/* Checks Authorization (token|bearer), X-API-Key and ?token=. */
-bool auth_check(gw_t *g, struct lws *wsi);
+#define AUTH_DEFAULT_TENANT "default" /* the tenant of --api-key / KGW_API_KEY */
+
+/* Who is calling: the tenant of the key presented and the client's address. */
+struct gw_caller {
+    char tenant[KEYFILE_TENANT_MAX + 1];
+    char addr[RL_ADDR_MAX];
+};
+
+/* Loads --key-file (if any) plus the single key (if any). -errno with a reason in err. */
+int auth_setup(gw_t *g, const char *single_key, char *err, size_t errsz);
+/* SIGHUP: reloads the key file; on error the old keys stay. */
+void auth_reload(gw_t *g);
+/* The client's address: the socket peer, or X-Forwarded-For from a --trusted-proxies peer. */
+void auth_peer(gw_t *g, struct lws *wsi, char out[RL_ADDR_MAX]);
+/* Authenticates a request (Authorization: token|bearer, X-API-Key or ?token=): 0 (out filled),
+ * 401 (no or wrong key), 429 (address over its failed-login limit, or tenant over its request
+ * rate: retry_after seconds). Counts failures, writes log lines and audit events. */
+int auth_request(gw_t *g, struct lws *wsi, struct gw_caller *out, int *retry_after);
+/* The tenant of the key a request presents, or NULL; no side effects. */
+const char *auth_tenant(gw_t *g, struct lws *wsi);
 
 /* http.c */
 int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
@@ -83,7 +113,17 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
 int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
                    size_t len, const char *location);
 int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message);
+/* An error with Retry-After (429, 503). */
+int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *message,
+                           int retry_after);
+/* Answers a refused authentication (auth_request's 401 or 429). */
+int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after);
 int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
+
+/* The kernel with this id if it belongs to tenant; NULL for a missing kernel and for another
+ * tenant's alike, so ids cannot be probed. */
+kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant);
+bool gw_owns(const kernel_t *k, const char *tenant);
 
 /* wschan.c */
 #define WSCHAN_LEGACY_NAME "kgw" /* lws protocol 0: HTTP, and websockets offering no subprotocol */

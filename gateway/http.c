@@ -58,8 +58,8 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
     return rc ? -1 : 0;
 }
 
-int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
-                   size_t len, const char *location)
+static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctype,
+                          const void *body, size_t len, const char *location, int retry_after)
 {
     unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
                                        *end = hdr + sizeof(hdr) - 1;
@@ -71,6 +71,12 @@ int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, cons
         return -1;
     if (location && add_header(wsi, "location:", location, &p, end))
         return -1;
+    if (retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", retry_after);
+        if (add_header(wsi, "retry-after:", ra, &p, end))
+            return -1;
+    }
     if (http_add_common_headers(g, wsi, &p, end))
         return -1;
     if (lws_add_http_header_content_length(wsi, len, &p, end) || lws_finalize_http_header(wsi, &p, end))
@@ -90,6 +96,12 @@ int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, cons
     return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
+int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
+                   size_t len, const char *location)
+{
+    return write_response(g, wsi, status, ctype, body, len, location, 0);
+}
+
 static char *error_json(int status, const char *message, size_t *len)
 {
     json_t *e = json_pack("{s:s, s:s}", "reason", status == 400   ? "Bad Request"
@@ -99,6 +111,7 @@ static char *error_json(int status, const char *message, size_t *len)
                                                   : status == 405 ? "Method Not Allowed"
                                                   : status == 409 ? "Conflict"
                                                   : status == 413 ? "Payload Too Large"
+                                                  : status == 429 ? "Too Many Requests"
                                                   : status == 503 ? "Service Unavailable"
                                                                   : "Error",
                           "message", message);
@@ -108,13 +121,39 @@ static char *error_json(int status, const char *message, size_t *len)
     return s;
 }
 
-int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message)
+int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *message,
+                           int retry_after)
 {
     size_t len;
     char *s = error_json(status, message, &len);
-    int r = http_write_now(g, wsi, status, "application/json", s ? s : "", len, NULL);
+    int r = write_response(g, wsi, status, "application/json", s ? s : "", len, NULL,
+                           retry_after);
     free(s);
     return r;
+}
+
+int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message)
+{
+    return http_write_error_retry(g, wsi, status, message, 0);
+}
+
+int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after)
+{
+    if (status == 429)
+        return http_write_error_retry(g, wsi, 429, "too many requests or failed logins; retry "
+                                                   "later", retry_after);
+    return http_write_error(g, wsi, 401, "a valid API key is required");
+}
+
+bool gw_owns(const kernel_t *k, const char *tenant)
+{
+    return k && tenant && !strcmp(wspace_tenant(kernel_workspace(k)), tenant);
+}
+
+kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant)
+{
+    kernel_t *k = kmgr_find(g->km, id);
+    return gw_owns(k, tenant) ? k : NULL;
 }
 
 /* ---- request objects ---- */
@@ -321,7 +360,8 @@ int http_start_kernel(struct gw_req *r, json_t *body,
     struct kmgr_start st = {.spec_name = name,
                             .env = json_is_object(env) ? env : NULL,
                             .lim = &lim,
-                            .workspace = json_is_string(jws) ? json_string_value(jws) : NULL};
+                            .workspace = json_is_string(jws) ? json_string_value(jws) : NULL,
+                            .tenant = r->caller.tenant};
     int rc = kmgr_start(g->km, &st, &k);
     if (rc == -ESRCH) {
         req_error(r, 404, "No such workspace");
@@ -361,7 +401,7 @@ static void handle_kernels(struct gw_req *r)
         json_t *a = json_array();
         for (size_t i = 0; i < kmgr_count(g->km); i++) {
             kernel_t *k = kmgr_at(g->km, i);
-            if (kernel_state(k) != KERNEL_TERMINATING)
+            if (kernel_state(k) != KERNEL_TERMINATING && gw_owns(k, r->caller.tenant))
                 json_array_append_new(a, kernel_model(k));
         }
         return req_reply(r, 200, a);
@@ -387,7 +427,7 @@ static void on_restarted(struct gw_req *r, kernel_t *k, int status)
 
 static void handle_kernel(struct gw_req *r)
 {
-    kernel_t *k = kmgr_find(r->g->km, r->route.arg[0]);
+    kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
     int rc;
     if (!k || (kernel_state(k) == KERNEL_TERMINATING && r->route.id != ROUTE_KERNEL))
         return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
@@ -517,9 +557,13 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
         return answer_now(g, wsi, pss, 204, NULL);
     if (!(r->route.methods & r->method))
         return answer_now(g, wsi, pss, 405, "method not allowed");
-    if (r->route.id != ROUTE_API && !auth_check(g, wsi)) {
-        log_info("http: unauthenticated request for %s refused", q);
-        return answer_now(g, wsi, pss, 401, "a valid API key is required");
+    if (r->route.id != ROUTE_API) {
+        int retry = 0, st = auth_request(g, wsi, &r->caller, &retry);
+        if (st) {
+            req_free(pss->req);
+            pss->req = NULL;
+            return http_write_auth_error(g, wsi, st, retry);
+        }
     }
     if (r->method & (HTTP_M_POST | HTTP_M_PATCH | HTTP_M_PUT)) {
         char cl[32];

@@ -15,6 +15,7 @@ struct gw_req {
     struct lws *wsi;
     unsigned method;
     struct route route;
+    struct gw_caller caller; /* who asked (tenant "" for unauthenticated routes) */
     buf_t body;
     bool body_expected;
     kwait_t *wait;

@@ -16,6 +16,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "common/audit.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -32,7 +33,24 @@ static const struct cfg_option options[] = {
     S("ip", ip, "127.0.0.1", "address to listen on"),
     I("port", port, "8888", 1, 65535, "TCP port to listen on"),
     {"api-key", CFG_STR, &G.cfg.api_key, NULL, 0, 0, CFG_SECRET,
-     "API key clients must present (generated and printed once when unset)"},
+     "API key clients must present, tenant 'default' (generated and printed once when neither "
+     "it nor --key-file is set)"},
+    S("key-file", key_file, "", "file of 'TENANT HASH' lines (kgw keygen); reloaded on SIGHUP"),
+    I("auth-fail-limit", auth_fail_limit, "10", 0, 1000000,
+      "failed logins per client address per window, then 429 (0 = no limit)"),
+    I("auth-fail-window", auth_fail_window, "3600", 1, 604800,
+      "seconds of the failed-login window"),
+    I("rate-limit", rate_limit, "200", 0, 1000000,
+      "requests, websocket messages and RPC calls per second per tenant (0 = no limit)"),
+    I("rate-burst", rate_burst, "1000", 1, 100000000, "burst allowed above --rate-limit"),
+    S("trusted-proxies", trusted_proxies, "",
+      "comma-separated proxy addresses whose X-Forwarded-For is believed"),
+    S("audit-log", audit_log, "", "audit events as JSON lines: a file, or - for stderr "
+                                  "('' = off)"),
+    S("certfile", certfile, "", "TLS certificate (PEM): serve HTTPS and WSS"),
+    S("keyfile", keyfile, "", "TLS private key (PEM) of --certfile"),
+    I("max-connections-per-address", max_connections_per_address, "256", 1, 1000000,
+      "open connections per client address"),
     S("default-kernel", default_kernel, "python3", "kernelspec used when a request names none"),
     S("log-level", log_level, "info", "error, warn, info or debug"),
     S("allow-origin", allow_origin, "", "CORS origin allowed to call the API ('' = none)"),
@@ -170,6 +188,8 @@ static void on_signal(void *data)
     while (read(fd, &si, sizeof(si)) == sizeof(si)) {
         if (si.ssi_signo == SIGCHLD && G.km) {
             kmgr_reap(G.km);
+        } else if (si.ssi_signo == SIGHUP) {
+            auth_reload(&G);
         } else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
             log_info("signal %d: shutting down", (int)si.ssi_signo);
             G.stopping = true;
@@ -209,6 +229,38 @@ static void usage(FILE *out)
             "print the version");
 }
 
+/* kgw keygen --tenant NAME: a new key (first line) and its key-file line (second line). */
+static int keygen(int argc, char **argv)
+{
+    const char *tenant = NULL;
+    char key[2 * KEYFILE_GEN_BYTES + 1], line[KEYFILE_LINE_MAX];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tenant") && i + 1 < argc)
+            tenant = argv[++i];
+        else if (!strncmp(argv[i], "--tenant=", 9))
+            tenant = argv[i] + 9;
+        else
+            tenant = NULL, i = argc;
+    }
+    if (!tenant) {
+        fprintf(stderr, "usage: kgw keygen --tenant NAME\n"
+                        "Prints a new API key on the first line and the line to add to the "
+                        "--key-file on the second.\n");
+        return 2;
+    }
+    if (sodium_init() < 0)
+        return 1;
+    int r = keyfile_generate(tenant, key, sizeof(key), line, sizeof(line));
+    if (r < 0) {
+        fprintf(stderr, "kgw keygen: invalid tenant name (1-%d of [A-Za-z0-9._-], not starting "
+                        "with '.' or '-')\n", KEYFILE_TENANT_MAX);
+        return 2;
+    }
+    printf("%s\n%s\n", key, line);
+    sodium_memzero(key, sizeof(key));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char err[256], rundir[512], keybuf[65];
@@ -216,6 +268,8 @@ int main(int argc, char **argv)
     evl_io_t *sig_io = NULL;
     int init_fd = -1;
 
+    if (argc > 1 && !strcmp(argv[1], "keygen"))
+        return keygen(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -241,12 +295,32 @@ int main(int argc, char **argv)
         return 1;
     }
     bool generated = false;
-    if (!G.cfg.api_key || !G.cfg.api_key[0]) {
+    if ((!G.cfg.api_key || !G.cfg.api_key[0]) && !G.cfg.key_file[0]) {
         util_random_hex(keybuf, 32);
         G.cfg.api_key = keybuf;
         generated = true;
     }
-    auth_init(&G, G.cfg.api_key);
+    if (auth_setup(&G, G.cfg.api_key, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: --key-file: %s\n", err);
+        return 2;
+    }
+    if ((G.cfg.certfile[0] != '\0') != (G.cfg.keyfile[0] != '\0')) {
+        fprintf(stderr, "kgw: --certfile and --keyfile go together\n");
+        return 2;
+    }
+    int ar = audit_open(G.cfg.audit_log);
+    if (ar < 0) {
+        fprintf(stderr, "kgw: --audit-log %s: %s\n", G.cfg.audit_log, strerror(-ar));
+        return 2;
+    }
+    struct rl_opts rlo = {.auth_fail_limit = (int)G.cfg.auth_fail_limit,
+                          .auth_fail_window_s = (int)G.cfg.auth_fail_window,
+                          .rate = (double)G.cfg.rate_limit,
+                          .burst = (double)G.cfg.rate_burst};
+    if (!(G.rl = rl_new(&rlo))) {
+        fprintf(stderr, "kgw: out of memory\n");
+        return 1;
+    }
     if (!G.cfg.runtime_dir[0])
         G.cfg.runtime_dir = default_runtime_dir(rundir, sizeof(rundir));
     util_uuid(G.server_session);
@@ -265,6 +339,7 @@ int main(int argc, char **argv)
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGHUP);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -285,6 +360,11 @@ int main(int argc, char **argv)
     info.fd_limit_per_thread = (unsigned)rl.rlim_cur;
     info.timeout_secs = 30;
     info.vhost_name = "kgw";
+    if (G.cfg.certfile[0]) {
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = G.cfg.certfile;
+        info.ssl_private_key_filepath = G.cfg.keyfile;
+    }
     G.ctx = lws_create_context(&info);
     if (!G.ctx) {
         log_error("cannot create the server context");
@@ -375,5 +455,8 @@ out:
     if (G.ctx)
         lws_context_destroy(G.ctx);
     close(sfd);
+    keyfile_free(&G.keys);
+    rl_destroy(&G.rl);
+    audit_close();
     return rc;
 }

@@ -315,14 +315,15 @@ static bool session_id_ok(const char *s)
     return true;
 }
 
-static kernel_t *kernel_of(gw_t *g, struct lws *wsi)
+/* The kernel of the channels URL, if it is the caller's tenant's and usable. */
+static kernel_t *kernel_of(gw_t *g, struct lws *wsi, const char *tenant)
 {
     char uri[ROUTE_MAX_PATH + 1];
     struct route rt;
     int n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
     if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0 || rt.id != ROUTE_KERNEL_CHANNELS)
         return NULL;
-    kernel_t *k = kmgr_find(g->km, rt.arg[0]);
+    kernel_t *k = gw_kernel(g, rt.arg[0], tenant);
     if (!k || kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD)
         return NULL;
     return k;
@@ -369,9 +370,10 @@ int wschan_confirm(gw_t *g, struct lws *wsi)
         http_write_error(g, wsi, 404, "not found");
         return 1;
     }
-    if (!auth_check(g, wsi)) {
-        log_info("ws: unauthenticated websocket refused");
-        http_write_error(g, wsi, 401, "a valid API key is required");
+    struct gw_caller who;
+    int retry = 0, st = auth_request(g, wsi, &who, &retry);
+    if (st) {
+        http_write_auth_error(g, wsi, st, retry);
         return 1;
     }
     if (!subprotocol_ok(wsi)) {
@@ -384,7 +386,7 @@ int wschan_confirm(gw_t *g, struct lws *wsi)
         http_write_error(g, wsi, 403, "origin not allowed");
         return 1;
     }
-    if (!kernel_of(g, wsi)) {
+    if (!kernel_of(g, wsi, who.tenant)) {
         http_write_error(g, wsi, 404, "Kernel does not exist");
         return 1;
     }
@@ -399,7 +401,7 @@ int wschan_confirm(gw_t *g, struct lws *wsi)
 static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
 {
     char sidbuf[SESSION_ID_MAX + 16], sid[SESSION_ID_MAX + 1];
-    kernel_t *k = kernel_of(g, wsi);
+    kernel_t *k = kernel_of(g, wsi, auth_tenant(g, wsi));
     if (!k)
         return -1;
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sidbuf, sizeof(sidbuf));
