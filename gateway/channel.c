@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
@@ -94,7 +95,8 @@ struct chconn {
     bool in_msg;
     int violations;
     char tenant[KMGR_TENANT_MAX + 1];
-    char who[64];
+    char addr[RL_ADDR_MAX];
+    char who[96];
     struct chref refs[CH_MAX_REFS];
     size_t nrefs;
     chclient_t *clients;
@@ -148,6 +150,9 @@ static void violation(chconn_t *c, const char *rid, const rpc_error_t *e)
     c->violations++;
     log_warn("channel: %s: refused call: %s: %s (%d so far)", c->who, rpc_err_name(e->type),
              e->message, c->violations);
+    audit_event("rpc_refused", "s:s, s:s, s:s, s:o, s:i", "tenant", c->tenant, "addr", c->addr,
+                "error", rpc_err_name(e->type), "message", audit_str(e->message, strlen(e->message)),
+                "count", c->violations);
     if (rid)
         send_text(c, rpc_reply_exception(rid, e));
     if (c->violations >= CH_MAX_VIOLATIONS)
@@ -531,6 +536,10 @@ static void do_start_kernel(chconn_t *c, const rpc_call_t *rc, const rpc_args_t 
         .tenant = c->tenant,
     };
     int r = kmgr_start(g->km, &st, &k);
+    struct gw_caller who;
+    snprintf(who.tenant, sizeof(who.tenant), "%s", c->tenant);
+    snprintf(who.addr, sizeof(who.addr), "%s", c->addr);
+    gw_audit_start(g, &who, &st, r, r == 0 ? k : NULL);
     switch (r) {
     case 0:
         kernel_touch(k);
@@ -934,9 +943,8 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     c->wsi = wsi;
     snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
     buf_init(&c->in, RPC_MAX_MESSAGE_BYTES);
-    char peer[48] = "?";
-    lws_get_peer_simple(wsi, peer, sizeof(peer));
-    snprintf(c->who, sizeof(c->who), "connection from %s", peer);
+    auth_peer(g, wsi, c->addr);
+    snprintf(c->who, sizeof(c->who), "connection from %s", c->addr);
     wsq_init(&c->out, wsi, (size_t)g->cfg.max_ws_queue_bytes, c->who);
     c->next = conns;
     conns = c;

@@ -27,6 +27,7 @@ struct gw_config {
     const char *certfile;
     const char *keyfile;
     long long max_connections_per_address;
+    long long http_timeout;
     const char *default_kernel;
     const char *log_level;
     const char *allow_origin;
@@ -124,6 +125,9 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
  * tenant's alike, so ids cannot be probed. */
 kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant);
 bool gw_owns(const kernel_t *k, const char *tenant);
+/* The audit event of a kernel start request (rc: kmgr_start's result). */
+void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,
+                    kernel_t *k);
 
 /* wschan.c */
 #define WSCHAN_LEGACY_NAME "kgw" /* lws protocol 0: HTTP, and websockets offering no subprotocol */

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -46,6 +47,8 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
     int rc = 0;
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(security_headers); i++)
         rc |= add_header(wsi, security_headers[i][0], security_headers[i][1], p, end);
+    if (g->cfg.certfile && g->cfg.certfile[0])
+        rc |= add_header(wsi, "strict-transport-security:", "max-age=31536000", p, end);
     if (origin_allowed(g, wsi, origin, sizeof(origin))) {
         rc |= add_header(wsi, "access-control-allow-origin:", origin, p, end);
         rc |= add_header(wsi, "access-control-allow-credentials:", "true", p, end);
@@ -143,6 +146,18 @@ int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after)
         return http_write_error_retry(g, wsi, 429, "too many requests or failed logins; retry "
                                                    "later", retry_after);
     return http_write_error(g, wsi, 401, "a valid API key is required");
+}
+
+void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,
+                    kernel_t *k)
+{
+    if (!audit_enabled())
+        return;
+    audit_event("kernel_start", "s:s, s:s, s:o, s:o, s:o, s:s", "tenant", who->tenant, "addr",
+                who->addr, "kernel", k ? json_string(kernel_id(k)) : json_null(), "name",
+                audit_str(st->spec_name, strlen(st->spec_name)), "workspace",
+                k ? json_string(wspace_id(kernel_workspace(k))) : json_null(), "result",
+                rc == 0 ? "ok" : strerror(-rc));
 }
 
 bool gw_owns(const kernel_t *k, const char *tenant)
@@ -363,6 +378,7 @@ int http_start_kernel(struct gw_req *r, json_t *body,
                             .workspace = json_is_string(jws) ? json_string_value(jws) : NULL,
                             .tenant = r->caller.tenant};
     int rc = kmgr_start(g->km, &st, &k);
+    gw_audit_start(g, &r->caller, &st, rc, rc == 0 ? k : NULL);
     if (rc == -ESRCH) {
         req_error(r, 404, "No such workspace");
         return rc;

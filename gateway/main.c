@@ -49,6 +49,8 @@ static const struct cfg_option options[] = {
                                   "('' = off)"),
     S("certfile", certfile, "", "TLS certificate (PEM): serve HTTPS and WSS"),
     S("keyfile", keyfile, "", "TLS private key (PEM) of --certfile"),
+    I("http-timeout", http_timeout, "30", 1, 3600,
+      "seconds a client has to send a request (headers and body) or a websocket handshake"),
     I("max-connections-per-address", max_connections_per_address, "256", 1, 1000000,
       "open connections per client address"),
     S("default-kernel", default_kernel, "python3", "kernelspec used when a request names none"),
@@ -358,7 +360,10 @@ int main(int argc, char **argv)
     info.max_http_header_data = 16384;
     info.max_http_header_pool = 256;
     info.fd_limit_per_thread = (unsigned)rl.rlim_cur;
-    info.timeout_secs = 30;
+    /* handshakes, request headers and bodies that do not complete in time are dropped
+     * (slowloris); idle keep-alive connections go after keepalive_timeout */
+    info.timeout_secs = (unsigned)G.cfg.http_timeout;
+    info.keepalive_timeout = (int)G.cfg.http_timeout;
     info.vhost_name = "kgw";
     if (G.cfg.certfile[0]) {
         info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "common/blob.h"
+#include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
@@ -276,6 +277,11 @@ void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *det
     gw_t *g = user;
     khub_t *hub = kernel_user(k);
     char reason[100];
+    static const char *const names[] = {"kernel_restarting", "kernel_started", "kernel_died",
+                                        "kernel_stopped"};
+    audit_event(names[ev], "s:s, s:s, s:o", "tenant", wspace_tenant(kernel_workspace(k)),
+                "kernel", kernel_id(k), "reason",
+                detail ? audit_str(detail, strlen(detail)) : json_null());
     switch (ev) {
     case KERNEL_EV_RESTARTING:
         if (hub)
