@@ -196,3 +196,14 @@ int auth_request(gw_t *g, struct lws *wsi, struct gw_caller *out, int *retry_aft
     }
     return 0;
 }
+
+void auth_ws_message(gw_t *g, struct lws *wsi, const char *tenant)
+{
+    int wait_ms = 0;
+    if (rl_charge(g->rl, tenant, 1, (int64_t)util_now_ms(), &wait_ms))
+        return;
+    /* over the tenant's rate: stop reading this websocket until the bucket refills (TCP
+     * pushes back on the client); LWS_CALLBACK_TIMER resumes it */
+    lws_rx_flow_control(wsi, 0);
+    lws_set_timer_usecs(wsi, (lws_usec_t)(wait_ms > 0 ? wait_ms : 1) * 1000);
+}

@@ -998,6 +998,7 @@ static int on_receive(chconn_t *c, const void *in, size_t len)
     }
     if (lws_is_final_fragment(c->wsi) && lws_remaining_packet_payload(c->wsi) == 0) {
         c->in_msg = false;
+        auth_ws_message(c->g, c->wsi, c->tenant);
         on_message(c);
         buf_reset(&c->in);
     }

@@ -103,6 +103,9 @@ void auth_peer(gw_t *g, struct lws *wsi, char out[RL_ADDR_MAX]);
  * 401 (no or wrong key), 429 (address over its failed-login limit, or tenant over its request
  * rate: retry_after seconds). Counts failures, writes log lines and audit events. */
 int auth_request(gw_t *g, struct lws *wsi, struct gw_caller *out, int *retry_after);
+/* Counts a websocket message against the tenant's rate; over it, reading that websocket pauses
+ * until the bucket refills (main.c resumes it on LWS_CALLBACK_TIMER). */
+void auth_ws_message(gw_t *g, struct lws *wsi, const char *tenant);
 /* The tenant of the key a request presents, or NULL; no side effects. */
 const char *auth_tenant(gw_t *g, struct lws *wsi);
 

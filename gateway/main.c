@@ -158,6 +158,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_HTTP_WRITEABLE:
     case LWS_CALLBACK_CLOSED_HTTP:
         return http_callback(&G, wsi, reason, pss, in, len);
+    case LWS_CALLBACK_TIMER: /* a websocket paused by the rate limit resumes */
+        lws_rx_flow_control(wsi, 1);
+        return 0;
     case LWS_CALLBACK_ESTABLISHED:
         if (channel_is_channel(wsi))
             return channel_callback(&G, wsi, reason, pss, in, len);

@@ -116,22 +116,39 @@ bool rl_auth_failed(rl_t *rl, const char *addr, int64_t now)
     return e->v == rl->o.auth_fail_limit;
 }
 
+static struct rl_ent *refill(rl_t *rl, const char *tenant, int64_t now)
+{
+    struct rl_ent *e = lookup(rl->bucket, tenant);
+    if (e->t == 0) {
+        e->v = rl->o.burst;
+    } else {
+        e->v = fmin(rl->o.burst, e->v + (double)(now - e->t) * rl->o.rate / 1000.0);
+    }
+    e->t = now ? now : 1;
+    return e;
+}
+
 bool rl_take(rl_t *rl, const char *tenant, double n, int64_t now, int *wait_ms)
 {
     if (rl->o.rate <= 0)
         return true;
-    struct rl_ent *e = lookup(rl->bucket, tenant);
-    if (e->t == 0) {
-        e->t = now ? now : 1;
-        e->v = rl->o.burst;
-    } else {
-        e->v = fmin(rl->o.burst, e->v + (double)(now - e->t) * rl->o.rate / 1000.0);
-        e->t = now ? now : 1;
-    }
+    struct rl_ent *e = refill(rl, tenant, now);
     if (e->v >= n) {
         e->v -= n;
         return true;
     }
     *wait_ms = (int)ceil((n - e->v) * 1000.0 / rl->o.rate);
+    return false;
+}
+
+bool rl_charge(rl_t *rl, const char *tenant, double n, int64_t now, int *wait_ms)
+{
+    if (rl->o.rate <= 0)
+        return true;
+    struct rl_ent *e = refill(rl, tenant, now);
+    e->v = fmax(e->v - n, -rl->o.burst); /* debt, bounded */
+    if (e->v >= 0)
+        return true;
+    *wait_ms = (int)ceil(-e->v * 1000.0 / rl->o.rate);
     return false;
 }

@@ -30,5 +30,8 @@ bool rl_auth_blocked(rl_t *rl, const char *addr, int *retry_after_s, int64_t now
 bool rl_auth_failed(rl_t *rl, const char *addr, int64_t now_ms);
 /* Takes n tokens from the tenant's bucket; false (wait_ms: until they are there) when empty. */
 bool rl_take(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait_ms);
+/* For work already done (a message received): takes n tokens even into debt; false (wait_ms:
+ * until the debt is paid) when the bucket is below zero. */
+bool rl_charge(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait_ms);
 
 #endif

@@ -37,6 +37,7 @@ struct wsconn {
     int bad;
     wsq_t out;
     char who[SESSION_ID_MAX + 16];
+    char tenant[KEYFILE_TENANT_MAX + 1];
 };
 
 struct wsess {
@@ -407,7 +408,8 @@ int wschan_confirm(gw_t *g, struct lws *wsi)
 static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
 {
     char sidbuf[SESSION_ID_MAX + 16], sid[SESSION_ID_MAX + 1];
-    kernel_t *k = kernel_of(g, wsi, auth_tenant(g, wsi));
+    const char *tenant = auth_tenant(g, wsi);
+    kernel_t *k = kernel_of(g, wsi, tenant);
     if (!k)
         return -1;
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sidbuf, sizeof(sidbuf));
@@ -425,6 +427,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     }
     ws->g = g;
     ws->wsi = wsi;
+    snprintf(ws->tenant, sizeof(ws->tenant), "%s", tenant);
     ws->proto = p && p->name && !strcmp(p->name, WSMSG_V1_NAME) ? WSPROTO_V1 : WSPROTO_LEGACY;
     buf_init(&ws->in, (size_t)g->cfg.max_ws_message_bytes);
 
@@ -521,6 +524,7 @@ static int on_receive(struct wsconn *ws, const void *in, size_t len)
     }
     if (lws_is_final_fragment(ws->wsi) && lws_remaining_packet_payload(ws->wsi) == 0) {
         ws->in_msg = false;
+        auth_ws_message(ws->g, ws->wsi, ws->tenant);
         if (ws->sess)
             on_message(ws);
         buf_reset(&ws->in);

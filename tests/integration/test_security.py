@@ -397,3 +397,19 @@ def test_slowloris_is_cut_off_while_others_are_served(gateway_factory):
     assert closed == len(slow), f"only {closed} of {len(slow)} slow clients were cut off"
     assert time.monotonic() - t0 < 15
     assert req(gw, "GET", "/api/kernels", gw.token)[0] == 200
+
+
+def test_websocket_messages_over_the_rate_are_slowed_not_lost(gateway_factory):
+    gw = gateway_factory("--rate-limit=20", "--rate-burst=20")
+
+    async def go():
+        ch = await Channel.connect(gw.ws_url, gw.token)
+        try:
+            t0 = time.monotonic()
+            results = await asyncio.gather(*[ch.mkm.list_kernel_ids() for _ in range(60)])
+            return results, time.monotonic() - t0
+        finally:
+            await ch.close()
+    results, took = run(go())
+    assert results == [[]] * 60  # every call answered
+    assert took >= 1.5, took     # 40 over the burst at 20/s
