@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 
 #include "common/audit.h"
 #include "common/config.h"
@@ -143,11 +144,55 @@ static int load_init(const char *path, char *why, size_t whysz)
     return mfd;
 }
 
+/* Connections per client address: the table index of each accepted socket, by fd. */
+static int *conn_slot; /* index + 1; 0: not counted */
+static size_t conn_slots;
+
+static int filter_connection(struct lws_filter_network_conn_args *a)
+{
+    char addr[RL_ADDR_MAX] = "";
+    int fd = (int)a->accept_fd;
+    const struct sockaddr *sa = (const struct sockaddr *)&a->cli_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, sizeof(addr));
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof(addr));
+    if (!addr[0] || fd < 0 || (size_t)fd >= conn_slots)
+        return 0;
+    if (conn_slot[fd]) /* a close we did not see: settle it first */
+        rl_conn_close(G.rl, conn_slot[fd] - 1);
+    conn_slot[fd] = 0;
+    int idx = rl_conn_open(G.rl, addr);
+    if (idx == -1) {
+        log_info("connection from %s refused: %lld connections from that address are open",
+                 addr, G.cfg.max_connections_per_address);
+        audit_event("rate_limited", "s:s, s:s", "addr", addr, "limit", "connections");
+        return 1;
+    }
+    if (idx >= 0)
+        conn_slot[fd] = idx + 1;
+    return 0;
+}
+
+static void connection_closed(struct lws *wsi)
+{
+    int fd = (int)lws_get_socket_fd(wsi);
+    if (fd >= 0 && (size_t)fd < conn_slots && conn_slot[fd]) {
+        rl_conn_close(G.rl, conn_slot[fd] - 1);
+        conn_slot[fd] = 0;
+    }
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len)
 {
     struct gw_pss *pss = user;
     switch (reason) {
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+        return filter_connection(user);
+    case LWS_CALLBACK_WSI_DESTROY:
+        connection_closed(wsi);
+        return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
         if (channel_is_channel(wsi))
             return channel_confirm(&G, wsi);
@@ -321,7 +366,8 @@ int main(int argc, char **argv)
     struct rl_opts rlo = {.auth_fail_limit = (int)G.cfg.auth_fail_limit,
                           .auth_fail_window_s = (int)G.cfg.auth_fail_window,
                           .rate = (double)G.cfg.rate_limit,
-                          .burst = (double)G.cfg.rate_burst};
+                          .burst = (double)G.cfg.rate_burst,
+                          .conns_per_addr = (int)G.cfg.max_connections_per_address};
     if (!(G.rl = rl_new(&rlo))) {
         fprintf(stderr, "kgw: out of memory\n");
         return 1;
@@ -363,6 +409,11 @@ int main(int argc, char **argv)
     info.max_http_header_data = 16384;
     info.max_http_header_pool = 256;
     info.fd_limit_per_thread = (unsigned)rl.rlim_cur;
+    conn_slots = (size_t)rl.rlim_cur;
+    if (!(conn_slot = calloc(conn_slots, sizeof(*conn_slot)))) {
+        log_error("out of memory");
+        goto out;
+    }
     /* handshakes, request headers and bodies that do not complete in time are dropped
      * (slowloris); idle keep-alive connections go after keepalive_timeout */
     info.timeout_secs = (unsigned)G.cfg.http_timeout;
@@ -465,6 +516,7 @@ out:
     close(sfd);
     keyfile_free(&G.keys);
     rl_destroy(&G.rl);
+    free(conn_slot);
     audit_close();
     return rc;
 }

@@ -20,6 +20,7 @@ struct rl {
     struct rl_opts o;
     struct rl_ent fail[RL_SLOTS];
     struct rl_ent bucket[RL_SLOTS];
+    struct rl_ent conns[RL_SLOTS]; /* v: open connections; t: 1 while in use */
 };
 
 rl_t *rl_new(const struct rl_opts *o)
@@ -151,4 +152,38 @@ bool rl_charge(rl_t *rl, const char *tenant, double n, int64_t now, int *wait_ms
         return true;
     *wait_ms = (int)ceil(-e->v * 1000.0 / rl->o.rate);
     return false;
+}
+
+int rl_conn_open(rl_t *rl, const char *addr)
+{
+    char key[RL_ADDR_MAX];
+    rl_addr_key(addr, key);
+    uint32_t h = hash(key);
+    struct rl_ent *free_e = NULL;
+    for (int i = 0; i < RL_PROBES; i++) {
+        struct rl_ent *e = &rl->conns[(h + (uint32_t)i) & (RL_SLOTS - 1)];
+        if (e->t != 0 && !strcmp(e->key, key)) {
+            if (rl->o.conns_per_addr > 0 && e->v >= rl->o.conns_per_addr)
+                return -1;
+            e->v++;
+            return (int)(e - rl->conns);
+        }
+        if (e->t == 0 && !free_e)
+            free_e = e;
+    }
+    if (!free_e)
+        return -2; /* no room to count it: not refused, not counted */
+    snprintf(free_e->key, sizeof(free_e->key), "%s", key);
+    free_e->t = 1;
+    free_e->v = 1;
+    return (int)(free_e - rl->conns);
+}
+
+void rl_conn_close(rl_t *rl, int idx)
+{
+    if (idx < 0 || idx >= RL_SLOTS)
+        return;
+    struct rl_ent *e = &rl->conns[idx];
+    if (e->t != 0 && --e->v <= 0)
+        memset(e, 0, sizeof(*e));
 }

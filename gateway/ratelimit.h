@@ -18,6 +18,7 @@ struct rl_opts {
     int auth_fail_window_s;
     double rate;            /* tokens per second per tenant (0: no limit) */
     double burst;           /* bucket size */
+    int conns_per_addr;     /* open connections per address (0: no limit) */
 };
 
 rl_t *rl_new(const struct rl_opts *o);
@@ -33,5 +34,10 @@ bool rl_take(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait_m
 /* For work already done (a message received): takes n tokens even into debt; false (wait_ms:
  * until the debt is paid) when the bucket is below zero. */
 bool rl_charge(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait_ms);
+
+/* A connection from addr opens: its table index (pass it to rl_conn_close), -1 when addr is at
+ * its limit (refuse it), -2 when it cannot be counted (the table is crowded: accept it). */
+int rl_conn_open(rl_t *rl, const char *addr);
+void rl_conn_close(rl_t *rl, int idx);
 
 #endif

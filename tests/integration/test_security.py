@@ -413,3 +413,30 @@ def test_websocket_messages_over_the_rate_are_slowed_not_lost(gateway_factory):
     results, took = run(go())
     assert results == [[]] * 60  # every call answered
     assert took >= 1.5, took     # 40 over the burst at 20/s
+
+
+def test_connections_per_address_are_capped_and_released(gateway_factory):
+    gw = gateway_factory("--max-connections-per-address=5")
+    held = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(5)]
+    try:
+        extra = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+        extra.sendall(b"GET /api HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            data = extra.recv(100)
+        except ConnectionResetError:
+            data = b""
+        assert data == b"", data  # hung up at once
+        extra.close()
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.5)
+    # closed connections are released
+    for _ in range(3):
+        assert req(gw, "GET", "/api/kernels", gw.token)[0] == 200
+    held = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(4)]
+    try:
+        assert req(gw, "GET", "/api/kernels", gw.token)[0] == 200
+    finally:
+        for s in held:
+            s.close()
