@@ -58,23 +58,6 @@ void auth_reload(gw_t *g)
     audit_event("keys_reloaded", "s:I", "keys", (json_int_t)g->keys->n);
 }
 
-static bool in_list(const char *list, const char *addr)
-{
-    size_t n = strlen(addr);
-    for (const char *p = list; p && *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        while (len > 0 && *p == ' ')
-            p++, len--;
-        while (len > 0 && p[len - 1] == ' ')
-            len--;
-        if (len == n && !strncmp(p, addr, n))
-            return true;
-        p = e ? e + 1 : NULL;
-    }
-    return false;
-}
-
 void auth_peer(gw_t *g, struct lws *wsi, char out[RL_ADDR_MAX])
 {
     char peer[RL_ADDR_MAX] = "", xff[1024];
@@ -82,31 +65,11 @@ void auth_peer(gw_t *g, struct lws *wsi, char out[RL_ADDR_MAX])
     if (!strncmp(peer, "::ffff:", 7))
         memmove(peer, peer + 7, strlen(peer + 7) + 1);
     snprintf(out, RL_ADDR_MAX, "%s", peer[0] ? peer : "?");
-    /* X-Forwarded-For only from a configured proxy: the rightmost address that is not one of
-     * ours is the client (what the proxies in front appended) */
-    if (!g->cfg.trusted_proxies || !g->cfg.trusted_proxies[0] ||
-        !in_list(g->cfg.trusted_proxies, peer))
+    if (!g->cfg.trusted_proxies || !g->cfg.trusted_proxies[0])
         return;
     int n = lws_hdr_copy(wsi, xff, sizeof(xff), WSI_TOKEN_X_FORWARDED_FOR);
-    while (n > 0) {
-        char *comma = strrchr(xff, ',');
-        char *a = comma ? comma + 1 : xff;
-        while (*a == ' ')
-            a++;
-        size_t len = strlen(a);
-        while (len > 0 && a[len - 1] == ' ')
-            a[--len] = '\0';
-        if (len > 0 && len < RL_ADDR_MAX && strspn(a, "0123456789abcdefABCDEF.:") == len) {
-            snprintf(out, RL_ADDR_MAX, "%s", a);
-            if (!in_list(g->cfg.trusted_proxies, a))
-                return;
-        } else {
-            return; /* malformed: stop at the last good one */
-        }
-        if (!comma)
-            return;
-        *comma = '\0';
-    }
+    if (n > 0)
+        rl_forwarded_client(peer, xff, (size_t)n, g->cfg.trusted_proxies, out);
 }
 
 /* The key a request presents: Authorization token|bearer, X-API-Key or ?token=. */

@@ -187,3 +187,51 @@ void rl_conn_close(rl_t *rl, int idx)
     if (e->t != 0 && --e->v <= 0)
         memset(e, 0, sizeof(*e));
 }
+
+/* addr (n bytes) is an entry of the comma-separated list */
+static bool in_list(const char *list, const char *addr, size_t n)
+{
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        while (len > 0 && *p == ' ')
+            p++, len--;
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        if (len == n && !strncmp(p, addr, n))
+            return true;
+        p = e ? e + 1 : NULL;
+    }
+    return false;
+}
+
+bool rl_forwarded_client(const char *peer, const char *xff, size_t len, const char *trusted,
+                         char out[RL_ADDR_MAX])
+{
+    if (!in_list(trusted, peer, strlen(peer)))
+        return false;
+    /* from the right: each hop appended the address it got the request from; the first one
+     * that is not a trusted proxy is the client */
+    bool found = false;
+    size_t end = len > RL_XFF_MAX ? 0 : len;
+    while (end > 0) {
+        size_t start = end;
+        while (start > 0 && xff[start - 1] != ',')
+            start--;
+        size_t a = start, b = end;
+        while (a < b && (xff[a] == ' ' || xff[a] == '\t'))
+            a++;
+        while (b > a && (xff[b - 1] == ' ' || xff[b - 1] == '\t'))
+            b--;
+        size_t n = b - a;
+        if (n == 0 || n >= RL_ADDR_MAX || strspn(xff + a, "0123456789abcdefABCDEF.:") < n)
+            break; /* malformed: keep the last good one */
+        memcpy(out, xff + a, n);
+        out[n] = '\0';
+        found = true;
+        if (!in_list(trusted, out, n))
+            break;
+        end = start > 0 ? start - 1 : 0;
+    }
+    return found;
+}

@@ -12,6 +12,7 @@
 typedef struct rl rl_t;
 
 #define RL_ADDR_MAX 64
+#define RL_XFF_MAX  4096 /* bytes of X-Forwarded-For considered */
 
 struct rl_opts {
     int auth_fail_limit;    /* failures per address per window (0: no limit) */
@@ -35,6 +36,11 @@ bool rl_take(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait_m
  * until the debt is paid) when the bucket is below zero. */
 bool rl_charge(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait_ms);
 
+/* The client behind trusted proxies: when peer is in the comma-separated trusted list, the
+ * rightmost address of X-Forwarded-For (xff, len bytes, not NUL-terminated) that is not itself
+ * trusted goes to out (true). Malformed entries stop the walk. */
+bool rl_forwarded_client(const char *peer, const char *xff, size_t len, const char *trusted,
+                         char out[RL_ADDR_MAX]);
 /* A connection from addr opens: its table index (pass it to rl_conn_close), -1 when addr is at
  * its limit (refuse it), -2 when it cannot be counted (the table is crowded: accept it). */
 int rl_conn_open(rl_t *rl, const char *addr);

@@ -79,8 +79,32 @@ static void test_buckets(void)
     rl_destroy(&rl);
 }
 
+static int fwd(const char *peer, const char *xff, const char *trusted, char *out)
+{
+    return rl_forwarded_client(peer, xff, strlen(xff), trusted, out);
+}
+
+static void test_forwarded(void)
+{
+    char out[RL_ADDR_MAX];
+    CHECK_CASE("X-Forwarded-For");
+    CHECK(fwd("127.0.0.1", "203.0.113.7", "127.0.0.1", out));
+    CHECK_STR(out, "203.0.113.7");
+    CHECK(!fwd("192.0.2.9", "203.0.113.7", "127.0.0.1", out)); /* peer not trusted */
+    CHECK(fwd("127.0.0.1", "198.51.100.1, 203.0.113.7", "127.0.0.1", out));
+    CHECK_STR(out, "203.0.113.7"); /* the client's own header entry is not believed */
+    CHECK(fwd("127.0.0.1", "198.51.100.1, 203.0.113.7, 10.0.0.1", "127.0.0.1, 10.0.0.1", out));
+    CHECK_STR(out, "203.0.113.7"); /* through two proxies */
+    CHECK(fwd("127.0.0.1", "203.0.113.7, bogus!", "127.0.0.1", out) == 0);
+    CHECK(fwd("127.0.0.1", "bogus!, 2001:db8::5", "127.0.0.1", out));
+    CHECK_STR(out, "2001:db8::5");
+    CHECK(!fwd("127.0.0.1", "", "127.0.0.1", out));
+    CHECK(!fwd("127.0.0.1", " , ", "127.0.0.1", out));
+}
+
 int main(void)
 {
+    test_forwarded();
     test_addr_keys();
     test_auth_failures();
     test_buckets();
