@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/http.h"
@@ -145,6 +146,17 @@ static void path_error(struct gw_req *r, int err, const char *q)
     }
 }
 
+/* An audit event of a file operation on w (docs/audit.md). */
+static void audit_file(const struct gw_req *r, const char *event, const wspace_t *w,
+                       const char *path, long long size, const char *result)
+{
+    if (!audit_enabled())
+        return;
+    audit_event(event, "s:s, s:s, s:s, s:o, s:I, s:o", "tenant", r->caller.tenant, "addr",
+                r->caller.addr, "workspace", wspace_id(w), "path", audit_str(path, strlen(path)),
+                "size", (json_int_t)size, "result", audit_str(result, strlen(result)));
+}
+
 static const char *quote_path(char *q, size_t qsz, const char *path)
 {
     return log_quote(q, qsz, path, strlen(path));
@@ -163,7 +175,7 @@ static wspace_t *request_workspace(struct gw_req *r, int *ret_root)
         return NULL;
     }
     wspace_t *w = strlen(id) <= WSPACE_ID_MAX ? kmgr_workspace(r->g->km, id) : NULL;
-    if (!w || strcmp(wspace_tenant(w), r->tenant) != 0) {
+    if (!w || strcmp(wspace_tenant(w), r->caller.tenant) != 0) {
         req_error(r, 404, "no such workspace: %s", log_quote(q, sizeof(q), id, strlen(id)));
         return NULL;
     }
@@ -351,6 +363,7 @@ static void handle_delete(struct gw_req *r, wspace_t *w, int root)
     if (rc < 0)
         return path_error(r, rc, q);
     log_info("files: workspace %s: deleted %s", wspace_id(w), q);
+    audit_file(r, "file_delete", w, r->fpath, 0, "ok");
     req_reply(r, 204, NULL);
 }
 
@@ -388,6 +401,7 @@ static void start_download(struct gw_req *r, wspace_t *w, int root)
     x->size = (long long)st.st_size;
     r->xfer = x;
     log_debug("files: workspace %s: download %s (%lld bytes)", wspace_id(w), q, x->size);
+    audit_file(r, "file_download", w, r->fpath, x->size, "ok");
     lws_callback_on_writable(r->wsi);
 }
 
@@ -690,10 +704,13 @@ void files_upload_done(struct gw_req *r)
     } else if (!x->err) {
         snprintf(path, sizeof(path), "%s", r->fpath);
     }
-    if (x->err)
+    if (x->err) {
+        audit_file(r, "file_upload", x->ws, x->multipart ? "" : r->fpath, x->size, x->errmsg);
         return req_error(r, x->err, "%s", x->errmsg);
+    }
     quote_path(q, sizeof(q), path);
     int rc = link_into_place(x, path);
+    audit_file(r, "file_upload", x->ws, path, x->size, rc == 0 ? "ok" : strerror(-rc));
     if (rc == -EISDIR || rc == -ENOTEMPTY || rc == -EEXIST)
         return req_error(r, 409, "%s is a directory", q);
     if (rc < 0)

@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/keyfile.h"
+#include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
 #include "kernelmgr/kmgr.h"
 
@@ -17,6 +19,17 @@ struct gw_config {
     const char *ip;
     long long port;
     const char *api_key;
+    const char *key_file;
+    long long auth_fail_limit;
+    long long auth_fail_window;
+    long long rate_limit;
+    long long rate_burst;
+    const char *trusted_proxies;
+    const char *audit_log;
+    const char *certfile;
+    const char *keyfile;
+    long long max_connections_per_address;
+    long long http_timeout;
     const char *default_kernel;
     const char *log_level;
     const char *allow_origin;
@@ -59,7 +72,8 @@ typedef struct gw {
     lwsloop_t loop;
     struct lws_context *ctx;
     kmgr_t *km;
-    unsigned char key_hash[32];
+    keyfile_t *keys; /* API keys and their tenants */
+    rl_t *rl;
     char server_session[40]; /* Jupyter session of gateway-made messages */
     int64_t started_us;
     int64_t last_activity_us;
@@ -77,12 +91,33 @@ typedef struct gw {
 struct gw_pss {
     struct gw_req *req;
     struct wsconn *ws;
+    struct chconn *ch;
 };
 
 /* auth.c */
-void auth_init(gw_t *g, const char *key);
-/* Checks Authorization (token|bearer), X-API-Key and ?token=. */
-bool auth_check(gw_t *g, struct lws *wsi);
+#define AUTH_DEFAULT_TENANT "default" /* the tenant of --api-key / KGW_API_KEY */
+
+/* Who is calling: the tenant of the key presented and the client's address. */
+struct gw_caller {
+    char tenant[KEYFILE_TENANT_MAX + 1];
+    char addr[RL_ADDR_MAX];
+};
+
+/* Loads --key-file (if any) plus the single key (if any). -errno with a reason in err. */
+int auth_setup(gw_t *g, const char *single_key, char *err, size_t errsz);
+/* SIGHUP: reloads the key file; on error the old keys stay. */
+void auth_reload(gw_t *g);
+/* The client's address: the socket peer, or X-Forwarded-For from a --trusted-proxies peer. */
+void auth_peer(gw_t *g, struct lws *wsi, char out[RL_ADDR_MAX]);
+/* Authenticates a request (Authorization: token|bearer, X-API-Key or ?token=): 0 (out filled),
+ * 401 (no or wrong key), 429 (address over its failed-login limit, or tenant over its request
+ * rate: retry_after seconds). Counts failures, writes log lines and audit events. */
+int auth_request(gw_t *g, struct lws *wsi, struct gw_caller *out, int *retry_after);
+/* Counts a websocket message against the tenant's rate; over it, reading that websocket pauses
+ * until the bucket refills (main.c resumes it on LWS_CALLBACK_TIMER). */
+void auth_ws_message(gw_t *g, struct lws *wsi, const char *tenant);
+/* The tenant of the key a request presents, or NULL; no side effects. */
+const char *auth_tenant(gw_t *g, struct lws *wsi);
 
 /* http.c */
 int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
@@ -92,7 +127,20 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
 int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
                    size_t len, const char *location);
 int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message);
+/* An error with Retry-After (429, 503). */
+int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *message,
+                           int retry_after);
+/* Answers a refused authentication (auth_request's 401 or 429). */
+int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after);
 int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
+
+/* The kernel with this id if it belongs to tenant; NULL for a missing kernel and for another
+ * tenant's alike, so ids cannot be probed. */
+kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant);
+bool gw_owns(const kernel_t *k, const char *tenant);
+/* The audit event of a kernel start request (rc: kmgr_start's result). */
+void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,
+                    kernel_t *k);
 
 /* http.c: the instance's identity; 0, or -EINVAL when id is not 1 to GW_INSTANCE_ID_MAX
  * bytes of [A-Za-z0-9._:-] (it goes into a response header). Empty: a random UUID. */
@@ -116,6 +164,16 @@ void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *det
 void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text);
 /* Tells the kernel's clients a requested restart began (status "starting"). */
 void wschan_kernel_restarting(gw_t *g, kernel_t *k);
+/* Browsers send Origin: only the server's own or --allow-origin may open a websocket. */
+bool wschan_origin_ok(gw_t *g, struct lws *wsi);
+
+/* channel.c: the /channel RPC websocket */
+bool channel_is_channel(struct lws *wsi);
+int channel_confirm(gw_t *g, struct lws *wsi);
+int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
+                     struct gw_pss *pss, void *in, size_t len);
+void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
+void channel_kernel_gone(gw_t *g, kernel_t *k);
 
 /* sessions.c */
 int sessions_handle(gw_t *g, struct gw_req *r);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/openapi.h"
@@ -50,6 +51,8 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(security_headers); i++)
         rc |= add_header(wsi, security_headers[i][0], security_headers[i][1], p, end);
     rc |= add_header(wsi, "x-kgw-self-identify:", g->instance_id, p, end);
+    if (g->cfg.certfile && g->cfg.certfile[0])
+        rc |= add_header(wsi, "strict-transport-security:", "max-age=31536000", p, end);
     if (origin_allowed(g, wsi, origin, sizeof(origin))) {
         rc |= add_header(wsi, "access-control-allow-origin:", origin, p, end);
         rc |= add_header(wsi, "access-control-allow-credentials:", "true", p, end);
@@ -64,8 +67,8 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
     return rc ? -1 : 0;
 }
 
-int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
-                   size_t len, const char *location)
+static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctype,
+                          const void *body, size_t len, const char *location, int retry_after)
 {
     unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
                                        *end = hdr + sizeof(hdr) - 1;
@@ -77,6 +80,12 @@ int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, cons
         return -1;
     if (location && add_header(wsi, "location:", location, &p, end))
         return -1;
+    if (retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", retry_after);
+        if (add_header(wsi, "retry-after:", ra, &p, end))
+            return -1;
+    }
     if (http_add_common_headers(g, wsi, &p, end))
         return -1;
     if (lws_add_http_header_content_length(wsi, len, &p, end) || lws_finalize_http_header(wsi, &p, end))
@@ -96,6 +105,12 @@ int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, cons
     return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
+int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
+                   size_t len, const char *location)
+{
+    return write_response(g, wsi, status, ctype, body, len, location, 0);
+}
+
 static char *error_json(int status, const char *message, size_t *len)
 {
     json_t *e = json_pack("{s:s, s:s}", "reason", status == 400   ? "Bad Request"
@@ -108,6 +123,7 @@ static char *error_json(int status, const char *message, size_t *len)
                                                   : status == 413 ? "Payload Too Large"
                                                   : status == 415 ? "Unsupported Media Type"
                                                   : status == 500 ? "Internal Server Error"
+                                                  : status == 429 ? "Too Many Requests"
                                                   : status == 503 ? "Service Unavailable"
                                                   : status == 507 ? "Insufficient Storage"
                                                                   : "Error",
@@ -130,13 +146,51 @@ static char *error_json(int status, const char *message, size_t *len)
     return s;
 }
 
-int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message)
+int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *message,
+                           int retry_after)
 {
     size_t len;
     char *s = error_json(status, message, &len);
-    int r = http_write_now(g, wsi, status, "application/json", s ? s : "", len, NULL);
+    int r = write_response(g, wsi, status, "application/json", s ? s : "", len, NULL,
+                           retry_after);
     free(s);
     return r;
+}
+
+int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message)
+{
+    return http_write_error_retry(g, wsi, status, message, 0);
+}
+
+int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after)
+{
+    if (status == 429)
+        return http_write_error_retry(g, wsi, 429, "too many requests or failed logins; retry "
+                                                   "later", retry_after);
+    return http_write_error(g, wsi, 401, "a valid API key is required");
+}
+
+void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,
+                    kernel_t *k)
+{
+    if (!audit_enabled())
+        return;
+    audit_event("kernel_start", "s:s, s:s, s:o, s:o, s:o, s:s", "tenant", who->tenant, "addr",
+                who->addr, "kernel", k ? json_string(kernel_id(k)) : json_null(), "name",
+                audit_str(st->spec_name, strlen(st->spec_name)), "workspace",
+                k ? json_string(wspace_id(kernel_workspace(k))) : json_null(), "result",
+                rc == 0 ? "ok" : strerror(-rc));
+}
+
+bool gw_owns(const kernel_t *k, const char *tenant)
+{
+    return k && tenant && !strcmp(wspace_tenant(kernel_workspace(k)), tenant);
+}
+
+kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant)
+{
+    kernel_t *k = kmgr_find(g->km, id);
+    return gw_owns(k, tenant) ? k : NULL;
 }
 
 /* ---- request objects ---- */
@@ -344,8 +398,10 @@ int http_start_kernel(struct gw_req *r, json_t *body,
     struct kmgr_start st = {.spec_name = name,
                             .env = json_is_object(env) ? env : NULL,
                             .lim = &lim,
-                            .workspace = json_is_string(jws) ? json_string_value(jws) : NULL};
+                            .workspace = json_is_string(jws) ? json_string_value(jws) : NULL,
+                            .tenant = r->caller.tenant};
     int rc = kmgr_start(g->km, &st, &k);
+    gw_audit_start(g, &r->caller, &st, rc, rc == 0 ? k : NULL);
     if (rc == -ESRCH) {
         req_error(r, 404, "No such workspace");
         return rc;
@@ -384,7 +440,7 @@ static void handle_kernels(struct gw_req *r)
         json_t *a = json_array();
         for (size_t i = 0; i < kmgr_count(g->km); i++) {
             kernel_t *k = kmgr_at(g->km, i);
-            if (kernel_state(k) != KERNEL_TERMINATING)
+            if (kernel_state(k) != KERNEL_TERMINATING && gw_owns(k, r->caller.tenant))
                 json_array_append_new(a, kernel_model(k));
         }
         return req_reply(r, 200, a);
@@ -410,7 +466,7 @@ static void on_restarted(struct gw_req *r, kernel_t *k, int status)
 
 static void handle_kernel(struct gw_req *r)
 {
-    kernel_t *k = kmgr_find(r->g->km, r->route.arg[0]);
+    kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
     int rc;
     if (!k || (kernel_state(k) == KERNEL_TERMINATING && r->route.id != ROUTE_KERNEL))
         return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
@@ -678,7 +734,6 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
     r->g = g;
     r->wsi = wsi;
     r->method = method_of(wsi, &tok);
-    r->tenant = ""; /* the caller's tenant: set from its credentials once tenants exist */
     buf_init(&r->body, (size_t)g->cfg.max_body_bytes);
     pss->req = r;
     log_quote(q, sizeof(q), path, len);
@@ -690,9 +745,13 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
         return answer_now(g, wsi, pss, 204, NULL);
     if (!(r->route.methods & r->method))
         return answer_now(g, wsi, pss, 405, "method not allowed");
-    if (!(r->route.flags & ROUTE_F_PUBLIC) && !auth_check(g, wsi)) {
-        log_info("http: unauthenticated request for %s refused", q);
-        return answer_now(g, wsi, pss, 401, "a valid API key is required");
+    if (!(r->route.flags & ROUTE_F_PUBLIC)) {
+        int retry = 0, st = auth_request(g, wsi, &r->caller, &retry);
+        if (st) {
+            req_free(pss->req);
+            pss->req = NULL;
+            return http_write_auth_error(g, wsi, st, retry);
+        }
     }
     if (r->route.rest_len > 0 && !take_file_path(r, path, len, tok))
         return answer_now(g, wsi, pss, 400,

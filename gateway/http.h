@@ -18,6 +18,7 @@ struct gw_req {
     struct lws *wsi;
     unsigned method;
     struct route route;
+    struct gw_caller caller; /* who asked (tenant "" for unauthenticated routes) */
     buf_t body;
     bool body_expected;
     kwait_t *wait;
@@ -31,7 +32,6 @@ struct gw_req {
     size_t resp_len;
     const char *ctype;
     char location[128];
-    const char *tenant;        /* the caller's tenant ("" while there are none) */
     char fpath[FPATH_MAX + 1]; /* the {path} of a file route, checked (fpath_normalize) */
     struct fxfer *xfer;
 };

@@ -15,7 +15,9 @@
 #include <sys/stat.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 
+#include "common/audit.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -32,7 +34,26 @@ static const struct cfg_option options[] = {
     S("ip", ip, "127.0.0.1", "address to listen on"),
     I("port", port, "8888", 1, 65535, "TCP port to listen on"),
     {"api-key", CFG_STR, &G.cfg.api_key, NULL, 0, 0, CFG_SECRET,
-     "API key clients must present (generated and printed once when unset)"},
+     "API key clients must present, tenant 'default' (generated and printed once when neither "
+     "it nor --key-file is set)"},
+    S("key-file", key_file, "", "file of 'TENANT HASH' lines (kgw keygen); reloaded on SIGHUP"),
+    I("auth-fail-limit", auth_fail_limit, "10", 0, 1000000,
+      "failed logins per client address per window, then 429 (0 = no limit)"),
+    I("auth-fail-window", auth_fail_window, "3600", 1, 604800,
+      "seconds of the failed-login window"),
+    I("rate-limit", rate_limit, "200", 0, 1000000,
+      "requests, websocket messages and RPC calls per second per tenant (0 = no limit)"),
+    I("rate-burst", rate_burst, "1000", 1, 100000000, "burst allowed above --rate-limit"),
+    S("trusted-proxies", trusted_proxies, "",
+      "comma-separated proxy addresses whose X-Forwarded-For is believed"),
+    S("audit-log", audit_log, "", "audit events as JSON lines: a file, or - for stderr "
+                                  "('' = off)"),
+    S("certfile", certfile, "", "TLS certificate (PEM): serve HTTPS and WSS"),
+    S("keyfile", keyfile, "", "TLS private key (PEM) of --certfile"),
+    I("http-timeout", http_timeout, "30", 1, 3600,
+      "seconds a client has to send a request (headers and body) or a websocket handshake"),
+    I("max-connections-per-address", max_connections_per_address, "256", 1, 1000000,
+      "open connections per client address"),
     S("default-kernel", default_kernel, "python3", "kernelspec used when a request names none"),
     S("log-level", log_level, "info", "error, warn, info or debug"),
     S("allow-origin", allow_origin, "", "CORS origin allowed to call the API ('' = none)"),
@@ -130,12 +151,58 @@ static int load_init(const char *path, char *why, size_t whysz)
     return mfd;
 }
 
+/* Connections per client address: the table index of each accepted socket, by fd. */
+static int *conn_slot; /* index + 1; 0: not counted */
+static size_t conn_slots;
+
+static int filter_connection(struct lws_filter_network_conn_args *a)
+{
+    char addr[RL_ADDR_MAX] = "";
+    int fd = (int)a->accept_fd;
+    const struct sockaddr *sa = (const struct sockaddr *)&a->cli_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, sizeof(addr));
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof(addr));
+    if (!addr[0] || fd < 0 || (size_t)fd >= conn_slots)
+        return 0;
+    if (conn_slot[fd]) /* a close we did not see: settle it first */
+        rl_conn_close(G.rl, conn_slot[fd] - 1);
+    conn_slot[fd] = 0;
+    int idx = rl_conn_open(G.rl, addr);
+    if (idx == -1) {
+        log_info("connection from %s refused: %lld connections from that address are open",
+                 addr, G.cfg.max_connections_per_address);
+        audit_event("rate_limited", "s:s, s:s", "addr", addr, "limit", "connections");
+        return 1;
+    }
+    if (idx >= 0)
+        conn_slot[fd] = idx + 1;
+    return 0;
+}
+
+static void connection_closed(struct lws *wsi)
+{
+    int fd = (int)lws_get_socket_fd(wsi);
+    if (fd >= 0 && (size_t)fd < conn_slots && conn_slot[fd]) {
+        rl_conn_close(G.rl, conn_slot[fd] - 1);
+        conn_slot[fd] = 0;
+    }
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len)
 {
     struct gw_pss *pss = user;
     switch (reason) {
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+        return filter_connection(user);
+    case LWS_CALLBACK_WSI_DESTROY:
+        connection_closed(wsi);
+        return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        if (channel_is_channel(wsi))
+            return channel_confirm(&G, wsi);
         return wschan_confirm(&G, wsi);
     case LWS_CALLBACK_ADD_HEADERS: { /* the 101 of a websocket upgrade */
         struct lws_process_html_args *a = in;
@@ -153,10 +220,18 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_HTTP_WRITEABLE:
     case LWS_CALLBACK_CLOSED_HTTP:
         return http_callback(&G, wsi, reason, pss, in, len);
+    case LWS_CALLBACK_TIMER: /* a websocket paused by the rate limit resumes */
+        lws_rx_flow_control(wsi, 1);
+        return 0;
     case LWS_CALLBACK_ESTABLISHED:
+        if (channel_is_channel(wsi))
+            return channel_callback(&G, wsi, reason, pss, in, len);
+        return wschan_callback(&G, wsi, reason, pss, in, len);
     case LWS_CALLBACK_RECEIVE:
     case LWS_CALLBACK_SERVER_WRITEABLE:
     case LWS_CALLBACK_CLOSED:
+        if (pss && pss->ch)
+            return channel_callback(&G, wsi, reason, pss, in, len);
         return wschan_callback(&G, wsi, reason, pss, in, len);
     default:
         return lws_callback_http_dummy(wsi, reason, user, in, len);
@@ -180,6 +255,8 @@ static void on_signal(void *data)
     while (read(fd, &si, sizeof(si)) == sizeof(si)) {
         if (si.ssi_signo == SIGCHLD && G.km) {
             kmgr_reap(G.km);
+        } else if (si.ssi_signo == SIGHUP) {
+            auth_reload(&G);
         } else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
             log_info("signal %d: shutting down", (int)si.ssi_signo);
             G.stopping = true;
@@ -219,6 +296,38 @@ static void usage(FILE *out)
             "print the version");
 }
 
+/* kgw keygen --tenant NAME: a new key (first line) and its key-file line (second line). */
+static int keygen(int argc, char **argv)
+{
+    const char *tenant = NULL;
+    char key[2 * KEYFILE_GEN_BYTES + 1], line[KEYFILE_LINE_MAX];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tenant") && i + 1 < argc)
+            tenant = argv[++i];
+        else if (!strncmp(argv[i], "--tenant=", 9))
+            tenant = argv[i] + 9;
+        else
+            tenant = NULL, i = argc;
+    }
+    if (!tenant) {
+        fprintf(stderr, "usage: kgw keygen --tenant NAME\n"
+                        "Prints a new API key on the first line and the line to add to the "
+                        "--key-file on the second.\n");
+        return 2;
+    }
+    if (sodium_init() < 0)
+        return 1;
+    int r = keyfile_generate(tenant, key, sizeof(key), line, sizeof(line));
+    if (r < 0) {
+        fprintf(stderr, "kgw keygen: invalid tenant name (1-%d of [A-Za-z0-9._-], not starting "
+                        "with '.' or '-')\n", KEYFILE_TENANT_MAX);
+        return 2;
+    }
+    printf("%s\n%s\n", key, line);
+    sodium_memzero(key, sizeof(key));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char err[256], rundir[512], keybuf[65];
@@ -226,6 +335,8 @@ int main(int argc, char **argv)
     evl_io_t *sig_io = NULL;
     int init_fd = -1;
 
+    if (argc > 1 && !strcmp(argv[1], "keygen"))
+        return keygen(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -251,12 +362,33 @@ int main(int argc, char **argv)
         return 1;
     }
     bool generated = false;
-    if (!G.cfg.api_key || !G.cfg.api_key[0]) {
+    if ((!G.cfg.api_key || !G.cfg.api_key[0]) && !G.cfg.key_file[0]) {
         util_random_hex(keybuf, 32);
         G.cfg.api_key = keybuf;
         generated = true;
     }
-    auth_init(&G, G.cfg.api_key);
+    if (auth_setup(&G, G.cfg.api_key, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: --key-file: %s\n", err);
+        return 2;
+    }
+    if ((G.cfg.certfile[0] != '\0') != (G.cfg.keyfile[0] != '\0')) {
+        fprintf(stderr, "kgw: --certfile and --keyfile go together\n");
+        return 2;
+    }
+    int ar = audit_open(G.cfg.audit_log);
+    if (ar < 0) {
+        fprintf(stderr, "kgw: --audit-log %s: %s\n", G.cfg.audit_log, strerror(-ar));
+        return 2;
+    }
+    struct rl_opts rlo = {.auth_fail_limit = (int)G.cfg.auth_fail_limit,
+                          .auth_fail_window_s = (int)G.cfg.auth_fail_window,
+                          .rate = (double)G.cfg.rate_limit,
+                          .burst = (double)G.cfg.rate_burst,
+                          .conns_per_addr = (int)G.cfg.max_connections_per_address};
+    if (!(G.rl = rl_new(&rlo))) {
+        fprintf(stderr, "kgw: out of memory\n");
+        return 1;
+    }
     if (http_set_instance_id(&G, G.cfg.instance_id) < 0) {
         fprintf(stderr, "kgw: --instance-id: 1 to %d characters of [A-Za-z0-9._:-]\n",
                 GW_INSTANCE_ID_MAX);
@@ -280,6 +412,7 @@ int main(int argc, char **argv)
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGHUP);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -298,8 +431,21 @@ int main(int argc, char **argv)
     info.max_http_header_data = 16384;
     info.max_http_header_pool = 256;
     info.fd_limit_per_thread = (unsigned)rl.rlim_cur;
-    info.timeout_secs = 30;
+    conn_slots = (size_t)rl.rlim_cur;
+    if (!(conn_slot = calloc(conn_slots, sizeof(*conn_slot)))) {
+        log_error("out of memory");
+        goto out;
+    }
+    /* handshakes, request headers and bodies that do not complete in time are dropped
+     * (slowloris); idle keep-alive connections go after keepalive_timeout */
+    info.timeout_secs = (unsigned)G.cfg.http_timeout;
+    info.keepalive_timeout = (int)G.cfg.http_timeout;
     info.vhost_name = "kgw";
+    if (G.cfg.certfile[0]) {
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = G.cfg.certfile;
+        info.ssl_private_key_filepath = G.cfg.keyfile;
+    }
     G.ctx = lws_create_context(&info);
     if (!G.ctx) {
         log_error("cannot create the server context");
@@ -393,5 +539,9 @@ out:
     if (G.ctx)
         lws_context_destroy(G.ctx);
     close(sfd);
+    keyfile_free(&G.keys);
+    rl_destroy(&G.rl);
+    free(conn_slot);
+    audit_close();
     return rc;
 }

@@ -19,11 +19,17 @@ typedef struct gsess {
     struct gsess *next;
 } gsess_t;
 
-static gsess_t *find(gw_t *g, const char *id)
+/* A session belongs to the tenant of its kernel. */
+static bool visible(gw_t *g, const gsess_t *s, const char *tenant)
+{
+    return gw_kernel(g, s->kernel_id, tenant) != NULL;
+}
+
+static gsess_t *find(gw_t *g, const char *id, const char *tenant)
 {
     for (gsess_t *s = g->sessions; s; s = s->next)
         if (!strcmp(s->id, id))
-            return s;
+            return !tenant || visible(g, s, tenant) ? s : NULL;
     return NULL;
 }
 
@@ -84,7 +90,7 @@ static void on_kernel_ready(struct gw_req *r, kernel_t *k, int status)
         return;
     }
     snprintf(s->kernel_id, sizeof(s->kernel_id), "%s", kernel_id(k));
-    gsess_t *existing = find(g, s->id);
+    gsess_t *existing = find(g, s->id, NULL);
     if (!existing) {
         s->next = g->sessions;
         g->sessions = s;
@@ -107,7 +113,7 @@ static void bind_kernel(struct gw_req *r, gsess_t *s, json_t *kbody)
     json_t *kid = json_object_get(kbody, "id");
     r->pending = s;
     if (json_is_string(kid)) {
-        kernel_t *k = kmgr_find(g->km, json_string_value(kid));
+        kernel_t *k = gw_kernel(g, json_string_value(kid), r->caller.tenant);
         if (!k) {
             r->pending = NULL;
             json_decref(s->fields);
@@ -161,7 +167,7 @@ static void create(struct gw_req *r, json_t *body)
     const char *path = json_string_value(json_object_get(fields, "path"));
     for (gsess_t *s = g->sessions; s && path[0]; s = s->next)
         if (!strcmp(json_string_value(json_object_get(s->fields, "path")), path) &&
-            kmgr_find(g->km, s->kernel_id)) {
+            visible(g, s, r->caller.tenant)) {
             json_decref(fields);
             snprintf(r->location, sizeof(r->location), "/api/sessions/%s", s->id);
             return req_reply(r, 201, model(g, s));
@@ -210,7 +216,7 @@ int sessions_handle(gw_t *g, struct gw_req *r)
         if (r->method == HTTP_M_GET) {
             json_t *a = json_array();
             for (gsess_t *s = g->sessions; s; s = s->next)
-                if (kmgr_find(g->km, s->kernel_id))
+                if (visible(g, s, r->caller.tenant))
                     json_array_append_new(a, model(g, s));
             req_reply(r, 200, a);
             return 0;
@@ -221,7 +227,7 @@ int sessions_handle(gw_t *g, struct gw_req *r)
         json_decref(body);
         return 0;
     }
-    gsess_t *s = find(g, r->route.arg[0]);
+    gsess_t *s = find(g, r->route.arg[0], r->caller.tenant);
     if (!s) {
         req_error(r, 404, "Session not found: %s", r->route.arg[0]);
         return 0;

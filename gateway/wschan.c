@@ -12,14 +12,15 @@
 #include <strings.h>
 
 #include "common/blob.h"
+#include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
 #include "gateway/route.h"
+#include "gateway/wsq.h"
 #include "kernelmgr/kconn.h"
 #include "protocol/wsmsg.h"
 
-#define WS_CHUNK       (256 * 1024)
 #define WS_MAX_BAD     16  /* malformed frames tolerated before the connection is closed */
 #define SESSION_ID_MAX 100
 
@@ -34,14 +35,9 @@ struct wsconn {
     buf_t in;
     bool in_msg, in_binary;
     int bad;
-    /* outbound queue of shared encoded messages */
-    blob_t **q;
-    size_t qhead, qlen, qcap, qbytes, off;
-    unsigned char *scratch;
-    /* closing */
-    bool closing, flush_first;
-    int close_code;
-    char close_reason[100];
+    wsq_t out;
+    char who[SESSION_ID_MAX + 16];
+    char tenant[KEYFILE_TENANT_MAX + 1];
 };
 
 struct wsess {
@@ -66,106 +62,6 @@ struct khub {
     kernel_t *k;
     wsess_t *sessions;
 };
-
-/* ---- outbound ---- */
-
-static void ws_close(struct wsconn *ws, int code, const char *reason, bool flush_first)
-{
-    if (ws->closing)
-        return;
-    ws->closing = true;
-    ws->flush_first = flush_first;
-    ws->close_code = code;
-    snprintf(ws->close_reason, sizeof(ws->close_reason), "%s", reason);
-    if (ws->wsi)
-        lws_callback_on_writable(ws->wsi);
-}
-
-static void q_clear(struct wsconn *ws)
-{
-    while (ws->qlen > 0) {
-        blob_unref(&ws->q[ws->qhead]);
-        ws->qhead = (ws->qhead + 1) % ws->qcap;
-        ws->qlen--;
-    }
-    ws->qbytes = 0;
-    ws->off = 0;
-}
-
-static void ws_enqueue(struct wsconn *ws, blob_t *b)
-{
-    if (ws->closing || !b)
-        return;
-    if (ws->qbytes + b->len > (size_t)ws->g->cfg.max_ws_queue_bytes) {
-        log_warn("ws: session %s is not reading fast enough (%zu bytes queued); disconnecting",
-                 ws->sess ? ws->sess->id : "?", ws->qbytes);
-        q_clear(ws);
-        ws_close(ws, 1008, "client too slow: outbound queue limit exceeded", false);
-        return;
-    }
-    if (ws->qlen == ws->qcap) {
-        size_t cap = ws->qcap ? ws->qcap * 2 : 16;
-        blob_t **q = malloc(cap * sizeof(*q));
-        if (!q) {
-            ws_close(ws, 1011, "out of memory", false);
-            return;
-        }
-        for (size_t i = 0; i < ws->qlen; i++)
-            q[i] = ws->q[(ws->qhead + i) % ws->qcap];
-        free(ws->q);
-        ws->q = q;
-        ws->qhead = 0;
-        ws->qcap = cap;
-    }
-    ws->q[(ws->qhead + ws->qlen) % ws->qcap] = blob_ref(b);
-    ws->qlen++;
-    ws->qbytes += b->len;
-    if (ws->qlen == 1)
-        lws_callback_on_writable(ws->wsi);
-}
-
-static int ws_writeable(struct wsconn *ws)
-{
-    if (ws->closing && (!ws->flush_first || ws->qlen == 0)) {
-        lws_close_reason(ws->wsi, (enum lws_close_status)ws->close_code,
-                         (unsigned char *)ws->close_reason, strlen(ws->close_reason));
-        return -1;
-    }
-    while (ws->qlen > 0 && !lws_send_pipe_choked(ws->wsi)) {
-        blob_t *b = ws->q[ws->qhead];
-        size_t n = b->len - ws->off;
-        unsigned char *p;
-        if (n > WS_CHUNK)
-            n = WS_CHUNK;
-        if (ws->off == 0) {
-            p = b->data; /* the blob's headroom takes the frame header */
-        } else {
-            if (!ws->scratch && !(ws->scratch = malloc(LWS_PRE + WS_CHUNK)))
-                return -1;
-            p = ws->scratch + LWS_PRE;
-            memcpy(p, b->data + ws->off, n);
-        }
-        int flags = lws_write_ws_flags((b->flags & BLOB_BINARY) ? LWS_WRITE_BINARY : LWS_WRITE_TEXT,
-                                       ws->off == 0, ws->off + n == b->len);
-        if (lws_write(ws->wsi, p, n, (enum lws_write_protocol)flags) < (int)n)
-            return -1;
-        ws->off += n;
-        if (ws->off == b->len) {
-            ws->qbytes -= b->len;
-            blob_unref(&ws->q[ws->qhead]);
-            ws->qhead = (ws->qhead + 1) % ws->qcap;
-            ws->qlen--;
-            ws->off = 0;
-        }
-    }
-    if (ws->qlen > 0 || ws->closing) {
-        lws_callback_on_writable(ws->wsi);
-    } else if (ws->scratch) {
-        free(ws->scratch);
-        ws->scratch = NULL;
-    }
-    return 0;
-}
 
 /* ---- kernel -> clients ---- */
 
@@ -209,7 +105,7 @@ static void buf_add(wsess_t *s, blob_t *b)
 static void deliver(wsess_t *s, blob_t **enc, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
 {
     struct wsconn *ws = s->ws;
-    if (ws ? ws->closing : !s->buffering)
+    if (ws ? ws->out.closing : !s->buffering)
         return;
     enum wsproto p = ws ? ws->proto : s->buf_proto;
     if (!enc[p])
@@ -219,7 +115,7 @@ static void deliver(wsess_t *s, blob_t **enc, enum jchan chan, const jmsg_t *m, 
         return;
     }
     if (ws)
-        ws_enqueue(ws, enc[p]);
+        wsq_push(&ws->out, enc[p]);
     else
         buf_add(s, enc[p]);
 }
@@ -230,15 +126,10 @@ static void sess_detach(wsess_t *s, struct wsconn *ws)
     s->ws = NULL;
     s->buffering = true;
     s->buf_proto = ws->proto;
-    ws->off = 0; /* a partly sent message is sent again whole */
-    while (ws->qlen > 0) {
-        blob_t *b = ws->q[ws->qhead];
+    for (blob_t *b; (b = wsq_pop(&ws->out));) { /* a partly sent message is sent again whole */
         buf_add(s, b);
-        blob_unref(&ws->q[ws->qhead]);
-        ws->qhead = (ws->qhead + 1) % ws->qcap;
-        ws->qlen--;
+        blob_unref(&b);
     }
-    ws->qbytes = 0;
 }
 
 static void sess_attach(wsess_t *s, struct wsconn *ws)
@@ -247,7 +138,7 @@ static void sess_attach(wsess_t *s, struct wsconn *ws)
     if (s->nbuf > 0 && s->buf_proto == ws->proto) {
         log_info("ws: session %s: replaying %zu messages", s->id, s->nbuf);
         for (size_t i = 0; i < s->nbuf; i++)
-            ws_enqueue(ws, s->buf[i]);
+            wsq_push(&ws->out, s->buf[i]);
     }
     buf_clear(s);
     s->buffering = false;
@@ -265,6 +156,7 @@ static void broadcast(khub_t *hub, enum jchan chan, const jmsg_t *m, const jhdr_
 void wschan_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
     khub_t *hub = kernel_user(k);
+    channel_iopub(user, k, m, h);
     if (!hub)
         return;
     /* The legacy encoding splices the kernel's JSON parts into one document. */
@@ -376,7 +268,7 @@ static void hub_close_all(khub_t *hub, int code, const char *reason)
     while (hub->sessions) {
         wsess_t *s = hub->sessions;
         if (s->ws)
-            ws_close(s->ws, code, reason, true);
+            wsq_close(&s->ws->out, code, reason, true);
         sess_destroy(s);
     }
 }
@@ -386,6 +278,11 @@ void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *det
     gw_t *g = user;
     khub_t *hub = kernel_user(k);
     char reason[100];
+    static const char *const names[] = {"kernel_restarting", "kernel_started", "kernel_died",
+                                        "kernel_stopped"};
+    audit_event(names[ev], "s:s, s:s, s:o", "tenant", wspace_tenant(kernel_workspace(k)),
+                "kernel", kernel_id(k), "reason",
+                detail ? audit_str(detail, strlen(detail)) : json_null());
     switch (ev) {
     case KERNEL_EV_RESTARTING:
         if (hub)
@@ -401,6 +298,7 @@ void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *det
         }
         break;
     case KERNEL_EV_GONE:
+        channel_kernel_gone(g, k);
         if (hub) {
             hub_close_all(hub, 1001, "kernel shut down");
             kernel_set_user(k, NULL);
@@ -424,14 +322,15 @@ static bool session_id_ok(const char *s)
     return true;
 }
 
-static kernel_t *kernel_of(gw_t *g, struct lws *wsi)
+/* The kernel of the channels URL, if it is the caller's tenant's and usable. */
+static kernel_t *kernel_of(gw_t *g, struct lws *wsi, const char *tenant)
 {
     char uri[ROUTE_MAX_PATH + 1];
     struct route rt;
     int n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
     if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0 || rt.id != ROUTE_KERNEL_CHANNELS)
         return NULL;
-    kernel_t *k = kmgr_find(g->km, rt.arg[0]);
+    kernel_t *k = gw_kernel(g, rt.arg[0], tenant);
     if (!k || kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD)
         return NULL;
     return k;
@@ -440,7 +339,7 @@ static kernel_t *kernel_of(gw_t *g, struct lws *wsi)
 /* Browsers send Origin; scripts usually do not. A browser page may open a websocket to any
  * host, so, as jupyter_server does, only the server's own origin (same host) or the configured
  * --allow-origin may. */
-static bool origin_ok(gw_t *g, struct lws *wsi)
+bool wschan_origin_ok(gw_t *g, struct lws *wsi)
 {
     char origin[256], host[256];
     if (lws_hdr_copy(wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) <= 0)
@@ -478,9 +377,10 @@ int wschan_confirm(gw_t *g, struct lws *wsi)
         http_write_error(g, wsi, 404, "not found");
         return 1;
     }
-    if (!auth_check(g, wsi)) {
-        log_info("ws: unauthenticated websocket refused");
-        http_write_error(g, wsi, 401, "a valid API key is required");
+    struct gw_caller who;
+    int retry = 0, st = auth_request(g, wsi, &who, &retry);
+    if (st) {
+        http_write_auth_error(g, wsi, st, retry);
         return 1;
     }
     if (!subprotocol_ok(wsi)) {
@@ -488,12 +388,12 @@ int wschan_confirm(gw_t *g, struct lws *wsi)
                                       WSMSG_V1_NAME ", or none)");
         return 1;
     }
-    if (!origin_ok(g, wsi)) {
+    if (!wschan_origin_ok(g, wsi)) {
         log_info("ws: websocket from a foreign origin refused");
         http_write_error(g, wsi, 403, "origin not allowed");
         return 1;
     }
-    if (!kernel_of(g, wsi)) {
+    if (!kernel_of(g, wsi, who.tenant)) {
         http_write_error(g, wsi, 404, "Kernel does not exist");
         return 1;
     }
@@ -508,7 +408,8 @@ int wschan_confirm(gw_t *g, struct lws *wsi)
 static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
 {
     char sidbuf[SESSION_ID_MAX + 16], sid[SESSION_ID_MAX + 1];
-    kernel_t *k = kernel_of(g, wsi);
+    const char *tenant = auth_tenant(g, wsi);
+    kernel_t *k = kernel_of(g, wsi, tenant);
     if (!k)
         return -1;
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sidbuf, sizeof(sidbuf));
@@ -526,6 +427,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     }
     ws->g = g;
     ws->wsi = wsi;
+    snprintf(ws->tenant, sizeof(ws->tenant), "%s", tenant);
     ws->proto = p && p->name && !strcmp(p->name, WSMSG_V1_NAME) ? WSPROTO_V1 : WSPROTO_LEGACY;
     buf_init(&ws->in, (size_t)g->cfg.max_ws_message_bytes);
 
@@ -539,7 +441,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
         sess_detach(sess, old);
         old->sess = NULL;
         kernel_connections(k, -1);
-        ws_close(old, 1000, "replaced by a newer connection for this session", false);
+        wsq_close(&old->out, 1000, "replaced by a newer connection for this session", false);
     }
     if (!sess) {
         sess = calloc(1, sizeof(*sess));
@@ -560,6 +462,8 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     }
     g->loop.evl.timer_disarm(&g->loop.evl, sess->linger);
     ws->sess = sess;
+    snprintf(ws->who, sizeof(ws->who), "session %s", sid);
+    wsq_init(&ws->out, wsi, (size_t)g->cfg.max_ws_queue_bytes, ws->who);
     sess_attach(sess, ws);
     pss->ws = ws;
     kernel_connections(k, 1);
@@ -584,7 +488,7 @@ static void on_message(struct wsconn *ws)
         log_warn("ws: session %s: %s frame dropped (%d so far)", ws->sess->id,
                  r == -ENOENT ? "unknown channel in" : "malformed", ws->bad);
         if (ws->bad > WS_MAX_BAD)
-            ws_close(ws, r == -ENOENT ? 1008 : 1007, "too many invalid messages", false);
+            wsq_close(&ws->out, r == -ENOENT ? 1008 : 1007, "too many invalid messages", false);
         return;
     }
     if (wm.chan == JCHAN_IOPUB) {
@@ -594,7 +498,7 @@ static void on_message(struct wsconn *ws)
                   log_quote(q, sizeof(q), wm.hdr.msg_type, strlen(wm.hdr.msg_type)));
         r = kconn_send(ws->sess->kc, wm.chan, &wm.m);
         if (r == -EAGAIN)
-            ws_close(ws, 1013, "kernel is not accepting messages", false);
+            wsq_close(&ws->out, 1013, "kernel is not accepting messages", false);
         else if (r < 0)
             log_warn("ws: session %s: send to kernel failed: %s", ws->sess->id, strerror(-r));
         ws->g->last_activity_us = util_wall_us();
@@ -604,7 +508,7 @@ static void on_message(struct wsconn *ws)
 
 static int on_receive(struct wsconn *ws, const void *in, size_t len)
 {
-    if (ws->closing)
+    if (ws->out.closing)
         return 0;
     if (!ws->in_msg) {
         ws->in_msg = true;
@@ -620,6 +524,7 @@ static int on_receive(struct wsconn *ws, const void *in, size_t len)
     }
     if (lws_is_final_fragment(ws->wsi) && lws_remaining_packet_payload(ws->wsi) == 0) {
         ws->in_msg = false;
+        auth_ws_message(ws->g, ws->wsi, ws->tenant);
         if (ws->sess)
             on_message(ws);
         buf_reset(&ws->in);
@@ -640,9 +545,7 @@ static void on_closed(gw_t *g, struct gw_pss *pss)
         g->loop.evl.timer_arm(&g->loop.evl, s->linger, (uint64_t)g->cfg.session_linger * 1000);
     }
     g->connections--;
-    q_clear(ws);
-    free(ws->q);
-    free(ws->scratch);
+    wsq_fini(&ws->out);
     buf_fini(&ws->in);
     free(ws);
 }
@@ -656,7 +559,7 @@ int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
     case LWS_CALLBACK_RECEIVE:
         return pss->ws ? on_receive(pss->ws, in, len) : -1;
     case LWS_CALLBACK_SERVER_WRITEABLE:
-        return pss->ws ? ws_writeable(pss->ws) : -1;
+        return pss->ws ? wsq_writeable(&pss->ws->out) : -1;
     case LWS_CALLBACK_CLOSED:
         on_closed(g, pss);
         return 0;

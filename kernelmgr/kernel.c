@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/private.h"
@@ -177,6 +179,18 @@ static void notice(kernel_t *k, const char *fmt, ...)
         k->m->h.notice(k->m->h.user, k, (jspan_t){k->exec_parent, strlen(k->exec_parent)}, text);
 }
 
+/* The audit event of an execution that ended (idle, or the kernel was restarted). */
+static void exec_audit(kernel_t *k, const char *status)
+{
+    if (!k->exec_id[0] || !audit_enabled())
+        return;
+    double ms = (double)(util_now_us() - k->exec_start_us) / 1000.0;
+    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s", "tenant", k->ws->tenant, "kernel",
+                k->id, "msg_id", audit_str(k->exec_id, strlen(k->exec_id)), "code_sha256",
+                k->exec_sha, "duration_ms", ms, "status",
+                status ? status : k->exec_error ? "error" : "ok");
+}
+
 static void exec_end(kernel_t *k)
 {
     k->m->evl->timer_disarm(k->m->evl, k->exec_timer);
@@ -186,6 +200,8 @@ static void exec_end(kernel_t *k)
     k->exec_bytes = 0;
     k->exec_capped = false;
     k->exec_stage = 0;
+    k->exec_error = false;
+    k->exec_sha[0] = '\0';
 }
 
 static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
@@ -193,6 +209,7 @@ static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
     exec_end(k);
     snprintf(k->exec_id, sizeof(k->exec_id), "%s", msg_id);
     k->exec_parent = strndup(parent.p, parent.n);
+    k->exec_start_us = util_now_us();
     if (k->exec_timeout_ms > 0)
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
 }
@@ -212,6 +229,7 @@ static void on_exec_timer(void *data)
         return;
     }
     notice(k, "the kernel ignored the interrupt: restarting it");
+    exec_audit(k, "timeout");
     exec_end(k);
     if (kernel_restart(k) == 0 && k->m->h.event)
         k->m->h.event(k->m->h.user, k, KERNEL_EV_RESTARTING, "execution wall-time limit");
@@ -229,9 +247,34 @@ static void update_exec_state(kernel_t *k, const jmsg_t *m)
         if (jhdr_parse(m->part[JPART_PARENT], &ph) == 0) {
             if (!strcmp(st, "busy") && !strcmp(ph.msg_type, "execute_request"))
                 exec_begin(k, ph.msg_id, m->part[JPART_PARENT]);
-            else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id))
+            else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id)) {
+                exec_audit(k, NULL);
                 exec_end(k);
+            }
         }
+    }
+    json_decref(c);
+}
+
+/* For the audit log: the code of the execution in progress (execute_input) and whether it
+ * failed (error). */
+static void track_exec(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+{
+    jhdr_t ph;
+    if (!k->exec_id[0] || !audit_enabled() ||
+        (strcmp(h->msg_type, "execute_input") && strcmp(h->msg_type, "error")) ||
+        jhdr_parse(m->part[JPART_PARENT], &ph) < 0 || strcmp(ph.msg_id, k->exec_id) != 0)
+        return;
+    if (!strcmp(h->msg_type, "error")) {
+        k->exec_error = true;
+        return;
+    }
+    json_t *c = json_loadb(m->part[JPART_CONTENT].p, m->part[JPART_CONTENT].n, 0, NULL);
+    const char *code = json_string_value(json_object_get(c, "code"));
+    if (code) {
+        unsigned char d[crypto_hash_sha256_BYTES];
+        crypto_hash_sha256(d, (const unsigned char *)code, json_string_length(json_object_get(c, "code")));
+        sodium_bin2hex(k->exec_sha, sizeof(k->exec_sha), d, sizeof(d));
     }
     json_decref(c);
 }
@@ -294,6 +337,8 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     kernel_touch(k);
     if (!strcmp(h.msg_type, "status"))
         update_exec_state(k, &m);
+    else
+        track_exec(k, &m, &h);
     if (!k->got_iopub) {
         k->got_iopub = true;
         check_ready(k);

@@ -106,6 +106,9 @@ struct kernel {
     long long exec_bytes;
     bool exec_capped;
     int exec_stage;          /* 0 running, 1 interrupted for exceeding its wall time */
+    int64_t exec_start_us;
+    bool exec_error;         /* an error message came */
+    char exec_sha[65];       /* sha256 of its code (hex), for the audit log */
     evl_timer_t *exec_timer;
     wspace_t *ws;        /* bound at /mnt/data; its uid slot is the kernel's */
     char root_dir[PATH_MAX];

@@ -109,7 +109,8 @@ _Static_assert(UTIL_ARRAY_SIZE(table) == RPC_METHOD_N, "one table row per enum r
 static const char *const obj_names[RPC_OBJ_N] = {"multi_kernel_manager", "kernel_manager",
                                                  "client"};
 static const char *const err_names[RPC_ERR_N] = {
-    "", "TypeError", "ValueError", "AttributeError", "KeyError", "RuntimeError", "TimeoutError"};
+    "", "TypeError", "ValueError", "AttributeError", "KeyError", "RuntimeError", "TimeoutError",
+    "Empty"};
 static const char *const type_names[] = {"absent", "None", "str", "int", "number", "bool", "dict"};
 
 const rpc_spec_t *rpc_spec(enum rpc_method m)
@@ -311,6 +312,27 @@ int rpc_parse(const char *data, size_t len, rpc_call_t *ret)
             goto fail;
         if (kid && !json_is_null(kid) && !copy_id(kid, 1, RPC_REF_ID_MAX, c.kernel_id))
             goto fail;
+    } else if (strcmp(json_string_value(type), "call_return_value") == 0) {
+        /* a client's answer to a callback (a call_request the gateway sent it) */
+        c.kind = RPC_CALL_RETURN_VALUE;
+        if (!copy_id(rid, 1, RPC_REQUEST_ID_MAX, c.request_id))
+            goto fail;
+        c.value = json_object_get(root, "value"); /* absent: None */
+    } else if (strcmp(json_string_value(type), "call_exception") == 0) {
+        json_t *e = json_object_get(root, "error");
+        json_t *et = json_object_get(e, "type"), *em = json_object_get(e, "message");
+        c.kind = RPC_CALL_EXCEPTION;
+        if (!copy_id(rid, 1, RPC_REQUEST_ID_MAX, c.request_id))
+            goto fail;
+        c.err.type = RPC_ERR_RUNTIME;
+        if (json_is_string(et))
+            for (int i = RPC_ERR_TYPE; i < RPC_ERR_N; i++)
+                if (!strcmp(json_string_value(et), rpc_err_name((enum rpc_err)i)))
+                    c.err.type = (enum rpc_err)i;
+        if (json_is_string(em))
+            rpc_quote(c.err.message, json_string_value(em), json_string_length(em));
+        else
+            snprintf(c.err.message, sizeof(c.err.message), "the client raised an exception");
     } else {
         r = -ENOENT;
         goto fail;
@@ -325,7 +347,7 @@ fail:
 void rpc_call_fini(rpc_call_t *c)
 {
     json_decref(c->root);
-    c->root = c->args = c->kwargs = NULL;
+    c->root = c->args = c->kwargs = c->value = NULL;
 }
 
 /* ---- binding ---- */

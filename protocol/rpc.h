@@ -25,7 +25,12 @@
 #define RPC_ERROR_MAX         256           /* exception message, bytes with the NUL */
 #define RPC_QUOTE_MAX         72            /* a quoted untrusted string in a message */
 
-enum rpc_kind { RPC_CALL_REQUEST = 0, RPC_REGISTER_ACTIVITY_REQUEST };
+enum rpc_kind {
+    RPC_CALL_REQUEST = 0,
+    RPC_REGISTER_ACTIVITY_REQUEST,
+    RPC_CALL_RETURN_VALUE, /* a client answers a callback: value (any JSON, NULL: None) */
+    RPC_CALL_EXCEPTION,    /* ... or fails it: err (type mapped, message quoted) */
+};
 
 enum rpc_obj {
     RPC_OBJ_MULTI_KERNEL_MANAGER = 0,
@@ -87,6 +92,7 @@ enum rpc_err {
     RPC_ERR_KEY,       /* KeyError: unknown reference (set by the gateway) */
     RPC_ERR_RUNTIME,   /* RuntimeError: the operation failed (set by the gateway) */
     RPC_ERR_TIMEOUT,   /* TimeoutError (set by the gateway) */
+    RPC_ERR_EMPTY,     /* Empty (queue.Empty): get_*_msg timed out, as jupyter_client raises */
     RPC_ERR_N
 };
 
@@ -152,6 +158,7 @@ typedef struct rpc_call {
     json_t *args;                       /* array, borrowed from root */
     json_t *kwargs;                     /* object, borrowed from root */
     char kernel_id[RPC_REF_ID_MAX + 1]; /* register_activity_request; "" when absent */
+    json_t *value;                      /* call_return_value, borrowed from root */
     rpc_error_t err;
     json_t *root;
 } rpc_call_t;

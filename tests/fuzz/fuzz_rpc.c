@@ -199,6 +199,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         rpc_call_fini(&c);
         return 0;
     }
+    if (c.kind == RPC_CALL_RETURN_VALUE || c.kind == RPC_CALL_EXCEPTION) {
+        FUZZ_CHECK(idlen > 0);
+        if (c.kind == RPC_CALL_EXCEPTION) {
+            size_t n = strnlen(c.err.message, sizeof(c.err.message));
+            FUZZ_CHECK(c.err.type > RPC_ERR_NONE && c.err.type < RPC_ERR_N);
+            FUZZ_CHECK(n > 0 && n < sizeof(c.err.message) && printable(c.err.message, n));
+        }
+        rpc_call_fini(&c);
+        return 0;
+    }
     FUZZ_CHECK(c.kind == RPC_CALL_REQUEST && idlen > 0);
     if (c.err.type == RPC_ERR_NONE) {
         size_t n = strnlen(c.ref_id, sizeof(c.ref_id));

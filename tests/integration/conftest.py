@@ -126,8 +126,12 @@ def start_gateway(extra_args=(), env=None):
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             argv.append("--allow-root")
     else:
-        argv = [*shlex.split(os.environ.get("KGW_WRAPPER", "")), KGW_BIN, "--ip", "127.0.0.1", "--port", str(port), "--api-key", token,
-                "--log-level", "debug", *shlex.split(os.environ.get("KGW_EXTRA_ARGS", "")), *extra_args]
+        # Test modules share a gateway and many of them present wrong keys on purpose: the
+        # failed-login and request-rate limits are off unless a test asks for them.
+        argv = [*shlex.split(os.environ.get("KGW_WRAPPER", "")), KGW_BIN, "--ip", "127.0.0.1",
+                "--port", str(port), "--api-key", token, "--log-level", "debug",
+                "--auth-fail-limit=0", "--rate-limit=0",
+                *shlex.split(os.environ.get("KGW_EXTRA_ARGS", "")), *extra_args]
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=penv,
                             start_new_session=True)
     gw = Gateway(proc, port, token, log.name)

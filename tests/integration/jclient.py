@@ -123,13 +123,15 @@ def channels_url(gateway, kernel_id, session_id=None, query=""):
 
 
 def handshake_status(gateway, kernel_id, session_id="auto", *, query="", auth_header=True,
-                     subprotocols=None):
+                     subprotocols=None, path=None, headers=()):
     """Send a websocket upgrade request by hand and return the HTTP status code of the answer
-    (HTTP/1.0 or 1.1; the `websockets` client rejects an HTTP/1.0 refusal outright)."""
+    (HTTP/1.0 or 1.1; the `websockets` client rejects an HTTP/1.0 refusal outright). path
+    replaces the kernel's channels path (kernel_id and session_id are then unused)."""
     if session_id == "auto":
         session_id = uuid.uuid4().hex
-    url = channels_url(gateway, kernel_id, session_id, query)
-    path = url[len(gateway.ws_url):]
+    if path is None:
+        url = channels_url(gateway, kernel_id, session_id, query)
+        path = url[len(gateway.ws_url):]
     lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{gateway.port}", "Upgrade: websocket",
              "Connection: Upgrade", "Sec-WebSocket-Version: 13",
              "Sec-WebSocket-Key: " + base64.b64encode(os.urandom(16)).decode()]
@@ -137,6 +139,7 @@ def handshake_status(gateway, kernel_id, session_id="auto", *, query="", auth_he
         lines.append(f"Authorization: token {gateway.token}")
     if subprotocols:
         lines.append("Sec-WebSocket-Protocol: " + ", ".join(subprotocols))
+    lines.extend(headers)
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=DEFAULT_TIMEOUT) as s:
         s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
         data = b""

@@ -25,9 +25,9 @@ BOUNDARY = "kgwBoundary7MA4YWxkTrZu0gW"
 
 # ---- helpers ----
 
-def call(gw, method, path, body=None, headers=None, auth=True, timeout=120, conn=None):
+def call(gw, method, path, body=None, headers=None, auth=True, timeout=120, conn=None, key=None):
     """One request with the raw path (no quoting); returns (status, headers, body bytes)."""
-    h = {"Authorization": f"token {gw.token}"} if auth else {}
+    h = {"Authorization": f"token {key or gw.token}"} if auth else {}
     h.update(headers or {})
     c = conn or http.client.HTTPConnection("127.0.0.1", gw.port, timeout=timeout)
     try:
@@ -554,6 +554,68 @@ def test_file_endpoints_need_the_key(gw, kw):
         assert status == 401, (method, path, body)
     assert call(gw, "GET", f"/download/secret?workspace={ws}&token=wrong", auth=False)[0] == 401
     assert set(listing(gw, ws)) == {"secret"}
+
+
+def test_another_tenants_workspace_looks_missing(gateway_factory, tmp_path):
+    from conftest import KGW_BIN
+    import subprocess
+    keys, lines = {}, []
+    for t in ("alice", "bob"):
+        p = subprocess.run([KGW_BIN, "keygen", "--tenant", t], capture_output=True, text=True,
+                           timeout=10)
+        assert p.returncode == 0, p.stderr
+        keys[t], line = p.stdout.splitlines()
+        lines.append(line)
+    kf = tmp_path / "keys"
+    kf.write_text("\n".join(lines) + "\n")
+    gw = gateway_factory(f"--key-file={kf}")
+    c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+    c.request("POST", "/api/kernels", body=b"{}", headers={"Authorization": f"token {keys['alice']}"})
+    r = c.getresponse()
+    model = json.loads(r.read())
+    c.close()
+    assert r.status == 201, model
+    ws = model["workspace"]
+    missing = "00000000-0000-0000-0000-000000000000"
+    assert put(gw, ws, "mine.txt", b"alice's", key=keys["alice"])[0] == 201
+    for who in ("bob", None):  # None: the --api-key of the default tenant
+        k = keys.get(who)
+        for method, path in (("GET", "/files"), ("GET", "/check_file/mine.txt"),
+                             ("GET", "/download/mine.txt"), ("DELETE", "/files/mine.txt")):
+            status, _, body = call(gw, method, f"{path}?workspace={ws}", key=k)
+            status2, _, body2 = call(gw, method, f"{path}?workspace={missing}", key=k)
+            assert status == status2 == 404, (who, method, path, body)
+            assert jbody(body)["message"].replace(ws, missing) == jbody(body2)["message"]
+        assert put(gw, ws, "theirs.txt", b"bob's", key=k)[0] == 404
+        status, _, body = post_form(gw, ws, [("file", "f", b"x")], key=k)
+        assert status == 404, body
+    assert set(listing_as(gw, ws, keys["alice"])) == {"mine.txt"}
+    assert get(gw, ws, "download", "mine.txt", key=keys["alice"])[2] == b"alice's"
+
+
+def test_transfers_are_audited(gateway_factory, tmp_path):
+    log = tmp_path / "audit.jsonl"
+    gw = gateway_factory(f"--audit-log={log}")
+    status, model, _ = gw.request("POST", "/api/kernels", {})
+    assert status == 201
+    ws = model["workspace"]
+    assert put(gw, ws, "a/b.txt", b"12345")[0] == 201
+    assert get(gw, ws, "download", "a/b.txt")[0] == 200
+    assert post_form(gw, ws, [("path", None, b"../x"), ("file", "f", b"1")])[0] == 400
+    assert call(gw, "DELETE", f"/files/a/b.txt?workspace={ws}")[0] == 204
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    files = [e for e in events if e["event"].startswith("file_")]
+    assert [(e["event"], e["path"], e["size"], e["result"]) for e in files] == [
+        ("file_upload", "a/b.txt", 5, "ok"), ("file_download", "a/b.txt", 5, "ok"),
+        ("file_upload", "", 1, files[2]["result"]), ("file_delete", "a/b.txt", 0, "ok")]
+    assert "invalid path" in files[2]["result"]
+    assert all(e["workspace"] == ws and e["tenant"] == "default" and e["addr"] for e in files)
+
+
+def listing_as(gw, ws, key):
+    status, _, body = call(gw, "GET", f"/files?workspace={ws}", key=key)
+    assert status == 200, body
+    return {f["path"]: f for f in jbody(body)["files"]}
 
 
 def test_workspace_outlives_kernel_for_downloads(gw):

@@ -1,0 +1,1053 @@
+/* channel: the /channel websocket RPC (docs/rpc.md). A client calls allowlisted methods on
+ * jupyter_client-like objects: the multi kernel manager, kernel managers and kernel clients.
+ * protocol/rpc.c parses and binds every call against its static table; this file only switches
+ * on the bound method's enum. Nothing here looks a name up anywhere else.
+ *
+ * Object references belong to their connection and die with it (kernels stay). A kernel
+ * client has its own ZeroMQ session (shell/stdin DEALERs with its identity) and three queues
+ * (iopub, shell, stdin) that get_*_msg calls read; a call that has to wait (a timeout, a kernel
+ * starting or restarting) is a pending call with an event-loop timer, never a blocking wait. */
+#include <errno.h>
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/audit.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "gateway/gw.h"
+#include "gateway/route.h"
+#include "gateway/wsq.h"
+#include "kernelmgr/kconn.h"
+#include "protocol/rpc.h"
+
+#define CH_MAX_REFS       64   /* object references per connection */
+#define CH_MAX_PENDING    64   /* calls waiting at once per connection */
+#define CH_MAX_VIOLATIONS 10   /* calls refused by the allowlist before the connection is closed */
+#define CH_QUEUE_MAX      10000 /* unread messages per client channel */
+#define CH_EXEC_IDS       16   /* recent execute_request ids per client (callback routing) */
+#define CH_FLUSH_MS       200  /* wait_for_ready: iopub quiet time after kernel_info_reply */
+#define CH_MAX_CALLBACKS  16   /* kernel callbacks awaiting this connection's answer */
+
+enum { Q_IOPUB = 0, Q_SHELL, Q_STDIN, Q_N };
+
+typedef struct chconn chconn_t;
+typedef struct chclient chclient_t;
+typedef struct chcall chcall_t;
+
+/* unread messages of one client channel: a ring of message dicts */
+struct chq {
+    json_t **v;
+    size_t head, len, cap;
+};
+
+struct chclient {
+    chconn_t *c;
+    char ref[40];          /* its object reference id */
+    char kernel_id[40];
+    kernel_t *k;           /* NULL once the kernel is gone */
+    kconn_t *kc;
+    char session[40];
+    bool started;          /* start_channels: iopub is collected */
+    struct chq q[Q_N];
+    char exec_ids[CH_EXEC_IDS][JMSG_MSG_ID_MAX]; /* its recent executions */
+    unsigned nexec;
+    chclient_t *next;
+};
+
+struct chref {
+    enum rpc_obj type;
+    char id[40];
+    chclient_t *client; /* RPC_OBJ_CLIENT */
+};
+
+/* a call that has not been answered yet */
+struct chcall {
+    chconn_t *c;
+    char rid[RPC_REQUEST_ID_MAX + 1];
+    enum rpc_method method;
+    chclient_t *cl;        /* get_*_msg and wait_for_ready */
+    int q;                 /* get_*_msg: the queue */
+    char kernel_id[40];
+    kwait_t *wait;
+    evl_timer_t *timer;    /* the call's timeout */
+    evl_timer_t *flush;    /* wait_for_ready: iopub quiet time */
+    char info_id[40];      /* wait_for_ready: its kernel_info_request */
+    int stage;             /* wait_for_ready: 0 kernel starting, 1 asked, 2 flushing */
+    bool idle_seen;        /* wait_for_ready: its iopub idle came before its reply */
+    chcall_t *next;
+};
+
+/* a kernel's callback waiting for this connection's answer */
+struct chcb {
+    char rid[40];
+    char kernel_id[40];
+    uint64_t call_id;
+};
+
+struct chconn {
+    gw_t *g;
+    struct lws *wsi;
+    wsq_t out;
+    buf_t in;
+    bool in_msg;
+    int violations;
+    char tenant[KMGR_TENANT_MAX + 1];
+    char addr[RL_ADDR_MAX];
+    char who[96];
+    struct chref refs[CH_MAX_REFS];
+    size_t nrefs;
+    chclient_t *clients;
+    chcall_t *calls;
+    size_t ncalls;
+    struct chcb cbs[CH_MAX_CALLBACKS];
+    size_t ncbs;
+    chconn_t *next; /* every /channel connection of the gateway */
+};
+
+static chconn_t *conns;
+
+/* ---- replies ---- */
+
+static void send_text(chconn_t *c, char *text)
+{
+    if (!text) {
+        wsq_close(&c->out, 1011, "out of memory", false);
+        return;
+    }
+    wsq_push_text(&c->out, text, strlen(text));
+    free(text);
+}
+
+static void reply_value(chconn_t *c, const char *rid, json_t *value)
+{
+    send_text(c, rpc_reply_value(rid, value ? value : json_null()));
+}
+
+static void reply_ref(chconn_t *c, const char *rid, enum rpc_obj type, const char *id)
+{
+    send_text(c, rpc_reply_ref(rid, type, id));
+}
+
+static void reply_error(chconn_t *c, const char *rid, enum rpc_err type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void reply_error(chconn_t *c, const char *rid, enum rpc_err type, const char *fmt, ...)
+{
+    rpc_error_t e = {.type = type};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof(e.message), fmt, ap);
+    va_end(ap);
+    send_text(c, rpc_reply_exception(rid, &e));
+}
+
+/* A call the allowlist or the reference table refused: answered, logged and counted. */
+static void violation(chconn_t *c, const char *rid, const rpc_error_t *e)
+{
+    c->violations++;
+    log_warn("channel: %s: refused call: %s: %s (%d so far)", c->who, rpc_err_name(e->type),
+             e->message, c->violations);
+    audit_event("rpc_refused", "s:s, s:s, s:s, s:o, s:i", "tenant", c->tenant, "addr", c->addr,
+                "error", rpc_err_name(e->type), "message", audit_str(e->message, strlen(e->message)),
+                "count", c->violations);
+    if (rid)
+        send_text(c, rpc_reply_exception(rid, e));
+    if (c->violations >= CH_MAX_VIOLATIONS)
+        wsq_close(&c->out, 1008, "too many refused calls", true);
+}
+
+/* ---- client message queues ---- */
+
+static void q_clear(struct chq *q)
+{
+    while (q->len > 0) {
+        json_decref(q->v[q->head]);
+        q->head = (q->head + 1) % q->cap;
+        q->len--;
+    }
+}
+
+static int q_push(struct chq *q, json_t *m)
+{
+    if (q->len >= CH_QUEUE_MAX)
+        return -ENOBUFS;
+    if (q->len == q->cap) {
+        size_t cap = q->cap ? 2 * q->cap : 32;
+        json_t **v = malloc(cap * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        for (size_t i = 0; i < q->len; i++)
+            v[i] = q->v[(q->head + i) % q->cap];
+        free(q->v);
+        q->v = v;
+        q->head = 0;
+        q->cap = cap;
+    }
+    q->v[(q->head + q->len) % q->cap] = json_incref(m);
+    q->len++;
+    return 0;
+}
+
+static json_t *q_pop(struct chq *q)
+{
+    if (q->len == 0)
+        return NULL;
+    json_t *m = q->v[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->len--;
+    return m;
+}
+
+/* ---- pending calls ---- */
+
+static void call_free(chcall_t *call)
+{
+    chconn_t *c = call->c;
+    evl_t *l = &c->g->loop.evl;
+    for (chcall_t **pp = &c->calls; *pp; pp = &(*pp)->next)
+        if (*pp == call) {
+            *pp = call->next;
+            c->ncalls--;
+            break;
+        }
+    kwait_cancel(&call->wait);
+    evl_timer_destroy(l, &call->timer);
+    evl_timer_destroy(l, &call->flush);
+    free(call);
+}
+
+static void on_call_timeout(void *data);
+
+static chcall_t *call_new(chconn_t *c, const rpc_call_t *rc, enum rpc_method method,
+                          double timeout_s)
+{
+    evl_t *l = &c->g->loop.evl;
+    if (c->ncalls >= CH_MAX_PENDING) {
+        reply_error(c, rc->request_id, RPC_ERR_RUNTIME,
+                    "too many calls in progress on this connection (at most %d)", CH_MAX_PENDING);
+        return NULL;
+    }
+    chcall_t *call = calloc(1, sizeof(*call));
+    if (!call || !(call->timer = l->timer_new(l, on_call_timeout, call))) {
+        free(call);
+        reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "out of memory");
+        return NULL;
+    }
+    call->c = c;
+    call->method = method;
+    snprintf(call->rid, sizeof(call->rid), "%s", rc->request_id);
+    if (timeout_s > 0)
+        l->timer_arm(l, call->timer, (uint64_t)ceil(timeout_s * 1000.0));
+    /* appended: waiters on one queue are served in call order */
+    chcall_t **pp = &c->calls;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = call;
+    c->ncalls++;
+    return call;
+}
+
+static void on_call_timeout(void *data)
+{
+    chcall_t *call = data;
+    chconn_t *c = call->c;
+    switch (call->method) {
+    case RPC_KC_GET_IOPUB_MSG:
+    case RPC_KC_GET_SHELL_MSG:
+    case RPC_KC_GET_STDIN_MSG:
+        reply_error(c, call->rid, RPC_ERR_EMPTY, "%s", "");
+        break;
+    case RPC_KC_WAIT_FOR_READY:
+        reply_error(c, call->rid, RPC_ERR_RUNTIME, "Kernel didn't respond in time");
+        break;
+    default:
+        reply_error(c, call->rid, RPC_ERR_TIMEOUT, "the kernel did not finish in time");
+        break;
+    }
+    call_free(call);
+}
+
+/* ---- references ---- */
+
+static struct chref *ref_find(chconn_t *c, enum rpc_obj type, const char *id)
+{
+    for (size_t i = 0; i < c->nrefs; i++)
+        if (c->refs[i].type == type && !strcmp(c->refs[i].id, id))
+            return &c->refs[i];
+    return NULL;
+}
+
+static struct chref *ref_add(chconn_t *c, enum rpc_obj type, const char *id)
+{
+    struct chref *r = ref_find(c, type, id);
+    if (r || c->nrefs == CH_MAX_REFS)
+        return r;
+    r = &c->refs[c->nrefs++];
+    r->type = type;
+    snprintf(r->id, sizeof(r->id), "%s", id);
+    r->client = NULL;
+    return r;
+}
+
+/* A kernel of the caller's tenant, by id; NULL for a missing one and another tenant's alike. */
+static kernel_t *tenant_kernel(chconn_t *c, const char *id)
+{
+    return gw_kernel(c->g, id, c->tenant);
+}
+
+static bool kernel_usable(const kernel_t *k)
+{
+    return k && kernel_state(k) != KERNEL_TERMINATING && kernel_state(k) != KERNEL_DEAD;
+}
+
+/* ---- kernel clients ---- */
+
+static void client_fail_waiters(chclient_t *cl, const char *why)
+{
+    chconn_t *c = cl->c;
+    for (chcall_t *call = c->calls, *next; call; call = next) {
+        next = call->next;
+        if (call->cl == cl) {
+            reply_error(c, call->rid, RPC_ERR_RUNTIME, "%s", why);
+            call_free(call);
+        }
+    }
+}
+
+/* The kernel is going away: the client keeps its reference but has no sockets any more. */
+static void client_detach(chclient_t *cl, const char *why)
+{
+    client_fail_waiters(cl, why);
+    kconn_destroy(&cl->kc);
+    cl->k = NULL;
+}
+
+static void client_free(chclient_t *cl)
+{
+    for (int i = 0; i < Q_N; i++) {
+        q_clear(&cl->q[i]);
+        free(cl->q[i].v);
+    }
+    kconn_destroy(&cl->kc);
+    free(cl);
+}
+
+/* A message as jupyter_client returns it: header, msg_id, msg_type, parent_header, metadata,
+ * content, buffers (base64 strings). NULL when a part is not a JSON object. */
+static json_t *msg_dict(const jmsg_t *m, const jhdr_t *h, enum jchan chan)
+{
+    json_t *part[4] = {0};
+    json_t *bufs = json_array();
+    for (int i = 0; i < 4; i++) {
+        part[i] = json_loadb(m->part[i].p, m->part[i].n, 0, NULL);
+        if (!json_is_object(part[i]))
+            goto fail;
+    }
+    for (size_t i = 0; bufs && i < m->nbuf; i++) {
+        size_t n = sodium_base64_encoded_len(m->buf[i].n, sodium_base64_VARIANT_ORIGINAL);
+        char *b64 = malloc(n);
+        if (!b64)
+            goto fail;
+        sodium_bin2base64(b64, n, (const unsigned char *)m->buf[i].p, m->buf[i].n,
+                          sodium_base64_VARIANT_ORIGINAL);
+        json_array_append_new(bufs, json_string(b64));
+        free(b64);
+    }
+    json_t *d = json_pack("{s:o, s:s, s:s, s:o, s:o, s:o, s:o, s:s}", "header", part[0], "msg_id",
+                          h->msg_id, "msg_type", h->msg_type, "parent_header", part[1],
+                          "metadata", part[2], "content", part[3], "buffers", bufs, "channel",
+                          jchan_name(chan));
+    return d;
+fail:
+    for (int i = 0; i < 4; i++)
+        json_decref(part[i]);
+    json_decref(bufs);
+    return NULL;
+}
+
+static const char *parent_id(json_t *msg)
+{
+    const char *id = json_string_value(json_object_get(json_object_get(msg, "parent_header"),
+                                                       "msg_id"));
+    return id ? id : "";
+}
+
+static void wait_ready_done(chcall_t *call)
+{
+    q_clear(&call->cl->q[Q_IOPUB]); /* as jupyter_client flushes iopub once ready */
+    reply_value(call->c, call->rid, json_null());
+    call_free(call);
+}
+
+static void on_flush(void *data)
+{
+    wait_ready_done(data);
+}
+
+/* Gives msg to the first call waiting on that queue, or queues it. */
+static void client_deliver(chclient_t *cl, int qi, json_t *msg)
+{
+    chconn_t *c = cl->c;
+    for (chcall_t *call = c->calls; call; call = call->next) {
+        if (call->cl != cl || call->method != RPC_KC_WAIT_FOR_READY || call->stage == 0)
+            continue;
+        /* wait_for_ready consumes its own kernel_info_reply and waits for iopub to settle */
+        if (qi == Q_SHELL && call->stage == 1 && !strcmp(parent_id(msg), call->info_id)) {
+            if (call->idle_seen)
+                return wait_ready_done(call);
+            call->stage = 2;
+            c->g->loop.evl.timer_arm(&c->g->loop.evl, call->flush, CH_FLUSH_MS);
+            return;
+        }
+        if (qi == Q_IOPUB && !strcmp(parent_id(msg), call->info_id) &&
+            !strcmp(json_string_value(json_object_get(msg, "msg_type")) ?: "", "status") &&
+            !strcmp(json_string_value(json_object_get(json_object_get(msg, "content"),
+                                                      "execution_state")) ?: "",
+                    "idle")) {
+            if (call->stage == 2)
+                return wait_ready_done(call);
+            call->idle_seen = true;
+        }
+    }
+    static const enum rpc_method getter[Q_N] = {RPC_KC_GET_IOPUB_MSG, RPC_KC_GET_SHELL_MSG,
+                                                RPC_KC_GET_STDIN_MSG};
+    for (chcall_t *call = c->calls; call; call = call->next)
+        if (call->cl == cl && call->method == getter[qi]) {
+            reply_value(c, call->rid, json_incref(msg));
+            call_free(call);
+            return;
+        }
+    int r = q_push(&cl->q[qi], msg);
+    if (r == -ENOBUFS) {
+        log_warn("channel: %s: client %s has %d unread messages; closing", c->who, cl->ref,
+                 CH_QUEUE_MAX);
+        wsq_close(&c->out, 1008, "too many unread kernel messages", false);
+    } else if (r < 0) {
+        wsq_close(&c->out, 1011, "out of memory", false);
+    }
+}
+
+static void on_client_reply(void *user, kconn_t *kc, enum jchan chan, const jmsg_t *m,
+                            const jhdr_t *h)
+{
+    chclient_t *cl = user;
+    if (chan != JCHAN_SHELL && chan != JCHAN_STDIN)
+        return; /* control replies: no get_control_msg here */
+    json_t *msg = msg_dict(m, h, chan);
+    if (!msg) {
+        log_warn("channel: kernel=%s: %s message with invalid JSON dropped", cl->kernel_id,
+                 jchan_name(chan));
+        return;
+    }
+    client_deliver(cl, chan == JCHAN_SHELL ? Q_SHELL : Q_STDIN, msg);
+    json_decref(msg);
+}
+
+static const struct kconn_ops client_ops = {.reply = on_client_reply};
+
+/* Sends a request on the client's shell (or stdin); msg_id_out gets its id. */
+static int client_send(chclient_t *cl, enum jchan chan, const char *msg_type, json_t *content,
+                       char msg_id_out[37])
+{
+    int r = -ENOMEM;
+    char *hdr = jmsg_new_header(msg_type, cl->session, msg_id_out);
+    char *body = content ? json_dumps(content, JSON_COMPACT) : NULL;
+    if (hdr && body) {
+        jmsg_t m = {.nbuf = 0};
+        m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
+        m.part[JPART_PARENT] = (jspan_t){"{}", 2};
+        m.part[JPART_METADATA] = (jspan_t){"{}", 2};
+        m.part[JPART_CONTENT] = (jspan_t){body, strlen(body)};
+        r = kconn_send(cl->kc, chan, &m);
+    }
+    free(hdr);
+    free(body);
+    return r;
+}
+
+/* ---- kernel transitions ---- */
+
+static void on_kernel_done(void *data, kernel_t *k, int status)
+{
+    chcall_t *call = data;
+    chconn_t *c = call->c;
+    call->wait = NULL;
+    if (call->method == RPC_KC_WAIT_FOR_READY) {
+        char id[37];
+        if (status < 0 || !call->cl->kc) {
+            reply_error(c, call->rid, RPC_ERR_RUNTIME, "Kernel died before replying to kernel_info");
+            call_free(call);
+            return;
+        }
+        if (client_send(call->cl, JCHAN_SHELL, "kernel_info_request", json_object(), id) < 0) {
+            reply_error(c, call->rid, RPC_ERR_RUNTIME, "cannot send kernel_info_request");
+            call_free(call);
+            return;
+        }
+        snprintf(call->info_id, sizeof(call->info_id), "%s", id);
+        call->stage = 1;
+        return;
+    }
+    if (status < 0 && call->method != RPC_MKM_SHUTDOWN_KERNEL &&
+        call->method != RPC_KM_SHUTDOWN_KERNEL) {
+        reply_error(c, call->rid, RPC_ERR_RUNTIME, "kernel %s failed to start: %s",
+                    call->kernel_id, strerror(-status));
+    } else if (call->method == RPC_MKM_START_KERNEL) {
+        reply_value(c, call->rid, json_string(call->kernel_id));
+    } else {
+        reply_value(c, call->rid, json_null());
+    }
+    call_free(call);
+}
+
+/* Answers when the kernel's transition in progress ends (or at once if there is none). */
+static void await_kernel(chconn_t *c, const rpc_call_t *rc, enum rpc_method method, kernel_t *k)
+{
+    chcall_t *call = call_new(c, rc, method, 0);
+    if (!call)
+        return;
+    snprintf(call->kernel_id, sizeof(call->kernel_id), "%s", kernel_id(k));
+    if (kernel_wait(k, on_kernel_done, call, &call->wait) < 0)
+        on_kernel_done(call, k, 0);
+}
+
+/* ---- methods ---- */
+
+static void do_start_kernel(chconn_t *c, const rpc_call_t *rc, const rpc_args_t *a)
+{
+    gw_t *g = c->g;
+    const rpc_val_t *name = rpc_args_get(a, "kernel_name");
+    const rpc_val_t *env = rpc_args_get(a, "env");
+    const rpc_val_t *ws = rpc_args_get(a, "workspace");
+    const rpc_val_t *lims = rpc_args_get(a, "limits");
+    struct kmgr_limits lim;
+    char err[200];
+    kernel_t *k;
+    if (kmgr_limits_parse(lims->type == RPC_T_DICT ? lims->d : NULL, &lim, err, sizeof(err)) < 0)
+        return reply_error(c, rc->request_id, RPC_ERR_VALUE, "%s", err);
+    struct kmgr_start st = {
+        .spec_name = name->type == RPC_T_STR ? name->s : g->cfg.default_kernel,
+        .env = env->type == RPC_T_DICT ? env->d : NULL,
+        .lim = &lim,
+        .workspace = ws->type == RPC_T_STR ? ws->s : NULL,
+        .tenant = c->tenant,
+    };
+    int r = kmgr_start(g->km, &st, &k);
+    struct gw_caller who;
+    snprintf(who.tenant, sizeof(who.tenant), "%s", c->tenant);
+    snprintf(who.addr, sizeof(who.addr), "%s", c->addr);
+    gw_audit_start(g, &who, &st, r, r == 0 ? k : NULL);
+    switch (r) {
+    case 0:
+        kernel_touch(k);
+        return await_kernel(c, rc, RPC_MKM_START_KERNEL, k);
+    case -ENOENT:
+        return reply_error(c, rc->request_id, RPC_ERR_KEY, "No such kernel named %s",
+                           st.spec_name);
+    case -ESRCH:
+        return reply_error(c, rc->request_id, RPC_ERR_KEY, "No such workspace");
+    case -ERANGE:
+        return reply_error(c, rc->request_id, RPC_ERR_VALUE,
+                           "a requested limit is above the gateway's cap");
+    case -EPERM:
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME,
+                           "kernels cannot be started: the sandbox is unavailable");
+    case -EAGAIN:
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "kernel limit reached");
+    default:
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot start a kernel: %s",
+                           strerror(-r));
+    }
+}
+
+/* interrupt / restart / shutdown, for both manager objects */
+static void do_kernel_op(chconn_t *c, const rpc_call_t *rc, const rpc_args_t *a, kernel_t *k)
+{
+    const rpc_val_t *restart = rpc_args_get(a, "restart");
+    int r;
+    switch (a->method) {
+    case RPC_MKM_INTERRUPT_KERNEL:
+    case RPC_KM_INTERRUPT_KERNEL:
+        r = kernel_interrupt(k);
+        if (r < 0)
+            return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot interrupt: %s",
+                               strerror(-r));
+        return reply_value(c, rc->request_id, json_null());
+    case RPC_MKM_SHUTDOWN_KERNEL:
+    case RPC_KM_SHUTDOWN_KERNEL:
+        if (!(restart && restart->b)) {
+            if ((r = kernel_shutdown(k)) < 0 && r != -EALREADY)
+                return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot shut down: %s",
+                                   strerror(-r));
+            return await_kernel(c, rc, a->method, k);
+        }
+        __attribute__((fallthrough)); /* shutdown_kernel(restart=True) is a restart */
+    default:
+        if ((r = kernel_restart(k)) < 0)
+            return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot restart: %s",
+                               r == -EBUSY ? "another restart or shutdown is in progress"
+                                           : strerror(-r));
+        wschan_kernel_restarting(c->g, k);
+        return await_kernel(c, rc, a->method, k);
+    }
+}
+
+static void do_client(chconn_t *c, const rpc_call_t *rc, kernel_t *k)
+{
+    if (c->nrefs == CH_MAX_REFS)
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME,
+                           "too many object references on this connection (at most %d)",
+                           CH_MAX_REFS);
+    chclient_t *cl = calloc(1, sizeof(*cl));
+    if (!cl)
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "out of memory");
+    cl->c = c;
+    cl->k = k;
+    snprintf(cl->kernel_id, sizeof(cl->kernel_id), "%s", kernel_id(k));
+    util_uuid(cl->ref);
+    util_uuid(cl->session);
+    if (!(cl->kc = kconn_new(k, cl->session, &client_ops, cl))) {
+        free(cl);
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot connect to the kernel: %s",
+                           strerror(errno));
+    }
+    struct chref *r = ref_add(c, RPC_OBJ_CLIENT, cl->ref);
+    r->client = cl;
+    cl->next = c->clients;
+    c->clients = cl;
+    kernel_connections(k, 1);
+    reply_ref(c, rc->request_id, RPC_OBJ_CLIENT, cl->ref);
+}
+
+static void do_get_msg(chconn_t *c, const rpc_call_t *rc, const rpc_args_t *a, chclient_t *cl,
+                       int qi)
+{
+    const rpc_val_t *t = rpc_args_get(a, "timeout");
+    json_t *m = q_pop(&cl->q[qi]);
+    if (m)
+        return reply_value(c, rc->request_id, m);
+    if (!cl->k)
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "the kernel has been shut down");
+    double timeout = t->type == RPC_T_NUM ? t->n : 3600; /* None: wait (bounded) */
+    if (timeout <= 0)
+        return reply_error(c, rc->request_id, RPC_ERR_EMPTY, "%s", "");
+    chcall_t *call = call_new(c, rc, a->method, timeout);
+    if (call) {
+        call->cl = cl;
+        call->q = qi;
+    }
+}
+
+static void do_wait_for_ready(chconn_t *c, const rpc_call_t *rc, const rpc_args_t *a,
+                              chclient_t *cl)
+{
+    const rpc_val_t *t = rpc_args_get(a, "timeout");
+    evl_t *l = &c->g->loop.evl;
+    if (!kernel_usable(cl->k))
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME,
+                           "Kernel died before replying to kernel_info");
+    chcall_t *call = call_new(c, rc, a->method, t->n);
+    if (!call)
+        return;
+    call->cl = cl;
+    if (!(call->flush = l->timer_new(l, on_flush, call))) {
+        reply_error(c, call->rid, RPC_ERR_RUNTIME, "out of memory");
+        return call_free(call);
+    }
+    cl->started = true;
+    snprintf(call->kernel_id, sizeof(call->kernel_id), "%s", cl->kernel_id);
+    if (kernel_wait(cl->k, on_kernel_done, call, &call->wait) < 0)
+        on_kernel_done(call, cl->k, 0);
+}
+
+/* execute, complete, inspect, history, kernel_info, is_complete, comm_info, input */
+static void do_request(chconn_t *c, const rpc_call_t *rc, const rpc_args_t *a, chclient_t *cl)
+{
+    const char *type = NULL;
+    enum jchan chan = JCHAN_SHELL;
+    json_t *content = json_object();
+    char id[37];
+    /* the content is the arguments, named as in the messaging spec */
+    for (size_t i = 0; content && a->spec->params[i].name; i++) {
+        const rpc_val_t *v = &a->v[i];
+        const char *name = a->spec->params[i].name;
+        json_t *j = NULL;
+        switch (v->type) {
+        case RPC_T_NONE:
+            continue;
+        case RPC_T_NULL:
+            j = json_null();
+            break;
+        case RPC_T_STR:
+            j = json_stringn(v->s, v->len);
+            break;
+        case RPC_T_INT:
+            j = json_integer(v->i);
+            break;
+        case RPC_T_NUM:
+            j = json_real(v->n);
+            break;
+        case RPC_T_BOOL:
+            j = json_boolean(v->b);
+            break;
+        case RPC_T_DICT:
+            j = json_deep_copy(v->d);
+            break;
+        }
+        if (!strcmp(name, "string")) /* input(string) is an input_reply's "value" */
+            name = "value";
+        json_object_set_new(content, name, j);
+    }
+    switch (a->method) {
+    case RPC_KC_EXECUTE:
+        type = "execute_request";
+        if (json_is_null(json_object_get(content, "user_expressions")))
+            json_object_set_new(content, "user_expressions", json_object());
+        if (json_is_null(json_object_get(content, "allow_stdin")))
+            json_object_set_new(content, "allow_stdin", json_false());
+        break;
+    case RPC_KC_COMPLETE:
+    case RPC_KC_INSPECT:
+        type = a->method == RPC_KC_COMPLETE ? "complete_request" : "inspect_request";
+        if (json_is_null(json_object_get(content, "cursor_pos")))
+            json_object_set_new(content, "cursor_pos",
+                                json_integer((json_int_t)json_string_length(
+                                    json_object_get(content, "code"))));
+        break;
+    case RPC_KC_HISTORY:
+        type = "history_request";
+        break;
+    case RPC_KC_KERNEL_INFO:
+        type = "kernel_info_request";
+        break;
+    case RPC_KC_IS_COMPLETE:
+        type = "is_complete_request";
+        break;
+    case RPC_KC_COMM_INFO:
+        type = "comm_info_request";
+        if (json_is_null(json_object_get(content, "target_name")))
+            json_object_del(content, "target_name");
+        break;
+    case RPC_KC_INPUT:
+        type = "input_reply";
+        chan = JCHAN_STDIN;
+        break;
+    default:
+        break;
+    }
+    int r = content && type ? client_send(cl, chan, type, content, id) : -ENOMEM;
+    json_decref(content);
+    if (r == -EAGAIN)
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "the kernel is not accepting "
+                                                               "messages");
+    if (r < 0)
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot send: %s", strerror(-r));
+    if (a->method == RPC_KC_EXECUTE)
+        snprintf(cl->exec_ids[cl->nexec++ % CH_EXEC_IDS], JMSG_MSG_ID_MAX, "%s", id);
+    kernel_touch(cl->k);
+    c->g->last_activity_us = util_wall_us();
+    if (a->method == RPC_KC_INPUT)
+        return reply_value(c, rc->request_id, json_null());
+    reply_value(c, rc->request_id, json_string(id));
+}
+
+static void do_client_method(chconn_t *c, const rpc_call_t *rc, const rpc_args_t *a,
+                             chclient_t *cl)
+{
+    switch (a->method) {
+    case RPC_KC_START_CHANNELS:
+        cl->started = true;
+        return reply_value(c, rc->request_id, json_null());
+    case RPC_KC_STOP_CHANNELS:
+        cl->started = false;
+        for (int i = 0; i < Q_N; i++)
+            q_clear(&cl->q[i]);
+        return reply_value(c, rc->request_id, json_null());
+    case RPC_KC_GET_IOPUB_MSG:
+        return do_get_msg(c, rc, a, cl, Q_IOPUB);
+    case RPC_KC_GET_SHELL_MSG:
+        return do_get_msg(c, rc, a, cl, Q_SHELL);
+    case RPC_KC_GET_STDIN_MSG:
+        return do_get_msg(c, rc, a, cl, Q_STDIN);
+    default:
+        break;
+    }
+    if (!cl->kc || !kernel_usable(cl->k))
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "the kernel has been shut down");
+    if (a->method == RPC_KC_WAIT_FOR_READY)
+        return do_wait_for_ready(c, rc, a, cl);
+    do_request(c, rc, a, cl);
+}
+
+static void dispatch(chconn_t *c, const rpc_call_t *rc)
+{
+    rpc_args_t a;
+    rpc_error_t e;
+    char q[RPC_QUOTE_MAX];
+    if (rpc_bind(rc, &a, &e) < 0)
+        return violation(c, rc->request_id, &e);
+    kernel_t *k = NULL;
+    struct chref *ref = NULL;
+    if (rc->obj != RPC_OBJ_MULTI_KERNEL_MANAGER) {
+        ref = ref_find(c, rc->obj, rc->ref_id);
+        if (!ref) {
+            rpc_error_set(&e, RPC_ERR_KEY, "no %s object %s on this connection",
+                          rpc_obj_name(rc->obj), rpc_quote(q, rc->ref_id, strlen(rc->ref_id)));
+            return violation(c, rc->request_id, &e);
+        }
+    }
+    log_debug("channel: %s: %s.%s", c->who, rpc_obj_name(rc->obj), a.spec->name);
+    switch (rc->obj) {
+    case RPC_OBJ_MULTI_KERNEL_MANAGER:
+        if (a.method == RPC_MKM_LIST_KERNEL_IDS) {
+            json_t *ids = json_array();
+            for (size_t i = 0; i < kmgr_count(c->g->km); i++) {
+                kernel_t *ki = kmgr_at(c->g->km, i);
+                if (tenant_kernel(c, kernel_id(ki)))
+                    json_array_append_new(ids, json_string(kernel_id(ki)));
+            }
+            return reply_value(c, rc->request_id, ids);
+        }
+        if (a.method == RPC_MKM_START_KERNEL)
+            return do_start_kernel(c, rc, &a);
+        {
+            const rpc_val_t *id = rpc_args_get(&a, "kernel_id");
+            k = tenant_kernel(c, id->s);
+            if (!k)
+                return reply_error(c, rc->request_id, RPC_ERR_KEY, "%s",
+                                   rpc_quote(q, id->s, id->len));
+        }
+        if (a.method == RPC_MKM_GET_KERNEL) {
+            if (!ref_add(c, RPC_OBJ_KERNEL_MANAGER, kernel_id(k)))
+                return reply_error(c, rc->request_id, RPC_ERR_RUNTIME,
+                                   "too many object references on this connection (at most %d)",
+                                   CH_MAX_REFS);
+            return reply_ref(c, rc->request_id, RPC_OBJ_KERNEL_MANAGER, kernel_id(k));
+        }
+        return do_kernel_op(c, rc, &a, k);
+    case RPC_OBJ_KERNEL_MANAGER:
+        k = tenant_kernel(c, ref->id);
+        if (a.method == RPC_KM_IS_ALIVE)
+            return reply_value(c, rc->request_id, json_boolean(kernel_usable(k)));
+        if (!kernel_usable(k))
+            return reply_error(c, rc->request_id, RPC_ERR_RUNTIME,
+                               "the kernel has been shut down");
+        if (a.method == RPC_KM_CLIENT)
+            return do_client(c, rc, k);
+        return do_kernel_op(c, rc, &a, k);
+    case RPC_OBJ_CLIENT:
+        return do_client_method(c, rc, &a, ref->client);
+    default:
+        return;
+    }
+}
+
+/* ---- kernel callbacks (kernel -> the client running the execution) ---- */
+
+/* A client answers a callback the gateway sent it. */
+static void callback_answer(chconn_t *c, const rpc_call_t *rc)
+{
+    size_t i;
+    for (i = 0; i < c->ncbs; i++)
+        if (!strcmp(c->cbs[i].rid, rc->request_id))
+            break;
+    if (i == c->ncbs) {
+        rpc_error_t e;
+        char q[RPC_QUOTE_MAX];
+        rpc_error_set(&e, RPC_ERR_KEY, "no callback is waiting for an answer with request_id %s",
+                      rpc_quote(q, rc->request_id, strlen(rc->request_id)));
+        return violation(c, NULL, &e);
+    }
+}
+
+/* The connection is closing: its callbacks fail in their kernels. */
+static void callbacks_drop(chconn_t *c)
+{
+    c->ncbs = 0;
+}
+
+static void on_message(chconn_t *c)
+{
+    rpc_call_t rc;
+    int r = rpc_parse((const char *)c->in.data, c->in.len, &rc);
+    if (r < 0) {
+        rpc_error_t e;
+        rpc_error_set(&e, RPC_ERR_VALUE, "%s",
+                      r == -EMSGSIZE ? "message too large"
+                      : r == -ENOENT ? "unknown message_type"
+                                     : "malformed message (not a call_request JSON object)");
+        return violation(c, NULL, &e);
+    }
+    c->g->last_activity_us = util_wall_us();
+    switch (rc.kind) {
+    case RPC_CALL_REQUEST:
+        if (rc.err.type != RPC_ERR_NONE)
+            violation(c, rc.request_id, &rc.err);
+        else
+            dispatch(c, &rc);
+        break;
+    case RPC_REGISTER_ACTIVITY_REQUEST: {
+        kernel_t *k = rc.kernel_id[0] ? tenant_kernel(c, rc.kernel_id) : NULL;
+        if (k)
+            kernel_touch(k);
+        break;
+    }
+    case RPC_CALL_RETURN_VALUE:
+    case RPC_CALL_EXCEPTION:
+        callback_answer(c, &rc);
+        break;
+    }
+    rpc_call_fini(&rc);
+}
+
+/* ---- websocket ---- */
+
+bool channel_is_channel(struct lws *wsi)
+{
+    char uri[ROUTE_MAX_PATH + 1];
+    struct route rt;
+    int n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+    return n > 0 && route_match(uri, (size_t)n, &rt) == 0 && rt.id == ROUTE_CHANNEL;
+}
+
+int channel_confirm(gw_t *g, struct lws *wsi)
+{
+    struct gw_caller who;
+    int retry = 0, st = auth_request(g, wsi, &who, &retry);
+    if (st) {
+        http_write_auth_error(g, wsi, st, retry);
+        return 1;
+    }
+    if (!wschan_origin_ok(g, wsi)) {
+        log_info("channel: websocket from a foreign origin refused");
+        http_write_error(g, wsi, 403, "origin not allowed");
+        return 1;
+    }
+    return 0;
+}
+
+static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
+{
+    chconn_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -1;
+    const char *tenant = auth_tenant(g, wsi);
+    if (!tenant) {
+        free(c);
+        return -1;
+    }
+    c->g = g;
+    c->wsi = wsi;
+    snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
+    buf_init(&c->in, RPC_MAX_MESSAGE_BYTES);
+    auth_peer(g, wsi, c->addr);
+    snprintf(c->who, sizeof(c->who), "connection from %s", c->addr);
+    wsq_init(&c->out, wsi, (size_t)g->cfg.max_ws_queue_bytes, c->who);
+    c->next = conns;
+    conns = c;
+    pss->ch = c;
+    g->connections++;
+    log_info("channel: %s opened", c->who);
+    return 0;
+}
+
+static void on_closed(gw_t *g, struct gw_pss *pss)
+{
+    chconn_t *c = pss->ch;
+    if (!c)
+        return;
+    pss->ch = NULL;
+    for (chconn_t **pp = &conns; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    callbacks_drop(c);
+    while (c->calls)
+        call_free(c->calls);
+    while (c->clients) {
+        chclient_t *cl = c->clients;
+        c->clients = cl->next;
+        if (cl->k)
+            kernel_connections(cl->k, -1);
+        client_free(cl);
+    }
+    g->connections--;
+    wsq_fini(&c->out);
+    buf_fini(&c->in);
+    log_info("channel: %s closed", c->who);
+    free(c);
+}
+
+static int on_receive(chconn_t *c, const void *in, size_t len)
+{
+    if (c->out.closing)
+        return 0;
+    if (!c->in_msg) {
+        c->in_msg = true;
+        buf_reset(&c->in);
+    }
+    if (buf_append(&c->in, in, len) < 0) {
+        log_warn("channel: %s: message over %d bytes; closing", c->who, RPC_MAX_MESSAGE_BYTES);
+        lws_close_reason(c->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE,
+                         (unsigned char *)"message too large", 17);
+        return -1;
+    }
+    if (lws_is_final_fragment(c->wsi) && lws_remaining_packet_payload(c->wsi) == 0) {
+        c->in_msg = false;
+        auth_ws_message(c->g, c->wsi, c->tenant);
+        on_message(c);
+        buf_reset(&c->in);
+    }
+    return 0;
+}
+
+int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
+                     struct gw_pss *pss, void *in, size_t len)
+{
+    switch (reason) {
+    case LWS_CALLBACK_ESTABLISHED:
+        return on_established(g, wsi, pss);
+    case LWS_CALLBACK_RECEIVE:
+        return pss->ch ? on_receive(pss->ch, in, len) : -1;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        return pss->ch ? wsq_writeable(&pss->ch->out) : -1;
+    case LWS_CALLBACK_CLOSED:
+        on_closed(g, pss);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* ---- kernel events ---- */
+
+void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+{
+    json_t *msg = NULL;
+    for (chconn_t *c = conns; c; c = c->next)
+        for (chclient_t *cl = c->clients; cl; cl = cl->next) {
+            if (cl->k != k || !cl->started)
+                continue;
+            if (!msg && !(msg = msg_dict(m, h, JCHAN_IOPUB))) {
+                log_warn("channel: kernel=%s: iopub message with invalid JSON dropped",
+                         kernel_id(k));
+                return;
+            }
+            client_deliver(cl, Q_IOPUB, msg);
+        }
+    json_decref(msg);
+}
+
+void channel_kernel_gone(gw_t *g, kernel_t *k)
+{
+    for (chconn_t *c = conns; c; c = c->next)
+        for (chclient_t *cl = c->clients; cl; cl = cl->next)
+            if (cl->k == k) {
+                kernel_connections(k, -1);
+                client_detach(cl, "the kernel has been shut down");
+            }
+}

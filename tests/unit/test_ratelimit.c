@@ -1,0 +1,112 @@
+/* ratelimit: failed logins per address (IPv6 per /64), token buckets, bounded tables. */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+#include "gateway/ratelimit.h"
+
+static void test_addr_keys(void)
+{
+    char k[RL_ADDR_MAX];
+    CHECK_CASE("address keys");
+    rl_addr_key("192.0.2.1", k);
+    CHECK_STR(k, "192.0.2.1");
+    rl_addr_key("::ffff:192.0.2.1", k);
+    CHECK_STR(k, "192.0.2.1");
+    rl_addr_key("2001:db8:1:2:3:4:5:6", k);
+    CHECK_STR(k, "2001:db8:1:2::/64");
+    char k2[RL_ADDR_MAX];
+    rl_addr_key("2001:db8:1:2:ffff::1", k2);
+    CHECK_STR(k, k2);
+}
+
+static void test_auth_failures(void)
+{
+    struct rl_opts o = {.auth_fail_limit = 3, .auth_fail_window_s = 60};
+    rl_t *rl = rl_new(&o);
+    int retry = 0;
+    CHECK_CASE("failed logins");
+    CHECK(!rl_auth_blocked(rl, "192.0.2.1", &retry, 1000));
+    CHECK(!rl_auth_failed(rl, "192.0.2.1", 1000));
+    CHECK(!rl_auth_failed(rl, "192.0.2.1", 2000));
+    CHECK(rl_auth_failed(rl, "192.0.2.1", 3000)); /* the third reaches the limit */
+    CHECK(rl_auth_blocked(rl, "192.0.2.1", &retry, 4000));
+    CHECK_INT(retry, 57);
+    CHECK(!rl_auth_blocked(rl, "192.0.2.2", &retry, 4000));
+    /* the window ends */
+    CHECK(!rl_auth_blocked(rl, "192.0.2.1", &retry, 61001));
+    /* IPv6 neighbours in one /64 share the count */
+    rl_auth_failed(rl, "2001:db8::1", 1000);
+    rl_auth_failed(rl, "2001:db8::2", 1000);
+    rl_auth_failed(rl, "2001:db8::3", 1000);
+    CHECK(rl_auth_blocked(rl, "2001:db8::4", &retry, 1000));
+    CHECK(!rl_auth_blocked(rl, "2001:db8:0:1::4", &retry, 1000));
+    /* a flood of addresses cannot grow the table; it only recycles entries */
+    char a[32];
+    for (int i = 0; i < 200000; i++) {
+        snprintf(a, sizeof(a), "10.%d.%d.%d", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+        rl_auth_failed(rl, a, 5000 + i);
+    }
+    rl_destroy(&rl);
+    CHECK(rl == NULL);
+}
+
+static void test_buckets(void)
+{
+    struct rl_opts o = {.rate = 10, .burst = 5};
+    rl_t *rl = rl_new(&o);
+    int wait = 0;
+    CHECK_CASE("token buckets");
+    for (int i = 0; i < 5; i++)
+        CHECK(rl_take(rl, "alice", 1, 1000, &wait));
+    CHECK(!rl_take(rl, "alice", 1, 1000, &wait));
+    CHECK_INT(wait, 100);
+    CHECK(rl_take(rl, "bob", 1, 1000, &wait)); /* per tenant */
+    CHECK(rl_take(rl, "alice", 1, 1100, &wait)); /* refilled one */
+    CHECK(!rl_take(rl, "alice", 1, 1100, &wait));
+    /* charge: work already done goes into debt, bounded by the burst */
+    for (int i = 0; i < 100; i++)
+        rl_charge(rl, "carol", 1, 2000, &wait);
+    CHECK(!rl_charge(rl, "carol", 1, 2000, &wait));
+    CHECK_INT(wait, 500); /* a debt of at most one burst: 5 tokens at 10/s */
+    CHECK(rl_charge(rl, "carol", 1, 3100, &wait));
+    struct rl_opts off = {0};
+    rl_t *none = rl_new(&off);
+    for (int i = 0; i < 1000; i++)
+        CHECK(rl_take(none, "x", 1, 0, &wait));
+    rl_destroy(&none);
+    rl_destroy(&rl);
+}
+
+static int fwd(const char *peer, const char *xff, const char *trusted, char *out)
+{
+    return rl_forwarded_client(peer, xff, strlen(xff), trusted, out);
+}
+
+static void test_forwarded(void)
+{
+    char out[RL_ADDR_MAX];
+    CHECK_CASE("X-Forwarded-For");
+    CHECK(fwd("127.0.0.1", "203.0.113.7", "127.0.0.1", out));
+    CHECK_STR(out, "203.0.113.7");
+    CHECK(!fwd("192.0.2.9", "203.0.113.7", "127.0.0.1", out)); /* peer not trusted */
+    CHECK(fwd("127.0.0.1", "198.51.100.1, 203.0.113.7", "127.0.0.1", out));
+    CHECK_STR(out, "203.0.113.7"); /* the client's own header entry is not believed */
+    CHECK(fwd("127.0.0.1", "198.51.100.1, 203.0.113.7, 10.0.0.1", "127.0.0.1, 10.0.0.1", out));
+    CHECK_STR(out, "203.0.113.7"); /* through two proxies */
+    CHECK(fwd("127.0.0.1", "203.0.113.7, bogus!", "127.0.0.1", out) == 0);
+    CHECK(fwd("127.0.0.1", "bogus!, 2001:db8::5", "127.0.0.1", out));
+    CHECK_STR(out, "2001:db8::5");
+    CHECK(!fwd("127.0.0.1", "", "127.0.0.1", out));
+    CHECK(!fwd("127.0.0.1", " , ", "127.0.0.1", out));
+}
+
+int main(void)
+{
+    test_forwarded();
+    test_addr_keys();
+    test_auth_failures();
+    test_buckets();
+    CHECK_DONE();
+}
