@@ -15,7 +15,8 @@ int audit_open(const char *path);
 void audit_close(void);
 bool audit_enabled(void);
 /* Writes {"ts", "event": event, ...} where fields is a jansson pack format for an object's
- * members without braces ("s:s, s:i", ...) or NULL. */
+ * members without braces ("s:s, s:i", ...) or NULL. References passed for "o" are taken
+ * whether or not the log is on. */
 void audit_event(const char *event, const char *fields, ...);
 /* A new JSON string of at most AUDIT_STR_MAX bytes of s (invalid UTF-8 replaced), for "s:o". */
 json_t *audit_str(const char *s, size_t len);
