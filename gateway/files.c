@@ -103,11 +103,12 @@ open_parent(int root, const wspace_t *w, const char *path, bool create, const ch
         comp[n] = '\0';
         int next = ws_open(dir, comp, O_RDONLY | O_DIRECTORY, 0);
         if (next == -ENOENT && create) {
-            if (mkdirat(dir, comp, 0755) < 0 && errno != EEXIST) {
+            bool made = mkdirat(dir, comp, 0755) == 0;
+            if (!made && errno != EEXIST) {
                 next = -errno;
-            } else {
+            } else { /* EEXIST: made meanwhile (by the kernel): just open it */
                 next = ws_open(dir, comp, O_RDONLY | O_DIRECTORY, 0);
-                int rc = next >= 0 ? give_to_kernel(next, w) : 0;
+                int rc = next >= 0 && made ? give_to_kernel(next, w) : 0;
                 if (rc < 0) {
                     close(next);
                     next = rc;
@@ -182,7 +183,7 @@ static wspace_t *request_workspace(struct gw_req *r, int *ret_root)
     wspace_touch(w);
     int root = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (root < 0) {
-        log_warn("files: workspace %s: cannot open its directory: %s", wspace_id(w),
+        log_warn("files: workspace=%s: cannot open its directory: %s", wspace_id(w),
                  strerror(errno));
         req_error(r, 500, "workspace %s is not available", wspace_id(w));
         return NULL;
@@ -362,7 +363,7 @@ static void handle_delete(struct gw_req *r, wspace_t *w, int root)
         return req_error(r, 409, "%s: the directory is not empty", q);
     if (rc < 0)
         return path_error(r, rc, q);
-    log_info("files: workspace %s: deleted %s", wspace_id(w), q);
+    log_info("files: workspace=%s: deleted %s", wspace_id(w), q);
     audit_file(r, "file_delete", w, r->fpath, 0, "ok");
     req_reply(r, 204, NULL);
 }
@@ -400,7 +401,7 @@ static void start_download(struct gw_req *r, wspace_t *w, int root)
     x->fd = fd;
     x->size = (long long)st.st_size;
     r->xfer = x;
-    log_debug("files: workspace %s: download %s (%lld bytes)", wspace_id(w), q, x->size);
+    log_debug("files: workspace=%s: download %s (%lld bytes)", wspace_id(w), q, x->size);
     audit_file(r, "file_download", w, r->fpath, x->size, "ok");
     lws_callback_on_writable(r->wsi);
 }
@@ -443,8 +444,9 @@ int files_download_write(struct gw_req *r)
         ssize_t got = pread(x->fd, chunk + LWS_PRE, n, (off_t)x->sent);
         if (got <= 0) {
             /* shrunk under us (the kernel owns it): the promised length cannot be kept */
-            log_info("files: workspace %s: %s changed during its download; connection closed",
-                     wspace_id(x->ws), r->fpath);
+            char q[160];
+            log_info("files: workspace=%s: %s changed during its download; connection closed",
+                     wspace_id(x->ws), quote_path(q, sizeof(q), r->fpath));
             return -1;
         }
         bool last = x->sent + got == x->size;
@@ -500,7 +502,7 @@ static void upload_write(struct fxfer *x, const char *p, size_t n)
             return;
         }
         if (w <= 0) {
-            log_warn("files: workspace %s: upload write: %s", wspace_id(x->ws), strerror(errno));
+            log_warn("files: workspace=%s: upload write: %s", wspace_id(x->ws), strerror(errno));
             upload_fail(x, 500, "cannot write the file");
             return;
         }
@@ -602,7 +604,7 @@ int files_upload_start(struct gw_req *r, long long content_length)
         return 1;
     }
     if (give_to_kernel(x->fd, w) < 0 || fchmod(x->fd, 0644) < 0) {
-        log_warn("files: workspace %s: cannot give an upload to its owner: %s", wspace_id(w),
+        log_warn("files: workspace=%s: cannot give an upload to its owner: %s", wspace_id(w),
                  strerror(errno));
         req_error(r, 500, "cannot create the file");
         return 1;
@@ -625,7 +627,7 @@ int files_upload_start(struct gw_req *r, long long content_length)
             return 1;
         }
     }
-    log_debug("files: workspace %s: upload of %lld bytes started", wspace_id(w), content_length);
+    log_debug("files: workspace=%s: upload of %lld bytes started", wspace_id(w), content_length);
     return 0;
 }
 
@@ -715,7 +717,7 @@ void files_upload_done(struct gw_req *r)
         return req_error(r, 409, "%s is a directory", q);
     if (rc < 0)
         return path_error(r, rc, q);
-    log_info("files: workspace %s: uploaded %s (%lld bytes)", wspace_id(x->ws), q, x->size);
+    log_info("files: workspace=%s: uploaded %s (%lld bytes)", wspace_id(x->ws), q, x->size);
     wspace_touch(x->ws);
     req_reply(r, 201, json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)x->size));
 }
