@@ -418,6 +418,53 @@ R['sha'] = h.hexdigest()
     assert check(gw, ws, "up.bin")["size"] == size
 
 
+def start_download(gw, ws, path):
+    c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+    c.request("GET", f"/download/{q(path)}?workspace={ws}",
+              headers={"Authorization": f"token {gw.token}"})
+    r = c.getresponse()
+    assert r.status == 200
+    return c, r
+
+
+def test_a_transfer_holds_its_workspace(gateway_factory):
+    gw = gateway_factory("--workspace-grace=0")
+    status, model, _ = gw.request("POST", "/api/kernels", {})
+    kid, ws = model["id"], model["workspace"]
+    r = kcall(gw, kid, """
+import hashlib, os
+d = os.urandom(1024 * 1024) * 48
+open('/mnt/data/big', 'wb').write(d)
+R['sha'] = hashlib.sha256(d).hexdigest()
+""")
+    c, resp = start_download(gw, ws, "big")
+    try:
+        head = resp.read(MiB)
+        # the last kernel goes: with no grace the workspace would go too, but it is held
+        assert gw.delete_kernel(kid) == 204
+        rest = resp.read()
+    finally:
+        c.close()
+    assert sha(head + rest) == r["sha"]
+    # released at the end of the transfer, and then removed
+    S.wait_for(lambda: get(gw, ws, "files")[0] == 404, 10, what="workspace removal")
+
+
+def test_a_file_shrinking_during_its_download_cuts_the_connection(gw, kw):
+    kid, ws = kw
+    kcall(gw, kid, "open('/mnt/data/shrinks', 'wb').write(b'z' * (64 * 1024 * 1024)); R['ok']=1")
+    c, resp = start_download(gw, ws, "shrinks")
+    try:
+        assert resp.read(MiB) == b"z" * MiB
+        kcall(gw, kid, "open('/mnt/data/shrinks', 'wb').close(); R['ok'] = 1")
+        with pytest.raises(http.client.IncompleteRead):
+            resp.read()
+    finally:
+        c.close()
+    assert check(gw, ws, "shrinks")["size"] == 0
+    assert gw.alive()
+
+
 # ---- what a kernel plants ----
 
 PLANT = """
