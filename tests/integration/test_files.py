@@ -694,6 +694,34 @@ R['ok'] = 1
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", ls["top"]["last_modified"])
 
 
+def test_listing_is_bounded(gw, kw):
+    kid, ws = kw
+    kcall(gw, kid, """
+import os
+os.chdir('/mnt/data')
+os.makedirs('/'.join(['d'] * 40))
+os.mkdir('many')
+for i in range(10050):
+    open(f'many/{i}', 'w').close()
+os.mkdir('odd')
+open(b'odd/\\xff-not-utf8', 'w').close()
+open('odd/ctl\\x01', 'w').close()
+open('odd/fine', 'w').close()
+R['ok'] = 1
+""", timeout=120)
+    status, _, body = get(gw, ws, "files")
+    doc = jbody(body)
+    assert status == 200 and doc["truncated"] is True
+    assert len(doc["files"]) == 10000
+    assert max(f["path"].count("/") + 1 for f in doc["files"]) <= 32
+    # names the API cannot address are left out, the rest is listed
+    status, _, body = call(gw, "DELETE", f"/files/many?workspace={ws}")
+    assert status == 409
+    kcall(gw, kid, "import shutil; shutil.rmtree('/mnt/data/many'); R['ok'] = 1")
+    ls = listing(gw, ws)
+    assert "odd/fine" in ls and not any(p.startswith("odd/") and p != "odd/fine" for p in ls)
+
+
 def test_delete(gw, kw):
     kid, ws = kw
     kcall(gw, kid, "import os; os.makedirs('/mnt/data/full/x'); os.mkdir('/mnt/data/empty'); "
