@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,8 @@
 
 #define PY_MAX_FILES 64
 #define PY_MAX_BYTES (1024 * 1024)
+#define PY_TMPFS_OPTS "size=8m,nr_inodes=128,mode=0755"
+#define KGW_MS_NOSYMFOLLOW 256 /* MS_NOSYMFOLLOW, Linux 5.10 */
 
 static void on_cull(void *data)
 {
@@ -250,11 +253,12 @@ static int copy_file(int sfd, int dfd, const char *name)
     return r;
 }
 
-/* Removes <rundir>/python (only regular files in it). */
+/* Removes <rundir>/python (its tmpfs, or the regular files in it). */
 static void remove_python(const char *rundir)
 {
     char dir[PATH_MAX + 8];
     snprintf(dir, sizeof(dir), "%s/python", rundir);
+    umount2(dir, MNT_DETACH);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
         return;
@@ -273,7 +277,9 @@ static void remove_python(const char *rundir)
 /* The modules kernels import (kgw_tools). Sandboxed kernels get a copy in this instance's
  * directory, taken now: the sandbox's set-up runs as an unprivileged uid that may not reach
  * the original (under /root, say), and kernels then see the same files for the gateway's
- * life. The *.py files of the directory are copied, not subdirectories. */
+ * life. The copy is a small read-only tmpfs of its own (in the gateway's private mount
+ * namespace), so a kernel's mountinfo shows "/" as the source rather than a host path. The
+ * *.py files of the directory are copied, not subdirectories. */
 static void python_setup(kmgr_t *m, const char *src)
 {
     char real[PATH_MAX], dst[PATH_MAX + 8];
@@ -290,9 +296,15 @@ static void python_setup(kmgr_t *m, const char *src)
     }
     snprintf(dst, sizeof(dst), "%s/python", m->rundir);
     int sfd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    bool mounted = false;
     if (sfd < 0 || mkdir(dst, 0755) < 0 || chmod(dst, 0755) < 0) {
         r = -errno;
     } else {
+        unsigned long fl = MS_NOSUID | MS_NODEV | MS_NOEXEC | KGW_MS_NOSYMFOLLOW;
+        mounted = mount("tmpfs", dst, "tmpfs", fl, PY_TMPFS_OPTS) == 0;
+        if (!mounted)
+            log_debug("python modules: no tmpfs at %s (%s): a plain directory", dst,
+                      strerror(errno));
         int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         DIR *d = dfd < 0 ? NULL : fdopendir(dup(sfd));
         struct dirent *e;
@@ -311,6 +323,9 @@ static void python_setup(kmgr_t *m, const char *src)
             closedir(d);
         if (dfd >= 0)
             close(dfd);
+        if (r == 0 && mounted &&
+            mount(NULL, dst, NULL, MS_REMOUNT | MS_RDONLY | fl, PY_TMPFS_OPTS) < 0)
+            r = -errno;
     }
     if (sfd >= 0)
         close(sfd);
