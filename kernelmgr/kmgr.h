@@ -81,8 +81,9 @@ struct kmgr_hooks {
      * msg_id of the execute_request the kernel is running as the gateway's own iopub tracking
      * sees it ("" when none): the kernel's word is never taken for it. Answer with
      * kernel_call_reply(), inside the hook or later; a call that is not answered within
-     * callback_timeout_ms fails in the kernel with TimeoutError. NULL: every call fails in the
-     * kernel ("no client is connected to receive callbacks"). */
+     * callback_timeout_ms fails in the kernel with TimeoutError. After KERNEL_EV_GONE the
+     * kernel is freed: forget its call ids. NULL: every call fails in the kernel ("no client
+     * is connected to receive callbacks"). */
     void (*call)(void *user, kernel_t *k, uint64_t call_id, const char *name, json_t *args,
                  json_t *kwargs, const char *exec_msg_id);
 };
