@@ -124,7 +124,10 @@ def call_function(name, args=None, kwargs=None):
                 f"kgw callbacks are not available here (cannot connect to {path}: "
                 f"{e.strerror or e})"
             ) from None
-        sock.sendall(_HEADER.pack(len(payload)) + payload)
+        try:
+            sock.sendall(_HEADER.pack(len(payload)) + payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the gateway may have answered before it closed: read that
         (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
         if n > MAX_REPLY_BYTES:
             raise ConnectionError(f"callback reply of {n} bytes is too large")
