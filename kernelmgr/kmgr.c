@@ -359,8 +359,9 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
     m->callbacks = kcallmsg_allow_new(o->callbacks ? o->callbacks : KMGR_CALLBACKS_DEFAULT);
     if (!m->callbacks) {
         if (errno == EINVAL)
-            log_error("callbacks: names are [A-Za-z_][A-Za-z0-9_]*, at most %d bytes each",
-                      KCALLMSG_NAME_MAX);
+            log_error("callbacks: invalid name in '%.128s' (names are [A-Za-z_][A-Za-z0-9_]*, "
+                      "at most %d bytes, separated by commas)",
+                      o->callbacks, KCALLMSG_NAME_MAX);
         goto fail;
     }
     m->specs = kspecs_load();
