@@ -60,6 +60,10 @@ struct gw_config {
     long long nofile_limit;
     long long exec_timeout;
     long long output_cap;
+    const char *callbacks;
+    long long callback_max_bytes;
+    long long callback_timeout;
+    const char *python_path;
 };
 
 typedef struct gw {
