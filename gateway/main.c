@@ -516,13 +516,11 @@ int main(int argc, char **argv)
         log_warn("Anyone who can run code in a kernel owns this host. Development only.");
         log_warn("**********************************************************************");
     }
-    /* .call: kernel callbacks are not forwarded to clients yet; kernels are told "no client
-     * is connected to receive callbacks" */
     struct kmgr_hooks kh = {.user = &G,
                             .iopub = wschan_iopub,
                             .event = wschan_event,
                             .notice = wschan_notice,
-                            .call = NULL};
+                            .call = channel_call};
     G.km = kmgr_new(&G.loop.evl, &ko, &kh);
     if (!G.km) {
         log_error("cannot start the kernel manager: %s", strerror(errno));
