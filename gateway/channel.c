@@ -847,6 +847,71 @@ static void dispatch(chconn_t *c, const rpc_call_t *rc)
 
 /* ---- kernel callbacks (kernel -> the client running the execution) ---- */
 
+static void cb_remove(chconn_t *c, size_t i)
+{
+    c->cbs[i] = c->cbs[--c->ncbs];
+}
+
+/* Answers the kernel's call (the kernel may be gone: then nothing happens). */
+static void cb_finish(gw_t *g, const struct chcb *cb, json_t *value, const char *err_type,
+                      const char *err_message)
+{
+    kernel_t *k = kmgr_find(g->km, cb->kernel_id);
+    if (k)
+        kernel_call_reply(k, cb->call_id, value, err_type, err_message);
+    else
+        json_decref(value);
+}
+
+/* A kernel calls a client function (kgw_tools): forwarded to the /channel client whose
+ * execution is running, as a call_request on its connection. The name is on the allowlist and
+ * the arguments are checked by kernelmgr/kcall.c already. */
+void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, json_t *args,
+                  json_t *kwargs, const char *exec_msg_id)
+{
+    gw_t *g = user;
+    chclient_t *owner = NULL;
+    for (chconn_t *c = conns; c && !owner && exec_msg_id[0]; c = c->next)
+        for (chclient_t *cl = c->clients; cl && !owner; cl = cl->next)
+            for (unsigned i = 0; cl->k == k && i < CH_EXEC_IDS && !owner; i++)
+                if (!strcmp(cl->exec_ids[i], exec_msg_id))
+                    owner = cl;
+    if (!owner || owner->c->out.closing) {
+        log_info("channel: kernel=%s: callback %s refused: no /channel client runs this "
+                 "execution", kernel_id(k), name);
+        audit_event("callback_refused", "s:s, s:s, s:s, s:s", "tenant",
+                    wspace_tenant(kernel_workspace(k)), "kernel", kernel_id(k), "name", name,
+                    "reason", "no client");
+        kernel_call_reply(k, call_id, NULL, "RuntimeError",
+                          "no /channel client is running this execution to receive the "
+                          "callback");
+        return;
+    }
+    chconn_t *c = owner->c;
+    if (c->ncbs == CH_MAX_CALLBACKS) { /* the oldest unanswered one gives way */
+        cb_finish(g, &c->cbs[0], NULL, "RuntimeError",
+                  "the client did not answer before newer callbacks came");
+        cb_remove(c, 0);
+    }
+    struct chcb *cb = &c->cbs[c->ncbs];
+    util_uuid(cb->rid);
+    snprintf(cb->kernel_id, sizeof(cb->kernel_id), "%s", kernel_id(k));
+    cb->call_id = call_id;
+    json_t *msg = json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:O, s:O}", "message_type",
+                            "call_request", "request_id", cb->rid, "object_reference", "type",
+                            "client", "id", owner->ref, "method", name, "args", args, "kwargs",
+                            kwargs);
+    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    json_decref(msg);
+    if (!text) {
+        kernel_call_reply(k, call_id, NULL, "RuntimeError", "out of memory");
+        return;
+    }
+    c->ncbs++;
+    log_debug("channel: kernel=%s: callback %s to %s", kernel_id(k), name, c->who);
+    send_text(c, text);
+}
+
 /* A client answers a callback the gateway sent it. */
 static void callback_answer(chconn_t *c, const rpc_call_t *rc)
 {
@@ -861,12 +926,22 @@ static void callback_answer(chconn_t *c, const rpc_call_t *rc)
                       rpc_quote(q, rc->request_id, strlen(rc->request_id)));
         return violation(c, NULL, &e);
     }
+    struct chcb cb = c->cbs[i];
+    cb_remove(c, i);
+    if (rc->kind == RPC_CALL_RETURN_VALUE)
+        cb_finish(c->g, &cb, json_incref(rc->value), NULL, NULL);
+    else
+        cb_finish(c->g, &cb, NULL, rpc_err_name(rc->err.type), rc->err.message);
 }
 
 /* The connection is closing: its callbacks fail in their kernels. */
 static void callbacks_drop(chconn_t *c)
 {
-    c->ncbs = 0;
+    while (c->ncbs > 0) {
+        cb_finish(c->g, &c->cbs[c->ncbs - 1], NULL, "RuntimeError",
+                  "the client disconnected before answering");
+        c->ncbs--;
+    }
 }
 
 static void on_message(chconn_t *c)

@@ -65,6 +65,10 @@ struct gw_config {
     long long nofile_limit;
     long long exec_timeout;
     long long output_cap;
+    const char *callbacks;
+    long long callback_max_bytes;
+    long long callback_timeout;
+    const char *python_path;
 };
 
 typedef struct gw {
@@ -174,6 +178,9 @@ int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
                      struct gw_pss *pss, void *in, size_t len);
 void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
 void channel_kernel_gone(gw_t *g, kernel_t *k);
+/* kmgr hook: a kernel calls its execution's /channel client (kgw_tools). */
+void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, json_t *args,
+                  json_t *kwargs, const char *exec_msg_id);
 
 /* sessions.c */
 int sessions_handle(gw_t *g, struct gw_req *r);

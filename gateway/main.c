@@ -110,6 +110,14 @@ static const struct cfg_option options[] = {
       "wall-time seconds per execution: then interrupt, and restart if ignored (0 = none)"),
     I("output-cap", output_cap, "134217728", 0, 1099511627776LL,
       "iopub output bytes per execution; beyond it output is cut with a notice (0 = none)"),
+    S("callbacks", callbacks, KMGR_CALLBACKS_DEFAULT,
+      "callbacks code in a kernel may make to its client, comma-separated ('' = none)"),
+    I("callback-max-bytes", callback_max_bytes, "4194304", 1024, 1073741824,
+      "largest callback request from a kernel, and reply to it, in JSON bytes"),
+    I("callback-timeout", callback_timeout, "60", 1, 86400,
+      "seconds a client has to answer a kernel's callback (then TimeoutError in the kernel)"),
+    S("python-path", python_path, "",
+      "directory of kgw_tools.py, importable in every kernel (default: python/ next to kgw)"),
 };
 
 /* kgw-sandbox-init in a sealed memfd: every sandbox's pid 1 is exec'd from it, so its
@@ -188,6 +196,23 @@ static void connection_closed(struct lws *wsi)
         rl_conn_close(G.rl, conn_slot[fd] - 1);
         conn_slot[fd] = 0;
     }
+}
+
+/* --python-path, or python/ next to the kgw executable (where the build puts kgw_tools.py). */
+static const char *python_dir(char *buf, size_t sz)
+{
+    char self[PATH_MAX];
+    if (G.cfg.python_path && G.cfg.python_path[0])
+        return G.cfg.python_path;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n < 0)
+        return NULL;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(buf, sz, "%s/python", self);
+    return buf;
 }
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
@@ -330,7 +355,7 @@ static int keygen(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    char err[256], rundir[512], keybuf[65];
+    char err[256], rundir[512], keybuf[65], pydir[PATH_MAX + 8];
     int rc = 1;
     evl_io_t *sig_io = NULL;
     int init_fd = -1;
@@ -479,6 +504,10 @@ int main(int argc, char **argv)
         .output_cap = G.cfg.output_cap,
         .max_workspaces = (int)G.cfg.max_workspaces,
         .workspace_grace_s = (int)G.cfg.workspace_grace,
+        .callbacks = G.cfg.callbacks,
+        .callback_max_bytes = G.cfg.callback_max_bytes,
+        .callback_timeout_ms = (int)G.cfg.callback_timeout * 1000,
+        .python_dir = python_dir(pydir, sizeof(pydir)),
     };
     char why[256];
     struct kmgr_sandbox sb = {
@@ -509,8 +538,11 @@ int main(int argc, char **argv)
         log_warn("Anyone who can run code in a kernel owns this host. Development only.");
         log_warn("**********************************************************************");
     }
-    struct kmgr_hooks kh = {
-        .user = &G, .iopub = wschan_iopub, .event = wschan_event, .notice = wschan_notice};
+    struct kmgr_hooks kh = {.user = &G,
+                            .iopub = wschan_iopub,
+                            .event = wschan_event,
+                            .notice = wschan_notice,
+                            .call = channel_call};
     G.km = kmgr_new(&G.loop.evl, &ko, &kh);
     if (!G.km) {
         log_error("cannot start the kernel manager: %s", strerror(errno));

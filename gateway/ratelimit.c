@@ -223,8 +223,10 @@ bool rl_forwarded_client(const char *peer, const char *xff, size_t len, const ch
             a++;
         while (b > a && (xff[b - 1] == ' ' || xff[b - 1] == '\t'))
             b--;
-        size_t n = b - a;
-        if (n == 0 || n >= RL_ADDR_MAX || strspn(xff + a, "0123456789abcdefABCDEF.:") < n)
+        size_t n = b - a, ok = 0;
+        while (ok < n && strchr("0123456789abcdefABCDEF.:", xff[a + ok]) && xff[a + ok])
+            ok++;
+        if (n == 0 || n >= RL_ADDR_MAX || ok < n)
             break; /* malformed: keep the last good one */
         memcpy(out, xff + a, n);
         out[n] = '\0';

@@ -194,6 +194,8 @@ static void exec_audit(kernel_t *k, const char *status)
 static void exec_end(kernel_t *k)
 {
     k->m->evl->timer_disarm(k->m->evl, k->exec_timer);
+    if (k->exec_id[0])
+        memcpy(k->exec_last, k->exec_id, sizeof(k->exec_last));
     k->exec_id[0] = '\0';
     free(k->exec_parent);
     k->exec_parent = NULL;
@@ -245,12 +247,18 @@ static void update_exec_state(kernel_t *k, const jmsg_t *m)
     if (st && (!strcmp(st, "busy") || !strcmp(st, "idle"))) {
         jhdr_t ph;
         if (jhdr_parse(m->part[JPART_PARENT], &ph) == 0) {
+            bool changed = true;
             if (!strcmp(st, "busy") && !strcmp(ph.msg_type, "execute_request"))
                 exec_begin(k, ph.msg_id, m->part[JPART_PARENT]);
             else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id)) {
                 exec_audit(k, NULL);
                 exec_end(k);
+                changed = true;
+            } else {
+                changed = false;
             }
+            if (changed) /* callbacks waiting for iopub to reach their execution */
+                kcall__exec_changed(k->calls);
         }
     }
     json_decref(c);
@@ -452,10 +460,13 @@ static void on_hb_timer(void *data)
 
 /* ---- process ---- */
 
-static char **build_env(const kspec_t *spec, json_t *req_env, bool sandboxed)
+static char **build_env(const kernel_t *k, json_t *req_env)
 {
+    const kspec_t *spec = k->spec;
+    bool sandboxed = k->m->o.sandbox != NULL;
     json_t *env = json_object();
     const char *home = sandboxed ? SBX_HOME : getenv("HOME");
+    const char *pypath = !k->m->pydir[0] ? NULL : sandboxed ? SBX_PYTHON_PATH : k->m->pydir;
     const char *key;
     json_t *v;
     if (!env)
@@ -465,8 +476,25 @@ static char **build_env(const kspec_t *spec, json_t *req_env, bool sandboxed)
     json_object_set_new(env, "LANG", json_string("C.UTF-8"));
     if (home)
         json_object_set_new(env, "HOME", json_string(home));
+    /* kgw_tools; sandboxed kernels find the callback socket at its default path */
+    if (pypath)
+        json_object_set_new(env, "PYTHONPATH", json_string(pypath));
+    if (!sandboxed) {
+        char cb[PATH_MAX + 16];
+        snprintf(cb, sizeof(cb), "%s/%s", k->dir, KCALL_SOCKET_NAME);
+        json_object_set_new(env, "KGW_CALLBACK_SOCKET", json_string(cb));
+    }
     json_object_foreach(json_object_get(spec->spec, "env"), key, v) if (json_is_string(v))
+    {
+        if (pypath && !strcmp(key, "PYTHONPATH")) { /* the spec's entries after ours */
+            char *both = NULL;
+            if (asprintf(&both, "%s:%s", pypath, json_string_value(v)) >= 0)
+                json_object_set_new(env, key, json_string(both));
+            free(both);
+            continue;
+        }
         json_object_set(env, key, v);
+    }
     json_object_foreach(req_env, key, v) if (json_is_string(v) && !strncmp(key, "KERNEL_", 7))
         json_object_set(env, key, v);
     size_t n = json_object_size(env), i = 0;
@@ -580,6 +608,7 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
         .runtime_dir = k->dir,
         .root_dir = k->root_dir,
         .workspace_dir = k->ws->path,
+        .python_dir = k->m->pydir[0] ? k->m->pydir : NULL,
         .uid = k->ws->uid,
         .root_uid = k->ws->uid - 1,
         .lim = &k->lim,
@@ -601,6 +630,11 @@ static void start_process(kernel_t *k)
     char why[256] = "";
     char **argv = build_argv(k);
     int r;
+    /* a fresh callback socket for every process: the last one may have replaced the file */
+    uid_t owner = k->m->o.sandbox ? k->ws->uid : (uid_t)-1;
+    if ((r = kcall__listen(k->calls, owner)) < 0)
+        log_warn("kernel=%s: no callbacks: cannot listen on %s/%s: %s", k->id, k->dir,
+                 KCALL_SOCKET_NAME, strerror(-r));
     if (!argv) {
         r = -ENOMEM;
     } else if (k->m->o.sandbox) {
@@ -669,6 +703,7 @@ static void on_exit_io(void *data)
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     exec_end(k);
+    kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
     describe_exit(st, why, sizeof(why));
     if (k->exit_status == -ETIMEDOUT)
         snprintf(why + strlen(why), sizeof(why) - strlen(why), " (unresponsive)");
@@ -758,6 +793,12 @@ int kernel_shutdown(kernel_t *k)
     return 0;
 }
 
+int kernel_call_reply(kernel_t *k, uint64_t call_id, json_t *value, const char *err_type,
+                      const char *err_message)
+{
+    return kcall__reply(k->calls, call_id, value, err_type, err_message);
+}
+
 int kernel_interrupt(kernel_t *k)
 {
     if (k->state != KERNEL_RUNNING)
@@ -817,8 +858,10 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     util_random_hex(k->key, 32);
     kernel_touch(k);
     snprintf(k->exec_state, sizeof(k->exec_state), "starting");
-    if ((size_t)snprintf(k->dir, sizeof(k->dir), "%s/%s", m->rundir, k->id) >= 100) {
-        errno = ENAMETOOLONG; /* unix socket paths are limited to 108 bytes */
+    /* unix socket paths are limited to 108 bytes: <dir>/k-N and <dir>/callback */
+    if ((size_t)snprintf(k->dir, sizeof(k->dir), "%s/%s", m->rundir, k->id) +
+            sizeof("/" KCALL_SOCKET_NAME) > 108) {
+        errno = ENAMETOOLONG;
         goto fail;
     }
     snprintf(k->conn_file, sizeof(k->conn_file), "%s/connection.json", k->dir);
@@ -850,7 +893,7 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     }
     if (!(k->sign = jsign_new(k->key, strlen(k->key))))
         goto fail;
-    if (!(k->envp = build_env(spec, env, m->o.sandbox != NULL)))
+    if (!(k->envp = build_env(k, env)))
         goto fail;
     if ((r = write_conn_file(k)) < 0) {
         errno = -r;
@@ -866,6 +909,8 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         !(k->hb_timer = l->timer_new(l, on_hb_timer, k)) ||
         !(k->linger = l->timer_new(l, on_linger, k)) ||
         !(k->exec_timer = l->timer_new(l, on_exec_timer, k)))
+        goto fail;
+    if (!(k->calls = kcall__new(k)))
         goto fail;
     kernel__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
     if ((r = kz_open(&k->iopub, l, m->zctx, ZMQ_SUB, NULL, ep, on_iopub, k)) < 0)
@@ -925,6 +970,7 @@ void kernel__free(kernel_t *k)
     evl_timer_destroy(l, &k->hb_timer);
     evl_timer_destroy(l, &k->linger);
     evl_timer_destroy(l, &k->exec_timer);
+    kcall__destroy(&k->calls);
     free(k->exec_parent);
     jsign_destroy(&k->sign);
     free_strv(k->envp);

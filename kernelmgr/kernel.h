@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct kernel kernel_t;
 typedef struct kwait kwait_t;
@@ -43,5 +44,14 @@ int kernel_interrupt(kernel_t *k);
 int kernel_restart(kernel_t *k);
 /* Shutdown for good; the kernel is freed after KERNEL_EV_GONE. */
 int kernel_shutdown(kernel_t *k);
+
+/* Answers a callback (kmgr_hooks.call): value on success (the reference is taken; NULL means
+ * None), or err_type (a Python exception name such as "RuntimeError"; anything else that is
+ * not a name becomes RuntimeError) and err_message on failure (value is then released). 0,
+ * -ENOENT when the call is gone (answered, timed out, its connection closed, the kernel
+ * restarted or shut down), -EMSGSIZE when value is over the callback size limit (the kernel
+ * gets a RuntimeError instead and the call is over), -ENOMEM. */
+int kernel_call_reply(kernel_t *k, uint64_t call_id, json_t *value, const char *err_type,
+                      const char *err_message);
 
 #endif

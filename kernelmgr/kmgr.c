@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,12 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/private.h"
+#include "protocol/kcallmsg.h"
+
+#define PY_MAX_FILES 64
+#define PY_MAX_BYTES (1024 * 1024)
+#define PY_TMPFS_OPTS "size=8m,nr_inodes=128,mode=0755"
+#define KGW_MS_NOSYMFOLLOW 256 /* MS_NOSYMFOLLOW, Linux 5.10 */
 
 static void on_cull(void *data)
 {
@@ -174,6 +181,7 @@ static void sandbox_setup(kmgr_t *m)
     } else {
         char *envp[] = {NULL};
         sbx_profile_t p = {.runtime_dir = dir, .root_dir = root, .uid = uid,
+                           .python_dir = m->pydir[0] ? m->pydir : NULL,
                            .root_uid = uid - 1, .lim = &m->o.sandbox->lim, .cgroup = cg,
                            .init_fd = m->o.sandbox->init_fd, .envp = envp, .stderr_fd = -1};
         uint64_t t0 = util_now_us();
@@ -208,6 +216,130 @@ const char *kmgr_sandbox_error(const kmgr_t *m)
     return m->sandbox_error[0] ? m->sandbox_error : NULL;
 }
 
+static int copy_file(int sfd, int dfd, const char *name)
+{
+    char buf[16384];
+    struct stat st;
+    int r = 0;
+    int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (in < 0)
+        return -errno;
+    if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > PY_MAX_BYTES) {
+        close(in);
+        return -EINVAL;
+    }
+    int out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (out < 0) {
+        r = -errno;
+        close(in);
+        return r;
+    }
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof(buf));
+        if (n <= 0) {
+            r = n < 0 ? -errno : 0;
+            break;
+        }
+        if (write(out, buf, (size_t)n) != n) {
+            r = -EIO;
+            break;
+        }
+    }
+    if (r == 0 && fchmod(out, 0644) < 0)
+        r = -errno;
+    close(in);
+    close(out);
+    if (r < 0)
+        unlinkat(dfd, name, 0);
+    return r;
+}
+
+/* Removes <rundir>/python (its tmpfs, or the regular files in it). */
+static void remove_python(const char *rundir)
+{
+    char dir[PATH_MAX + 8];
+    snprintf(dir, sizeof(dir), "%s/python", rundir);
+    umount2(dir, MNT_DETACH);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    DIR *d = fdopendir(dfd);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.')
+            unlinkat(dfd, e->d_name, 0);
+    if (d)
+        closedir(d);
+    else
+        close(dfd);
+    rmdir(dir);
+}
+
+/* The modules kernels import (kgw_tools). Sandboxed kernels get a copy in this instance's
+ * directory, taken now: the sandbox's set-up runs as an unprivileged uid that may not reach
+ * the original (under /root, say), and kernels then see the same files for the gateway's
+ * life. The copy is a small read-only tmpfs of its own (in the gateway's private mount
+ * namespace), so a kernel's mountinfo shows "/" as the source rather than a host path. The
+ * *.py files of the directory are copied, not subdirectories. */
+static void python_setup(kmgr_t *m, const char *src)
+{
+    char real[PATH_MAX], dst[PATH_MAX + 8];
+    int n = 0, r = 0;
+    if (!realpath(src, real)) {
+        log_warn("python modules for kernels (kgw_tools): %s: %s; callbacks from kernel code "
+                 "will not be importable",
+                 src, strerror(errno));
+        return;
+    }
+    if (!m->o.sandbox) {
+        snprintf(m->pydir, sizeof(m->pydir), "%s", real);
+        return;
+    }
+    snprintf(dst, sizeof(dst), "%s/python", m->rundir);
+    int sfd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    bool mounted = false;
+    if (sfd < 0 || mkdir(dst, 0755) < 0 || chmod(dst, 0755) < 0) {
+        r = -errno;
+    } else {
+        unsigned long fl = MS_NOSUID | MS_NODEV | MS_NOEXEC | KGW_MS_NOSYMFOLLOW;
+        mounted = mount("tmpfs", dst, "tmpfs", fl, PY_TMPFS_OPTS) == 0;
+        if (!mounted)
+            log_debug("python modules: no tmpfs at %s (%s): a plain directory", dst,
+                      strerror(errno));
+        int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *d = dfd < 0 ? NULL : fdopendir(dup(sfd));
+        struct dirent *e;
+        while (d && (e = readdir(d)) && r == 0) {
+            size_t len = strlen(e->d_name);
+            if (e->d_name[0] == '.' || len < 4 || strcmp(e->d_name + len - 3, ".py") != 0)
+                continue;
+            if (++n > PY_MAX_FILES)
+                r = -E2BIG;
+            else
+                r = copy_file(sfd, dfd, e->d_name);
+        }
+        if (!d)
+            r = -errno;
+        else
+            closedir(d);
+        if (dfd >= 0)
+            close(dfd);
+        if (r == 0 && mounted &&
+            mount(NULL, dst, NULL, MS_REMOUNT | MS_RDONLY | fl, PY_TMPFS_OPTS) < 0)
+            r = -errno;
+    }
+    if (sfd >= 0)
+        close(sfd);
+    if (r < 0 || n == 0) {
+        log_warn("python modules for kernels (kgw_tools): cannot copy %s: %s; callbacks from "
+                 "kernel code will not be importable",
+                 real, r < 0 ? strerror(-r) : "no *.py files");
+        remove_python(m->rundir);
+        return;
+    }
+    snprintf(m->pydir, sizeof(m->pydir), "%s", dst);
+}
+
 kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks *h)
 {
     char tmpl[PATH_MAX];
@@ -223,6 +355,20 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
         m->o.max_workspaces = m->o.max_kernels > 0 ? 2 * m->o.max_kernels : 1024;
     if (m->o.workspace_grace_s < 0)
         m->o.workspace_grace_s = 0;
+    if (m->o.callback_max_bytes <= 0)
+        m->o.callback_max_bytes = KMGR_CALLBACK_MAX_BYTES;
+    if (m->o.callback_timeout_ms <= 0)
+        m->o.callback_timeout_ms = KMGR_CALLBACK_TIMEOUT_MS;
+    if (m->o.callback_max_calls <= 0)
+        m->o.callback_max_calls = KMGR_CALLBACK_MAX_CALLS;
+    m->callbacks = kcallmsg_allow_new(o->callbacks ? o->callbacks : KMGR_CALLBACKS_DEFAULT);
+    if (!m->callbacks) {
+        if (errno == EINVAL)
+            log_error("callbacks: invalid name in '%.128s' (names are [A-Za-z_][A-Za-z0-9_]*, "
+                      "at most %d bytes, separated by commas)",
+                      o->callbacks, KCALLMSG_NAME_MAX);
+        goto fail;
+    }
     m->specs = kspecs_load();
     if (!m->specs)
         goto fail;
@@ -257,6 +403,8 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
     zmq_ctx_set(m->zctx, ZMQ_MAX_SOCKETS, max_sockets);
     zmq_ctx_set(m->zctx, ZMQ_BLOCKY, 0);
     snprintf(m->sandbox_mode, sizeof(m->sandbox_mode), "disabled");
+    if (o->python_dir && o->python_dir[0])
+        python_setup(m, o->python_dir);
     if (o->sandbox)
         sandbox_setup(m);
     if (o->cull_idle_timeout_s > 0) {
@@ -312,7 +460,9 @@ void kmgr_destroy(kmgr_t **pm)
         zmq_ctx_term(m->zctx);
     sbx_cgroups_destroy(&m->cgroups);
     free(m->slots);
+    kcallmsg_allow_destroy(&m->callbacks);
     if (m->rundir[0]) {
+        remove_python(m->rundir);
         char lock[PATH_MAX + 8];
         snprintf(lock, sizeof(lock), "%s/.lock", m->rundir);
         unlink(lock);

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/evl.h"
 #include "kernelmgr/kernel.h"
@@ -41,6 +42,13 @@ struct kmgr_opts {
     long long output_cap;         /* iopub output bytes per execution (0: none) */
     int max_workspaces;           /* with or without kernels (0: 2 x max_kernels, or 1024) */
     int workspace_grace_s;        /* a workspace outlives its last kernel this long */
+    /* kernel -> client callbacks (kernelmgr/kcall.c); 0 / NULL: the defaults */
+    const char *callbacks;        /* allowed names, comma-separated (KMGR_CALLBACKS_DEFAULT) */
+    long long callback_max_bytes; /* JSON bytes of a request, and of a reply (4 MiB) */
+    int callback_timeout_ms;      /* per call (60000) */
+    int callback_max_calls;       /* calls in progress per kernel (4) */
+    const char *python_dir;       /* directory of kgw_tools.py: on every kernel's PYTHONPATH,
+                                     read-only at SBX_PYTHON_PATH in sandboxes (NULL: none) */
 };
 
 #define KMGR_TENANT_MAX 64
@@ -53,6 +61,12 @@ struct kmgr_start {
     const char *workspace;         /* share this workspace of the same tenant; NULL: a new one */
     const char *tenant;            /* owner ("" or NULL: the default tenant) */
 };
+
+#define KMGR_CALLBACKS_DEFAULT                                                                     \
+    "display_dataframe_to_user,display_chart_to_user,display_matplotlib_image_to_user"
+#define KMGR_CALLBACK_MAX_BYTES  (4LL * 1024 * 1024)
+#define KMGR_CALLBACK_TIMEOUT_MS 60000
+#define KMGR_CALLBACK_MAX_CALLS  4
 
 /* Per-kernel limits asked for at creation; 0 keeps the gateway's value. Each must be at most
  * the gateway's (its configured value is the cap). */
@@ -76,6 +90,16 @@ struct kmgr_hooks {
     /* A notice for the clients of an execution (output cut, wall time exceeded): parent is
      * the header of the execute_request it concerns. */
     void (*notice)(void *user, kernel_t *k, jspan_t parent, const char *text);
+    /* Code in the kernel called an allowed callback (kgw_tools.call_function). args (a list)
+     * and kwargs (an object) are borrowed for the duration of the hook. exec_msg_id is the
+     * msg_id of the execute_request the kernel is running as the gateway's own iopub tracking
+     * sees it ("" when none): the kernel's word is never taken for it. Answer with
+     * kernel_call_reply(), inside the hook or later; a call that is not answered within
+     * callback_timeout_ms fails in the kernel with TimeoutError. After KERNEL_EV_GONE the
+     * kernel is freed: forget its call ids. NULL: every call fails in the kernel ("no client
+     * is connected to receive callbacks"). */
+    void (*call)(void *user, kernel_t *k, uint64_t call_id, const char *name, json_t *args,
+                 json_t *kwargs, const char *exec_msg_id);
 };
 
 /* NULL + errno. With a sandbox configured, a complete dry run checks the host can create one;

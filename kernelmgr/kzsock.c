@@ -50,6 +50,12 @@ static void kz_drain(void *data)
     z->evl->timer_arm(z->evl, z->again, 0);
 }
 
+void kz_drain_now(kzsock_t *z)
+{
+    if (z->s)
+        kz_drain(z);
+}
+
 int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
             const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
             void *data)

@@ -40,6 +40,9 @@ struct kmgr {
     size_t nslots;
     char sandbox_mode[64];
     char sandbox_error[256];
+    char **callbacks;      /* the callback allowlist, NULL-terminated */
+    uint64_t next_call_id; /* callback ids are unique in the gateway */
+    char pydir[PATH_MAX];  /* kgw_tools for kernels ("": none); sandboxed: a copy in rundir */
 };
 
 /* A watched ZeroMQ socket. ZMQ_FD is edge-triggered: after every send on the socket the
@@ -62,6 +65,25 @@ void kz_close(kzsock_t *z);
 int kz_send(kzsock_t *z, const jspan_t *frames, size_t n);
 /* Sends a signed Jupyter message. */
 int kz_send_jmsg(kzsock_t *z, jsign_t *sign, const jmsg_t *m);
+/* Handles what has arrived now, outside the loop's order (a callback that must see the
+ * kernel's iopub up to date). */
+void kz_drain_now(kzsock_t *z);
+
+/* kcall.c: a kernel's callback socket, <dir>/callback (SBX_RUNTIME_PATH/callback inside),
+ * and the calls in progress on it. Frames: protocol/kcallmsg.h. */
+#define KCALL_SOCKET_NAME "callback"
+typedef struct kcall kcall_t;
+kcall_t *kcall__new(kernel_t *k);
+void kcall__destroy(kcall_t **kc);
+/* (Re)creates the listening socket before a kernel process starts; drops every connection.
+ * owner: uid (and gid) of the socket file and of the peers accepted (-1: the gateway's). */
+int kcall__listen(kcall_t *kc, uid_t owner);
+/* Drops every connection and call in progress (the kernel process is gone). */
+void kcall__reset(kcall_t *kc);
+/* The gateway's view of the execution in progress changed (iopub busy/idle). */
+void kcall__exec_changed(kcall_t *kc);
+int kcall__reply(kcall_t *kc, uint64_t call_id, json_t *value, const char *err_type,
+                 const char *err_message);
 
 struct kconn {
     kernel_t *k;
@@ -102,6 +124,7 @@ struct kernel {
     long long output_cap;
     /* the execution in progress (from iopub status busy/idle of an execute_request) */
     char exec_id[JMSG_MSG_ID_MAX];
+    char exec_last[JMSG_MSG_ID_MAX]; /* the execution that ended last */
     char *exec_parent;       /* its header, for notices */
     long long exec_bytes;
     bool exec_capped;
@@ -127,6 +150,7 @@ struct kernel {
 
     kconn_t *conns;
     kwait_t *waiters;
+    kcall_t *calls;      /* callbacks */
 };
 
 struct wspace {

@@ -40,6 +40,7 @@ enum step {
     ST_DEV,
     ST_TMPFS,
     ST_RUNTIME,
+    ST_PYTHON,
     ST_PIVOT,
     ST_HOSTNAME,
     ST_LOOPBACK,
@@ -63,6 +64,7 @@ static const char *const step_names[ST_N] = {
     [ST_DEV] = "populate /dev",
     [ST_TMPFS] = "mount /tmp, home and the workspace",
     [ST_RUNTIME] = "bind the runtime directory",
+    [ST_PYTHON] = "bind the gateway's Python modules",
     [ST_PIVOT] = "pivot_root",
     [ST_HOSTNAME] = "set the hostname",
     [ST_LOOPBACK] = "bring up the loopback interface",
@@ -297,6 +299,15 @@ static void setup_root(int efd, const sbx_profile_t *p)
                                MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC |
                                    locked_flags(dst),
                                NULL));
+
+    if (p->python_dir) {
+        static const char *const opt[] = {"/opt", "/opt/kgw", SBX_PYTHON_PATH};
+        for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++) {
+            path(dst, sizeof(dst), root, opt[i]);
+            TRY(efd, ST_PYTHON, mkdir(dst, 0755));
+        }
+        TRY(efd, ST_PYTHON, bind_ro(p->python_dir, dst, MS_NODEV | MS_NOEXEC));
+    }
 
     path(dst, sizeof(dst), root, "/.oldroot");
     TRY(efd, ST_PIVOT, syscall(SYS_pivot_root, root, dst));

@@ -22,6 +22,7 @@
 #define SBX_RUNTIME_PATH   "/run/kernel" /* the kernel's private runtime directory, inside */
 #define SBX_WORKSPACE_PATH "/mnt/data"
 #define SBX_HOME           "/home/sandbox"
+#define SBX_PYTHON_PATH    "/opt/kgw/python" /* the gateway's Python modules (kgw_tools) */
 #define SBX_UID            1000 /* inside */
 
 struct sbx_limits {
@@ -39,6 +40,7 @@ typedef struct sbx_profile {
     const char *root_dir;    /* outside; an empty directory the new root is mounted on */
     const char *workspace_dir; /* outside; bound read-write at SBX_WORKSPACE_PATH (NULL: a
                                   fresh tmpfs of lim->workspace_bytes) */
+    const char *python_dir;  /* outside; bound read-only at SBX_PYTHON_PATH (NULL: none) */
     uid_t uid;               /* outside uid (and gid) of inside uid SBX_UID */
     uid_t root_uid;          /* outside uid (and gid) of inside uid 0 (set-up only) */
     const struct sbx_limits *lim;

@@ -486,3 +486,163 @@ def test_example_channel_client(gateway):
     assert "42\n" in p.stdout and "ZeroDivisionError" in p.stdout
     status, kernels, _ = gateway.request("GET", "/api/kernels")
     assert status == 200
+
+
+# ---- callbacks: kgw_tools in the kernel calls the /channel client that runs the cell ----
+
+async def cell_output(client, code, timeout=60):
+    """Runs code; returns (stdout, [(ename, evalue)])."""
+    msg_id = await client.execute(code)
+    out, errors = "", []
+    while True:
+        m = await client.get_iopub_msg(timeout=timeout)
+        if m["parent_header"].get("msg_id") != msg_id:
+            continue
+        if m["msg_type"] == "stream":
+            out += m["content"]["text"]
+        elif m["msg_type"] == "error":
+            errors.append((m["content"]["ename"], m["content"]["evalue"]))
+        elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+            return out, errors
+
+
+def test_callbacks_reach_the_client_running_the_cell(gateway, kernel):
+    async def go():
+        ch = await connect(gateway)
+        try:
+            _, client = await ready_client(ch, kernel["id"])
+            ch.on_callback = lambda method, args, kwargs: {"shown": method, "title":
+                                                          kwargs.get("title")}
+            out, errors = await cell_output(client, """
+import kgw_tools
+r = kgw_tools.display_chart_to_user(path='/mnt/data/c.png', title='Sales', chart_type='bar')
+print(r)
+r = kgw_tools.display_matplotlib_image_to_user('Plot', reason='asked', exception_ids=[1])
+print(r['shown'])
+""")
+            assert not errors, errors
+            assert out == ("{'shown': 'display_chart_to_user', 'title': 'Sales'}\n"
+                           "display_matplotlib_image_to_user\n")
+            method, args, kwargs = ch.callbacks[0]
+            assert method == "display_chart_to_user"
+            assert kwargs == {"path": "/mnt/data/c.png", "title": "Sales", "chart_type": "bar"}
+            assert ch.callbacks[1][2]["exception_ids"] == ["1"]
+
+            # a dataframe: written as CSV into the workspace, path and preview sent
+            out, errors = await cell_output(client, """
+import pandas as pd, kgw_tools
+kgw_tools.display_dataframe_to_user('Q1 results', pd.DataFrame({'a': [1, 2]}))
+print(open('/mnt/data/Q1_results.csv').read(), end='')
+""")
+            assert not errors, errors
+            assert out == "a\n1\n2\n"
+            method, args, kwargs = ch.callbacks[-1]
+            assert method == "display_dataframe_to_user" and kwargs["title"] == "Q1 results"
+            assert kwargs["path"] == "/mnt/data/Q1_results.csv"
+
+            # the client's exception is raised in the kernel
+            def refuse(method, args, kwargs):
+                raise ValueError("unsupported chart type")
+            ch.on_callback = refuse
+            out, errors = await cell_output(client, """
+import kgw_tools
+try:
+    kgw_tools.display_chart_to_user(path='x.png', title='t', chart_type='pie3d')
+except ValueError as e:
+    print('ValueError', e)
+""")
+            assert "ValueError" in out and "unsupported chart type" in out, (out, errors)
+
+            # names outside the allowlist never leave the kernel
+            n = len(ch.callbacks)
+            out, errors = await cell_output(client, """
+import kgw_tools
+for name in ('set_trait', '__class__', 'open_url'):
+    try:
+        kgw_tools.call_function(name, [], {})
+    except PermissionError as e:
+        print('refused', name)
+""")
+            assert out == "refused set_trait\nrefused __class__\nrefused open_url\n", errors
+            assert len(ch.callbacks) == n
+        finally:
+            await ch.close()
+    run(go(), timeout=120)
+
+
+def test_callbacks_go_only_to_their_own_client(gateway):
+    async def go():
+        a = await connect(gateway)
+        b = await connect(gateway)
+        try:
+            ka = await a.mkm.start_kernel()
+            kb = await b.mkm.start_kernel()
+            _, ca = await ready_client(a, ka)
+            _, cb = await ready_client(b, kb)
+            # b also watches a's kernel but does not run the cell
+            _, cb_on_a = await ready_client(b, ka)
+            a.on_callback = lambda m, args, kw: "from a"
+            b.on_callback = lambda m, args, kw: "from b"
+            out, errors = await cell_output(ca, """
+import kgw_tools
+print(kgw_tools.display_chart_to_user(path='p.png', title='t', chart_type='bar'))
+""")
+            assert out == "from a\n", errors
+            assert len(a.callbacks) == 1 and b.callbacks == []
+            await a.mkm.shutdown_kernel(ka)
+            await b.mkm.shutdown_kernel(kb)
+        finally:
+            await a.close()
+            await b.close()
+    run(go(), timeout=120)
+
+
+def test_callback_without_a_channel_client_fails_in_the_kernel(gateway, kernel):
+    """A cell run from a notebook websocket has no /channel client to call."""
+    import sbxutil as S
+    ex = S.kexec(gateway, kernel["id"], """
+import kgw_tools
+try:
+    kgw_tools.display_chart_to_user(path='p.png', title='t', chart_type='bar')
+except RuntimeError as e:
+    print('RuntimeError', e)
+""", guard=False)
+    assert "RuntimeError" in ex.stdout and "client" in ex.stdout, ex.stdout
+
+
+def test_client_disconnecting_during_a_callback(gateway, kernel):
+    async def go():
+        ch = await connect(gateway)
+        _, client = await ready_client(ch, kernel["id"])
+        got = asyncio.Event()
+        ch.on_callback = None
+
+        async def never(msg):  # receives the call_request and never answers
+            ch.callbacks.append(msg)
+            got.set()
+        ch._answer_callback = never
+        await client.execute("""
+import kgw_tools
+try:
+    kgw_tools.display_chart_to_user(path='p.png', title='t', chart_type='bar')
+except RuntimeError as e:
+    open('/tmp/cb-result', 'w').write(str(e))
+""")
+        await asyncio.wait_for(got.wait(), 30)
+        await ch.close()
+        # another connection sees the cell end with the kernel's exception
+        ch2 = await connect(gateway)
+        try:
+            _, c2 = await ready_client(ch2, kernel["id"])
+            for _ in range(100):
+                out, errors = await cell_output(c2, """
+import os
+print(open('/tmp/cb-result').read() if os.path.exists('/tmp/cb-result') else '')
+""")
+                if out.strip():
+                    return out
+                await asyncio.sleep(0.1)
+        finally:
+            await ch2.close()
+    out = run(go(), timeout=120)
+    assert "disconnected" in out, out

@@ -283,11 +283,14 @@ R["home"] = sorted(os.listdir("/home"))
 R["rootdir"] = sorted(os.listdir("/root"))
 R["run"] = sorted(os.listdir("/run"))
 R["mnt"] = sorted(os.listdir("/mnt"))
+R["opt"] = sorted(os.listdir("/opt")) if os.path.isdir("/opt") else None
+R["opt_kgw"] = sorted(os.listdir("/opt/kgw")) if os.path.isdir("/opt/kgw") else None
+R["opt_kgw_python"] = sorted(os.listdir("/opt/kgw/python")) if R["opt_kgw"] else None
 R["passwd_users"] = [l.split(":")[0] for l in open("/etc/passwd").read().splitlines()]
 R["exists"] = {{p: os.path.lexists(p) for p in [
     "/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh", "/etc/ssl/private", "/etc/machine-id",
     "/etc/pam.d", "/etc/crontab", "/root/.ssh", "/root/.bash_history", "/root/.pyenv", "/work", "/sys",
-    "/var", "/boot", "/srv", "/opt", "/media", "/lost+found", "/run/kgw", "/run/dbus", "/run/systemd",
+    "/var", "/boot", "/srv", "/media", "/lost+found", "/run/kgw", "/run/dbus", "/run/systemd",
     "/var/run/docker.sock", "/dev/vda", "/dev/sda", "/dev/mem", "/dev/kmsg", "/dev/tty", "/dev/console",
     "/dev/vsock", "/dev/kvm", "/dev/fuse", "/dev/net/tun", "/proc/sysrq-trigger"]}}
 found_names, found_content = [], []
@@ -311,8 +314,9 @@ R["found_names"], R["found_content"] = found_names, found_content
     finally:
         for m in markers:
             os.unlink(m)
-    assert r["root"] == sorted(["bin", "dev", "etc", "home", "lib", "lib64", "mnt", "proc", "root",
-                                "run", "sbin", "tmp", "usr"]), r["root"]
+    assert sorted(set(r["root"]) - {"opt"}) == sorted(["bin", "dev", "etc", "home", "lib", "lib64",
+                                                       "mnt", "proc", "root", "run", "sbin", "tmp",
+                                                       "usr"]), r["root"]
     allowed_etc = {"ld.so.cache", "python3", "python3.11", "ssl", "fonts", "matplotlibrc",
                    "alternatives", "mime.types", "nsswitch.conf", "host.conf", "gai.conf",
                    "protocols", "services", "debian_version", "os-release", "localtime", "passwd",
@@ -321,6 +325,9 @@ R["found_names"], R["found_content"] = found_names, found_content
     assert set(r["etc_ssl"]) <= {"certs", "openssl.cnf"}, r["etc_ssl"]
     assert r["home"] == ["sandbox"] and r["rootdir"] == [] and r["mnt"] == ["data"], r
     assert r["run"] == ["kernel"], r["run"]
+    # /opt is not the host's: only the gateway's kgw_tools (bound read-only), when it has it
+    assert r["opt"] in (None, ["kgw"]) and r["opt_kgw"] in (None, ["python"]), r
+    assert r["opt_kgw_python"] in (None, ["kgw_tools.py"]), r["opt_kgw_python"]
     assert r["passwd_users"] == ["root", "sandbox", "nobody"], r["passwd_users"]
     leaked = [p for p, there in r["exists"].items() if there]
     assert not leaked, f"host paths visible in the sandbox: {leaked}"
@@ -414,7 +421,7 @@ R["key"] = __import__("json").load(open("/run/kernel/connection.json"))["key"]
     allowed = {"/", "/usr", "/proc", "/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus",
                "/proc/fs", "/dev", "/dev/null", "/dev/zero", "/dev/full", "/dev/random",
                "/dev/urandom", "/dev/shm", "/dev/pts", "/tmp", "/home/sandbox", "/mnt/data",
-               "/run/kernel"} | etc_ok
+               "/run/kernel", "/opt/kgw/python"} | etc_ok
     points = [m["point"] for m in mounts]
     assert set(points) <= allowed, f"unexpected mounts: {set(points) - allowed}"
     for p in ("/", "/usr", "/proc", "/dev", "/tmp", "/home/sandbox", "/mnt/data", "/run/kernel"):
@@ -434,6 +441,9 @@ R["key"] = __import__("json").load(open("/run/kernel/connection.json"))["key"]
     by_point = {m["point"]: m for m in mounts}
     for p in ["/", "/usr", "/proc/sys"] + sorted(etc_ok & set(points)):
         assert "ro" in by_point[p]["opts"].split(","), by_point[p]["line"]
+    if "/opt/kgw/python" in by_point:  # kgw_tools, when the gateway found it
+        opts = by_point["/opt/kgw/python"]["opts"].split(",")
+        assert {"ro", "nosuid", "nodev", "noexec"} <= set(opts), by_point["/opt/kgw/python"]["line"]
     for p in ("/", "/usr", "/tmp", "/home/sandbox", "/mnt/data", "/dev/shm", "/run/kernel",
               "/proc"):
         assert "nosuid" in by_point[p]["opts"].split(","), by_point[p]["line"]
@@ -483,7 +493,8 @@ for p in pids:
 R["names"], R["hits"], R["scanned"], R["pids"] = names, hits, scanned, pids
 """, timeout=60)
     assert r["own_key_differs"]
-    assert set(r["run_kernel"]) <= {"connection.json", "k-1", "k-2", "k-3", "k-4", "k-5"}, \
+    assert set(r["run_kernel"]) <= {"connection.json", "callback", "k-1", "k-2", "k-3", "k-4",
+                                    "k-5"}, \
         r["run_kernel"]
     assert r["scanned"] > 20, r["scanned"]                  # the scan did look at files
     assert not r["names"], f"B sees A's files or processes: {r['names']}"
@@ -903,7 +914,8 @@ R["sockets_visible"] = sorted(p for p in glob.glob("/run/**", recursive=True) + 
 """)
     assert not r["a_dir_exists"]
     assert all(v == "ENOENT" for v in r["connect"].values()), r["connect"]
-    assert set(r["sockets_visible"]) <= {f"/run/kernel/k-{n}" for n in range(1, 6)}, \
+    assert set(r["sockets_visible"]) <= ({f"/run/kernel/k-{n}" for n in range(1, 6)} |
+                                         {"/run/kernel/callback"}), \
         r["sockets_visible"]
 
 
@@ -1005,7 +1017,10 @@ except PermissionError:
         gw.delete_kernel(kid)
     initial = dict(kv.split("=", 1) for kv in r["initial"].split("\0") if kv)
     expected = {"PATH", "LANG", "HOME", "KERNEL_USERNAME"} | set(spec.get("env", {}))
+    # kgw_tools (PYTHONPATH is there whenever the gateway found the module)
+    expected |= {"PYTHONPATH"} & set(initial)
     assert set(initial) == expected, f"unexpected variables: {set(initial) ^ expected}"
+    assert initial.get("PYTHONPATH", "/opt/kgw/python") == "/opt/kgw/python"
     assert initial["HOME"] == "/home/sandbox" and initial["KERNEL_USERNAME"] == "alice"
     assert initial["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     for env in (initial, r["now"]):

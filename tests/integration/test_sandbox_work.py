@@ -74,6 +74,34 @@ R["dates"] = str(pd.date_range("2024-01-30", periods=3, freq="D")[-1].date())
                  "dates": "2024-02-01"}
 
 
+def test_kgw_tools_callbacks(gw, wk):
+    """kgw_tools is importable in every kernel and reaches the gateway through the kernel's
+    private callback socket. A websocket on /api/kernels/{id}/channels takes no callbacks, so
+    an allowed call fails with RuntimeError; a name off the allowlist never leaves the gateway;
+    the dataframe's CSV is written before the call."""
+    r = kcall(gw, wk, """
+import os, kgw_tools, pandas as pd
+R["file"] = kgw_tools.__file__
+R["socket"] = os.path.exists("/run/kernel/callback")
+def err(f, *a):
+    try:
+        f(*a)
+    except Exception as e:
+        return [type(e).__name__, str(e)]
+R["allowed"] = err(kgw_tools.call_function, "display_chart_to_user", ["p"], {"title": "t"})
+R["denied"] = err(kgw_tools.call_function, "set_trait", ["kernel_manager_class", "x.Y"])
+R["big"] = err(kgw_tools.call_function, "display_chart_to_user", ["x" * (5 << 20)])
+R["df"] = err(kgw_tools.display_dataframe_to_user, "My table", pd.DataFrame({"a": [1, 2]}))
+R["csv"] = open("/mnt/data/My_table.csv").read()
+""")
+    assert r["file"] == "/opt/kgw/python/kgw_tools.py" and r["socket"], r
+    assert r["allowed"][0] == "RuntimeError" and "client" in r["allowed"][1], r["allowed"]
+    assert r["denied"][0] == "PermissionError" and "'set_trait' is not allowed" in r["denied"][1]
+    assert r["big"][0] == "ValueError" and "over the gateway's limit" in r["big"][1], r["big"]
+    assert r["df"][0] == "RuntimeError", r["df"]
+    assert r["csv"] == "a\n1\n2\n", r["csv"]
+
+
 def test_matplotlib_inline_png(gw, wk):
     ex = kexec(gw, wk, """
 %matplotlib inline
