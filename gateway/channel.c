@@ -482,7 +482,10 @@ static void on_kernel_done(void *data, kernel_t *k, int status)
             call_free(call);
             return;
         }
-        if (client_send(call->cl, JCHAN_SHELL, "kernel_info_request", json_object(), id) < 0) {
+        json_t *empty = json_object();
+        int r = client_send(call->cl, JCHAN_SHELL, "kernel_info_request", empty, id);
+        json_decref(empty);
+        if (r < 0) {
             reply_error(c, call->rid, RPC_ERR_RUNTIME, "cannot send kernel_info_request");
             call_free(call);
             return;
