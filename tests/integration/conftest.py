@@ -229,7 +229,7 @@ def kernel(gateway):
     gateway.delete_kernel(model["id"])
 
 
-SANDBOX_MODULES = ("test_escape.py", "test_sandbox_work.py", "test_files.py")
+SANDBOX_MODULES = ("test_escape.py", "test_sandbox_work.py", "test_files.py", "test_workspace.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -242,5 +242,6 @@ def pytest_collection_modifyitems(config, items):
         if REFERENCE == "jupyter_server" and item.get_closest_marker("kgw_only"):
             item.add_marker(skip_ref)
         if (REFERENCE == "jupyter_server" or no_sandbox) and \
-                os.path.basename(str(item.fspath)) in SANDBOX_MODULES:
+                (os.path.basename(str(item.fspath)) in SANDBOX_MODULES or
+                 item.get_closest_marker("needs_sandbox")):
             item.add_marker(skip_sbx)

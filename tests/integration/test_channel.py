@@ -105,6 +105,7 @@ def test_start_kernel_returns_its_id_and_shutdown_removes_it(gateway):
     run(go(), timeout=120)
 
 
+@pytest.mark.needs_sandbox
 def test_start_kernel_errors(gateway):
     async def go():
         ch = await connect(gateway)
@@ -506,6 +507,7 @@ async def cell_output(client, code, timeout=60):
             return out, errors
 
 
+@pytest.mark.needs_sandbox
 def test_callbacks_reach_the_client_running_the_cell(gateway, kernel):
     async def go():
         ch = await connect(gateway)
