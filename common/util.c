@@ -67,3 +67,34 @@ void util_random_hex(char *out, size_t n)
         n -= k;
     }
 }
+
+bool util_printable(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+            return false;
+    return true;
+}
+
+bool util_json_depth_ok(const char *p, size_t n, int max)
+{
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '{' || c == '[') {
+            if (++depth > max)
+                return false;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        }
+    }
+    return true;
+}

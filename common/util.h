@@ -20,6 +20,12 @@ bool util_is_uuid(const char *s, size_t len);
 /* Random bytes as lowercase hex (out has 2*n+1 bytes). */
 void util_random_hex(char *out, size_t n);
 
+/* True when every byte of s (n bytes) is printable ASCII (0x20..0x7e). */
+bool util_printable(const char *s, size_t n);
+/* False when the JSON text p (n bytes) nests arrays/objects deeper than max: checked before a
+ * parser builds the tree. Exact for valid JSON; the parser refuses the rest anyway. */
+bool util_json_depth_ok(const char *p, size_t n, int max);
+
 #define UTIL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 

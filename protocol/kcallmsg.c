@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "protocol/rpc.h"
 
 #define BUF_MIN 4096
@@ -147,38 +148,6 @@ bool kcallmsg_name_ok(const char *s, size_t n)
     return true;
 }
 
-/* Rejects documents nested deeper than KCALLMSG_MAX_DEPTH before jansson builds them. Exact
- * for valid JSON; jansson rejects the rest anyway. */
-static bool depth_ok(const char *p, size_t n)
-{
-    int depth = 0;
-    bool in_str = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = p[i];
-        if (in_str) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_str = false;
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > KCALLMSG_MAX_DEPTH)
-                return false;
-        } else if (c == '}' || c == ']') {
-            depth--;
-        }
-    }
-    return true;
-}
-
-static bool printable(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
-            return false;
-    return true;
-}
 
 static bool allowed(const char *const *allow, const char *name)
 {
@@ -215,7 +184,7 @@ int kcallmsg_parse(const char *p, size_t n, const char *const *allow, kcallmsg_r
     kcallmsg_req_t r;
     int rc;
 
-    if (!depth_ok(p, n))
+    if (!util_json_depth_ok(p, n, KCALLMSG_MAX_DEPTH))
         return kcallmsg_err_set(ret_err, "ValueError",
                                 "callback request nested deeper than %d levels",
                                 KCALLMSG_MAX_DEPTH);
@@ -269,7 +238,7 @@ int kcallmsg_parse(const char *p, size_t n, const char *const *allow, kcallmsg_r
     if (parent && !json_is_null(parent)) {
         size_t plen = json_string_length(parent);
         if (!json_is_string(parent) || plen > KCALLMSG_PARENT_MAX ||
-            !printable(json_string_value(parent), plen)) {
+            !util_printable(json_string_value(parent), plen)) {
             rc = kcallmsg_err_set(ret_err, "TypeError",
                                   "callback parent must be a printable string of at most %d bytes",
                                   KCALLMSG_PARENT_MAX);

@@ -176,38 +176,6 @@ const char *rpc_quote(char *out, const char *s, size_t len)
 
 /* ---- parsing ---- */
 
-/* Rejects documents nested deeper than RPC_MAX_DEPTH before jansson builds them. Exact for
- * valid JSON; jansson rejects the rest anyway. */
-static bool depth_ok(const char *p, size_t n)
-{
-    int depth = 0;
-    bool in_str = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = p[i];
-        if (in_str) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_str = false;
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c == '{' || c == '[') {
-            if (++depth > RPC_MAX_DEPTH)
-                return false;
-        } else if (c == '}' || c == ']') {
-            depth--;
-        }
-    }
-    return true;
-}
-
-static bool printable(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
-            return false;
-    return true;
-}
 
 /* Copies a printable string of at most max bytes (min_len..max) into dst[max + 1]. */
 static bool copy_id(const json_t *v, size_t min_len, size_t max, char *dst)
@@ -216,7 +184,7 @@ static bool copy_id(const json_t *v, size_t min_len, size_t max, char *dst)
         return false;
     size_t n = json_string_length(v);
     const char *s = json_string_value(v);
-    if (n < min_len || n > max || !printable(s, n))
+    if (n < min_len || n > max || !util_printable(s, n))
         return false;
     memcpy(dst, s, n + 1);
     return true;
@@ -286,7 +254,7 @@ int rpc_parse(const char *data, size_t len, rpc_call_t *ret)
     rpc_call_t c;
     if (len > RPC_MAX_MESSAGE_BYTES)
         return -EMSGSIZE;
-    if (!depth_ok(data, len))
+    if (!util_json_depth_ok(data, len, RPC_MAX_DEPTH))
         return -EBADMSG;
     /* no JSON_DECODE_ANY: the top level is an object or array; no JSON_ALLOW_NUL: no NUL in
      * strings; duplicate keys would make kwargs ambiguous */
@@ -418,7 +386,7 @@ static int check(const rpc_spec_t *sp,
         if ((double)r.len < p->min || (double)r.len > p->max)
             return rpc_error_set(err, RPC_ERR_VALUE, "%s() %s must be %.0f to %.0f bytes long",
                                  sp->name, what, p->min, p->max);
-        if ((p->flags & RPC_P_PRINTABLE) && !printable(r.s, r.len))
+        if ((p->flags & RPC_P_PRINTABLE) && !util_printable(r.s, r.len))
             return rpc_error_set(err, RPC_ERR_VALUE, "%s() %s must be printable ASCII", sp->name,
                                  what);
         if ((p->flags & RPC_P_NAME) && !name_ok(r.s, r.len))
@@ -622,7 +590,7 @@ char *rpc_reply_exception(const char *request_id, const rpc_error_t *err)
     json_t *m = json_stringn(err->message, n);
     if (!m) { /* a gateway message quoting raw bytes, or cut inside a UTF-8 sequence */
         for (size_t i = 0; i < n; i++)
-            msg[i] = printable(&err->message[i], 1) ? err->message[i] : '?';
+            msg[i] = util_printable(&err->message[i], 1) ? err->message[i] : '?';
         msg[n] = '\0';
         m = json_string(msg);
     }
