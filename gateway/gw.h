@@ -47,6 +47,8 @@ struct gw_config {
     long long nofile_limit;
     long long exec_timeout;
     long long output_cap;
+    const char *pool;
+    long long pool_min_available;
 };
 
 typedef struct gw {

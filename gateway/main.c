@@ -82,7 +82,56 @@ static const struct cfg_option options[] = {
       "wall-time seconds per execution: then interrupt, and restart if ignored (0 = none)"),
     I("output-cap", output_cap, "134217728", 0, 1099511627776LL,
       "iopub output bytes per execution; beyond it output is cut with a notice (0 = none)"),
+    {"pool", CFG_STR, &G.cfg.pool, "python3=2", 0, 0, CFG_REPEAT,
+     "warm pool: NAME=N keeps N started kernels of kernelspec NAME ready (repeatable or "
+     "comma-separated; NAME=0 or '' = none; grows to 2N under demand)"},
+    I("pool-min-available", pool_min_available, "536870912", 0, 1099511627776LL,
+      "the warm pool refills only while the host's MemAvailable is above this (bytes)"),
 };
+
+#define POOL_SPECS_MAX 32
+
+/* "python3=2,ir=1" -> pools. 0, or -EINVAL with a message. */
+static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n, char *why,
+                       size_t whysz)
+{
+    static char names[POOL_SPECS_MAX][128];
+    size_t n = 0;
+    while (s && *s) {
+        const char *end = strchr(s, ',');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        const char *eq = memchr(s, '=', len);
+        char num[16];
+        if (len > 0) {
+            size_t nl = eq ? (size_t)(eq - s) : 0, vl = eq ? len - nl - 1 : 0;
+            char *e;
+            if (!eq || nl == 0 || nl >= sizeof(names[0]) || vl == 0 || vl >= sizeof(num)) {
+                snprintf(why, whysz, "--pool: '%.*s' is not NAME=N", (int)(len > 64 ? 64 : len), s);
+                return -EINVAL;
+            }
+            if (n == POOL_SPECS_MAX) {
+                snprintf(why, whysz, "--pool: at most %d kernelspecs", POOL_SPECS_MAX);
+                return -EINVAL;
+            }
+            memcpy(names[n], s, nl);
+            names[n][nl] = '\0';
+            memcpy(num, eq + 1, vl);
+            num[vl] = '\0';
+            long v = strtol(num, &e, 10);
+            if (*e || v < 0 || v > 1000 || !kspec_name_ok(names[n])) {
+                snprintf(why, whysz, "--pool: '%.*s' is not NAME=N with N in 0..1000",
+                         (int)(len > 64 ? 64 : len), s);
+                return -EINVAL;
+            }
+            out[n].spec_name = names[n];
+            out[n].size = (int)v;
+            n++;
+        }
+        s = end ? end + 1 : NULL;
+    }
+    *ret_n = n;
+    return 0;
+}
 
 /* kgw-sandbox-init in a sealed memfd: every sandbox's pid 1 is exec'd from it, so its
  * /proc/1/exe names no host path. */
@@ -230,6 +279,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "kgw: %s\n", err);
         return 2;
     }
+    struct kmgr_pool_size pools[POOL_SPECS_MAX];
+    size_t npools = 0;
+    if (parse_pools(G.cfg.pool, pools, &npools, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: %s\n", err);
+        return 2;
+    }
     int lvl = log_level_parse(G.cfg.log_level);
     if (lvl < 0) {
         fprintf(stderr, "kgw: --log-level: unknown level '%.32s'\n", G.cfg.log_level);
@@ -318,6 +373,9 @@ int main(int argc, char **argv)
         .output_cap = G.cfg.output_cap,
         .max_workspaces = (int)G.cfg.max_workspaces,
         .workspace_grace_s = (int)G.cfg.workspace_grace,
+        .pool = pools,
+        .npool = npools,
+        .pool_min_available = G.cfg.pool_min_available,
     };
     char why[256];
     struct kmgr_sandbox sb = {

@@ -22,6 +22,13 @@ struct kmgr_sandbox {
     unsigned uid_base;  /* outside uids: uid_base + 2*slot (inside root), + 1 (inside user) */
 };
 
+/* A warm pool for one kernelspec: this many fully started, sandboxed, idle kernels wait for
+ * requests (0: none). */
+struct kmgr_pool_size {
+    const char *spec_name;
+    int size;
+};
+
 struct kmgr_opts {
     const char *runtime_dir;      /* base directory for per-kernel private directories */
     const char *kernel_cwd;       /* working directory of kernels (NULL: the gateway's) */
@@ -41,6 +48,9 @@ struct kmgr_opts {
     long long output_cap;         /* iopub output bytes per execution (0: none) */
     int max_workspaces;           /* with or without kernels (0: 2 x max_kernels, or 1024) */
     int workspace_grace_s;        /* a workspace outlives its last kernel this long */
+    const struct kmgr_pool_size *pool; /* warm pools (see kpool.c for the rules) */
+    size_t npool;
+    long long pool_min_available; /* refill only while the host's MemAvailable is above */
 };
 
 #define KMGR_TENANT_MAX 64
@@ -88,7 +98,9 @@ const kspecs_t *kmgr_kspecs(const kmgr_t *m);
 /* "disabled", "enabled (cgroup v1)", ...; and why sandboxed kernels cannot start (or NULL). */
 const char *kmgr_sandbox_mode(const kmgr_t *m);
 const char *kmgr_sandbox_error(const kmgr_t *m);
-/* Creates and spawns a kernel; it is "starting" until it answers. -ENOENT unknown spec,
+/* Creates and spawns a kernel, or takes one from the warm pool when the request allows (no
+ * shared workspace; no sandbox limit other than the gateway's); it is "starting" until it
+ * answers. -ENOENT unknown spec,
  * -ESRCH unknown workspace (or another tenant's), -EAGAIN at max-kernels or max-workspaces,
  * -EINVAL bad env, -ERANGE a limit above the gateway's, -EPERM when the sandbox is
  * unavailable, or a spawn error. */
@@ -105,5 +117,8 @@ void kmgr_reap(kmgr_t *m);
 kernel_t *kmgr_find(const kmgr_t *m, const char *id);
 size_t kmgr_count(const kmgr_t *m);
 kernel_t *kmgr_at(const kmgr_t *m, size_t i);
+/* Warm pool state: {"python3": {"size", "target", "ready", "starting", "handouts",
+ * "misses"}, ...}. New reference. */
+json_t *kmgr_pool_model(const kmgr_t *m);
 
 #endif

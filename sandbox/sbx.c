@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -481,8 +482,14 @@ static int write_map(pid_t pid, const char *file, const char *map)
     return err;
 }
 
-int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
-              int *ret_pidfd, char *why, size_t whysz)
+static void describe(const struct failure *f, char *why, size_t whysz)
+{
+    snprintf(why, whysz, "sandbox: cannot %s: %s",
+             f->step > 0 && f->step < ST_N ? step_names[f->step] : "set up", strerror(f->err));
+}
+
+int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+                    int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz)
 {
     int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
     char c, map[128];
@@ -535,24 +542,22 @@ int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *r
         } else if (write(gop[1], "g", 1) != 1) {
             f = (struct failure){ST_MAPS, errno};
         }
-    }
-    close(gop[1]);
-    gop[1] = -1;
-    /* EOF once init and the kernel have exec'd (the pipe is close-on-exec) */
-    ssize_t n;
-    if (f.err == 0) {
+    } else {
+        /* the proxy failed before the user namespace existed: its report is in efd */
+        ssize_t n;
         do {
             n = read(efd[0], &f, sizeof(f));
         } while (n < 0 && errno == EINTR);
-        if (n != sizeof(f))
-            f.err = 0;
+        if (n != sizeof(f) || !f.err)
+            f = (struct failure){ST_USERNS, EIO};
     }
+    close(gop[1]);
+    gop[1] = -1;
     if (f.err) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         if (!why[0])
-            snprintf(why, whysz, "sandbox: cannot %s: %s",
-                     f.step > 0 && f.step < ST_N ? step_names[f.step] : "set up", strerror(f.err));
+            describe(&f, why, whysz);
         r = -f.err;
         goto out;
     }
@@ -565,8 +570,11 @@ int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *r
     }
     if (pidfd >= 0)
         fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    fcntl(efd[0], F_SETFL, O_NONBLOCK);
     *ret_pid = pid;
     *ret_pidfd = pidfd;
+    *ret_setupfd = efd[0];
+    efd[0] = -1;
     r = 0;
 out:
     for (int i = 0; i < 2; i++) {
@@ -578,6 +586,47 @@ out:
             close(gop[i]);
     }
     return r;
+}
+
+int sbx_setup_result(int setupfd, char *why, size_t whysz)
+{
+    struct failure f = {0, 0};
+    ssize_t n;
+    do {
+        n = read(setupfd, &f, sizeof(f));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EAGAIN)
+        return -EINPROGRESS;
+    if (n == 0)
+        return 0; /* every end closed on exec: init and the kernel started */
+    if (n != sizeof(f) || !f.err)
+        f = (struct failure){ST_NONE, n < 0 ? errno : EIO};
+    describe(&f, why, whysz);
+    return -f.err;
+}
+
+int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+              int *ret_pidfd, char *why, size_t whysz)
+{
+    pid_t pid;
+    int pidfd, setupfd;
+    int r = sbx_start_async(p, fn, arg, &pid, &pidfd, &setupfd, why, whysz);
+    if (r < 0)
+        return r;
+    struct pollfd pfd = {.fd = setupfd, .events = POLLIN};
+    while ((r = sbx_setup_result(setupfd, why, whysz)) == -EINPROGRESS)
+        poll(&pfd, 1, -1);
+    close(setupfd);
+    if (r < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        if (pidfd >= 0)
+            close(pidfd);
+        return r;
+    }
+    *ret_pid = pid;
+    *ret_pidfd = pidfd;
+    return 0;
 }
 
 static void probe_fn(void *arg)

@@ -54,6 +54,16 @@ typedef struct sbx_profile {
 int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
               int *ret_pidfd, char *why, size_t whysz);
 
+/* The same without waiting for the set-up inside the sandbox (mounts, exec): only the steps
+ * that need the caller (uid maps, cgroup) are done when it returns. ret_setupfd (non-blocking,
+ * close-on-exec; the caller closes it) becomes readable when the set-up is over: then
+ * sbx_setup_result() says how it went. */
+int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+                    int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz);
+/* 0: the kernel was exec'd; -EINPROGRESS: not yet; -errno with why: a set-up step failed (the
+ * proxy exits with status 127). */
+int sbx_setup_result(int setupfd, char *why, size_t whysz);
+
 /* Checks that this host can run sandboxes (a complete dry run). 0, or -errno with why. */
 int sbx_probe(const sbx_profile_t *p, char *why, size_t whysz);
 
