@@ -12,7 +12,14 @@ Sections (run in this order; pick with --only, comma separated):
   pipeline    20 kernels x 50 pipelined executions, all kernels at once: lost / duplicate /
               misordered replies; kgw RSS with 20 kernels started and connected
   throughput  iopub throughput: 200,000 print lines; one 50 MB string; kgw peak RSS
+  pool        warm pool (own kgw instances): start latency from a pool of 4 (vs the cold
+              exec path of section 1); sustained creation rate with a pool of 4 (each kernel
+              deleted after one `1+1`); 20 kernels ready at once, cold / pool of 4 / pool of
+              20; per-kernel PSS after `import numpy, pandas, matplotlib.pyplot` (cold)
   rss         alias for "pipeline,throughput" (the idle RSS is measured in every run)
+
+The main kgw runs with --pool python3=0 (sections start..throughput measure the cold exec
+path, comparable across versions); --kgw-arg=--pool=python3=N overrides it.
 
 Only the Python standard library and Debian packages (python3-websockets, python3-zmq,
 python3-jupyter-client, python3-psutil, python3-ipykernel) are used.  Run with /usr/bin/python3.
@@ -54,12 +61,15 @@ from jupyter_client import KernelManager
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V1 = "v1.kernel.websocket.jupyter.org"
 DELIM = b"<IDS|MSG>"
-SECTIONS = ("start", "rtt", "pipeline", "throughput")
+SECTIONS = ("start", "rtt", "pipeline", "throughput", "pool")
 
 TARGET_ADDED_P50_MS = 0.2
 TARGET_50MB_RATIO = 0.80
 TARGET_RSS_IDLE_MB = 15.0
 TARGET_RSS_20K_MB = 30.0
+TARGET_POOL_P50_MS = 5.0        # issue 6: warm pool start p50
+TARGET_20_AT_ONCE_S = 1.0       # 20 kernels ready at once
+TARGET_SUSTAINED_PER_S = 15.0   # kernels/s sustained with a pool of 4
 BUSY = 0.10     # other processes using more than this share of the CPUs: figures unreliable
 
 now = time.perf_counter
@@ -300,10 +310,10 @@ def free_port():
 
 
 class Gateway:
-    def __init__(self, binary, workdir, reaper, extra_args=()):
+    def __init__(self, binary, workdir, reaper, extra_args=(), name="kgw"):
         self.port = free_port()
         self.token = secrets.token_hex(16)
-        self.log_path = os.path.join(workdir, "kgw.log")
+        self.log_path = os.path.join(workdir, f"{name}.log")
         self.runtime_dir = os.path.join(workdir, "kgw-runtime")
         os.makedirs(self.runtime_dir, exist_ok=True)
         self.reaper = reaper
@@ -1204,6 +1214,159 @@ def _try(fn, *a):
         return repr(e)
 
 
+# ============================================================== section 5: warm pool
+
+def pool_state(gw):
+    st, body = gw.request("GET", "/api/status")
+    return (body or {}).get("pool", {}).get("python3") or {}
+
+
+def wait_pool(gw, n, timeout=120):
+    deadline = now() + timeout
+    while now() < deadline:
+        p = pool_state(gw)
+        if p.get("ready", 0) >= n:
+            return
+        time.sleep(0.05)
+    raise BenchError(f"the pool did not reach {n} ready kernels within {timeout} s: {pool_state(gw)}")
+
+
+def post_kernel(gw):
+    """POST /api/kernels without the bookkeeping of Gateway.start_kernel (a process-tree walk
+    that would add milliseconds to a figure measured in milliseconds)."""
+    st, model = gw.request("POST", "/api/kernels", {"name": "python3"})
+    if st != 201:
+        raise BenchError(f"POST /api/kernels -> {st} {model}")
+    return model["id"]
+
+
+def ready_kernel(gw):
+    """POST -> websocket open -> kernel_info_reply on it. Returns (kid, total s, POST s)."""
+    t0 = now()
+    kid = post_kernel(gw)
+    t1 = now()
+    c = KgwClient(gw, kid, "legacy")
+    mid = c.send("kernel_info_request", {})
+    wait_reply(c, mid, "kernel_info_reply", now() + 60)
+    t2 = now()
+    c.close()
+    return kid, t2 - t0, t1 - t0
+
+
+def ipykernels(pid):
+    out = {}
+    try:
+        for c in psutil.Process(pid).children(recursive=True):
+            try:
+                if any("ipykernel" in a for a in c.cmdline()):
+                    out[c.pid] = c
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+    return out
+
+
+def burst(gw, n):
+    """n kernels at once (one thread each: POST, websocket, kernel_info_reply); seconds until
+    the last is ready. Deletes them afterwards."""
+    t0 = now()
+    with concurrent.futures.ThreadPoolExecutor(n) as ex:
+        res = list(ex.map(lambda _: ready_kernel(gw), range(n)))
+    dt = now() - t0
+    gw.reaper.track_children(gw.pid, "kgw-kernel")
+    with concurrent.futures.ThreadPoolExecutor(n) as ex:
+        list(ex.map(lambda r: _try(gw.delete_kernel, r[0]), res))
+    return dt, [r[1] for r in res]
+
+
+def sec_pool(R, gw_main, args, workdir, reaper, ctx):
+    P = R["pool"] = {}
+    # -- start latency from a pool of 4, pool full before each start (steady state)
+    gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=4"], name="kgw-pool4")
+    try:
+        wait_pool(gw, 4)
+        tot, post = [], []
+        for _ in range(args.pool_starts):
+            wait_pool(gw, 4)
+            kid, t, tp = ready_kernel(gw)
+            tot.append(t)
+            post.append(tp)
+            gw.delete_kernel(kid)
+        P["start"] = tot
+        log(f"  pool of 4, {len(tot)} starts: POST -> kernel_info_reply on the websocket p50 "
+            f"{ms(pct(tot, 50)):.2f} ms p90 {ms(pct(tot, 90)):.2f} ms (POST alone p50 "
+            f"{ms(pct(post, 50)):.2f} ms)")
+        # -- sustained creation rate: 4 clients, each: start, `1+1`, delete, for D seconds
+        wait_pool(gw, 4)
+        st0 = pool_state(gw)
+        stop_at = now() + args.sustain_s
+        lat, lock = [], threading.Lock()
+
+        def worker():
+            n = 0
+            while now() < stop_at:
+                t0 = now()
+                kid = post_kernel(gw)
+                t1 = now()
+                c = KgwClient(gw, kid, "legacy")
+                mid = c.send("execute_request", exec_content("1+1"))
+                reply, _ = wait_exec(c, mid, now() + 60)
+                c.close()
+                if reply["content"]["status"] != "ok":
+                    raise BenchError("1+1 failed")
+                gw.delete_kernel(kid)
+                with lock:
+                    lat.append(t1 - t0)
+                n += 1
+            return n
+        t0 = now()
+        with concurrent.futures.ThreadPoolExecutor(args.sustain_clients) as ex:
+            counts = list(ex.map(lambda _: worker(), range(args.sustain_clients)))
+        dt = now() - t0
+        reaper.track_children(gw.pid, "kgw-kernel")
+        st1 = pool_state(gw)
+        hits = st1["handouts"] - st0["handouts"]
+        misses = st1["misses"] - st0["misses"]
+        P["sustained"] = sum(counts) / dt
+        log(f"  sustained, pool of 4, {args.sustain_clients} clients for {dt:.0f} s: "
+            f"{sum(counts)} kernels ({P['sustained']:.2f}/s), each started, `1+1`, deleted; "
+            f"from the pool {hits}, cold {misses}; POST p50 {ms(pct(lat, 50)):.1f} ms "
+            f"p90 {ms(pct(lat, 90)):.1f} ms; pool target at the end {st1['target']}")
+        # -- 20 at once from a (refilled) pool of 4
+        wait_pool(gw, st1["target"], timeout=180)
+        P["burst_pool4"], _ = burst(gw, 20)
+        log(f"  20 kernels at once, pool of 4 (full): {P['burst_pool4']:.2f} s to the last ready")
+    finally:
+        gw.stop()
+    # -- 20 at once: cold (the main kgw has no pool) and from a pool of 20
+    P["burst_cold"], _ = burst(gw_main, 20)
+    reaper.track_children(gw_main.pid, "kgw-kernel")
+    log(f"  20 kernels at once, cold (no pool): {P['burst_cold']:.2f} s to the last ready")
+    gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=20"], name="kgw-pool20")
+    try:
+        wait_pool(gw, 20, timeout=240)
+        P["burst_pool20"], each = burst(gw, 20)
+        log(f"  20 kernels at once, pool of 20 (full): {P['burst_pool20']:.3f} s to the last "
+            f"ready (each: p50 {ms(pct(each, 50)):.1f} ms)")
+    finally:
+        gw.stop()
+    # -- PSS per kernel after importing the scientific stack (cold exec path)
+    before = set(ipykernels(gw_main.pid))
+    kid = gw_main.start_kernel()
+    try:
+        c = KgwClient(gw_main, kid, "legacy")
+        mid = c.send("execute_request", exec_content("import numpy, pandas, matplotlib.pyplot"))
+        reply, _ = wait_exec(c, mid, now() + 120)
+        c.close()
+        new = [p for p in ipykernels(gw_main.pid) if p not in before]
+        P["pss_cold"] = proc_pss_mb(new[0]) if len(new) == 1 else float("nan")
+        log(f"  PSS of a cold kernel after `import numpy, pandas, matplotlib.pyplot`: "
+            f"{P['pss_cold']:.1f} MB (fork server: not implemented, no figure)")
+    finally:
+        gw_main.delete_kernel(kid)
+
+
 # ============================================================== shared kernels + driver
 
 class Shared:
@@ -1300,6 +1463,28 @@ def table(R, args):
         pk = R["rss_peak"]
         add("kgw peak RSS during 50 MB relay (MB)", fmt(max(pk["hwm"], pk["sampled"]), nd=1),
             "", "", "(info)")
+    if "pool" in R:
+        P = R["pool"]
+        cold = R.get("start", {}).get("kgw")
+        if "start" in P:
+            for p in (50, 90):
+                v = ms(pct(P["start"], p))
+                add(f"warm pool start p{p} (ms)", fmt(v, nd=2),
+                    fmt(ms(pct(cold, p)), nd=1) + " cold" if cold else "", "",
+                    f"< {TARGET_POOL_P50_MS:g}" if p == 50 else "",
+                    verdict(v < TARGET_POOL_P50_MS, True) if p == 50 else "")
+        if "sustained" in P:
+            add("sustained kernels/s, pool of 4", fmt(P["sustained"], nd=2), "", "",
+                f">= {TARGET_SUSTAINED_PER_S:g}", verdict(P["sustained"] >= TARGET_SUSTAINED_PER_S, True))
+        for key, label in (("burst_cold", "cold"), ("burst_pool4", "pool of 4"),
+                           ("burst_pool20", "pool of 20")):
+            if key in P:
+                add(f"20 kernels ready at once, {label} (s)", fmt(P[key], nd=2), "", "",
+                    f"< {TARGET_20_AT_ONCE_S:g}", verdict(P[key] < TARGET_20_AT_ONCE_S, True))
+        if "pss_cold" in P:
+            add("kernel PSS after numpy+pandas+mpl, cold (MB)", fmt(P["pss_cold"], nd=1), "", "",
+                "(info)")
+            add("kernel PSS ..., forked (MB)", "n/a", "", "", "(no fork server)")
     if "kernel_exits" in R:
         n, bad = R["kernel_exits"]
         add("kernels deleted: exit status != 0", f"{len(bad)} of {n}", "", "", "(info)")
@@ -1330,7 +1515,7 @@ def main():
                     help="extra argument for kgw (repeatable), e.g. --kgw-arg=--no-sandbox")
     ap.add_argument("--check", action="store_true", help="exit 3 when a target is missed")
     ap.add_argument("--time-limit", type=int, default=0,
-                    help="abort (and clean up) after this many seconds (default 540; 115 with --quick)")
+                    help="abort (and clean up) after this many seconds (default 720; 240 with --quick)")
     args = ap.parse_args()
 
     only = set(s.strip() for s in args.only.split(",") if s.strip()) or set(SECTIONS)
@@ -1343,11 +1528,13 @@ def main():
     if args.quick:
         args.starts, args.rtt_iters, args.rtt_warm, args.rtt_cpu_iters, args.tp_reps = 3, 150, 20, 50, 1
         args.pipe_kernels, args.pipe_n, args.pipe_timeout = 20, 50, 60
-        limit = 115
+        args.pool_starts, args.sustain_s, args.sustain_clients = 5, 10, 4
+        limit = 240
     else:
         args.starts, args.rtt_iters, args.rtt_warm, args.rtt_cpu_iters, args.tp_reps = 10, 300, 30, 200, 3
         args.pipe_kernels, args.pipe_n, args.pipe_timeout = 20, 50, 120
-        limit = 540
+        args.pool_starts, args.sustain_s, args.sustain_clients = 20, 60, 4
+        limit = 720
     if args.time_limit > 0:
         limit = args.time_limit
     if not os.access(args.kgw, os.X_OK):
@@ -1380,7 +1567,7 @@ def main():
     t_run = now()
     cont_run = Contention()
     try:
-        gw = Gateway(args.kgw, workdir, reaper, args.kgw_arg)
+        gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=0", *args.kgw_arg])
         ver = subprocess.run([args.kgw, "--version"], capture_output=True, text=True).stdout.strip()
         rev = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"],
                              capture_output=True, text=True).stdout.strip() or "?"
@@ -1414,6 +1601,9 @@ def main():
              lambda: sec_pipeline(R, gw, args, workdir, reaper, ctx)),
             ("throughput", f"3. iopub throughput (median of {args.tp_reps})",
              lambda: sec_throughput(R, gw, args, workdir, reaper, ctx, shared)),
+            ("pool", f"5. warm pool ({args.pool_starts} starts; {args.sustain_s} s sustained; "
+                     "20 at once; PSS)",
+             lambda: sec_pool(R, gw, args, workdir, reaper, ctx)),
         ]
         for name, title, fn in plan:
             if name not in only:
