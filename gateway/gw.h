@@ -49,6 +49,8 @@ struct gw_config {
     long long output_cap;
     const char *pool;
     long long pool_min_available;
+    bool fork_server;
+    const char *fork_server_preload;
 };
 
 typedef struct gw {

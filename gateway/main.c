@@ -87,6 +87,11 @@ static const struct cfg_option options[] = {
      "comma-separated; NAME=0 or '' = none; grows to 2N under demand)"},
     I("pool-min-available", pool_min_available, "536870912", 0, 1099511627776LL,
       "the warm pool refills only while the host's MemAvailable is above this (bytes)"),
+    B("fork-server", fork_server, "false",
+      "start ipykernel kernels (of --default-kernel) by forking a pre-loaded Python (kgw-zygote "
+      "next to kgw) into the same sandbox instead of exec"),
+    S("fork-server-preload", fork_server_preload, "",
+      "extra modules the fork server imports once, comma-separated (e.g. numpy,pandas)"),
 };
 
 #define POOL_SPECS_MAX 32
@@ -133,9 +138,9 @@ static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n,
     return 0;
 }
 
-/* kgw-sandbox-init in a sealed memfd: every sandbox's pid 1 is exec'd from it, so its
- * /proc/1/exe names no host path. */
-static int load_init(const char *path, char *why, size_t whysz)
+/* kgw-sandbox-init (and kgw-zygote) in a sealed memfd: every sandbox's pid 1 is exec'd from
+ * it, so its /proc/1/exe names no host path. */
+static int load_exe(const char *path, const char *name, char *why, size_t whysz)
 {
     char self[PATH_MAX], def[PATH_MAX + 32];
     if (!path || !path[0]) {
@@ -148,7 +153,7 @@ static int load_init(const char *path, char *why, size_t whysz)
         char *slash = strrchr(self, '/');
         if (slash)
             *slash = '\0';
-        snprintf(def, sizeof(def), "%s/kgw-sandbox-init", self);
+        snprintf(def, sizeof(def), "%s/%s", self, name);
         path = def;
     }
     int src = open(path, O_RDONLY | O_CLOEXEC);
@@ -156,7 +161,7 @@ static int load_init(const char *path, char *why, size_t whysz)
         snprintf(why, whysz, "cannot open %s: %s", path, strerror(errno));
         return -errno;
     }
-    int mfd = memfd_create("kgw-sandbox-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     struct stat st;
     if (mfd < 0 || fstat(src, &st) < 0 ||
         sendfile(mfd, src, NULL, (size_t)st.st_size) != st.st_size ||
@@ -263,7 +268,7 @@ int main(int argc, char **argv)
     char err[256], rundir[512], keybuf[65];
     int rc = 1;
     evl_io_t *sig_io = NULL;
-    int init_fd = -1;
+    int init_fd = -1, zygote_fd = -1;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -388,16 +393,24 @@ int main(int argc, char **argv)
                 .nofile = G.cfg.nofile_limit},
         .uid_base = (unsigned)G.cfg.sandbox_uid_base,
         .init_fd = -1,
+        .zygote_fd = -1,
     };
     if (G.cfg.sandbox) {
         /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
          * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
         if (unshare(CLONE_NEWNS) == 0)
             mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
-        sb.init_fd = init_fd = load_init(G.cfg.sandbox_init, why, sizeof(why));
+        sb.init_fd = init_fd = load_exe(G.cfg.sandbox_init, "kgw-sandbox-init", why, sizeof(why));
         if (sb.init_fd < 0) {
             log_error("sandbox: %s", why);
             goto out;
+        }
+        if (G.cfg.fork_server) {
+            sb.zygote_fd = zygote_fd = load_exe(NULL, "kgw-zygote", why, sizeof(why));
+            if (zygote_fd < 0)
+                log_warn("fork server: %s; kernels start with exec", why);
+            sb.zygote_spec = G.cfg.default_kernel;
+            sb.zygote_preload = G.cfg.fork_server_preload;
         }
         ko.sandbox = &sb;
     } else {
@@ -426,6 +439,8 @@ int main(int argc, char **argv)
 out:
     if (init_fd >= 0)
         close(init_fd);
+    if (zygote_fd >= 0)
+        close(zygote_fd);
     kmgr_destroy(&G.km);
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);

@@ -299,8 +299,9 @@ static void check_ready(kernel_t *k)
         return;
     }
     setup_end(k);
-    log_info("kernel=%s: ready (pid %d, %.0f ms)%s", k->id, (int)k->pid,
-             (double)(util_now_us() - k->spawn_us) / 1000.0, k->pool ? " in the pool" : "");
+    log_info("kernel=%s: ready (pid %d, %s, %.0f ms)%s", k->id, (int)k->pid,
+             k->forked ? "forked" : "exec", (double)(util_now_us() - k->spawn_us) / 1000.0,
+             k->pool ? " in the pool" : "");
     set_running(k);
     if (k->pool)
         kpool__ready(k->m, k);
@@ -706,8 +707,23 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
         return -EINVAL;
     }
     k->setup_why[0] = '\0';
-    int r = sbx_start_async(&p, exec_kernel, &a, &k->pid, &k->pidfd, &k->setup_fd, why, whysz);
-    return r;
+    k->forked = false;
+    int zfd = kzygote__fd(k->m, k->spec);
+    if (zfd >= 0) {
+        /* forkable specs are `python -m ipykernel_launcher -f {connection_file}` (kzygote.c) */
+        char *payload[] = {"-f", SBX_RUNTIME_PATH "/connection.json", NULL};
+        int r = sbx_start_forked(zfd, &p, payload, &k->pid, &k->pidfd, &k->setup_fd, 2000, why,
+                                 whysz);
+        kzygote__forked(k->m, r == 0);
+        if (r == 0) {
+            k->forked = true;
+            return 0;
+        }
+        log_warn("kernel=%s: the fork server failed (%s); starting it with exec", k->id,
+                 why[0] ? why : strerror(-r));
+        why[0] = '\0';
+    }
+    return sbx_start_async(&p, exec_kernel, &a, &k->pid, &k->pidfd, &k->setup_fd, why, whysz);
 }
 
 static void start_process(kernel_t *k)

@@ -217,6 +217,7 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
         return NULL;
     m->evl = evl;
     m->lockfd = -1;
+    m->zyg.fd = -1;
     m->o = *o;
     m->h = *h;
     if (m->o.max_workspaces <= 0)
@@ -259,7 +260,7 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
     snprintf(m->sandbox_mode, sizeof(m->sandbox_mode), "disabled");
     if (o->sandbox)
         sandbox_setup(m);
-    if (kpool__init(m) < 0)
+    if (kzygote__init(m) < 0 || kpool__init(m) < 0)
         goto fail;
     if (o->cull_idle_timeout_s > 0) {
         m->cull = evl->timer_new(evl, on_cull, m);
@@ -282,6 +283,7 @@ void kmgr_destroy(kmgr_t **pm)
         return;
     /* pooled kernels never ran user code: no grace */
     kpool__fini(m);
+    kzygote__fini(m);
     /* At exit there is no loop left to wait on: stop every process group at once, give them
      * a moment together, then kill what is left. */
     for (size_t i = 0; i < m->n; i++)
@@ -570,6 +572,7 @@ void kmgr_reap(kmgr_t *m)
         if (m->pn == before)
             i++;
     }
+    kzygote__reap_strays(m);
 }
 
 kernel_t *kmgr_find(const kmgr_t *m, const char *id)

@@ -20,6 +20,9 @@ struct kmgr_sandbox {
     struct sbx_limits lim;
     int init_fd;        /* kgw-sandbox-init, executable fd */
     unsigned uid_base;  /* outside uids: uid_base + 2*slot (inside root), + 1 (inside user) */
+    int zygote_fd;      /* kgw-zygote, executable fd (-1: no fork server) */
+    const char *zygote_spec;    /* the kernelspec it runs (NULL: python3) */
+    const char *zygote_preload; /* extra modules it imports, comma-separated */
 };
 
 /* A warm pool for one kernelspec: this many fully started, sandboxed, idle kernels wait for

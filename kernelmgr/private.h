@@ -22,6 +22,18 @@
 /* ZeroMQ ports as used in the ipc:// transport: <dir>/k-<port>. */
 enum { KPORT_SHELL = 1, KPORT_IOPUB, KPORT_STDIN, KPORT_CONTROL, KPORT_HB };
 
+/* The fork server (kzygote.c). */
+struct kzygote {
+    const kspec_t *spec; /* the kernelspec it runs (NULL: no fork server) */
+    pid_t pid;
+    int fd;              /* our end of its socket */
+    evl_io_t *io;
+    bool ready;
+    int forks, fails;
+    uint64_t started_ms;
+    evl_timer_t *respawn;
+};
+
 struct kmgr {
     evl_t *evl;
     struct kmgr_opts o;
@@ -42,6 +54,7 @@ struct kmgr {
     size_t pn, pcap;
     evl_timer_t *refill, *adapt;
     bool refill_armed;
+    struct kzygote zyg;
     sbx_cgroups_t *cgroups;
     unsigned char *slots; /* sandbox uid slots in use */
     size_t nslots;
@@ -123,6 +136,7 @@ struct kernel {
     int setup_fd;        /* the sandbox's set-up report (-1: none) */
     uint64_t spawn_us;
     char setup_why[256]; /* why the sandbox's set-up failed */
+    bool forked;         /* this process came from the fork server */
     int exit_status;
 
     kzsock_t iopub, shell, control, hb;
@@ -194,6 +208,16 @@ int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const ch
                         char ret_msg_id[40]);
 void kmgr__remove(kmgr_t *m, kernel_t *k);
 int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, wspace_t **ret);
+
+/* The fork server (kzygote.c). */
+int kzygote__init(kmgr_t *m);
+void kzygote__fini(kmgr_t *m);
+/* Its socket, when it is ready and runs this kernelspec; else -1. */
+int kzygote__fd(kmgr_t *m, const kspec_t *spec);
+/* A start went through it (ok), or failed because of it (it is restarted). */
+void kzygote__forked(kmgr_t *m, bool ok);
+/* Reaps children that are neither kernels nor the fork server (we are a subreaper). */
+void kzygote__reap_strays(kmgr_t *m);
 
 /* The warm pool (kpool.c). */
 int kpool__init(kmgr_t *m);
