@@ -76,13 +76,10 @@ static int spawn(kmgr_t *m)
     const struct kmgr_sandbox *sb = m->o.sandbox;
     json_t *a = json_object_get(z->spec->spec, "argv");
     char *argv[6] = {NULL};
-    char preload[512];
-    snprintf(preload, sizeof(preload), "KGW_ZYGOTE_PRELOAD=%s",
-             sb->zygote_preload ? sb->zygote_preload : "");
+    /* the environment block every forked kernel shows in /proc/self/environ: the sandbox's
+     * defaults (kernel.c), nothing of the server's own */
     char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    "LANG=C.UTF-8", "HOME=/nonexistent", preload,
-                    /* debugpy warns about frozen modules on every import otherwise */
-                    "PYDEVD_DISABLE_FILE_VALIDATION=1", NULL};
+                    "LANG=C.UTF-8", "HOME=" SBX_HOME, NULL};
     for (size_t i = 0; i < 5; i++) {
         const char *s = json_string_value(json_array_get(a, i));
         argv[i] = (char *)(strcmp(s, "{connection_file}") ? s : SBX_RUNTIME_PATH "/connection.json");
@@ -121,6 +118,12 @@ static int spawn(kmgr_t *m)
         _exit(127);
     }
     close(sv[1]);
+    /* its configuration: the first message it reads */
+    char conf[512];
+    int n = snprintf(conf, sizeof(conf), "P%s", sb->zygote_preload ? sb->zygote_preload : "");
+    if (send(sv[0], conf, (size_t)n < sizeof(conf) ? (size_t)n : sizeof(conf) - 1,
+             MSG_NOSIGNAL) < 0)
+        log_debug("fork server: cannot send its configuration: %s", strerror(errno));
     z->fd = sv[0];
     z->pid = pid;
     z->ready = false;

@@ -8,15 +8,18 @@
  * own with no capabilities, no_new_privs, no core dumps, a clean environment and these
  * descriptors only:
  *   0-2  /dev/null, /dev/null, the gateway's stderr (for its own start-up errors)
- *   3    SOCK_SEQPACKET to the gateway: requests in (sbx_start_forked), one "R" out when ready
+ *   3    SOCK_SEQPACKET to the gateway: its configuration in ("P" + comma-separated extra
+ *        modules to import), then requests (sbx_start_forked); one "R" out when ready
  *   4    kgw-sandbox-init (executable memfd)
- * Environment: KGW_ZYGOTE_PRELOAD (comma-separated extra modules, e.g. numpy,pandas). */
+ * Its environment is the sandbox's default (PATH, LANG, HOME): every forked kernel shows it
+ * in /proc/self/environ, and gets its own in os.environ. */
 #include <Python.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -33,6 +36,7 @@ static const char zygote_py[] =
     "    # numexpr (via pandas) would start threads: one, while this process forks\n"
     "    os.environ['NUMEXPR_NUM_THREADS'] = '1'\n"
     "    os.environ['MPLBACKEND'] = 'module://matplotlib_inline.backend_inline'\n"
+    "    os.environ['PYDEVD_DISABLE_FILE_VALIDATION'] = '1'  # debugpy's frozen-modules warning\n"
     "    import ipykernel.kernelapp, ipykernel.ipkernel, ipykernel.zmqshell, IPython, zmq\n"
     "    import jupyter_client, importlib, importlib.util\n"
     "    for m in [m.strip() for m in extra.split(',') if m.strip()]:\n"
@@ -89,6 +93,9 @@ static void run_kernel(void *data)
     /* no exec follows: descriptors marked close-on-exec must go now (this also closes the
      * gateway's set-up report, which tells it the set-up is over) */
     syscall(SYS_close_range, 3u, ~0u, 0u);
+    /* an exec would make the process dumpable again after the uid change (so it can read
+     * its own /proc/self files, as an exec'd kernel can); without one, do it here */
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     PyOS_AfterFork_Child();
     PyObject *launch = PyDict_GetItemString(ns, "_kgw_launch");
     PyObject *env = strv_list(sbx_fork_req_env(a->req));
@@ -168,8 +175,12 @@ int main(int argc, char **argv)
         return 1;
     }
     Py_DECREF(r);
-    const char *extra = getenv("KGW_ZYGOTE_PRELOAD");
-    r = PyObject_CallFunction(PyDict_GetItemString(ns, "_kgw_preload"), "s", extra ? extra : "");
+    char conf[512];
+    ssize_t n = recv(SERVER_FD, conf, sizeof(conf) - 1, 0);
+    if (n < 1 || conf[0] != 'P')
+        return 1;
+    conf[n] = '\0';
+    r = PyObject_CallFunction(PyDict_GetItemString(ns, "_kgw_preload"), "s", conf + 1);
     if (!r) {
         PyErr_Print();
         return 1;
