@@ -100,6 +100,7 @@ static void run_kernel(void *data)
     PyObject *launch = PyDict_GetItemString(ns, "_kgw_launch");
     PyObject *env = strv_list(sbx_fork_req_env(a->req));
     PyObject *args = strv_list(sbx_fork_req_payload(a->req));
+    sbx_fork_req_wipe(a->req); /* host paths: the kernel has no use for them */
     if (launch && env && args) {
         PyObject *r = PyObject_CallFunctionObjArgs(launch, env, args, NULL);
         if (!r) {

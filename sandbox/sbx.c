@@ -745,6 +745,10 @@ void sbx_fork_req_free(sbx_fork_req_t **pr)
     sbx_fork_req_t *r = *pr;
     if (!r)
         return;
+    /* the next kernels are forked from this heap: nothing of this one's request (its
+     * environment, its paths) may remain in freed memory */
+    if (r->buf)
+        explicit_bzero(r->buf, FORK_MSG_MAX + 1);
     if (r->efd >= 0)
         close(r->efd);
     if (r->syncfd >= 0)
@@ -833,6 +837,11 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
 fail:
     sbx_fork_req_free(&r);
     return -err;
+}
+
+void sbx_fork_req_wipe(sbx_fork_req_t *r)
+{
+    explicit_bzero(r->buf, FORK_MSG_MAX + 1);
 }
 
 char *const *sbx_fork_req_payload(const sbx_fork_req_t *r)

@@ -86,6 +86,8 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret);
 void sbx_fork_req_free(sbx_fork_req_t **r);
 char *const *sbx_fork_req_payload(const sbx_fork_req_t *r);
 char *const *sbx_fork_req_env(const sbx_fork_req_t *r);
+/* Zeroes the request's strings (env, payload and paths are gone afterwards). */
+void sbx_fork_req_wipe(sbx_fork_req_t *r);
 /* Forks the kernel's proxy as described above; fn(arg) runs in the final sandboxed process
  * and must not return. Failures reach the gateway through the request's report pipe. */
 int sbx_fork_req_spawn(sbx_fork_req_t *r, int server, void (*fn)(void *arg), void *arg);
