@@ -12,10 +12,11 @@ Sections (run in this order; pick with --only, comma separated):
   pipeline    20 kernels x 50 pipelined executions, all kernels at once: lost / duplicate /
               misordered replies; kgw RSS with 20 kernels started and connected
   throughput  iopub throughput: 200,000 print lines; one 50 MB string; kgw peak RSS
-  pool        warm pool (own kgw instances): start latency from a pool of 4 (vs the cold
-              exec path of section 1); sustained creation rate with a pool of 4 (each kernel
-              deleted after one `1+1`); 20 kernels ready at once, cold / pool of 4 / pool of
-              20; per-kernel PSS after `import numpy, pandas, matplotlib.pyplot` (cold)
+  pool        warm pool and fork server (own kgw instances): start latency, forked and from
+              a pool of 4 (vs the cold exec path of section 1); sustained creation rate with
+              a pool of 4, exec and fork server (each kernel deleted after one `1+1`); 20
+              kernels ready at once (cold, forked, pools of 4 and 20); per-kernel PSS after
+              `import numpy, pandas, matplotlib.pyplot`, cold vs forked
   rss         alias for "pipeline,throughput" (the idle RSS is measured in every run)
 
 The main kgw runs with --pool python3=0 (sections start..throughput measure the cold exec
@@ -68,6 +69,7 @@ TARGET_50MB_RATIO = 0.80
 TARGET_RSS_IDLE_MB = 15.0
 TARGET_RSS_20K_MB = 30.0
 TARGET_POOL_P50_MS = 5.0        # issue 6: warm pool start p50
+TARGET_FORK_P50_MS = 30.0       # issue 6: fork server start p50
 TARGET_20_AT_ONCE_S = 1.0       # 20 kernels ready at once
 TARGET_SUSTAINED_PER_S = 15.0   # kernels/s sustained with a pool of 4
 BUSY = 0.10     # other processes using more than this share of the CPUs: figures unreliable
@@ -1254,11 +1256,14 @@ def ready_kernel(gw):
 
 
 def ipykernels(pid):
+    """kgw's kernel processes (an ipykernel whose parent is a sandbox's init, or kgw itself
+    without a sandbox); not the fork server, whose argv is a kernel's too."""
     out = {}
     try:
         for c in psutil.Process(pid).children(recursive=True):
             try:
-                if any("ipykernel" in a for a in c.cmdline()):
+                if any("ipykernel" in a for a in c.cmdline()) and \
+                        c.parent().cmdline() in (["init"], psutil.Process(pid).cmdline()):
                     out[c.pid] = c
             except psutil.Error:
                 pass
@@ -1280,70 +1285,135 @@ def burst(gw, n):
     return dt, [r[1] for r in res]
 
 
+def starts(gw, n, pool=0):
+    """n sequential starts (POST -> kernel_info_reply on the websocket), each deleted; with a
+    pool, each from a full pool (steady state)."""
+    tot = []
+    for _ in range(n):
+        if pool:
+            wait_pool(gw, pool)
+        kid, t, _ = ready_kernel(gw)
+        tot.append(t)
+        gw.delete_kernel(kid)
+    return tot
+
+
+def sustained(gw, seconds, clients):
+    """clients threads, each repeating start, `1+1`, delete, for `seconds`: kernels/s."""
+    st0 = pool_state(gw)
+    stop_at = now() + seconds
+    lat, lock = [], threading.Lock()
+
+    def worker():
+        n = 0
+        while now() < stop_at:
+            t0 = now()
+            kid = post_kernel(gw)
+            t1 = now()
+            c = KgwClient(gw, kid, "legacy")
+            mid = c.send("execute_request", exec_content("1+1"))
+            reply, _ = wait_exec(c, mid, now() + 60)
+            c.close()
+            if reply["content"]["status"] != "ok":
+                raise BenchError("1+1 failed")
+            gw.delete_kernel(kid)
+            with lock:
+                lat.append(t1 - t0)
+            n += 1
+        return n
+    t0 = now()
+    with concurrent.futures.ThreadPoolExecutor(clients) as ex:
+        counts = list(ex.map(lambda _: worker(), range(clients)))
+    dt = now() - t0
+    gw.reaper.track_children(gw.pid, "kgw-kernel")
+    st1 = pool_state(gw)
+    hits = st1.get("handouts", 0) - st0.get("handouts", 0)
+    misses = st1.get("misses", 0) - st0.get("misses", 0)
+    rate = sum(counts) / dt
+    return rate, (f"{sum(counts)} kernels in {dt:.0f} s ({rate:.2f}/s), each started, `1+1`, "
+                  f"deleted; from the pool {hits}, started on demand {misses}; POST p50 "
+                  f"{ms(pct(lat, 50)):.1f} ms p90 {ms(pct(lat, 90)):.1f} ms")
+
+
+PSS_CODE = "import numpy, pandas, matplotlib.pyplot"
+
+
+def kernel_pss(gw, n=3):
+    """Median PSS (MB) of n kernels that each imported numpy, pandas and matplotlib.pyplot."""
+    before = set(ipykernels(gw.pid))
+    kids = [post_kernel(gw) for _ in range(n)]
+    try:
+        for kid in kids:
+            c = KgwClient(gw, kid, "legacy")
+            mid = c.send("execute_request", exec_content(PSS_CODE))
+            reply, _ = wait_exec(c, mid, now() + 120)
+            c.close()
+            if reply["content"]["status"] != "ok":
+                raise BenchError(f"{PSS_CODE} failed")
+        time.sleep(0.5)
+        new = [p for p in ipykernels(gw.pid) if p not in before]
+        gw.reaper.track_children(gw.pid, "kgw-kernel")
+        return statistics.median(proc_pss_mb(p) for p in new) if new else float("nan")
+    finally:
+        for kid in kids:
+            _try(gw.delete_kernel, kid)
+
+
+def wait_log(gw, text, timeout=60):
+    deadline = now() + timeout
+    while now() < deadline:
+        if text in gw.log_tail(400):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def sec_pool(R, gw_main, args, workdir, reaper, ctx):
     P = R["pool"] = {}
-    # -- start latency from a pool of 4, pool full before each start (steady state)
-    gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=4"], name="kgw-pool4")
+    preload = "numpy,pandas,matplotlib.pyplot"
+    # -- the fork server alone (no pool): start latency, 20 at once, PSS
+    gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=0", "--fork-server",
+                                              "--fork-server-preload", preload], name="kgw-fork")
     try:
-        wait_pool(gw, 4)
-        tot, post = [], []
-        for _ in range(args.pool_starts):
-            wait_pool(gw, 4)
-            kid, t, tp = ready_kernel(gw)
-            tot.append(t)
-            post.append(tp)
-            gw.delete_kernel(kid)
-        P["start"] = tot
-        log(f"  pool of 4, {len(tot)} starts: POST -> kernel_info_reply on the websocket p50 "
-            f"{ms(pct(tot, 50)):.2f} ms p90 {ms(pct(tot, 90)):.2f} ms (POST alone p50 "
-            f"{ms(pct(post, 50)):.2f} ms)")
-        # -- sustained creation rate: 4 clients, each: start, `1+1`, delete, for D seconds
-        wait_pool(gw, 4)
-        st0 = pool_state(gw)
-        stop_at = now() + args.sustain_s
-        lat, lock = [], threading.Lock()
-
-        def worker():
-            n = 0
-            while now() < stop_at:
-                t0 = now()
-                kid = post_kernel(gw)
-                t1 = now()
-                c = KgwClient(gw, kid, "legacy")
-                mid = c.send("execute_request", exec_content("1+1"))
-                reply, _ = wait_exec(c, mid, now() + 60)
-                c.close()
-                if reply["content"]["status"] != "ok":
-                    raise BenchError("1+1 failed")
-                gw.delete_kernel(kid)
-                with lock:
-                    lat.append(t1 - t0)
-                n += 1
-            return n
-        t0 = now()
-        with concurrent.futures.ThreadPoolExecutor(args.sustain_clients) as ex:
-            counts = list(ex.map(lambda _: worker(), range(args.sustain_clients)))
-        dt = now() - t0
-        reaper.track_children(gw.pid, "kgw-kernel")
-        st1 = pool_state(gw)
-        hits = st1["handouts"] - st0["handouts"]
-        misses = st1["misses"] - st0["misses"]
-        P["sustained"] = sum(counts) / dt
-        log(f"  sustained, pool of 4, {args.sustain_clients} clients for {dt:.0f} s: "
-            f"{sum(counts)} kernels ({P['sustained']:.2f}/s), each started, `1+1`, deleted; "
-            f"from the pool {hits}, cold {misses}; POST p50 {ms(pct(lat, 50)):.1f} ms "
-            f"p90 {ms(pct(lat, 90)):.1f} ms; pool target at the end {st1['target']}")
-        # -- 20 at once from a (refilled) pool of 4
-        wait_pool(gw, st1["target"], timeout=180)
-        P["burst_pool4"], _ = burst(gw, 20)
-        log(f"  20 kernels at once, pool of 4 (full): {P['burst_pool4']:.2f} s to the last ready")
+        if not wait_log(gw, "fork server: ready"):
+            raise BenchError("the fork server did not become ready:\n" + gw.log_tail())
+        P["fork_start"] = starts(gw, args.pool_starts)
+        log(f"  fork server, {len(P['fork_start'])} starts: POST -> kernel_info_reply on the "
+            f"websocket p50 {ms(pct(P['fork_start'], 50)):.1f} ms p90 "
+            f"{ms(pct(P['fork_start'], 90)):.1f} ms")
+        P["burst_fork"], _ = burst(gw, 20)
+        log(f"  20 kernels at once, fork server, no pool: {P['burst_fork']:.2f} s")
+        P["pss_fork"] = kernel_pss(gw)
+        log(f"  PSS per kernel after `{PSS_CODE}`, forked (server pre-loaded {preload}): "
+            f"{P['pss_fork']:.1f} MB (median of 3 live kernels)")
     finally:
         gw.stop()
-    # -- 20 at once: cold (the main kgw has no pool) and from a pool of 20
+    P["pss_cold"] = kernel_pss(gw_main)
+    log(f"  PSS per kernel after `{PSS_CODE}`, cold exec: {P['pss_cold']:.1f} MB (median of 3)")
     P["burst_cold"], _ = burst(gw_main, 20)
     reaper.track_children(gw_main.pid, "kgw-kernel")
-    log(f"  20 kernels at once, cold (no pool): {P['burst_cold']:.2f} s to the last ready")
-    gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=20"], name="kgw-pool20")
+    log(f"  20 kernels at once, cold exec, no pool: {P['burst_cold']:.2f} s")
+    # -- pools of 4: exec path, and with the fork server
+    for key, extra in (("exec", []), ("fork", ["--fork-server"])):
+        gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=4", *extra],
+                     name=f"kgw-pool4-{key}")
+        try:
+            wait_pool(gw, 4)
+            P[f"start_pool_{key}"] = starts(gw, args.pool_starts, pool=4)
+            t = P[f"start_pool_{key}"]
+            log(f"  pool of 4 ({key}), {len(t)} starts from a full pool: p50 "
+                f"{ms(pct(t, 50)):.2f} ms p90 {ms(pct(t, 90)):.2f} ms")
+            wait_pool(gw, 4)
+            P[f"sustained_{key}"], line = sustained(gw, args.sustain_s, args.sustain_clients)
+            log(f"  sustained, pool of 4 ({key}), {args.sustain_clients} clients: {line}")
+            wait_pool(gw, pool_state(gw)["target"], timeout=180)
+            P[f"burst_pool4_{key}"], _ = burst(gw, 20)
+            log(f"  20 kernels at once, pool of 4 ({key}, full): {P[f'burst_pool4_{key}']:.2f} s")
+        finally:
+            gw.stop()
+    # -- a pool as large as the burst
+    gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=20", "--fork-server"],
+                 name="kgw-pool20")
     try:
         wait_pool(gw, 20, timeout=240)
         P["burst_pool20"], each = burst(gw, 20)
@@ -1351,20 +1421,6 @@ def sec_pool(R, gw_main, args, workdir, reaper, ctx):
             f"ready (each: p50 {ms(pct(each, 50)):.1f} ms)")
     finally:
         gw.stop()
-    # -- PSS per kernel after importing the scientific stack (cold exec path)
-    before = set(ipykernels(gw_main.pid))
-    kid = gw_main.start_kernel()
-    try:
-        c = KgwClient(gw_main, kid, "legacy")
-        mid = c.send("execute_request", exec_content("import numpy, pandas, matplotlib.pyplot"))
-        reply, _ = wait_exec(c, mid, now() + 120)
-        c.close()
-        new = [p for p in ipykernels(gw_main.pid) if p not in before]
-        P["pss_cold"] = proc_pss_mb(new[0]) if len(new) == 1 else float("nan")
-        log(f"  PSS of a cold kernel after `import numpy, pandas, matplotlib.pyplot`: "
-            f"{P['pss_cold']:.1f} MB (fork server: not implemented, no figure)")
-    finally:
-        gw_main.delete_kernel(kid)
 
 
 # ============================================================== shared kernels + driver
@@ -1466,25 +1522,37 @@ def table(R, args):
     if "pool" in R:
         P = R["pool"]
         cold = R.get("start", {}).get("kgw")
-        if "start" in P:
+        if cold:
             for p in (50, 90):
-                v = ms(pct(P["start"], p))
-                add(f"warm pool start p{p} (ms)", fmt(v, nd=2),
-                    fmt(ms(pct(cold, p)), nd=1) + " cold" if cold else "", "",
-                    f"< {TARGET_POOL_P50_MS:g}" if p == 50 else "",
-                    verdict(v < TARGET_POOL_P50_MS, True) if p == 50 else "")
-        if "sustained" in P:
-            add("sustained kernels/s, pool of 4", fmt(P["sustained"], nd=2), "", "",
-                f">= {TARGET_SUSTAINED_PER_S:g}", verdict(P["sustained"] >= TARGET_SUSTAINED_PER_S, True))
-        for key, label in (("burst_cold", "cold"), ("burst_pool4", "pool of 4"),
+                add(f"start p{p}, cold exec (ms; = kernel start)", fmt(ms(pct(cold, p)), nd=1))
+        for key, label, target in (("fork_start", "fork server", TARGET_FORK_P50_MS),
+                                   ("start_pool_exec", "warm pool (exec)", TARGET_POOL_P50_MS),
+                                   ("start_pool_fork", "warm pool (fork)", TARGET_POOL_P50_MS)):
+            if key in P:
+                for p in (50, 90):
+                    v = ms(pct(P[key], p))
+                    add(f"start p{p}, {label} (ms)", fmt(v, nd=2), "", "",
+                        f"< {target:g}" if p == 50 else "",
+                        verdict(v < target, True) if p == 50 else "")
+        for key, label in (("sustained_exec", "pool of 4, exec"),
+                           ("sustained_fork", "pool of 4 + fork server")):
+            if key in P:
+                add(f"sustained kernels/s, {label}", fmt(P[key], nd=2), "", "",
+                    f">= {TARGET_SUSTAINED_PER_S:g}", verdict(P[key] >= TARGET_SUSTAINED_PER_S, True))
+        for key, label in (("burst_cold", "cold exec"), ("burst_fork", "fork server"),
+                           ("burst_pool4_exec", "pool of 4, exec"),
+                           ("burst_pool4_fork", "pool of 4 + fork"),
                            ("burst_pool20", "pool of 20")):
             if key in P:
                 add(f"20 kernels ready at once, {label} (s)", fmt(P[key], nd=2), "", "",
                     f"< {TARGET_20_AT_ONCE_S:g}", verdict(P[key] < TARGET_20_AT_ONCE_S, True))
         if "pss_cold" in P:
-            add("kernel PSS after numpy+pandas+mpl, cold (MB)", fmt(P["pss_cold"], nd=1), "", "",
-                "(info)")
-            add("kernel PSS ..., forked (MB)", "n/a", "", "", "(no fork server)")
+            add("kernel PSS after numpy+pandas+mpl, cold (MB)", fmt(P["pss_cold"], nd=1))
+        if "pss_fork" in P:
+            ok = P["pss_fork"] <= P.get("pss_cold", 0) / 2
+            add("kernel PSS after numpy+pandas+mpl, forked (MB)", fmt(P["pss_fork"], nd=1),
+                "", fmt(P["pss_fork"] / P["pss_cold"], "x") if P.get("pss_cold") else "",
+                "<= cold/2", verdict(ok))
     if "kernel_exits" in R:
         n, bad = R["kernel_exits"]
         add("kernels deleted: exit status != 0", f"{len(bad)} of {n}", "", "", "(info)")
@@ -1528,7 +1596,7 @@ def main():
     if args.quick:
         args.starts, args.rtt_iters, args.rtt_warm, args.rtt_cpu_iters, args.tp_reps = 3, 150, 20, 50, 1
         args.pipe_kernels, args.pipe_n, args.pipe_timeout = 20, 50, 60
-        args.pool_starts, args.sustain_s, args.sustain_clients = 5, 10, 4
+        args.pool_starts, args.sustain_s, args.sustain_clients = 5, 8, 4
         limit = 240
     else:
         args.starts, args.rtt_iters, args.rtt_warm, args.rtt_cpu_iters, args.tp_reps = 10, 300, 30, 200, 3
@@ -1601,8 +1669,8 @@ def main():
              lambda: sec_pipeline(R, gw, args, workdir, reaper, ctx)),
             ("throughput", f"3. iopub throughput (median of {args.tp_reps})",
              lambda: sec_throughput(R, gw, args, workdir, reaper, ctx, shared)),
-            ("pool", f"5. warm pool ({args.pool_starts} starts; {args.sustain_s} s sustained; "
-                     "20 at once; PSS)",
+            ("pool", f"5. warm pool and fork server ({args.pool_starts} starts each; "
+                     f"{args.sustain_s} s sustained; 20 at once; PSS)",
              lambda: sec_pool(R, gw, args, workdir, reaper, ctx)),
         ]
         for name, title, fn in plan:

@@ -87,9 +87,9 @@ static const struct cfg_option options[] = {
      "comma-separated; NAME=0 or '' = none; grows to 2N under demand)"},
     I("pool-min-available", pool_min_available, "536870912", 0, 1099511627776LL,
       "the warm pool refills only while the host's MemAvailable is above this (bytes)"),
-    B("fork-server", fork_server, "false",
+    B("fork-server", fork_server, "true",
       "start ipykernel kernels (of --default-kernel) by forking a pre-loaded Python (kgw-zygote "
-      "next to kgw) into the same sandbox instead of exec"),
+      "next to kgw) into the same sandbox instead of exec (--no-fork-server: always exec)"),
     S("fork-server-preload", fork_server_preload, "",
       "extra modules the fork server imports once, comma-separated (e.g. numpy,pandas)"),
 };
