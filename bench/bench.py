@@ -19,8 +19,8 @@ Sections (run in this order; pick with --only, comma separated):
               `import numpy, pandas, matplotlib.pyplot`, cold vs forked
   rss         alias for "pipeline,throughput" (the idle RSS is measured in every run)
 
-The main kgw runs with --pool python3=0 (sections start..throughput measure the cold exec
-path, comparable across versions); --kgw-arg=--pool=python3=N overrides it.
+The main kgw runs with --pool python3=0 --no-fork-server (sections start..throughput measure
+the cold exec path, comparable across versions); --kgw-arg overrides them.
 
 Only the Python standard library and Debian packages (python3-websockets, python3-zmq,
 python3-jupyter-client, python3-psutil, python3-ipykernel) are used.  Run with /usr/bin/python3.
@@ -1394,7 +1394,7 @@ def sec_pool(R, gw_main, args, workdir, reaper, ctx):
     reaper.track_children(gw_main.pid, "kgw-kernel")
     log(f"  20 kernels at once, cold exec, no pool: {P['burst_cold']:.2f} s")
     # -- pools of 4: exec path, and with the fork server
-    for key, extra in (("exec", []), ("fork", ["--fork-server"])):
+    for key, extra in (("exec", ["--no-fork-server"]), ("fork", ["--fork-server"])):
         gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=4", *extra],
                      name=f"kgw-pool4-{key}")
         try:
@@ -1583,7 +1583,7 @@ def main():
                     help="extra argument for kgw (repeatable), e.g. --kgw-arg=--no-sandbox")
     ap.add_argument("--check", action="store_true", help="exit 3 when a target is missed")
     ap.add_argument("--time-limit", type=int, default=0,
-                    help="abort (and clean up) after this many seconds (default 720; 240 with --quick)")
+                    help="abort (and clean up) after this many seconds (default 1200; 480 with --quick)")
     args = ap.parse_args()
 
     only = set(s.strip() for s in args.only.split(",") if s.strip()) or set(SECTIONS)
@@ -1597,12 +1597,12 @@ def main():
         args.starts, args.rtt_iters, args.rtt_warm, args.rtt_cpu_iters, args.tp_reps = 3, 150, 20, 50, 1
         args.pipe_kernels, args.pipe_n, args.pipe_timeout = 20, 50, 60
         args.pool_starts, args.sustain_s, args.sustain_clients = 5, 8, 4
-        limit = 240
+        limit = 480
     else:
         args.starts, args.rtt_iters, args.rtt_warm, args.rtt_cpu_iters, args.tp_reps = 10, 300, 30, 200, 3
         args.pipe_kernels, args.pipe_n, args.pipe_timeout = 20, 50, 120
         args.pool_starts, args.sustain_s, args.sustain_clients = 20, 60, 4
-        limit = 720
+        limit = 1200
     if args.time_limit > 0:
         limit = args.time_limit
     if not os.access(args.kgw, os.X_OK):
@@ -1635,7 +1635,8 @@ def main():
     t_run = now()
     cont_run = Contention()
     try:
-        gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=0", *args.kgw_arg])
+        gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=0", "--no-fork-server",
+                                                 *args.kgw_arg])
         ver = subprocess.run([args.kgw, "--version"], capture_output=True, text=True).stdout.strip()
         rev = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"],
                              capture_output=True, text=True).stdout.strip() or "?"
