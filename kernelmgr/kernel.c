@@ -294,11 +294,11 @@ static void check_ready(kernel_t *k)
     if (k->state != KERNEL_STARTING && k->state != KERNEL_RESTARTING)
         return;
     k->m->evl->timer_disarm(k->m->evl, k->nudge);
+    setup_end(k);
     if (k->env_code && k->state == KERNEL_STARTING) {
         env_send(k); /* a pooled kernel handed out while it was starting */
         return;
     }
-    setup_end(k);
     log_info("kernel=%s: ready (pid %d, %s, %.0f ms)%s", k->id, (int)k->pid,
              k->forked ? "forked" : "exec", (double)(util_now_us() - k->spawn_us) / 1000.0,
              k->pool ? " in the pool" : "");
@@ -447,7 +447,10 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     if (kernel__parse(k, frames, n, &m, &h) < 0)
         return;
     if (!strcmp(h.msg_type, "execute_reply") && env_parent(k, &m)) {
-        bool ok = memmem(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, "\"ok\"", 4);
+        json_t *c = json_loadb(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, 0, NULL);
+        const char *st = json_string_value(json_object_get(c, "status"));
+        bool ok = st && !strcmp(st, "ok");
+        json_decref(c);
         env_step(k, ok, !ok, false);
         return;
     }
@@ -714,7 +717,9 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
         char *payload[] = {"-f", SBX_RUNTIME_PATH "/connection.json", NULL};
         int r = sbx_start_forked(zfd, &p, payload, &k->pid, &k->pidfd, &k->setup_fd, 2000, why,
                                  whysz);
-        kzygote__forked(k->m, r == 0);
+        /* the server's own trouble (no answer, gone, its proxy not re-parented): restart it */
+        kzygote__forked(k->m, !(r == -ETIMEDOUT || r == -EPIPE || r == -ECONNRESET ||
+                                r == -ENOTCONN || r == -ESRCH || r == -EIO));
         if (r == 0) {
             k->forked = true;
             return 0;

@@ -398,7 +398,7 @@ static int grow(void **v, size_t *cap, size_t n, size_t size)
 }
 
 /* The least recently used workspace no kernel uses and no transfer holds, or NULL. */
-static wspace_t *idle_workspace(kmgr_t *m)
+wspace_t *kmgr__ws_idle(kmgr_t *m)
 {
     wspace_t *best = NULL;
     for (size_t i = 0; i < m->nws; i++) {
@@ -409,17 +409,18 @@ static wspace_t *idle_workspace(kmgr_t *m)
     return best;
 }
 
-int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, wspace_t **ret)
+int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_pool,
+                        wspace_t **ret)
 {
     long slot = -1;
-    /* the warm pool gives way first, before a workspace kept for downloads */
+    /* for a user, the warm pool gives way first, before a workspace kept for downloads */
     while ((m->nws >= (size_t)m->o.max_workspaces ||
             (m->o.sandbox && (slot = kmgr__slot_take(m)) < 0)) &&
-           kpool__shrink(m))
+           !for_pool && kpool__shrink(m))
         ;
     if (m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && slot < 0 && (slot = kmgr__slot_take(m)) < 0)) {
         /* full: the oldest workspace left only for downloads makes room */
-        wspace_t *old = idle_workspace(m);
+        wspace_t *old = kmgr__ws_idle(m);
         if (!old)
             return -EAGAIN;
         log_info("workspace=%s: removed early to make room for a new one", old->id);
@@ -496,7 +497,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         long long size = lim && lim->workspace_bytes > 0 ? lim->workspace_bytes
                          : m->o.sandbox                  ? m->o.sandbox->lim.workspace_bytes
                                                          : 0;
-        if ((r = kmgr__new_workspace(m, tenant, size, &ws)) < 0)
+        if ((r = kmgr__new_workspace(m, tenant, size, false, &ws)) < 0)
             return r;
     }
     k = kernel__new(m, spec, req->env, lim, ws, NULL);
@@ -514,6 +515,7 @@ void kmgr__ws_remove(kmgr_t *m, wspace_t *w)
         if (m->ws[i] == w) {
             memmove(&m->ws[i], &m->ws[i + 1], (m->nws - i - 1) * sizeof(*m->ws));
             m->nws--;
+            kpool__kick(m); /* room for the pool again */
             return;
         }
 }

@@ -16,9 +16,10 @@
  *   one spawn per loop turn, shortly after a hand-out (so the request's own replies go out
  *   first); the sandbox's set-up runs asynchronously (sbx_start_async), so a spawn holds the
  *   loop only for the fork and the uid maps. Failed starts back off (1 s doubling to 60 s).
- * - Caps: the pool only fills room nobody else uses. Pooled and users' kernels together stay
- *   within max-kernels, and workspaces within max-workspaces and the uid slots; a user's
- *   request that needs room stops a pooled kernel first (kpool__shrink). The pool does not
+ * - Caps: pooled and users' kernels together stay within max-kernels, and workspaces within
+ *   max-workspaces and the uid slots; a user's request that needs room stops a pooled kernel
+ *   first (kpool__shrink). When every workspace slot is taken, a pooled start evicts the
+ *   oldest workspace kept only for downloads, as a user's start would. The pool does not
  *   refill while the host's MemAvailable is below --pool-min-available.
  * - Shutdown: pooled kernels are killed at once (they never ran user code).
  */
@@ -168,13 +169,16 @@ static bool slot_free(const kmgr_t *m)
     return false;
 }
 
-/* Room for one more pooled kernel that takes nothing from users: -EAGAIN (wait for a kick) or
- * -ENOMEM (look again later). */
-static int room(const kmgr_t *m)
+/* Room for one more pooled kernel: -EAGAIN (wait for a kick) or -ENOMEM (look again later).
+ * Kernels: only what users leave free. Workspaces: when all are taken, the oldest one kept
+ * only for downloads makes room, as it would for the next user's start (which the pooled
+ * kernel is, started early; the pool holds at most its target). */
+static int room(kmgr_t *m)
 {
     if (m->o.max_kernels > 0 && m->n + m->pn >= (size_t)m->o.max_kernels)
         return -EAGAIN;
-    if (m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && !slot_free(m)))
+    if ((m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && !slot_free(m))) &&
+        !kmgr__ws_idle(m))
         return -EAGAIN;
     if (m->o.pool_min_available > 0) {
         long long avail = mem_available();
@@ -209,7 +213,7 @@ static void spawn(kmgr_t *m, struct kpool *p)
         m->pv = nv;
         m->pcap = c;
     }
-    int r = kmgr__new_workspace(m, "", size, &ws);
+    int r = kmgr__new_workspace(m, "", size, true, &ws);
     if (r < 0) {
         log_warn("pool: cannot create a workspace: %s", strerror(-r));
         return failed(m, p);

@@ -190,6 +190,9 @@ void wspace__free(wspace_t *w);
 void wspace__attach(wspace_t *w);
 void wspace__detach(wspace_t *w);
 void kmgr__ws_remove(kmgr_t *m, wspace_t *w);
+/* The least recently used workspace no kernel uses and no transfer holds (kept for downloads
+ * only), or NULL. */
+wspace_t *kmgr__ws_idle(kmgr_t *m);
 
 kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
                       const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool);
@@ -207,14 +210,16 @@ int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char 
 int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
                         char ret_msg_id[40]);
 void kmgr__remove(kmgr_t *m, kernel_t *k);
-int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, wspace_t **ret);
+/* for_pool: the warm pool's own start (it never shrinks the pool to make room). */
+int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_pool,
+                        wspace_t **ret);
 
 /* The fork server (kzygote.c). */
 int kzygote__init(kmgr_t *m);
 void kzygote__fini(kmgr_t *m);
 /* Its socket, when it is ready and runs this kernelspec; else -1. */
 int kzygote__fd(kmgr_t *m, const kspec_t *spec);
-/* A start went through it (ok), or failed because of it (it is restarted). */
+/* A start went through it, or (ok false) failed because of it: it is restarted. */
 void kzygote__forked(kmgr_t *m, bool ok);
 /* Reaps children that are neither kernels nor the fork server (we are a subreaper). */
 void kzygote__reap_strays(kmgr_t *m);

@@ -303,3 +303,17 @@ def test_shutdown_leaves_no_processes(gateway_factory):
                 pass
         return not alive
     S.wait_for(gone, 10, what="every kernel process gone")
+
+
+def test_pool_refills_while_workspaces_linger(gateway_factory):
+    """Deleted kernels' workspaces stay for downloads (--workspace-grace); when they fill
+    --max-workspaces, a pooled start evicts the oldest of them, as a user's start would,
+    instead of leaving the pool empty."""
+    gw = gateway_factory("--pool", "python3=2", "--max-workspaces", "4")
+    wait_pool_ready(gw, 2)
+    for _ in range(4):
+        model, _ = post_kernel(gw)
+        assert gw.delete_kernel(model["id"]) == 204
+        wait_pool_ready(gw, 2, timeout=120)
+    st = pool_state(gw)
+    assert st["ready"] == 2 and st["handouts"] == 4, st
