@@ -12,7 +12,15 @@ Sections (run in this order; pick with --only, comma separated):
   pipeline    20 kernels x 50 pipelined executions, all kernels at once: lost / duplicate /
               misordered replies; kgw RSS with 20 kernels started and connected
   throughput  iopub throughput: 200,000 print lines; one 50 MB string; kgw peak RSS
+  pool        warm pool and fork server (own kgw instances): start latency, forked and from
+              a pool of 4 (vs the cold exec path of section 1); sustained creation rate with
+              a pool of 4, exec and fork server (each kernel deleted after one `1+1`); 20
+              kernels ready at once (cold, forked, pools of 4 and 20); per-kernel PSS after
+              `import numpy, pandas, matplotlib.pyplot`, cold vs forked
   rss         alias for "pipeline,throughput" (the idle RSS is measured in every run)
+
+The main kgw runs with --pool python3=0 --no-fork-server (sections start..throughput measure
+the cold exec path, comparable across versions); --kgw-arg overrides them.
 
 Only the Python standard library and Debian packages (python3-websockets, python3-zmq,
 python3-jupyter-client, python3-psutil, python3-ipykernel) are used.  Run with /usr/bin/python3.
@@ -54,12 +62,16 @@ from jupyter_client import KernelManager
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V1 = "v1.kernel.websocket.jupyter.org"
 DELIM = b"<IDS|MSG>"
-SECTIONS = ("start", "rtt", "pipeline", "throughput")
+SECTIONS = ("start", "rtt", "pipeline", "throughput", "pool")
 
 TARGET_ADDED_P50_MS = 0.2
 TARGET_50MB_RATIO = 0.80
 TARGET_RSS_IDLE_MB = 15.0
 TARGET_RSS_20K_MB = 30.0
+TARGET_POOL_P50_MS = 5.0        # issue 6: warm pool start p50
+TARGET_FORK_P50_MS = 30.0       # issue 6: fork server start p50
+TARGET_20_AT_ONCE_S = 1.0       # 20 kernels ready at once
+TARGET_SUSTAINED_PER_S = 15.0   # kernels/s sustained with a pool of 4
 BUSY = 0.10     # other processes using more than this share of the CPUs: figures unreliable
 
 now = time.perf_counter
@@ -300,10 +312,10 @@ def free_port():
 
 
 class Gateway:
-    def __init__(self, binary, workdir, reaper, extra_args=()):
+    def __init__(self, binary, workdir, reaper, extra_args=(), name="kgw"):
         self.port = free_port()
         self.token = secrets.token_hex(16)
-        self.log_path = os.path.join(workdir, "kgw.log")
+        self.log_path = os.path.join(workdir, f"{name}.log")
         self.runtime_dir = os.path.join(workdir, "kgw-runtime")
         os.makedirs(self.runtime_dir, exist_ok=True)
         self.reaper = reaper
@@ -1204,6 +1216,213 @@ def _try(fn, *a):
         return repr(e)
 
 
+# ============================================================== section 5: warm pool
+
+def pool_state(gw):
+    st, body = gw.request("GET", "/api/status")
+    return (body or {}).get("pool", {}).get("python3") or {}
+
+
+def wait_pool(gw, n, timeout=120):
+    deadline = now() + timeout
+    while now() < deadline:
+        p = pool_state(gw)
+        if p.get("ready", 0) >= n:
+            return
+        time.sleep(0.05)
+    raise BenchError(f"the pool did not reach {n} ready kernels within {timeout} s: {pool_state(gw)}")
+
+
+def post_kernel(gw):
+    """POST /api/kernels without the bookkeeping of Gateway.start_kernel (a process-tree walk
+    that would add milliseconds to a figure measured in milliseconds)."""
+    st, model = gw.request("POST", "/api/kernels", {"name": "python3"})
+    if st != 201:
+        raise BenchError(f"POST /api/kernels -> {st} {model}")
+    return model["id"]
+
+
+def ready_kernel(gw):
+    """POST -> websocket open -> kernel_info_reply on it. Returns (kid, total s, POST s)."""
+    t0 = now()
+    kid = post_kernel(gw)
+    t1 = now()
+    c = KgwClient(gw, kid, "legacy")
+    mid = c.send("kernel_info_request", {})
+    wait_reply(c, mid, "kernel_info_reply", now() + 60)
+    t2 = now()
+    c.close()
+    return kid, t2 - t0, t1 - t0
+
+
+def ipykernels(pid):
+    """kgw's kernel processes (an ipykernel whose parent is a sandbox's init, or kgw itself
+    without a sandbox); not the fork server, whose argv is a kernel's too."""
+    out = {}
+    try:
+        for c in psutil.Process(pid).children(recursive=True):
+            try:
+                if any("ipykernel" in a for a in c.cmdline()) and \
+                        c.parent().cmdline() in (["init"], psutil.Process(pid).cmdline()):
+                    out[c.pid] = c
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+    return out
+
+
+def burst(gw, n):
+    """n kernels at once (one thread each: POST, websocket, kernel_info_reply); seconds until
+    the last is ready. Deletes them afterwards."""
+    t0 = now()
+    with concurrent.futures.ThreadPoolExecutor(n) as ex:
+        res = list(ex.map(lambda _: ready_kernel(gw), range(n)))
+    dt = now() - t0
+    gw.reaper.track_children(gw.pid, "kgw-kernel")
+    with concurrent.futures.ThreadPoolExecutor(n) as ex:
+        list(ex.map(lambda r: _try(gw.delete_kernel, r[0]), res))
+    return dt, [r[1] for r in res]
+
+
+def starts(gw, n, pool=0):
+    """n sequential starts (POST -> kernel_info_reply on the websocket), each deleted; with a
+    pool, each from a full pool (steady state)."""
+    tot = []
+    for _ in range(n):
+        if pool:
+            wait_pool(gw, pool)
+        kid, t, _ = ready_kernel(gw)
+        tot.append(t)
+        gw.delete_kernel(kid)
+    return tot
+
+
+def sustained(gw, seconds, clients):
+    """clients threads, each repeating start, `1+1`, delete, for `seconds`: kernels/s."""
+    st0 = pool_state(gw)
+    stop_at = now() + seconds
+    lat, lock = [], threading.Lock()
+
+    def worker():
+        n = 0
+        while now() < stop_at:
+            t0 = now()
+            kid = post_kernel(gw)
+            t1 = now()
+            c = KgwClient(gw, kid, "legacy")
+            mid = c.send("execute_request", exec_content("1+1"))
+            reply, _ = wait_exec(c, mid, now() + 60)
+            c.close()
+            if reply["content"]["status"] != "ok":
+                raise BenchError("1+1 failed")
+            gw.delete_kernel(kid)
+            with lock:
+                lat.append(t1 - t0)
+            n += 1
+        return n
+    t0 = now()
+    with concurrent.futures.ThreadPoolExecutor(clients) as ex:
+        counts = list(ex.map(lambda _: worker(), range(clients)))
+    dt = now() - t0
+    gw.reaper.track_children(gw.pid, "kgw-kernel")
+    st1 = pool_state(gw)
+    hits = st1.get("handouts", 0) - st0.get("handouts", 0)
+    misses = st1.get("misses", 0) - st0.get("misses", 0)
+    rate = sum(counts) / dt
+    return rate, (f"{sum(counts)} kernels in {dt:.0f} s ({rate:.2f}/s), each started, `1+1`, "
+                  f"deleted; from the pool {hits}, started on demand {misses}; POST p50 "
+                  f"{ms(pct(lat, 50)):.1f} ms p90 {ms(pct(lat, 90)):.1f} ms")
+
+
+PSS_CODE = "import numpy, pandas, matplotlib.pyplot"
+
+
+def kernel_pss(gw, n=3):
+    """Median PSS (MB) of n kernels that each imported numpy, pandas and matplotlib.pyplot."""
+    before = set(ipykernels(gw.pid))
+    kids = [post_kernel(gw) for _ in range(n)]
+    try:
+        for kid in kids:
+            c = KgwClient(gw, kid, "legacy")
+            mid = c.send("execute_request", exec_content(PSS_CODE))
+            reply, _ = wait_exec(c, mid, now() + 120)
+            c.close()
+            if reply["content"]["status"] != "ok":
+                raise BenchError(f"{PSS_CODE} failed")
+        time.sleep(0.5)
+        new = [p for p in ipykernels(gw.pid) if p not in before]
+        gw.reaper.track_children(gw.pid, "kgw-kernel")
+        return statistics.median(proc_pss_mb(p) for p in new) if new else float("nan")
+    finally:
+        for kid in kids:
+            _try(gw.delete_kernel, kid)
+
+
+def wait_log(gw, text, timeout=60):
+    deadline = now() + timeout
+    while now() < deadline:
+        if text in gw.log_tail(400):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def sec_pool(R, gw_main, args, workdir, reaper, ctx):
+    P = R["pool"] = {}
+    preload = "numpy,pandas,matplotlib.pyplot"
+    # -- the fork server alone (no pool): start latency, 20 at once, PSS
+    gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=0", "--fork-server",
+                                              "--fork-server-preload", preload], name="kgw-fork")
+    try:
+        if not wait_log(gw, "fork server: ready"):
+            raise BenchError("the fork server did not become ready:\n" + gw.log_tail())
+        P["fork_start"] = starts(gw, args.pool_starts)
+        log(f"  fork server, {len(P['fork_start'])} starts: POST -> kernel_info_reply on the "
+            f"websocket p50 {ms(pct(P['fork_start'], 50)):.1f} ms p90 "
+            f"{ms(pct(P['fork_start'], 90)):.1f} ms")
+        P["burst_fork"], _ = burst(gw, 20)
+        log(f"  20 kernels at once, fork server, no pool: {P['burst_fork']:.2f} s")
+        P["pss_fork"] = kernel_pss(gw)
+        log(f"  PSS per kernel after `{PSS_CODE}`, forked (server pre-loaded {preload}): "
+            f"{P['pss_fork']:.1f} MB (median of 3 live kernels)")
+    finally:
+        gw.stop()
+    P["pss_cold"] = kernel_pss(gw_main)
+    log(f"  PSS per kernel after `{PSS_CODE}`, cold exec: {P['pss_cold']:.1f} MB (median of 3)")
+    P["burst_cold"], _ = burst(gw_main, 20)
+    reaper.track_children(gw_main.pid, "kgw-kernel")
+    log(f"  20 kernels at once, cold exec, no pool: {P['burst_cold']:.2f} s")
+    # -- pools of 4: exec path, and with the fork server
+    for key, extra in (("exec", ["--no-fork-server"]), ("fork", ["--fork-server"])):
+        gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=4", *extra],
+                     name=f"kgw-pool4-{key}")
+        try:
+            wait_pool(gw, 4)
+            P[f"start_pool_{key}"] = starts(gw, args.pool_starts, pool=4)
+            t = P[f"start_pool_{key}"]
+            log(f"  pool of 4 ({key}), {len(t)} starts from a full pool: p50 "
+                f"{ms(pct(t, 50)):.2f} ms p90 {ms(pct(t, 90)):.2f} ms")
+            wait_pool(gw, 4)
+            P[f"sustained_{key}"], line = sustained(gw, args.sustain_s, args.sustain_clients)
+            log(f"  sustained, pool of 4 ({key}), {args.sustain_clients} clients: {line}")
+            wait_pool(gw, pool_state(gw)["target"], timeout=180)
+            P[f"burst_pool4_{key}"], _ = burst(gw, 20)
+            log(f"  20 kernels at once, pool of 4 ({key}, full): {P[f'burst_pool4_{key}']:.2f} s")
+        finally:
+            gw.stop()
+    # -- a pool as large as the burst
+    gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=20", "--fork-server"],
+                 name="kgw-pool20")
+    try:
+        wait_pool(gw, 20, timeout=240)
+        P["burst_pool20"], each = burst(gw, 20)
+        log(f"  20 kernels at once, pool of 20 (full): {P['burst_pool20']:.3f} s to the last "
+            f"ready (each: p50 {ms(pct(each, 50)):.1f} ms)")
+    finally:
+        gw.stop()
+
+
 # ============================================================== shared kernels + driver
 
 class Shared:
@@ -1300,6 +1519,40 @@ def table(R, args):
         pk = R["rss_peak"]
         add("kgw peak RSS during 50 MB relay (MB)", fmt(max(pk["hwm"], pk["sampled"]), nd=1),
             "", "", "(info)")
+    if "pool" in R:
+        P = R["pool"]
+        cold = R.get("start", {}).get("kgw")
+        if cold:
+            for p in (50, 90):
+                add(f"start p{p}, cold exec (ms; = kernel start)", fmt(ms(pct(cold, p)), nd=1))
+        for key, label, target in (("fork_start", "fork server", TARGET_FORK_P50_MS),
+                                   ("start_pool_exec", "warm pool (exec)", TARGET_POOL_P50_MS),
+                                   ("start_pool_fork", "warm pool (fork)", TARGET_POOL_P50_MS)):
+            if key in P:
+                for p in (50, 90):
+                    v = ms(pct(P[key], p))
+                    add(f"start p{p}, {label} (ms)", fmt(v, nd=2), "", "",
+                        f"< {target:g}" if p == 50 else "",
+                        verdict(v < target, True) if p == 50 else "")
+        for key, label in (("sustained_exec", "pool of 4, exec"),
+                           ("sustained_fork", "pool of 4 + fork server")):
+            if key in P:
+                add(f"sustained kernels/s, {label}", fmt(P[key], nd=2), "", "",
+                    f">= {TARGET_SUSTAINED_PER_S:g}", verdict(P[key] >= TARGET_SUSTAINED_PER_S, True))
+        for key, label in (("burst_cold", "cold exec"), ("burst_fork", "fork server"),
+                           ("burst_pool4_exec", "pool of 4, exec"),
+                           ("burst_pool4_fork", "pool of 4 + fork"),
+                           ("burst_pool20", "pool of 20")):
+            if key in P:
+                add(f"20 kernels ready at once, {label} (s)", fmt(P[key], nd=2), "", "",
+                    f"< {TARGET_20_AT_ONCE_S:g}", verdict(P[key] < TARGET_20_AT_ONCE_S, True))
+        if "pss_cold" in P:
+            add("kernel PSS after numpy+pandas+mpl, cold (MB)", fmt(P["pss_cold"], nd=1))
+        if "pss_fork" in P:
+            ok = P["pss_fork"] <= P.get("pss_cold", 0) / 2
+            add("kernel PSS after numpy+pandas+mpl, forked (MB)", fmt(P["pss_fork"], nd=1),
+                "", fmt(P["pss_fork"] / P["pss_cold"], "x") if P.get("pss_cold") else "",
+                "<= cold/2", verdict(ok))
     if "kernel_exits" in R:
         n, bad = R["kernel_exits"]
         add("kernels deleted: exit status != 0", f"{len(bad)} of {n}", "", "", "(info)")
@@ -1330,7 +1583,7 @@ def main():
                     help="extra argument for kgw (repeatable), e.g. --kgw-arg=--no-sandbox")
     ap.add_argument("--check", action="store_true", help="exit 3 when a target is missed")
     ap.add_argument("--time-limit", type=int, default=0,
-                    help="abort (and clean up) after this many seconds (default 540; 115 with --quick)")
+                    help="abort (and clean up) after this many seconds (default 1200; 480 with --quick)")
     args = ap.parse_args()
 
     only = set(s.strip() for s in args.only.split(",") if s.strip()) or set(SECTIONS)
@@ -1343,11 +1596,13 @@ def main():
     if args.quick:
         args.starts, args.rtt_iters, args.rtt_warm, args.rtt_cpu_iters, args.tp_reps = 3, 150, 20, 50, 1
         args.pipe_kernels, args.pipe_n, args.pipe_timeout = 20, 50, 60
-        limit = 115
+        args.pool_starts, args.sustain_s, args.sustain_clients = 5, 8, 4
+        limit = 480
     else:
         args.starts, args.rtt_iters, args.rtt_warm, args.rtt_cpu_iters, args.tp_reps = 10, 300, 30, 200, 3
         args.pipe_kernels, args.pipe_n, args.pipe_timeout = 20, 50, 120
-        limit = 540
+        args.pool_starts, args.sustain_s, args.sustain_clients = 20, 60, 4
+        limit = 1200
     if args.time_limit > 0:
         limit = args.time_limit
     if not os.access(args.kgw, os.X_OK):
@@ -1380,7 +1635,8 @@ def main():
     t_run = now()
     cont_run = Contention()
     try:
-        gw = Gateway(args.kgw, workdir, reaper, args.kgw_arg)
+        gw = Gateway(args.kgw, workdir, reaper, ["--pool", "python3=0", "--no-fork-server",
+                                                 *args.kgw_arg])
         ver = subprocess.run([args.kgw, "--version"], capture_output=True, text=True).stdout.strip()
         rev = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"],
                              capture_output=True, text=True).stdout.strip() or "?"
@@ -1414,6 +1670,9 @@ def main():
              lambda: sec_pipeline(R, gw, args, workdir, reaper, ctx)),
             ("throughput", f"3. iopub throughput (median of {args.tp_reps})",
              lambda: sec_throughput(R, gw, args, workdir, reaper, ctx, shared)),
+            ("pool", f"5. warm pool and fork server ({args.pool_starts} starts each; "
+                     f"{args.sustain_s} s sustained; 20 at once; PSS)",
+             lambda: sec_pool(R, gw, args, workdir, reaper, ctx)),
         ]
         for name, title, fn in plan:
             if name not in only:

@@ -70,11 +70,34 @@ static const struct cfg_option *find(const struct cfg_option *opts, size_t n, co
     return NULL;
 }
 
+/* A CFG_REPEAT flag given again: "previous,value". prev_ours: the previous value is a join
+ * of ours (grown in place), else argv's. */
+static int append(const struct cfg_option *o, const char *v, bool prev_ours, char *err,
+                  size_t errsz)
+{
+    const char *prev = *(const char **)o->target;
+    size_t np = strlen(prev);
+    char *joined = prev_ours ? realloc((char *)prev, np + strlen(v) + 2)
+                             : malloc(np + strlen(v) + 2);
+    if (!joined) {
+        snprintf(err, errsz, "--%s: out of memory", o->name);
+        return -ENOMEM;
+    }
+    if (!prev_ours)
+        memcpy(joined, prev, np);
+    joined[np] = ',';
+    strcpy(joined + np + 1, v);
+    *(const char **)o->target = joined; /* lives as long as the program */
+    return 0;
+}
+
 int cfg_parse(const struct cfg_option *opts, size_t n, int argc, char **argv, char *err,
               size_t errsz)
 {
     char ename[96], origin[128];
     int r;
+    /* CFG_REPEAT options already given as flags (a bit per option: tables are small) */
+    unsigned long long seen = 0, joined = 0;
 
     for (size_t i = 0; i < n; i++) {
         if (opts[i].def) {
@@ -125,8 +148,17 @@ int cfg_parse(const struct cfg_option *opts, size_t n, int argc, char **argv, ch
             v = argv[++a];
         }
         snprintf(origin, sizeof(origin), "--%s", o->name);
+        size_t bit = (size_t)(o - opts);
+        if ((o->flags & CFG_REPEAT) && o->type == CFG_STR && bit < 64 && (seen >> bit & 1)) {
+            if ((r = append(o, v, joined >> bit & 1, err, errsz)) < 0)
+                return r;
+            joined |= 1ULL << bit;
+            continue;
+        }
         if ((r = apply(o, v, origin, err, errsz)) < 0)
             return r;
+        if (bit < 64)
+            seen |= 1ULL << bit;
     }
     return 0;
 }

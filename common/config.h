@@ -10,7 +10,11 @@
 
 enum cfg_type { CFG_STR, CFG_INT, CFG_BOOL };
 
-enum { CFG_SECRET = 1 << 0 };
+enum {
+    CFG_SECRET = 1 << 0,
+    CFG_REPEAT = 1 << 1, /* CFG_STR: repeated flags join as "a,b" (the first replaces the
+                            default and the environment) */
+};
 
 struct cfg_option {
     const char *name; /* "max-kernels": flag --max-kernels, env KGW_MAX_KERNELS */
@@ -23,7 +27,8 @@ struct cfg_option {
 };
 
 /* Applies defaults, environment and argv. Non-option arguments are an error. On failure
- * writes a message to err and returns -EINVAL. */
+ * writes a message to err and returns -EINVAL (-ENOMEM). Joined CFG_REPEAT values are
+ * allocated and live as long as the program. */
 int cfg_parse(const struct cfg_option *opts, size_t n, int argc, char **argv, char *err,
               size_t errsz);
 void cfg_help(FILE *out, const struct cfg_option *opts, size_t n);

@@ -69,6 +69,10 @@ struct gw_config {
     long long callback_max_bytes;
     long long callback_timeout;
     const char *python_path;
+    const char *pool;
+    long long pool_min_available;
+    bool fork_server;
+    const char *fork_server_preload;
 };
 
 typedef struct gw {

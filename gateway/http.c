@@ -507,8 +507,9 @@ static void handle_status(struct gw_req *r)
     util_iso_time(started, sizeof(started), g->started_us);
     util_iso_time(last, sizeof(last), g->last_activity_us);
     req_reply(r, 200,
-              json_pack("{s:s, s:s, s:i, s:i}", "started", started, "last_activity", last,
-                        "connections", g->connections, "kernels", (int)kmgr_count(g->km)));
+              json_pack("{s:s, s:s, s:i, s:i, s:o}", "started", started, "last_activity", last,
+                        "connections", g->connections, "kernels", (int)kmgr_count(g->km),
+                        "pool", kmgr_pool_model(g->km)));
 }
 
 /* ---- identity, liveness, description ---- */

@@ -118,11 +118,65 @@ static const struct cfg_option options[] = {
       "seconds a client has to answer a kernel's callback (then TimeoutError in the kernel)"),
     S("python-path", python_path, "",
       "directory of kgw_tools.py, importable in every kernel (default: python/ next to kgw)"),
+    {"pool", CFG_STR, &G.cfg.pool, "python3=2", 0, 0, CFG_REPEAT,
+     "warm pool: NAME=N keeps N started kernels of kernelspec NAME ready (repeatable or "
+     "comma-separated; NAME=0 or '' = none; grows to 2N under demand)"},
+    I("pool-min-available", pool_min_available, "536870912", 0, 1099511627776LL,
+      "the warm pool refills only while the host's MemAvailable is above this (bytes)"),
+    B("fork-server", fork_server, "true",
+      "start ipykernel kernels (of --default-kernel) by forking a pre-loaded Python (kgw-zygote "
+      "next to kgw) into the same sandbox instead of exec (--no-fork-server: always exec)"),
+    S("fork-server-preload", fork_server_preload, "",
+      "extra modules the fork server imports once, comma-separated (e.g. numpy,pandas)"),
 };
 
-/* kgw-sandbox-init in a sealed memfd: every sandbox's pid 1 is exec'd from it, so its
- * /proc/1/exe names no host path. */
-static int load_init(const char *path, char *why, size_t whysz)
+#define POOL_SPECS_MAX 32
+
+/* "python3=2,ir=1" -> pools. 0, or -EINVAL with a message. */
+static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n, char *why,
+                       size_t whysz)
+{
+    static char names[POOL_SPECS_MAX][128];
+    size_t n = 0;
+    while (s && *s) {
+        const char *end = strchr(s, ',');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        const char *eq = memchr(s, '=', len);
+        char num[16];
+        if (len > 0) {
+            size_t nl = eq ? (size_t)(eq - s) : 0, vl = eq ? len - nl - 1 : 0;
+            char *e;
+            if (!eq || nl == 0 || nl >= sizeof(names[0]) || vl == 0 || vl >= sizeof(num)) {
+                snprintf(why, whysz, "--pool: '%.*s' is not NAME=N", (int)(len > 64 ? 64 : len), s);
+                return -EINVAL;
+            }
+            if (n == POOL_SPECS_MAX) {
+                snprintf(why, whysz, "--pool: at most %d kernelspecs", POOL_SPECS_MAX);
+                return -EINVAL;
+            }
+            memcpy(names[n], s, nl);
+            names[n][nl] = '\0';
+            memcpy(num, eq + 1, vl);
+            num[vl] = '\0';
+            long v = strtol(num, &e, 10);
+            if (*e || v < 0 || v > 1000 || !kspec_name_ok(names[n])) {
+                snprintf(why, whysz, "--pool: '%.*s' is not NAME=N with N in 0..1000",
+                         (int)(len > 64 ? 64 : len), s);
+                return -EINVAL;
+            }
+            out[n].spec_name = names[n];
+            out[n].size = (int)v;
+            n++;
+        }
+        s = end ? end + 1 : NULL;
+    }
+    *ret_n = n;
+    return 0;
+}
+
+/* kgw-sandbox-init (and kgw-zygote) in a sealed memfd: every sandbox's pid 1 is exec'd from
+ * it, so its /proc/1/exe names no host path. */
+static int load_exe(const char *path, const char *name, char *why, size_t whysz)
 {
     char self[PATH_MAX], def[PATH_MAX + 32];
     if (!path || !path[0]) {
@@ -135,7 +189,7 @@ static int load_init(const char *path, char *why, size_t whysz)
         char *slash = strrchr(self, '/');
         if (slash)
             *slash = '\0';
-        snprintf(def, sizeof(def), "%s/kgw-sandbox-init", self);
+        snprintf(def, sizeof(def), "%s/%s", self, name);
         path = def;
     }
     int src = open(path, O_RDONLY | O_CLOEXEC);
@@ -143,7 +197,7 @@ static int load_init(const char *path, char *why, size_t whysz)
         snprintf(why, whysz, "cannot open %s: %s", path, strerror(errno));
         return -errno;
     }
-    int mfd = memfd_create("kgw-sandbox-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     struct stat st;
     if (mfd < 0 || fstat(src, &st) < 0 ||
         sendfile(mfd, src, NULL, (size_t)st.st_size) != st.st_size ||
@@ -358,7 +412,7 @@ int main(int argc, char **argv)
     char err[256], rundir[512], keybuf[65], pydir[PATH_MAX + 8];
     int rc = 1;
     evl_io_t *sig_io = NULL;
-    int init_fd = -1;
+    int init_fd = -1, zygote_fd = -1;
 
     if (argc > 1 && !strcmp(argv[1], "keygen"))
         return keygen(argc - 1, argv + 1);
@@ -373,6 +427,12 @@ int main(int argc, char **argv)
         }
     }
     if (cfg_parse(options, UTIL_ARRAY_SIZE(options), argc, argv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: %s\n", err);
+        return 2;
+    }
+    struct kmgr_pool_size pools[POOL_SPECS_MAX];
+    size_t npools = 0;
+    if (parse_pools(G.cfg.pool, pools, &npools, err, sizeof(err)) < 0) {
         fprintf(stderr, "kgw: %s\n", err);
         return 2;
     }
@@ -508,6 +568,9 @@ int main(int argc, char **argv)
         .callback_max_bytes = G.cfg.callback_max_bytes,
         .callback_timeout_ms = (int)G.cfg.callback_timeout * 1000,
         .python_dir = python_dir(pydir, sizeof(pydir)),
+        .pool = pools,
+        .npool = npools,
+        .pool_min_available = G.cfg.pool_min_available,
     };
     char why[256];
     struct kmgr_sandbox sb = {
@@ -520,16 +583,24 @@ int main(int argc, char **argv)
                 .nofile = G.cfg.nofile_limit},
         .uid_base = (unsigned)G.cfg.sandbox_uid_base,
         .init_fd = -1,
+        .zygote_fd = -1,
     };
     if (G.cfg.sandbox) {
         /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
          * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
         if (unshare(CLONE_NEWNS) == 0)
             mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
-        sb.init_fd = init_fd = load_init(G.cfg.sandbox_init, why, sizeof(why));
+        sb.init_fd = init_fd = load_exe(G.cfg.sandbox_init, "kgw-sandbox-init", why, sizeof(why));
         if (sb.init_fd < 0) {
             log_error("sandbox: %s", why);
             goto out;
+        }
+        if (G.cfg.fork_server) {
+            sb.zygote_fd = zygote_fd = load_exe(NULL, "kgw-zygote", why, sizeof(why));
+            if (zygote_fd < 0)
+                log_warn("fork server: %s; kernels start with exec", why);
+            sb.zygote_spec = G.cfg.default_kernel;
+            sb.zygote_preload = G.cfg.fork_server_preload;
         }
         ko.sandbox = &sb;
     } else {
@@ -563,6 +634,8 @@ out:
     if (init_fd >= 0)
         close(init_fd);
     files_shutdown(&G);
+    if (zygote_fd >= 0)
+        close(zygote_fd);
     kmgr_destroy(&G.km);
     http_stop_tick(&G);
     if (sig_io)

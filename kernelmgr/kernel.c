@@ -25,6 +25,15 @@
 
 static void start_process(kernel_t *k);
 static void on_exit_io(void *data);
+static void env_send(kernel_t *k);
+static void setup_end(kernel_t *k);
+
+/* The gateway hears of a kernel only once it has left the warm pool. */
+static void emit(kernel_t *k, enum kernel_event ev, const char *detail)
+{
+    if (!k->pool && k->m->h.event)
+        k->m->h.event(k->m->h.user, k, ev, detail);
+}
 
 void kernel__check_exit(kernel_t *k)
 {
@@ -233,8 +242,8 @@ static void on_exec_timer(void *data)
     notice(k, "the kernel ignored the interrupt: restarting it");
     exec_audit(k, "timeout");
     exec_end(k);
-    if (kernel_restart(k) == 0 && k->m->h.event)
-        k->m->h.event(k->m->h.user, k, KERNEL_EV_RESTARTING, "execution wall-time limit");
+    if (kernel_restart(k) == 0)
+        emit(k, KERNEL_EV_RESTARTING, "execution wall-time limit");
 }
 
 static void update_exec_state(kernel_t *k, const jmsg_t *m)
@@ -314,23 +323,143 @@ static bool over_output_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
     return true;
 }
 
+/* Starting -> running: the start (or the hand-out of a pooled kernel) is complete. */
+static void set_running(kernel_t *k)
+{
+    evl_t *l = k->m->evl;
+    if (k->m->o.hb_interval_ms > 0)
+        l->timer_arm(l, k->hb_timer, (uint64_t)k->m->o.hb_interval_ms);
+    l->timer_disarm(l, k->nudge);
+    l->timer_disarm(l, k->deadline);
+    k->state = KERNEL_RUNNING;
+    snprintf(k->exec_state, sizeof(k->exec_state), "idle");
+    emit(k, KERNEL_EV_STARTED, NULL);
+    complete(k, 0);
+    kpool__kick(k->m); /* one start fewer in flight */
+}
+
 static void check_ready(kernel_t *k)
 {
     if (!k->got_reply || !k->got_iopub)
         return;
     if (k->state != KERNEL_STARTING && k->state != KERNEL_RESTARTING)
         return;
-    k->m->o.hb_interval_ms > 0 ? k->m->evl->timer_arm(k->m->evl, k->hb_timer,
-                                                      (uint64_t)k->m->o.hb_interval_ms)
-                               : (void)0;
     k->m->evl->timer_disarm(k->m->evl, k->nudge);
-    k->m->evl->timer_disarm(k->m->evl, k->deadline);
-    k->state = KERNEL_RUNNING;
-    snprintf(k->exec_state, sizeof(k->exec_state), "idle");
-    log_info("kernel=%s: ready (pid %d)", k->id, (int)k->pid);
-    if (k->m->h.event)
-        k->m->h.event(k->m->h.user, k, KERNEL_EV_STARTED, NULL);
-    complete(k, 0);
+    setup_end(k);
+    if (k->env_code && k->state == KERNEL_STARTING) {
+        env_send(k); /* a pooled kernel handed out while it was starting */
+        return;
+    }
+    log_info("kernel=%s: ready (pid %d, %s, %.0f ms)%s", k->id, (int)k->pid,
+             k->forked ? "forked" : "exec", (double)(util_now_us() - k->spawn_us) / 1000.0,
+             k->pool ? " in the pool" : "");
+    set_running(k);
+    if (k->pool)
+        kpool__ready(k->m, k);
+}
+
+/* ---- the request's environment, for a kernel taken from the warm pool ----
+ *
+ * A pooled kernel was started before its request existed, so the request's KERNEL_*
+ * variables are set in its os.environ by one execution that leaves no trace a client can see:
+ * silent (no execute_input, no result, execution_count unchanged), store_history false (not
+ * in In/Out or the history database), names bound only inside an expression, and the kernel
+ * is handed out only after that execution's status "idle", so no client ever receives one of
+ * its messages. The variables reach os.environ and so every subprocess; the kernel process's
+ * initial environment (/proc/self/environ) does not have them. If the execution fails, the
+ * kernel is restarted cold with the variables in its environment. */
+
+static char *env_code_new(json_t *req_env)
+{
+    static const char pre[] = "__import__('os').environ.update(__import__('json').loads("
+                              "bytes.fromhex('";
+    static const char post[] = "')))";
+    const char *key;
+    json_t *v, *vars = json_object();
+    char *code = NULL;
+    errno = ENOMEM;
+    if (!vars)
+        return NULL;
+    json_object_foreach(req_env, key, v) if (json_is_string(v) && !strncmp(key, "KERNEL_", 7))
+        json_object_set_new(vars, key, json_string(json_string_value(v)));
+    if (json_object_size(vars) == 0) {
+        json_decref(vars);
+        errno = 0;
+        return NULL;
+    }
+    char *js = json_dumps(vars, JSON_COMPACT);
+    json_decref(vars);
+    errno = ENOMEM;
+    if (!js)
+        return NULL;
+    size_t n = strlen(js);
+    code = malloc(sizeof(pre) + 2 * n + sizeof(post));
+    if (code) {
+        char *o = stpcpy(code, pre);
+        for (size_t i = 0; i < n; i++)
+            o += sprintf(o, "%02x", (unsigned char)js[i]);
+        strcpy(o, post);
+    }
+    free(js);
+    return code;
+}
+
+/* Never hand out a kernel without its environment: start it again, cold, with the variables
+ * in its process environment (k->envp has them). */
+static void env_fail(kernel_t *k, const char *why)
+{
+    log_warn("kernel=%s: cannot apply the request's environment (%s); restarting it cold",
+             k->id, why);
+    free(k->env_code);
+    k->env_code = NULL;
+    k->state = KERNEL_RESTARTING;
+    k->stop_stage = 1; /* on exit: start again */
+    kernel__signal(k, SIGKILL);
+}
+
+static void env_send(kernel_t *k)
+{
+    json_t *c = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", k->env_code, "silent", 1,
+                          "store_history", 0, "user_expressions", "allow_stdin", 0,
+                          "stop_on_error", 0);
+    char *content = c ? json_dumps(c, JSON_COMPACT) : NULL;
+    json_decref(c);
+    k->env_replied = k->env_idle = false;
+    int r = content ? kernel__send_own_id(k, &k->shell, "execute_request", content, k->env_id)
+                    : -ENOMEM;
+    free(content);
+    if (r < 0) {
+        env_fail(k, strerror(-r));
+        return;
+    }
+    k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
+}
+
+static void env_step(kernel_t *k, bool replied_ok, bool replied_err, bool idle)
+{
+    if (!k->env_code || k->state != KERNEL_STARTING)
+        return;
+    if (replied_err) {
+        env_fail(k, "the execution failed");
+        return;
+    }
+    k->env_replied |= replied_ok;
+    k->env_idle |= idle;
+    if (!k->env_replied || !k->env_idle)
+        return;
+    free(k->env_code);
+    k->env_code = NULL;
+    log_info("kernel=%s: ready (pid %d, from the pool, environment applied)", k->id,
+             (int)k->pid);
+    set_running(k);
+}
+
+/* Messages of that execution are the gateway's own: no client sees them. */
+static bool env_parent(const kernel_t *k, const jmsg_t *m)
+{
+    return k->env_id[0] &&
+           memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->env_id,
+                  strlen(k->env_id)) != NULL;
 }
 
 static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
@@ -351,9 +480,15 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         k->got_iopub = true;
         check_ready(k);
     }
+    if (env_parent(k, &m)) {
+        if (!strcmp(h.msg_type, "status") &&
+            memmem(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, "\"idle\"", 6))
+            env_step(k, false, false, true);
+        return;
+    }
     if (over_output_cap(k, &m, &h))
         return;
-    if (k->m->h.iopub)
+    if (k->m->h.iopub && !k->pool)
         k->m->h.iopub(k->m->h.user, k, &m, &h);
 }
 
@@ -364,6 +499,14 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     jhdr_t h;
     if (kernel__parse(k, frames, n, &m, &h) < 0)
         return;
+    if (!strcmp(h.msg_type, "execute_reply") && env_parent(k, &m)) {
+        json_t *c = json_loadb(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, 0, NULL);
+        const char *st = json_string_value(json_object_get(c, "status"));
+        bool ok = st && !strcmp(st, "ok");
+        json_decref(c);
+        env_step(k, ok, !ok, false);
+        return;
+    }
     if (!strcmp(h.msg_type, "kernel_info_reply") && !k->got_reply) {
         k->got_reply = true;
         check_ready(k);
@@ -382,6 +525,13 @@ static void on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content)
 {
     char msg_id[40];
+    return kernel__send_own_id(k, z, msg_type, content, msg_id);
+}
+
+int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
+                        char ret_msg_id[40])
+{
+    char msg_id[40];
     char *hdr = jmsg_new_header(msg_type, k->session, msg_id);
     if (!hdr)
         return -ENOMEM;
@@ -392,6 +542,8 @@ int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char 
     m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
     int r = kz_send_jmsg(z, k->sign, &m);
     free(hdr);
+    if (r >= 0)
+        memcpy(ret_msg_id, msg_id, sizeof(msg_id));
     return r;
 }
 
@@ -583,8 +735,8 @@ static void set_dead(kernel_t *k, const char *why)
     l->timer_disarm(l, k->deadline);
     l->timer_disarm(l, k->hb_timer);
     log_warn("kernel=%s: dead: %s", k->id, why);
-    if (k->m->h.event)
-        k->m->h.event(k->m->h.user, k, KERNEL_EV_DIED, why);
+    emit(k, KERNEL_EV_DIED, why);
+    kpool__kick(k->m);
     complete(k, -ECHILD);
     if (k->m->o.dead_linger_s > 0)
         l->timer_arm(l, k->linger, (uint64_t)k->m->o.dead_linger_s * 1000);
@@ -598,6 +750,16 @@ static void exec_kernel(void *data)
 {
     struct exec_args *a = data;
     execve(a->argv[0], a->argv, a->envp);
+}
+
+/* The sandbox's set-up (namespaces, mounts, exec) runs while the loop goes on; its report is
+ * read when the process exits (a failed step makes it exit), and is moot once the kernel
+ * answers. */
+static void setup_end(kernel_t *k)
+{
+    if (k->setup_fd >= 0)
+        close(k->setup_fd);
+    k->setup_fd = -1;
 }
 
 static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
@@ -621,7 +783,26 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
         snprintf(why, whysz, "kernelspec argv[0] must be an absolute path in the sandbox");
         return -EINVAL;
     }
-    return sbx_start(&p, exec_kernel, &a, &k->pid, &k->pidfd, why, whysz);
+    k->setup_why[0] = '\0';
+    k->forked = false;
+    int zfd = kzygote__fd(k->m, k->spec);
+    if (zfd >= 0) {
+        /* forkable specs are `python -m ipykernel_launcher -f {connection_file}` (kzygote.c) */
+        char *payload[] = {"-f", SBX_RUNTIME_PATH "/connection.json", NULL};
+        int r = sbx_start_forked(zfd, &p, payload, &k->pid, &k->pidfd, &k->setup_fd, 2000, why,
+                                 whysz);
+        /* the server's own trouble (no answer, gone, its proxy not re-parented): restart it */
+        kzygote__forked(k->m, !(r == -ETIMEDOUT || r == -EPIPE || r == -ECONNRESET ||
+                                r == -ENOTCONN || r == -ESRCH || r == -EIO));
+        if (r == 0) {
+            k->forked = true;
+            return 0;
+        }
+        log_warn("kernel=%s: the fork server failed (%s); starting it with exec", k->id,
+                 why[0] ? why : strerror(-r));
+        why[0] = '\0';
+    }
+    return sbx_start_async(&p, exec_kernel, &a, &k->pid, &k->pidfd, &k->setup_fd, why, whysz);
 }
 
 static void start_process(kernel_t *k)
@@ -635,6 +816,7 @@ static void start_process(kernel_t *k)
     if ((r = kcall__listen(k->calls, owner)) < 0)
         log_warn("kernel=%s: no callbacks: cannot listen on %s/%s: %s", k->id, k->dir,
                  KCALL_SOCKET_NAME, strerror(-r));
+    k->spawn_us = util_now_us();
     if (!argv) {
         r = -ENOMEM;
     } else if (k->m->o.sandbox) {
@@ -699,12 +881,21 @@ static void on_exit_io(void *data)
         close(k->pidfd);
     k->pidfd = -1;
     k->pid = 0;
+    if (k->setup_fd >= 0) { /* it died during the set-up: the report is there by now */
+        if (sbx_setup_result(k->setup_fd, k->setup_why, sizeof(k->setup_why)) >= 0)
+            k->setup_why[0] = '\0';
+        setup_end(k);
+    }
     l->timer_disarm(l, k->hb_timer);
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     exec_end(k);
     kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
     describe_exit(st, why, sizeof(why));
+    if (k->setup_why[0]) {
+        snprintf(why, sizeof(why), "could not start the kernel process: %s", k->setup_why);
+        k->setup_why[0] = '\0';
+    }
     if (k->exit_status == -ETIMEDOUT)
         snprintf(why + strlen(why), sizeof(why) - strlen(why), " (unresponsive)");
     if (k->cgroup) {
@@ -713,13 +904,17 @@ static void on_exit_io(void *data)
         if (cause[0])
             snprintf(why + strlen(why), sizeof(why) - strlen(why), ": %s", cause);
     }
+    if (k->pool) {
+        log_warn("kernel=%s: pooled kernel ended: %s", k->id, why);
+        kpool__lost(k->m, k, k->state != KERNEL_RUNNING); /* frees k */
+        return;
+    }
 
     switch (k->state) {
     case KERNEL_TERMINATING:
         log_info("kernel=%s: shut down (%s)", k->id, why);
         complete(k, 0);
-        if (k->m->h.event)
-            k->m->h.event(k->m->h.user, k, KERNEL_EV_GONE, NULL);
+        emit(k, KERNEL_EV_GONE, NULL);
         kmgr__remove(k->m, k);
         kernel__free(k);
         return;
@@ -739,8 +934,7 @@ static void on_exit_io(void *data)
             log_warn("kernel=%s: %s; restarting (%d/%d)", k->id, why, k->restarts,
                      k->m->o.max_restarts);
             k->state = KERNEL_RESTARTING;
-            if (k->m->h.event)
-                k->m->h.event(k->m->h.user, k, KERNEL_EV_RESTARTING, why);
+            emit(k, KERNEL_EV_RESTARTING, why);
             start_process(k);
             return;
         }
@@ -816,14 +1010,56 @@ static void on_linger(void *data)
         log_info("kernel=%s: removing dead kernel", k->id);
     k->state = KERNEL_TERMINATING;
     complete(k, 0);
-    if (k->m->h.event)
-        k->m->h.event(k->m->h.user, k, KERNEL_EV_GONE, NULL);
+    emit(k, KERNEL_EV_GONE, NULL);
     kmgr__remove(k->m, k);
     kernel__free(k);
 }
 
+static void apply_limits(kernel_t *k, const struct kmgr_limits *lim)
+{
+    if (!lim)
+        return;
+#define OVERRIDE(dst, v)                                                                           \
+    if ((v) > 0)                                                                                   \
+        (dst) = (v)
+    OVERRIDE(k->lim.mem_bytes, lim->mem_bytes);
+    OVERRIDE(k->lim.cpu_millis, lim->cpu_millis);
+    OVERRIDE(k->lim.pids, lim->pids);
+    OVERRIDE(k->lim.workspace_bytes, lim->workspace_bytes);
+    OVERRIDE(k->exec_timeout_ms, (int)lim->exec_timeout_ms);
+    OVERRIDE(k->output_cap, lim->output_cap);
+#undef OVERRIDE
+}
+
+int kernel__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim)
+{
+    char **envp = build_env(k, env);
+    if (!envp)
+        return -ENOMEM;
+    errno = 0;
+    char *code = env_code_new(env);
+    if (!code && errno) {
+        free_strv(envp);
+        return -ENOMEM;
+    }
+    free_strv(k->envp);
+    k->envp = envp; /* for restarts */
+    apply_limits(k, lim); /* the sandbox's are equal to the pooled kernel's (kmgr_start) */
+    k->pool = NULL;
+    k->ws->pooled = false;
+    kernel_touch(k);
+    k->env_code = code;
+    if (code && k->state == KERNEL_RUNNING) {
+        k->state = KERNEL_STARTING;
+        snprintf(k->exec_state, sizeof(k->exec_state), "starting");
+        k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
+        env_send(k);
+    }
+    return 0;
+}
+
 kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
-                      const struct kmgr_limits *lim, wspace_t *ws)
+                      const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool)
 {
     char ep[PATH_MAX + 16];
     evl_t *l = m->evl;
@@ -834,24 +1070,15 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     k->m = m;
     k->spec = spec;
     k->pidfd = -1;
+    k->setup_fd = -1;
     k->ws = ws;
     wspace__attach(ws);
     k->exec_timeout_ms = m->o.exec_timeout_ms;
     k->output_cap = m->o.output_cap;
+    k->pool = pool;
     if (m->o.sandbox)
         k->lim = m->o.sandbox->lim;
-    if (lim) {
-#define OVERRIDE(dst, v)                                                                           \
-    if ((v) > 0)                                                                                   \
-        (dst) = (v)
-        OVERRIDE(k->lim.mem_bytes, lim->mem_bytes);
-        OVERRIDE(k->lim.cpu_millis, lim->cpu_millis);
-        OVERRIDE(k->lim.pids, lim->pids);
-        OVERRIDE(k->lim.workspace_bytes, lim->workspace_bytes);
-        OVERRIDE(k->exec_timeout_ms, (int)lim->exec_timeout_ms);
-        OVERRIDE(k->output_cap, lim->output_cap);
-#undef OVERRIDE
-    }
+    apply_limits(k, lim);
     k->iopub.fd = k->shell.fd = k->control.fd = k->hb.fd = -1;
     util_uuid(k->id);
     util_uuid(k->session);
@@ -961,6 +1188,7 @@ void kernel__free(kernel_t *k)
     evl_io_destroy(l, &k->pid_io);
     if (k->pidfd >= 0)
         close(k->pidfd);
+    setup_end(k);
     kz_close(&k->iopub);
     kz_close(&k->shell);
     kz_close(&k->control);
@@ -972,6 +1200,7 @@ void kernel__free(kernel_t *k)
     evl_timer_destroy(l, &k->exec_timer);
     kcall__destroy(&k->calls);
     free(k->exec_parent);
+    free(k->env_code);
     jsign_destroy(&k->sign);
     free_strv(k->envp);
     if (k->dir[0]) {

@@ -349,6 +349,7 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
         return NULL;
     m->evl = evl;
     m->lockfd = -1;
+    m->zyg.fd = -1;
     m->o = *o;
     m->h = *h;
     if (m->o.max_workspaces <= 0)
@@ -407,6 +408,8 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
         python_setup(m, o->python_dir);
     if (o->sandbox)
         sandbox_setup(m);
+    if (kzygote__init(m) < 0 || kpool__init(m) < 0)
+        goto fail;
     if (o->cull_idle_timeout_s > 0) {
         m->cull = evl->timer_new(evl, on_cull, m);
         if (!m->cull)
@@ -426,6 +429,9 @@ void kmgr_destroy(kmgr_t **pm)
     kmgr_t *m = *pm;
     if (!m)
         return;
+    /* pooled kernels never ran user code: no grace */
+    kpool__fini(m);
+    kzygote__fini(m);
     /* At exit there is no loop left to wait on: stop every process group at once, give them
      * a moment together, then kill what is left. */
     for (size_t i = 0; i < m->n; i++)
@@ -542,7 +548,7 @@ static int grow(void **v, size_t *cap, size_t n, size_t size)
 }
 
 /* The least recently used workspace no kernel uses and no transfer holds, or NULL. */
-static wspace_t *idle_workspace(kmgr_t *m)
+wspace_t *kmgr__ws_idle(kmgr_t *m)
 {
     wspace_t *best = NULL;
     for (size_t i = 0; i < m->nws; i++) {
@@ -553,12 +559,18 @@ static wspace_t *idle_workspace(kmgr_t *m)
     return best;
 }
 
-static int new_workspace(kmgr_t *m, const char *tenant, long long size, wspace_t **ret)
+int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_pool,
+                        wspace_t **ret)
 {
     long slot = -1;
-    if (m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && (slot = kmgr__slot_take(m)) < 0)) {
+    /* for a user, the warm pool gives way first, before a workspace kept for downloads */
+    while ((m->nws >= (size_t)m->o.max_workspaces ||
+            (m->o.sandbox && (slot = kmgr__slot_take(m)) < 0)) &&
+           !for_pool && kpool__shrink(m))
+        ;
+    if (m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && slot < 0 && (slot = kmgr__slot_take(m)) < 0)) {
         /* full: the oldest workspace left only for downloads makes room */
-        wspace_t *old = idle_workspace(m);
+        wspace_t *old = kmgr__ws_idle(m);
         if (!old)
             return -EAGAIN;
         log_info("workspace=%s: removed early to make room for a new one", old->id);
@@ -616,14 +628,29 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         return -EAGAIN;
     if (grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
         return -ENOMEM;
+    kernel_t *k = kpool__take(m, spec, req);
+    if (k) {
+        if ((r = kernel__adopt(k, req->env, lim)) < 0) {
+            kpool__drop(m, k);
+            return r;
+        }
+        snprintf(k->ws->tenant, sizeof(k->ws->tenant), "%s", tenant);
+        m->v[m->n++] = k;
+        log_info("kernel=%s: %s taken from the pool, workspace=%s", k->id, spec->name, k->ws->id);
+        *ret = k;
+        return 0;
+    }
+    /* pooled kernels never push the gateway past max-kernels: one gives way */
+    while (m->o.max_kernels > 0 && m->n + m->pn >= (size_t)m->o.max_kernels && kpool__shrink(m))
+        ;
     if (!ws) {
         long long size = lim && lim->workspace_bytes > 0 ? lim->workspace_bytes
                          : m->o.sandbox                  ? m->o.sandbox->lim.workspace_bytes
                                                          : 0;
-        if ((r = new_workspace(m, tenant, size, &ws)) < 0)
+        if ((r = kmgr__new_workspace(m, tenant, size, false, &ws)) < 0)
             return r;
     }
-    kernel_t *k = kernel__new(m, spec, req->env, lim, ws);
+    k = kernel__new(m, spec, req->env, lim, ws, NULL);
     if (!k)
         return -errno;
     m->v[m->n++] = k;
@@ -638,34 +665,47 @@ void kmgr__ws_remove(kmgr_t *m, wspace_t *w)
         if (m->ws[i] == w) {
             memmove(&m->ws[i], &m->ws[i + 1], (m->nws - i - 1) * sizeof(*m->ws));
             m->nws--;
+            kpool__kick(m); /* room for the pool again */
             return;
         }
 }
 
+/* Workspaces of pooled kernels belong to nobody yet: hidden until the kernel is handed out. */
 wspace_t *kmgr_workspace(const kmgr_t *m, const char *id)
 {
     for (size_t i = 0; i < m->nws; i++)
-        if (strcmp(m->ws[i]->id, id) == 0)
+        if (!m->ws[i]->pooled && strcmp(m->ws[i]->id, id) == 0)
             return m->ws[i];
     return NULL;
 }
 
 size_t kmgr_workspace_count(const kmgr_t *m)
 {
-    return m->nws;
+    size_t n = 0;
+    for (size_t i = 0; i < m->nws; i++)
+        n += !m->ws[i]->pooled;
+    return n;
 }
 
 wspace_t *kmgr_workspace_at(const kmgr_t *m, size_t i)
 {
-    return i < m->nws ? m->ws[i] : NULL;
+    for (size_t j = 0; j < m->nws; j++)
+        if (!m->ws[j]->pooled && i-- == 0)
+            return m->ws[j];
+    return NULL;
 }
 
 void kmgr__remove(kmgr_t *m, kernel_t *k)
 {
+    if (k->pool) {
+        kpool__remove(m, k);
+        return;
+    }
     for (size_t i = 0; i < m->n; i++)
         if (m->v[i] == k) {
             memmove(&m->v[i], &m->v[i + 1], (m->n - i - 1) * sizeof(*m->v));
             m->n--;
+            kpool__kick(m); /* room for the pool again */
             return;
         }
 }
@@ -678,6 +718,13 @@ void kmgr_reap(kmgr_t *m)
         if (m->n == before) /* else v[i] was removed: look at the same index again */
             i++;
     }
+    for (size_t i = 0; i < m->pn;) {
+        size_t before = m->pn;
+        kernel__check_exit(m->pv[i]);
+        if (m->pn == before)
+            i++;
+    }
+    kzygote__reap_strays(m);
 }
 
 kernel_t *kmgr_find(const kmgr_t *m, const char *id)

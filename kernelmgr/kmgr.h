@@ -21,6 +21,16 @@ struct kmgr_sandbox {
     struct sbx_limits lim;
     int init_fd;        /* kgw-sandbox-init, executable fd */
     unsigned uid_base;  /* outside uids: uid_base + 2*slot (inside root), + 1 (inside user) */
+    int zygote_fd;      /* kgw-zygote, executable fd (-1: no fork server) */
+    const char *zygote_spec;    /* the kernelspec it runs (NULL: python3) */
+    const char *zygote_preload; /* extra modules it imports, comma-separated */
+};
+
+/* A warm pool for one kernelspec: this many fully started, sandboxed, idle kernels wait for
+ * requests (0: none). */
+struct kmgr_pool_size {
+    const char *spec_name;
+    int size;
 };
 
 struct kmgr_opts {
@@ -49,6 +59,9 @@ struct kmgr_opts {
     int callback_max_calls;       /* calls in progress per kernel (4) */
     const char *python_dir;       /* directory of kgw_tools.py: on every kernel's PYTHONPATH,
                                      read-only at SBX_PYTHON_PATH in sandboxes (NULL: none) */
+    const struct kmgr_pool_size *pool; /* warm pools (see kpool.c for the rules) */
+    size_t npool;
+    long long pool_min_available; /* refill only while the host's MemAvailable is above */
 };
 
 #define KMGR_TENANT_MAX 64
@@ -112,7 +125,9 @@ const kspecs_t *kmgr_kspecs(const kmgr_t *m);
 /* "disabled", "enabled (cgroup v1)", ...; and why sandboxed kernels cannot start (or NULL). */
 const char *kmgr_sandbox_mode(const kmgr_t *m);
 const char *kmgr_sandbox_error(const kmgr_t *m);
-/* Creates and spawns a kernel; it is "starting" until it answers. -ENOENT unknown spec,
+/* Creates and spawns a kernel, or takes one from the warm pool when the request allows (no
+ * shared workspace; no sandbox limit other than the gateway's); it is "starting" until it
+ * answers. -ENOENT unknown spec,
  * -ESRCH unknown workspace (or another tenant's), -EAGAIN at max-kernels or max-workspaces,
  * -EINVAL bad env, -ERANGE a limit above the gateway's, -EPERM when the sandbox is
  * unavailable, or a spawn error. */
@@ -129,5 +144,8 @@ void kmgr_reap(kmgr_t *m);
 kernel_t *kmgr_find(const kmgr_t *m, const char *id);
 size_t kmgr_count(const kmgr_t *m);
 kernel_t *kmgr_at(const kmgr_t *m, size_t i);
+/* Warm pool state: {"python3": {"size", "target", "ready", "starting", "handouts",
+ * "misses"}, ...}. New reference. */
+json_t *kmgr_pool_model(const kmgr_t *m);
 
 #endif

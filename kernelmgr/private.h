@@ -22,6 +22,18 @@
 /* ZeroMQ ports as used in the ipc:// transport: <dir>/k-<port>. */
 enum { KPORT_SHELL = 1, KPORT_IOPUB, KPORT_STDIN, KPORT_CONTROL, KPORT_HB };
 
+/* The fork server (kzygote.c). */
+struct kzygote {
+    const kspec_t *spec; /* the kernelspec it runs (NULL: no fork server) */
+    pid_t pid;
+    int fd;              /* our end of its socket */
+    evl_io_t *io;
+    bool ready;
+    int forks, fails;
+    uint64_t started_ms;
+    evl_timer_t *respawn;
+};
+
 struct kmgr {
     evl_t *evl;
     struct kmgr_opts o;
@@ -35,6 +47,14 @@ struct kmgr {
     wspace_t **ws; /* workspaces, with or without kernels */
     size_t nws, capws;
     evl_timer_t *cull;
+    /* the warm pool (kpool.c): started kernels nobody owns yet, outside v */
+    struct kpool *pools; /* one per configured kernelspec */
+    size_t npools;
+    kernel_t **pv;
+    size_t pn, pcap;
+    evl_timer_t *refill, *adapt;
+    bool refill_armed;
+    struct kzygote zyg;
     sbx_cgroups_t *cgroups;
     unsigned char *slots; /* sandbox uid slots in use */
     size_t nslots;
@@ -139,6 +159,10 @@ struct kernel {
     pid_t pid;           /* 0: no process (sandboxed: the proxy outside the sandbox) */
     int pidfd;
     evl_io_t *pid_io;
+    int setup_fd;        /* the sandbox's set-up report (-1: none) */
+    uint64_t spawn_us;
+    char setup_why[256]; /* why the sandbox's set-up failed */
+    bool forked;         /* this process came from the fork server */
     int exit_status;
 
     kzsock_t iopub, shell, control, hb;
@@ -151,6 +175,23 @@ struct kernel {
     kconn_t *conns;
     kwait_t *waiters;
     kcall_t *calls;      /* callbacks */
+
+    struct kpool *pool;  /* while it waits in the warm pool (no hooks run): its pool */
+    /* the request's KERNEL_* variables, applied to a pooled kernel by a silent execution */
+    char *env_code;
+    char env_id[JMSG_MSG_ID_MAX]; /* that execution's msg_id */
+    bool env_replied, env_idle;
+};
+
+/* One kernelspec's warm pool (kpool.c). */
+struct kpool {
+    const kspec_t *spec;
+    int base;            /* configured size */
+    int target;          /* current size, base..2*base, following demand */
+    int fails;           /* failed starts in a row (backoff) */
+    uint64_t retry_at_ms;
+    uint64_t last_miss_ms;
+    int misses, handouts; /* since the gateway started */
 };
 
 struct wspace {
@@ -164,6 +205,7 @@ struct wspace {
     long slot; /* sandbox uid slot, -1: none */
     long long size;
     int kernels, holds;
+    bool pooled; /* belongs to a pooled kernel: hidden from lookups and listings */
     int64_t last_used_us;
     evl_timer_t *grace;
 };
@@ -175,9 +217,16 @@ void wspace__free(wspace_t *w);
 void wspace__attach(wspace_t *w);
 void wspace__detach(wspace_t *w);
 void kmgr__ws_remove(kmgr_t *m, wspace_t *w);
+/* The least recently used workspace no kernel uses and no transfer holds (kept for downloads
+ * only), or NULL. */
+wspace_t *kmgr__ws_idle(kmgr_t *m);
 
 kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
-                      const struct kmgr_limits *lim, wspace_t *ws);
+                      const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool);
+/* Hands a pooled kernel to a request: per-kernel limits that apply after start, and the
+ * request's KERNEL_* variables (a silent execution; the kernel is "starting" until it is
+ * done). 0 or -errno. */
+int kernel__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim);
 void kernel__free(kernel_t *k);
 /* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
 void kernel__signal(kernel_t *k, int sig);
@@ -185,7 +234,38 @@ void kernel__signal(kernel_t *k, int sig);
 void kernel__check_exit(kernel_t *k);
 /* Sends a gateway-made message on one of the kernel's manager sockets. */
 int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content);
+int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
+                        char ret_msg_id[40]);
 void kmgr__remove(kmgr_t *m, kernel_t *k);
+/* for_pool: the warm pool's own start (it never shrinks the pool to make room). */
+int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_pool,
+                        wspace_t **ret);
+
+/* The fork server (kzygote.c). */
+int kzygote__init(kmgr_t *m);
+void kzygote__fini(kmgr_t *m);
+/* Its socket, when it is ready and runs this kernelspec; else -1. */
+int kzygote__fd(kmgr_t *m, const kspec_t *spec);
+/* A start went through it, or (ok false) failed because of it: it is restarted. */
+void kzygote__forked(kmgr_t *m, bool ok);
+/* Reaps children that are neither kernels nor the fork server (we are a subreaper). */
+void kzygote__reap_strays(kmgr_t *m);
+
+/* The warm pool (kpool.c). */
+int kpool__init(kmgr_t *m);
+void kpool__fini(kmgr_t *m);
+/* A pooled kernel for this request, taken out of the pool (NULL: none fits). */
+kernel_t *kpool__take(kmgr_t *m, const kspec_t *spec, const struct kmgr_start *req);
+/* Kills and frees a pooled kernel (in the pool or just taken out) with its workspace. */
+void kpool__drop(kmgr_t *m, kernel_t *k);
+/* Kills and frees one pooled kernel (with its workspace) to make room; false if none. */
+bool kpool__shrink(kmgr_t *m);
+/* A pooled kernel is ready, or ended (failed: it never became ready). */
+void kpool__ready(kmgr_t *m, kernel_t *k);
+void kpool__lost(kmgr_t *m, kernel_t *k, bool failed);
+/* Capacity was freed or demand changed: look at the pool again soon. */
+void kpool__kick(kmgr_t *m);
+void kpool__remove(kmgr_t *m, kernel_t *k);
 /* Sandbox uid slots: -1 when all are taken. */
 long kmgr__slot_take(kmgr_t *m);
 void kmgr__slot_put(kmgr_t *m, long slot);

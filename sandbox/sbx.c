@@ -5,6 +5,8 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <net/if.h>
+#include <stdint.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -444,7 +446,8 @@ static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
     int keep[] = {efd, syncfd, gofd, p->init_fd, p->stderr_fd};
     close_all_but(keep, (int)(sizeof(keep) / sizeof(keep[0])));
     TRY(efd, ST_USERNS, unshare(CLONE_NEWUSER));
-    TRY(efd, ST_USERNS, write(syncfd, "u", 1));
+    pid_t me = getpid(); /* the gateway maps uids for this pid (a fork server's child too) */
+    TRY(efd, ST_USERNS, write(syncfd, &me, sizeof(me)));
     if (read(gofd, &c, 1) != 1) /* the gateway gave up */
         _exit(127);
     close(syncfd);
@@ -492,47 +495,55 @@ static int write_map(pid_t pid, const char *file, const char *map)
     return err;
 }
 
-int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
-              int *ret_pidfd, char *why, size_t whysz)
+static void describe(const struct failure *f, char *why, size_t whysz)
 {
-    int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
-    char c, map[128];
+    snprintf(why, whysz, "sandbox: cannot %s: %s",
+             f->step > 0 && f->step < ST_N ? step_names[f->step] : "set up", strerror(f->err));
+}
+
+static bool is_our_child(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    int ppid = -1;
+    char state;
+    return rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == (int)getpid();
+}
+
+/* The gateway's half of the set-up, once a proxy runs: it says its pid (expect: the pid we
+ * forked, or 0 for a fork server's proxy, which must have become our child) after creating
+ * its user namespace; we write its uid maps, move it into the cgroup and let it go on. The
+ * descriptors are the read end of efd and syncp and the write end of gop (all closed here but
+ * efd, returned as the set-up report on success). */
+static int handshake(pid_t expect, int efd, int syncfd, int gofd, int timeout_ms,
+                     const sbx_profile_t *p, pid_t *ret_pid, int *ret_pidfd, int *ret_setupfd,
+                     char *why, size_t whysz)
+{
     struct failure f = {0, 0};
-
-    why[0] = '\0';
-    if ((r = sbx_filter_prepare()) < 0) {
-        snprintf(why, whysz, "cannot compile the seccomp filter: %s", strerror(-r));
-        return r;
+    char map[128];
+    pid_t pid = 0;
+    int r;
+    struct pollfd pfd = {.fd = syncfd, .events = POLLIN};
+    while ((r = poll(&pfd, 1, timeout_ms)) < 0 && errno == EINTR)
+        ;
+    if (r == 0) {
+        snprintf(why, whysz, "the fork server did not answer within %d ms", timeout_ms);
+        close(efd);
+        close(syncfd);
+        close(gofd);
+        return -ETIMEDOUT;
     }
-    if (pipe2(efd, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 || pipe2(gop, O_CLOEXEC) < 0) {
-        r = -errno;
-        goto out;
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        r = -errno;
-        goto out;
-    }
-    if (pid == 0) {
-        sigset_t none;
-        for (int s = 1; s < NSIG; s++)
-            signal(s, SIG_DFL);
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        close(efd[0]);
-        close(syncp[0]);
-        close(gop[1]);
-        if (setsid() < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-            _exit(127);
-        proxy_stage(efd[1], syncp[1], gop[0], p, fn, arg);
-    }
-    close(efd[1]);
-    close(syncp[1]);
-    close(gop[0]);
-    efd[1] = syncp[1] = gop[0] = -1;
-
-    if (read(syncp[0], &c, 1) == 1) {
+    if (read(syncfd, &pid, sizeof(pid)) == sizeof(pid) && pid > 1 &&
+        (expect ? pid == expect : is_our_child(pid))) {
         snprintf(map, sizeof(map), "0 %u 1\n%u %u 1\n", (unsigned)p->root_uid, SBX_UID,
                  (unsigned)p->uid);
         r = write_map(pid, "uid_map", map);
@@ -543,43 +554,96 @@ int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *r
         } else if (p->cgroup && (r = sbx_cgroup_attach(p->cgroup, pid)) < 0) {
             snprintf(why, whysz, "cannot move the kernel into its cgroup: %s", strerror(-r));
             f = (struct failure){ST_NONE, -r};
-        } else if (write(gop[1], "g", 1) != 1) {
+        } else if (write(gofd, "g", 1) != 1) {
             f = (struct failure){ST_MAPS, errno};
         }
-    }
-    close(gop[1]);
-    gop[1] = -1;
-    /* EOF once init and the kernel have exec'd (the pipe is close-on-exec) */
-    ssize_t n;
-    if (f.err == 0) {
+    } else {
+        /* the proxy (or the fork server) failed before the user namespace existed: its report
+         * is in efd */
+        ssize_t n;
+        if (!expect && pid > 0 && !is_our_child(pid))
+            pid = 0; /* not ours: never signal it */
         do {
-            n = read(efd[0], &f, sizeof(f));
+            n = read(efd, &f, sizeof(f));
         } while (n < 0 && errno == EINTR);
-        if (n != sizeof(f))
-            f.err = 0;
+        if (n != sizeof(f) || !f.err)
+            f = (struct failure){ST_USERNS, EIO};
     }
+    close(gofd);
+    close(syncfd);
+    if (!pid)
+        pid = expect;
     if (f.err) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
+        if (pid > 1) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
         if (!why[0])
-            snprintf(why, whysz, "sandbox: cannot %s: %s",
-                     f.step > 0 && f.step < ST_N ? step_names[f.step] : "set up", strerror(f.err));
-        r = -f.err;
-        goto out;
+            describe(&f, why, whysz);
+        close(efd);
+        return -f.err;
     }
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pidfd < 0 && errno != ENOSYS) {
         r = -errno;
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        goto out;
+        close(efd);
+        return r;
     }
     if (pidfd >= 0)
         fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    fcntl(efd, F_SETFL, O_NONBLOCK);
     *ret_pid = pid;
     *ret_pidfd = pidfd;
-    r = 0;
-out:
+    *ret_setupfd = efd;
+    return 0;
+}
+
+static void reset_signals(void)
+{
+    sigset_t none;
+    for (int s = 1; s < NSIG; s++)
+        signal(s, SIG_DFL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+                    int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz)
+{
+    int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
+
+    why[0] = '\0';
+    if ((r = sbx_filter_prepare()) < 0) {
+        snprintf(why, whysz, "cannot compile the seccomp filter: %s", strerror(-r));
+        return r;
+    }
+    if (pipe2(efd, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 || pipe2(gop, O_CLOEXEC) < 0) {
+        r = -errno;
+        goto fail;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        r = -errno;
+        goto fail;
+    }
+    if (pid == 0) {
+        reset_signals();
+        close(efd[0]);
+        close(syncp[0]);
+        close(gop[1]);
+        if (setsid() < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+            _exit(127);
+        proxy_stage(efd[1], syncp[1], gop[0], p, fn, arg);
+    }
+    close(efd[1]);
+    close(syncp[1]);
+    close(gop[0]);
+    return handshake(pid, efd[0], syncp[0], gop[1], -1, p, ret_pid, ret_pidfd, ret_setupfd, why,
+                     whysz);
+fail:
     for (int i = 0; i < 2; i++) {
         if (efd[i] >= 0)
             close(efd[i]);
@@ -589,6 +653,303 @@ out:
             close(gop[i]);
     }
     return r;
+}
+
+/* ---- the fork server ---- */
+
+#define FORK_MAGIC   0x4b47575aU /* "KGWZ" */
+#define FORK_MSG_MAX (64 * 1024)
+#define FORK_STR_MAX 1024 /* environment and payload strings, each list */
+
+struct fork_wire {
+    uint32_t magic;
+    int32_t gateway;
+    uint32_t uid, root_uid;
+    uint32_t nenv, npayload;
+    struct sbx_limits lim;
+    /* then NUL-terminated: runtime_dir, root_dir, workspace_dir ("" = none), env..., payload... */
+};
+
+struct sbx_fork_req {
+    struct fork_wire w;
+    char *buf;
+    char **env, **payload;
+    sbx_profile_t p;
+    int efd, syncfd, gofd;
+};
+
+int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, pid_t *ret_pid,
+                     int *ret_pidfd, int *ret_setupfd, int timeout_ms, char *why, size_t whysz)
+{
+    int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
+    struct fork_wire w = {.magic = FORK_MAGIC, .gateway = (int32_t)getpid(), .uid = p->uid,
+                          .root_uid = p->root_uid, .lim = *p->lim};
+    const char *fixed[3] = {p->runtime_dir, p->root_dir,
+                            p->workspace_dir ? p->workspace_dir : ""};
+    size_t len = sizeof(w);
+    char *msg = NULL;
+
+    why[0] = '\0';
+    for (int i = 0; i < 3; i++)
+        len += strlen(fixed[i]) + 1;
+    for (; p->envp[w.nenv]; w.nenv++)
+        len += strlen(p->envp[w.nenv]) + 1;
+    for (; payload && payload[w.npayload]; w.npayload++)
+        len += strlen(payload[w.npayload]) + 1;
+    if (len > FORK_MSG_MAX || w.nenv > FORK_STR_MAX || w.npayload > FORK_STR_MAX) {
+        snprintf(why, whysz, "the kernel's environment is too large for the fork server");
+        return -E2BIG;
+    }
+    if (!(msg = malloc(len)))
+        return -ENOMEM;
+    char *o = msg + sizeof(w);
+    memcpy(msg, &w, sizeof(w));
+    for (int i = 0; i < 3; i++)
+        o = stpcpy(o, fixed[i]) + 1;
+    for (uint32_t i = 0; i < w.nenv; i++)
+        o = stpcpy(o, p->envp[i]) + 1;
+    for (uint32_t i = 0; i < w.npayload; i++)
+        o = stpcpy(o, payload[i]) + 1;
+    if (pipe2(efd, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 || pipe2(gop, O_CLOEXEC) < 0) {
+        r = -errno;
+        goto fail;
+    }
+    int fds[3] = {efd[1], syncp[1], gop[0]};
+    union {
+        char buf[CMSG_SPACE(sizeof(fds))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {msg, len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = sizeof(u.buf)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(fds));
+    memcpy(CMSG_DATA(c), fds, sizeof(fds));
+    if (sendmsg(server, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) {
+        r = errno == EAGAIN ? -ETIMEDOUT : -errno;
+        snprintf(why, whysz, "cannot reach the fork server: %s", strerror(-r));
+        goto fail;
+    }
+    free(msg);
+    close(efd[1]);
+    close(syncp[1]);
+    close(gop[0]);
+    return handshake(0, efd[0], syncp[0], gop[1], timeout_ms, p, ret_pid, ret_pidfd, ret_setupfd,
+                     why, whysz);
+fail:
+    free(msg);
+    for (int i = 0; i < 2; i++) {
+        if (efd[i] >= 0)
+            close(efd[i]);
+        if (syncp[i] >= 0)
+            close(syncp[i]);
+        if (gop[i] >= 0)
+            close(gop[i]);
+    }
+    return r;
+}
+
+void sbx_fork_req_free(sbx_fork_req_t **pr)
+{
+    sbx_fork_req_t *r = *pr;
+    if (!r)
+        return;
+    /* the next kernels are forked from this heap: nothing of this one's request (its
+     * environment, its paths) may remain in freed memory */
+    if (r->buf)
+        explicit_bzero(r->buf, FORK_MSG_MAX + 1);
+    if (r->efd >= 0)
+        close(r->efd);
+    if (r->syncfd >= 0)
+        close(r->syncfd);
+    if (r->gofd >= 0)
+        close(r->gofd);
+    free(r->buf);
+    free(r->env);
+    free(r->payload);
+    free(r);
+    *pr = NULL;
+}
+
+int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
+{
+    sbx_fork_req_t *r = calloc(1, sizeof(*r));
+    union {
+        char buf[CMSG_SPACE(3 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    int err = EBADMSG;
+    if (!r)
+        return -ENOMEM;
+    r->efd = r->syncfd = r->gofd = -1;
+    if (!(r->buf = malloc(FORK_MSG_MAX + 1))) {
+        free(r);
+        return -ENOMEM;
+    }
+    struct iovec iov = {r->buf, FORK_MSG_MAX};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = sizeof(u.buf)};
+    ssize_t n;
+    while ((n = recvmsg(server, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+        ;
+    if (n <= 0) {
+        err = n == 0 ? EPIPE : errno;
+        goto fail;
+    }
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+            c->cmsg_len == CMSG_LEN(3 * sizeof(int))) {
+            int fds[3];
+            memcpy(fds, CMSG_DATA(c), sizeof(fds));
+            r->efd = fds[0];
+            r->syncfd = fds[1];
+            r->gofd = fds[2];
+        }
+    if (r->efd < 0 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof(r->w))
+        goto fail;
+    memcpy(&r->w, r->buf, sizeof(r->w));
+    r->buf[n] = '\0';
+    if (r->w.magic != FORK_MAGIC || r->w.nenv > FORK_STR_MAX || r->w.npayload > FORK_STR_MAX)
+        goto fail;
+    size_t nstr = 3 + r->w.nenv + r->w.npayload;
+    char **strs = calloc(nstr, sizeof(char *));
+    if (!strs) {
+        err = ENOMEM;
+        goto fail;
+    }
+    char *q = r->buf + sizeof(r->w), *end = r->buf + n;
+    for (size_t i = 0; i < nstr; i++) {
+        char *z = memchr(q, '\0', (size_t)(end - q));
+        if (q >= end || !z) {
+            free(strs);
+            goto fail;
+        }
+        strs[i] = q;
+        q = z + 1;
+    }
+    r->env = calloc(r->w.nenv + 1, sizeof(char *));
+    r->payload = calloc(r->w.npayload + 1, sizeof(char *));
+    if (!r->env || !r->payload) {
+        free(strs);
+        err = ENOMEM;
+        goto fail;
+    }
+    memcpy(r->env, strs + 3, r->w.nenv * sizeof(char *));
+    memcpy(r->payload, strs + 3 + r->w.nenv, r->w.npayload * sizeof(char *));
+    r->p = (sbx_profile_t){.runtime_dir = strs[0], .root_dir = strs[1],
+                           .workspace_dir = strs[2][0] ? strs[2] : NULL, .uid = r->w.uid,
+                           .root_uid = r->w.root_uid, .lim = &r->w.lim, .cgroup = NULL,
+                           .init_fd = init_fd, .envp = r->env, .stderr_fd = -1};
+    free(strs);
+    *ret = r;
+    return 0;
+fail:
+    sbx_fork_req_free(&r);
+    return -err;
+}
+
+void sbx_fork_req_wipe(sbx_fork_req_t *r)
+{
+    explicit_bzero(r->buf, FORK_MSG_MAX + 1);
+}
+
+char *const *sbx_fork_req_payload(const sbx_fork_req_t *r)
+{
+    return r->payload;
+}
+
+char *const *sbx_fork_req_env(const sbx_fork_req_t *r)
+{
+    return r->env;
+}
+
+/* The fork server's child's child: waits to be the gateway's child, then is a proxy. */
+static void forked_proxy(sbx_fork_req_t *r, int server, void (*fn)(void *), void *arg)
+{
+    pid_t gw = (pid_t)r->w.gateway;
+    reset_signals();
+    close(server);
+    for (int i = 0; getppid() != gw; i++) {
+        if (i > 4000) /* 2 s: the gateway is no subreaper, or gone */
+            fail(r->efd, ST_FORK, ESRCH);
+        usleep(500);
+    }
+    if (setsid() < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != gw)
+        fail(r->efd, ST_FORK, errno ? errno : ESRCH);
+    proxy_stage(r->efd, r->syncfd, r->gofd, &r->p, fn, arg);
+}
+
+int sbx_fork_req_spawn(sbx_fork_req_t *r, int server, void (*fn)(void *arg), void *arg)
+{
+    int r_ = sbx_filter_prepare();
+    if (r_ < 0) {
+        struct failure f = {ST_SECCOMP, -r_};
+        ssize_t w = write(r->efd, &f, sizeof(f));
+        (void)w;
+        return r_;
+    }
+    pid_t mid = fork();
+    if (mid < 0) {
+        struct failure f = {ST_FORK, errno};
+        ssize_t w = write(r->efd, &f, sizeof(f));
+        (void)w;
+        return -f.err;
+    }
+    if (mid == 0) {
+        pid_t px = fork();
+        if (px < 0)
+            fail(r->efd, ST_FORK, errno);
+        if (px == 0)
+            forked_proxy(r, server, fn, arg);
+        _exit(0); /* the proxy is re-parented to the nearest subreaper: the gateway */
+    }
+    int st;
+    while (waitpid(mid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return 0;
+}
+
+int sbx_setup_result(int setupfd, char *why, size_t whysz)
+{
+    struct failure f = {0, 0};
+    ssize_t n;
+    do {
+        n = read(setupfd, &f, sizeof(f));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EAGAIN)
+        return -EINPROGRESS;
+    if (n == 0)
+        return 0; /* every end closed on exec: init and the kernel started */
+    if (n != sizeof(f) || !f.err)
+        f = (struct failure){ST_NONE, n < 0 ? errno : EIO};
+    describe(&f, why, whysz);
+    return -f.err;
+}
+
+int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+              int *ret_pidfd, char *why, size_t whysz)
+{
+    pid_t pid;
+    int pidfd, setupfd;
+    int r = sbx_start_async(p, fn, arg, &pid, &pidfd, &setupfd, why, whysz);
+    if (r < 0)
+        return r;
+    struct pollfd pfd = {.fd = setupfd, .events = POLLIN};
+    while ((r = sbx_setup_result(setupfd, why, whysz)) == -EINPROGRESS)
+        poll(&pfd, 1, -1);
+    close(setupfd);
+    if (r < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        if (pidfd >= 0)
+            close(pidfd);
+        return r;
+    }
+    *ret_pid = pid;
+    *ret_pidfd = pidfd;
+    return 0;
 }
 
 static void probe_fn(void *arg)

@@ -56,6 +56,44 @@ typedef struct sbx_profile {
 int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
               int *ret_pidfd, char *why, size_t whysz);
 
+/* The same without waiting for the set-up inside the sandbox (mounts, exec): only the steps
+ * that need the caller (uid maps, cgroup) are done when it returns. ret_setupfd (non-blocking,
+ * close-on-exec; the caller closes it) becomes readable when the set-up is over: then
+ * sbx_setup_result() says how it went. */
+int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+                    int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz);
+/* 0: the kernel was exec'd; -EINPROGRESS: not yet; -errno with why: a set-up step failed (the
+ * proxy exits with status 127). */
+int sbx_setup_result(int setupfd, char *why, size_t whysz);
+
+/* ---- the fork server ----
+ * A pre-loaded process (kgw-zygote) forks kernels into the same sandbox as sbx_start: per
+ * kernel it forks a child that forks the kernel's proxy and exits, so the proxy is re-parented
+ * to the gateway (which must be a PR_SET_CHILD_SUBREAPER); the proxy arms PR_SET_PDEATHSIG
+ * only then, and runs the very stages of sbx_start (user namespace with the uid maps and the
+ * cgroup written by the gateway, the other namespaces, init, mounts, pivot_root, rlimits, uid,
+ * capabilities, seccomp), fn running in the final sandboxed process. Descriptors there are
+ * only marked close-on-exec: an fn that does not exec must close them (close_range). */
+
+/* Gateway side: sbx_start_async through the fork server's socket (SOCK_SEQPACKET).
+ * payload: strings for the server's fn (NULL-terminated). -ETIMEDOUT when the server does not
+ * answer within timeout_ms, -EPIPE when it is gone: the caller may fall back to sbx_start. */
+int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, pid_t *ret_pid,
+                     int *ret_pidfd, int *ret_setupfd, int timeout_ms, char *why, size_t whysz);
+
+/* Server side. */
+typedef struct sbx_fork_req sbx_fork_req_t;
+/* Receives one request (blocking); init_fd: the server's kgw-sandbox-init. -EPIPE at EOF. */
+int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret);
+void sbx_fork_req_free(sbx_fork_req_t **r);
+char *const *sbx_fork_req_payload(const sbx_fork_req_t *r);
+char *const *sbx_fork_req_env(const sbx_fork_req_t *r);
+/* Zeroes the request's strings (env, payload and paths are gone afterwards). */
+void sbx_fork_req_wipe(sbx_fork_req_t *r);
+/* Forks the kernel's proxy as described above; fn(arg) runs in the final sandboxed process
+ * and must not return. Failures reach the gateway through the request's report pipe. */
+int sbx_fork_req_spawn(sbx_fork_req_t *r, int server, void (*fn)(void *arg), void *arg);
+
 /* Checks that this host can run sandboxes (a complete dry run). 0, or -errno with why. */
 int sbx_probe(const sbx_profile_t *p, char *why, size_t whysz);
 

@@ -349,8 +349,36 @@ static void test_help(void)
     free(text);
 }
 
+/* CFG_REPEAT: the first flag replaces default and environment; later ones are appended. */
+static void test_repeat(void)
+{
+    static const char *o_pool;
+    static const struct cfg_option ropts[] = {
+        {"pool", CFG_STR, &o_pool, "python3=2", 0, 0, CFG_REPEAT, "pools"},
+    };
+    char err[200];
+    char *argv1[] = {(char *)"kgw", NULL};
+    char *argv2[] = {(char *)"kgw", (char *)"--pool", (char *)"a=1", NULL};
+    char *argv3[] = {(char *)"kgw", (char *)"--pool=a=1", (char *)"--pool", (char *)"b=2",
+                     (char *)"--pool=c=0", NULL};
+    CHECK_CASE("repeat");
+    unsetenv("KGW_POOL");
+    CHECK_INT(cfg_parse(ropts, 1, 1, argv1, err, sizeof(err)), 0);
+    CHECK_STR(o_pool, "python3=2");
+    setenv("KGW_POOL", "x=3", 1);
+    CHECK_INT(cfg_parse(ropts, 1, 1, argv1, err, sizeof(err)), 0);
+    CHECK_STR(o_pool, "x=3");
+    CHECK_INT(cfg_parse(ropts, 1, 3, argv2, err, sizeof(err)), 0);
+    CHECK_STR(o_pool, "a=1");
+    CHECK_INT(cfg_parse(ropts, 1, 5, argv3, err, sizeof(err)), 0);
+    CHECK_STR(o_pool, "a=1,b=2,c=0");
+    free((char *)o_pool);
+    unsetenv("KGW_POOL");
+}
+
 int main(void)
 {
+    test_repeat();
     test_defaults();
     test_env_then_flags();
     test_flag_forms();

@@ -1,0 +1,193 @@
+/* kgw-zygote: the fork server. A Python interpreter (libpython, embedded) that imports
+ * ipykernel, IPython, zmq and jupyter_client once, creates no ZeroMQ context and no thread,
+ * never runs user code, and forks one kernel per request from the gateway into the same
+ * sandbox as the exec path (sandbox/sbx.h, "the fork server").
+ *
+ * Started by the gateway (kernelmgr/kzygote.c) from a sealed memfd, with the kernelspec's argv
+ * (so a kernel's /proc/self/cmdline reads as with the exec path), as an unprivileged uid of its
+ * own with no capabilities, no_new_privs, no core dumps, a clean environment and these
+ * descriptors only:
+ *   0-2  /dev/null, /dev/null, the gateway's stderr (for its own start-up errors)
+ *   3    SOCK_SEQPACKET to the gateway: its configuration in ("P" + comma-separated extra
+ *        modules to import), then requests (sbx_start_forked); one "R" out when ready
+ *   4    kgw-sandbox-init (executable memfd)
+ * Its environment is the sandbox's default (PATH, LANG, HOME): every forked kernel shows it
+ * in /proc/self/environ, and gets its own in os.environ. */
+#include <Python.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "sandbox/sbx.h"
+
+#define SERVER_FD 3
+#define INIT_FD   4
+
+/* Runs in the zygote (preload) and in each kernel (launch). */
+static const char zygote_py[] =
+    "import os, sys, threading\n"
+    "def _kgw_preload(extra):\n"
+    "    # numexpr (via pandas) would start threads: one, while this process forks\n"
+    "    os.environ['NUMEXPR_NUM_THREADS'] = '1'\n"
+    "    os.environ['MPLBACKEND'] = 'module://matplotlib_inline.backend_inline'\n"
+    "    os.environ['PYDEVD_DISABLE_FILE_VALIDATION'] = '1'  # debugpy's frozen-modules warning\n"
+    "    import ipykernel.kernelapp, ipykernel.ipkernel, ipykernel.zmqshell, IPython, zmq\n"
+    "    import jupyter_client, importlib, importlib.util\n"
+    "    for m in [m.strip() for m in extra.split(',') if m.strip()]:\n"
+    "        try:\n"
+    "            importlib.import_module(m)\n"
+    "        except Exception as e:\n"
+    "            sys.stderr.write('kgw-zygote: cannot preload %s: %r\\n' % (m, e))\n"
+    "    # the inline backend hooks into the shell when it is imported: never here\n"
+    "    sys.modules.pop('matplotlib_inline.backend_inline', None)\n"
+    "    global _kgw_launcher\n"
+    "    _kgw_launcher = importlib.util.find_spec('ipykernel_launcher').origin\n"
+    "    if threading.active_count() != 1:\n"
+    "        raise RuntimeError('threads after preload: %r' % threading.enumerate())\n"
+    "def _kgw_launch(env, args):\n"
+    "    os.environ.clear()\n"
+    "    for kv in env:\n"
+    "        k, _, v = kv.partition('=')\n"
+    "        os.environ[k] = v\n"
+    "    sys.argv = [_kgw_launcher] + list(args)\n"
+    "    sys.path.insert(0, os.getcwd())  # as python -m does\n"
+    "    import random\n"
+    "    random.seed()  # also done by its at-fork hook; explicit for clarity\n"
+    "    np = sys.modules.get('numpy')\n"
+    "    if np is not None:\n"
+    "        np.random.seed()\n"
+    "    from ipykernel import kernelapp\n"
+    "    kernelapp.launch_new_instance()\n";
+
+static PyObject *ns;
+
+struct kernel_arg {
+    sbx_fork_req_t *req;
+};
+
+static PyObject *strv_list(char *const *v)
+{
+    PyObject *l = PyList_New(0);
+    for (size_t i = 0; l && v[i]; i++) {
+        PyObject *s = PyUnicode_DecodeFSDefault(v[i]);
+        if (!s || PyList_Append(l, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(l);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    return l;
+}
+
+/* The final sandboxed process (uid 1000, seccomp loaded, pid 2 of its namespace). */
+static void run_kernel(void *data)
+{
+    struct kernel_arg *a = data;
+    /* no exec follows: descriptors marked close-on-exec must go now (this also closes the
+     * gateway's set-up report, which tells it the set-up is over) */
+    syscall(SYS_close_range, 3u, ~0u, 0u);
+    /* an exec would make the process dumpable again after the uid change (so it can read
+     * its own /proc/self files, as an exec'd kernel can); without one, do it here */
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    PyOS_AfterFork_Child();
+    PyObject *launch = PyDict_GetItemString(ns, "_kgw_launch");
+    PyObject *env = strv_list(sbx_fork_req_env(a->req));
+    PyObject *args = strv_list(sbx_fork_req_payload(a->req));
+    sbx_fork_req_wipe(a->req); /* host paths: the kernel has no use for them */
+    if (launch && env && args) {
+        PyObject *r = PyObject_CallFunctionObjArgs(launch, env, args, NULL);
+        if (!r) {
+            if (PyErr_ExceptionMatches(PyExc_SystemExit)) {
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyObject *code = value ? PyObject_GetAttrString(value, "code") : NULL;
+                long c = code && PyLong_Check(code) ? PyLong_AsLong(code) : 0;
+                fflush(NULL);
+                _exit((int)c);
+            }
+            PyErr_Print();
+            _exit(1);
+        }
+        _exit(0);
+    }
+    _exit(127);
+}
+
+/* --kgw-probe: every set-up step, then exit (the gateway's dry run of the forked path) */
+static void probe(void *data)
+{
+    _exit(0);
+}
+
+static int serve(void)
+{
+    for (;;) {
+        sbx_fork_req_t *req = NULL;
+        int r = sbx_fork_req_recv(SERVER_FD, INIT_FD, &req);
+        if (r == -EPIPE)
+            return 0; /* the gateway closed the socket: retired */
+        if (r < 0) {
+            if (r == -EINTR || r == -EBADMSG)
+                continue;
+            return 1;
+        }
+        struct kernel_arg a = {req};
+        char *const *pl = sbx_fork_req_payload(req);
+        bool is_probe = pl[0] && !strcmp(pl[0], "--kgw-probe");
+        PyOS_BeforeFork();
+        sbx_fork_req_spawn(req, SERVER_FD, is_probe ? probe : run_kernel, &a);
+        PyOS_AfterFork_Parent();
+        sbx_fork_req_free(&req);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    PyStatus st;
+    PyConfig config;
+    PyConfig_InitPythonConfig(&config);
+    config.parse_argv = 0;
+    config.install_signal_handlers = 1;
+    /* the interpreter the kernelspec names: sys.executable, sys.prefix and sys.path follow */
+    st = PyConfig_SetBytesString(&config, &config.program_name, argc > 0 ? argv[0] : "python3");
+    if (!PyStatus_Exception(st))
+        st = PyConfig_SetBytesArgv(&config, argc, argv);
+    if (!PyStatus_Exception(st))
+        st = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(st)) {
+        fprintf(stderr, "kgw-zygote: cannot start Python: %s\n", st.err_msg ? st.err_msg : "?");
+        return 1;
+    }
+    PyObject *main = PyImport_AddModule("__main__");
+    ns = PyDict_New();
+    PyDict_SetItemString(ns, "__builtins__", PyDict_GetItemString(PyModule_GetDict(main),
+                                                                  "__builtins__"));
+    PyObject *r = PyRun_String(zygote_py, Py_file_input, ns, ns);
+    if (!r) {
+        PyErr_Print();
+        return 1;
+    }
+    Py_DECREF(r);
+    char conf[512];
+    ssize_t n = recv(SERVER_FD, conf, sizeof(conf) - 1, 0);
+    if (n < 1 || conf[0] != 'P')
+        return 1;
+    conf[n] = '\0';
+    r = PyObject_CallFunction(PyDict_GetItemString(ns, "_kgw_preload"), "s", conf + 1);
+    if (!r) {
+        PyErr_Print();
+        return 1;
+    }
+    Py_DECREF(r);
+    if (send(SERVER_FD, "R", 1, MSG_NOSIGNAL) != 1)
+        return 1;
+    return serve();
+}

@@ -1,0 +1,224 @@
+"""The fork server (--fork-server): kernels forked from a pre-loaded Python (kgw-zygote) into
+the same sandbox as the exec path. The escape and sandbox-work suites run against it too
+(KGW_EXTRA_ARGS="--fork-server --pool=python3=0"); this module checks what is specific to
+forking: that kernels really are forked, the hazards of sharing a parent (random streams,
+uuids, numpy, matplotlib's inline backend, interrupts), and that nothing of the parent or of
+another kernel is visible."""
+import re
+import secrets
+import time
+
+import pytest
+
+import jclient as J
+from jclient import run
+import sbxutil as S
+
+pytestmark = pytest.mark.kgw_only
+
+
+@pytest.fixture(scope="module")
+def fgw():
+    from conftest import stop_gateway
+    gw = S.start_sandboxed("--fork-server", "--pool", "python3=0",
+                           "--fork-server-preload", "numpy,pandas,matplotlib.pyplot")
+    try:
+        S.wait_for(lambda: "fork server: ready" in gw.log(), 60, what="the fork server")
+        yield gw
+    finally:
+        stop_gateway(gw)
+
+
+def forked(gw, kid):
+    return re.search(rf"kernel={kid}: ready \(pid \d+, forked", gw.log()) is not None
+
+
+def new(gw, env=None):
+    kid = S.new_kernel(gw, env=env)
+    assert forked(gw, kid), "kernel was not forked:\n" + gw.log()[-3000:]
+    return kid
+
+
+def test_kernels_are_forked_and_fast(fgw):
+    t0 = time.monotonic()
+    kid = new(fgw)
+    dt = time.monotonic() - t0
+    try:
+        r = S.kcall(fgw, kid, "import os, sys\nR['pid'] = os.getpid()\nR['argv'] = sys.argv\n"
+                              "R['cmd'] = open('/proc/self/cmdline').read().split(chr(0))\n"
+                              "R['cwd'] = os.getcwd()\nR['path0'] = sys.path[0]\n"
+                              "R['exe'] = sys.executable\nR['count'] = get_ipython().execution_count")
+        assert r["pid"] == 2 and r["cwd"] == "/mnt/data" and r["path0"] == "/mnt/data"
+        assert r["argv"][0].endswith("ipykernel_launcher.py") and r["argv"][1:] == \
+            ["-f", "/run/kernel/connection.json"]
+        assert r["cmd"][1:5] == ["-m", "ipykernel_launcher", "-f", "/run/kernel/connection.json"]
+        assert r["exe"].startswith("/usr/bin/python3") and r["count"] == 1
+        assert dt < 5, dt
+    finally:
+        fgw.delete_kernel(kid)
+
+
+RANDOMS = """
+import random, uuid, os, secrets, numpy
+R['random'] = random.random()
+R['uuid'] = uuid.uuid4().hex
+R['urandom'] = os.urandom(8).hex()
+R['numpy'] = float(numpy.random.random())
+R['numpy_gen'] = float(numpy.random.default_rng().random())
+R['hashseed'] = hash('kgw')
+"""
+
+
+def test_random_streams_and_uuids_differ(fgw):
+    a, b = new(fgw), new(fgw)
+    try:
+        ra, rb = S.kcall(fgw, a, RANDOMS), S.kcall(fgw, b, RANDOMS)
+        for key in ("random", "uuid", "urandom", "numpy", "numpy_gen"):
+            assert ra[key] != rb[key], (key, ra, rb)
+    finally:
+        fgw.delete_kernel(a)
+        fgw.delete_kernel(b)
+
+
+def test_inline_figures(fgw):
+    kid = new(fgw)
+    try:
+        ex = S.kexec(fgw, kid, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nNone")
+        assert ex.status == "ok", S.errors_of(ex)
+        images = [m for m in ex.of_type("display_data") if "image/png" in m["content"]["data"]]
+        assert len(images) == 1, ex.types
+        ex = S.kexec(fgw, kid, "import matplotlib\nmatplotlib.get_backend()")
+        assert "inline" in ex.of_type("execute_result")[0]["content"]["data"]["text/plain"]
+    finally:
+        fgw.delete_kernel(kid)
+
+
+def test_interrupt_keeps_the_kernel(fgw):
+    kid = new(fgw)
+    try:
+        async def go():
+            c = await J.connect(fgw, kid)
+            try:
+                mid = await c.request("execute_request", {
+                    "code": "import time\ntime.sleep(60)", "silent": False,
+                    "store_history": True, "user_expressions": {}, "allow_stdin": False,
+                    "stop_on_error": True})
+                await c.recv(lambda m: m["channel"] == "iopub" and
+                             m["header"]["msg_type"] == "execute_input", timeout=20)
+                await asyncio_sleep(0.3)
+                st, _, _ = fgw.request("POST", f"/api/kernels/{kid}/interrupt")
+                assert st == 204
+                reply, _ = await c.collect(mid, timeout=20)
+                assert reply["content"]["ename"] == "KeyboardInterrupt"
+                ex = await c.execute("6*7")
+                assert ex.of_type("execute_result")[0]["content"]["data"]["text/plain"] == "42"
+            finally:
+                await c.close()
+        run(go(), 90)
+    finally:
+        fgw.delete_kernel(kid)
+
+
+async def asyncio_sleep(s):
+    import asyncio
+    await asyncio.sleep(s)
+
+
+SCAN = """
+import os, re
+R['environ'] = sorted(kv.split('=', 1)[0] for kv in
+                      open('/proc/self/environ').read().split(chr(0)) if kv)
+R['kernel_env'] = {k: v for k, v in os.environ.items() if k.startswith('KERNEL_')}
+R['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+fds = []
+for f in os.listdir('/proc/self/fd'):
+    try:
+        fds.append(os.readlink('/proc/self/fd/' + f))
+    except OSError:
+        pass  # listdir's own descriptor
+R['fds'] = sorted(fds)
+st = open('/proc/self/status').read()
+R['status'] = {k: re.search(k + r':\\s*(\\S+)', st).group(1)
+               for k in ('Uid', 'NoNewPrivs', 'Seccomp', 'CapEff', 'CapBnd')}
+# the halves of the secret, never joined here (the joined bytes would be found in our own
+# memory); NEEDLE is the secret reversed
+k = len(NEEDLE) // 2
+h1, h2 = NEEDLE[-k:][::-1].encode(), NEEDLE[:-k][::-1].encode()
+def count(data):
+    n, i = 0, data.find(h1)
+    while i >= 0:
+        n += data[i + k:i + k + len(h2)] == h2
+        i = data.find(h1, i + 1)
+    return n
+hits = 0
+with open('/proc/self/mem', 'rb', 0) as mem:
+    for line in open('/proc/self/maps'):
+        addr, perms = line.split()[:2]
+        if not perms.startswith('r'):
+            continue
+        lo, hi = (int(x, 16) for x in addr.split('-'))
+        if hi - lo > 1 << 30:
+            continue
+        try:
+            mem.seek(lo)
+            hits += count(mem.read(hi - lo))
+        except (OSError, ValueError, OverflowError):
+            pass
+R['hits'] = hits
+"""
+
+
+def test_nothing_of_the_parent_or_another_kernel(fgw):
+    # long: b's (shorter) request, received into the same buffer of the fork server, would
+    # overwrite only its start; the scan looks for its end
+    secret = "kgw-secret-" + secrets.token_hex(60)
+    a = new(fgw, env={"KERNEL_SECRET": secret})
+    b = new(fgw)  # forked after a, from the same parent
+    try:
+        tail = secret[-48:]
+        ra = S.kcall(fgw, a, f"NEEDLE = {tail[::-1]!r}\n" + SCAN, timeout=60)
+        rb = S.kcall(fgw, b, f"NEEDLE = {tail[::-1]!r}\n" + SCAN, timeout=60)
+        assert ra["kernel_env"] == {"KERNEL_SECRET": secret}
+        assert ra["hits"] >= 1           # the scan works: a has it (os.environ)
+        assert rb["hits"] == 0, "kernel b's memory holds kernel a's environment"
+        assert rb["kernel_env"] == {}
+        for r in (ra, rb):
+            assert set(r["environ"]) <= {"PATH", "LANG", "HOME"}, r["environ"]
+            assert r["status"]["Uid"] == "1000" and r["status"]["NoNewPrivs"] == "1"
+            assert r["status"]["Seccomp"] == "2" and int(r["status"]["CapEff"], 16) == 0
+            assert int(r["status"]["CapBnd"], 16) == 0
+            assert r["pids"][:2] == [1, 2] and max(r["pids"]) < 100, r["pids"]
+            assert not [f for f in r["fds"] if "kgw" in f or f.startswith("/dev/") and
+                        f not in ("/dev/null",)], r["fds"]
+    finally:
+        fgw.delete_kernel(a)
+        fgw.delete_kernel(b)
+
+
+def test_restart_is_forked_and_keeps_the_workspace(fgw):
+    kid = new(fgw)
+    try:
+        S.kcall(fgw, kid, "open('/mnt/data/keep', 'w').write('1')")
+        st, model, _ = fgw.request("POST", f"/api/kernels/{kid}/restart")
+        assert st == 200
+        assert len(re.findall(rf"kernel={kid}: ready \(pid \d+, forked", fgw.log())) == 2
+        r = S.kcall(fgw, kid, "import os\nR['files'] = os.listdir('/mnt/data')\n"
+                              "R['count'] = get_ipython().execution_count")
+        assert r == {"files": ["keep"], "count": 1}
+    finally:
+        fgw.delete_kernel(kid)
+
+
+def test_pool_refills_from_the_fork_server(gateway_factory):
+    gw = gateway_factory("--fork-server", "--pool", "python3=2")
+    S.wait_for(lambda: gw.request("GET", "/api/status")[1]["pool"]["python3"]["ready"] >= 2,
+               120, what="a full pool")
+    kid = S.new_kernel(gw)
+    try:
+        S.wait_for(lambda: gw.request("GET", "/api/status")[1]["pool"]["python3"]["ready"] >= 2,
+                   60, what="the pool refilled")
+        assert "forked" in gw.log()
+        r = S.kcall(gw, kid, "R['x'] = 1")
+        assert r == {"x": 1}
+    finally:
+        gw.delete_kernel(kid)
