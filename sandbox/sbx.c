@@ -660,6 +660,7 @@ fail:
 #define FORK_MAGIC   0x4b47575aU /* "KGWZ" */
 #define FORK_MSG_MAX (64 * 1024)
 #define FORK_STR_MAX 1024 /* environment and payload strings, each list */
+#define FORK_FIXED   4    /* the profile's directories */
 
 struct fork_wire {
     uint32_t magic;
@@ -667,7 +668,8 @@ struct fork_wire {
     uint32_t uid, root_uid;
     uint32_t nenv, npayload;
     struct sbx_limits lim;
-    /* then NUL-terminated: runtime_dir, root_dir, workspace_dir ("" = none), env..., payload... */
+    /* then NUL-terminated: runtime_dir, root_dir, workspace_dir, python_dir ("" = none),
+     * env..., payload... */
 };
 
 struct sbx_fork_req {
@@ -684,13 +686,14 @@ int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, p
     int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
     struct fork_wire w = {.magic = FORK_MAGIC, .gateway = (int32_t)getpid(), .uid = p->uid,
                           .root_uid = p->root_uid, .lim = *p->lim};
-    const char *fixed[3] = {p->runtime_dir, p->root_dir,
-                            p->workspace_dir ? p->workspace_dir : ""};
+    const char *fixed[FORK_FIXED] = {p->runtime_dir, p->root_dir,
+                                     p->workspace_dir ? p->workspace_dir : "",
+                                     p->python_dir ? p->python_dir : ""};
     size_t len = sizeof(w);
     char *msg = NULL;
 
     why[0] = '\0';
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < FORK_FIXED; i++)
         len += strlen(fixed[i]) + 1;
     for (; p->envp[w.nenv]; w.nenv++)
         len += strlen(p->envp[w.nenv]) + 1;
@@ -704,7 +707,7 @@ int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, p
         return -ENOMEM;
     char *o = msg + sizeof(w);
     memcpy(msg, &w, sizeof(w));
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < FORK_FIXED; i++)
         o = stpcpy(o, fixed[i]) + 1;
     for (uint32_t i = 0; i < w.nenv; i++)
         o = stpcpy(o, p->envp[i]) + 1;
@@ -813,7 +816,7 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
     r->buf[n] = '\0';
     if (r->w.magic != FORK_MAGIC || r->w.nenv > FORK_STR_MAX || r->w.npayload > FORK_STR_MAX)
         goto fail;
-    size_t nstr = 3 + r->w.nenv + r->w.npayload;
+    size_t nstr = FORK_FIXED + r->w.nenv + r->w.npayload;
     char **strs = calloc(nstr, sizeof(char *));
     if (!strs) {
         err = ENOMEM;
@@ -836,10 +839,11 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
         err = ENOMEM;
         goto fail;
     }
-    memcpy(r->env, strs + 3, r->w.nenv * sizeof(char *));
-    memcpy(r->payload, strs + 3 + r->w.nenv, r->w.npayload * sizeof(char *));
+    memcpy(r->env, strs + FORK_FIXED, r->w.nenv * sizeof(char *));
+    memcpy(r->payload, strs + FORK_FIXED + r->w.nenv, r->w.npayload * sizeof(char *));
     r->p = (sbx_profile_t){.runtime_dir = strs[0], .root_dir = strs[1],
-                           .workspace_dir = strs[2][0] ? strs[2] : NULL, .uid = r->w.uid,
+                           .workspace_dir = strs[2][0] ? strs[2] : NULL,
+                           .python_dir = strs[3][0] ? strs[3] : NULL, .uid = r->w.uid,
                            .root_uid = r->w.root_uid, .lim = &r->w.lim, .cgroup = NULL,
                            .init_fd = init_fd, .envp = r->env, .stderr_fd = -1};
     free(strs);
