@@ -90,7 +90,7 @@ static const struct cfg_option options[] = {
       "run every kernel in a sandbox (--no-sandbox: unsandboxed, for development only)"),
     S("sandbox-init", sandbox_init, "", "path of kgw-sandbox-init (default: next to kgw)"),
     I("sandbox-uid-base", sandbox_uid_base, "200000", 1000, 4000000000LL,
-      "first host uid of sandboxes (two per kernel slot)"),
+      "first host uid of sandboxes (two per workspace: its kernels share them)"),
     I("mem-limit", mem_limit, "2147483648", 67108864, 1099511627776LL,
       "memory per kernel in bytes, tmpfs files included (cgroup)"),
     I("cpu-limit", cpu_limit, "1000", 10, 1024000, "CPU per kernel in thousandths of a core"),
