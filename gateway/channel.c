@@ -552,6 +552,10 @@ static void do_start_kernel(chconn_t *c, const rpc_call_t *rc, const rpc_args_t 
                            st.spec_name);
     case -ESRCH:
         return reply_error(c, rc->request_id, RPC_ERR_KEY, "No such workspace");
+    case -EDQUOT:
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME,
+                           "quota reached: this key's tenant may not have more kernels, "
+                           "workspaces or workspace bytes");
     case -ERANGE:
         return reply_error(c, rc->request_id, RPC_ERR_VALUE,
                            "a requested limit is above the gateway's cap");

@@ -60,6 +60,9 @@ struct gw_config {
     long long workspace_size;
     long long max_workspaces;
     long long workspace_grace;
+    long long tenant_max_kernels;
+    long long tenant_max_workspaces;
+    long long tenant_max_bytes;
     long long tmp_size;
     long long fsize_limit;
     long long nofile_limit;

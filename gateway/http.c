@@ -406,6 +406,11 @@ int http_start_kernel(struct gw_req *r, json_t *body,
         req_error(r, 404, "No such workspace");
         return rc;
     }
+    if (rc == -EDQUOT) {
+        req_error(r, 403, "quota reached: this key's tenant may not have more kernels, "
+                          "workspaces or workspace bytes");
+        return rc;
+    }
     if (rc == -ERANGE) {
         req_error(r, 400, "limits: a requested limit is above the gateway's cap");
         return rc;

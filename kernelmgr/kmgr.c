@@ -594,6 +594,26 @@ int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_
     return 0;
 }
 
+/* The tenant's quotas: kernels, workspaces and the bytes its workspaces may hold. -EDQUOT. */
+static int tenant_quota(const kmgr_t *m, const char *tenant, long long new_ws_bytes)
+{
+    size_t kernels = 0, spaces = 0;
+    long long bytes = new_ws_bytes;
+    for (size_t i = 0; i < m->n; i++)
+        kernels += !strcmp(m->v[i]->ws->tenant, tenant);
+    for (size_t i = 0; i < m->nws; i++)
+        if (!m->ws[i]->pooled && !strcmp(m->ws[i]->tenant, tenant)) {
+            spaces++;
+            bytes += m->ws[i]->size;
+        }
+    if ((m->o.tenant_max_kernels > 0 && kernels >= (size_t)m->o.tenant_max_kernels) ||
+        (new_ws_bytes >= 0 && m->o.tenant_max_workspaces > 0 &&
+         spaces >= (size_t)m->o.tenant_max_workspaces) ||
+        (new_ws_bytes > 0 && m->o.tenant_max_bytes > 0 && bytes > m->o.tenant_max_bytes))
+        return -EDQUOT;
+    return 0;
+}
+
 int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
 {
     const struct kmgr_limits *lim = req->lim;
@@ -626,6 +646,12 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         return -EPERM;
     if (m->o.max_kernels > 0 && m->n >= (size_t)m->o.max_kernels)
         return -EAGAIN;
+    long long new_ws_bytes = ws                                ? -1 /* shares one */
+                             : lim && lim->workspace_bytes > 0 ? lim->workspace_bytes
+                             : m->o.sandbox                    ? m->o.sandbox->lim.workspace_bytes
+                                                               : 0;
+    if ((r = tenant_quota(m, tenant, new_ws_bytes)) < 0)
+        return r;
     if (grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
         return -ENOMEM;
     kernel_t *k = kpool__take(m, spec, req);

@@ -52,6 +52,9 @@ struct kmgr_opts {
     long long output_cap;         /* iopub output bytes per execution (0: none) */
     int max_workspaces;           /* with or without kernels (0: 2 x max_kernels, or 1024) */
     int workspace_grace_s;        /* a workspace outlives its last kernel this long */
+    int tenant_max_kernels;       /* per tenant (0: only max_kernels) */
+    int tenant_max_workspaces;    /* per tenant, with or without kernels (0: no quota) */
+    long long tenant_max_bytes;   /* sum of the sizes of a tenant's workspaces (0: no quota) */
     /* kernel -> client callbacks (kernelmgr/kcall.c); 0 / NULL: the defaults */
     const char *callbacks;        /* allowed names, comma-separated (KMGR_CALLBACKS_DEFAULT) */
     long long callback_max_bytes; /* JSON bytes of a request, and of a reply (4 MiB) */

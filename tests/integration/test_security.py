@@ -600,3 +600,41 @@ def test_every_rpc_method_refuses_another_tenants_objects(tgw):
             await a.close()
             await b.close()
     run(go(), timeout=120)
+
+
+def test_tenant_quotas(tenants):
+    path, keys = tenants
+    gw = start_gateway([f"--key-file={path}", "--tenant-max-kernels=2",
+                        "--tenant-max-workspaces=3", "--workspace-grace=600"])
+    alice, bob = keys["alice"], keys["bob"]
+    made = []
+    try:
+        for _ in range(2):
+            status, k, _ = req(gw, "POST", "/api/kernels", alice, {})
+            assert status == 201, k
+            made.append((alice, k["id"]))
+        status, body, _ = req(gw, "POST", "/api/kernels", alice, {})
+        assert status == 403 and "quota" in body["message"], body
+        # another tenant is not affected
+        status, k, _ = req(gw, "POST", "/api/kernels", bob, {})
+        assert status == 201, k
+        made.append((bob, k["id"]))
+        # a deleted kernel's workspace still counts while it is kept for downloads
+        assert req(gw, "DELETE", f"/api/kernels/{made[0][1]}", alice)[0] == 204
+        made.pop(0)
+        status, k, _ = req(gw, "POST", "/api/kernels", alice, {})
+        assert status == 201, k  # 2 kernels, 3 workspaces
+        made.append((alice, k["id"]))
+        assert req(gw, "DELETE", f"/api/kernels/{k['id']}", alice)[0] == 204
+        made.pop()
+        status, body, _ = req(gw, "POST", "/api/kernels", alice, {})
+        assert status == 403, body  # 1 kernel but 3 workspaces
+        # sharing a workspace needs no new one
+        status, model, _ = req(gw, "GET", f"/api/kernels/{made[0][1]}", alice)
+        status, k, _ = req(gw, "POST", "/api/kernels", alice, {"workspace": model["workspace"]})
+        assert status == 201, k
+        made.append((alice, k["id"]))
+    finally:
+        for key, kid in made:
+            req(gw, "DELETE", f"/api/kernels/{kid}", key)
+        stop_gateway(gw)
