@@ -490,12 +490,27 @@ int main(int argc, char **argv)
     util_uuid(G.server_session);
     G.started_us = G.last_activity_us = util_wall_us();
 
-    /* Kernels and clients need descriptors; lws sizes its tables from this limit. */
+    /* Kernels and clients need descriptors; lws sizes its tables from this limit. A kernel
+     * websocket costs about 10 (its socket; shell, control and stdin DEALERs: each a mailbox,
+     * an ipc connection and the watched ZMQ_FD), a kernel about 40. */
     struct rlimit rl;
-    rlim_t want = (rlim_t)G.cfg.max_connections + 64 * (rlim_t)G.cfg.max_kernels + 256;
+    rlim_t want = 12 * (rlim_t)G.cfg.max_connections + 64 * (rlim_t)G.cfg.max_kernels + 256;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_max < want) { /* root may raise the hard limit */
+            struct rlimit raised = {want, want};
+            if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+                rl = raised;
+        }
         rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < want)
+            log_warn("open files limited to %llu (wanted %llu for --max-connections and "
+                     "--max-kernels): about %llu kernel websockets fit",
+                     (unsigned long long)rl.rlim_cur, (unsigned long long)want,
+                     (unsigned long long)(rl.rlim_cur > 64 * (rlim_t)G.cfg.max_kernels + 256
+                                              ? (rl.rlim_cur - 64 * (rlim_t)G.cfg.max_kernels -
+                                                 256) / 12
+                                              : 0));
     }
 
     sigset_t mask;

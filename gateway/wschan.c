@@ -452,6 +452,8 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
         sess->linger = g->loop.evl.timer_new(&g->loop.evl, on_linger, sess);
         sess->kc = kconn_new(k, sid, &sess_ops, sess);
         if (!sess->kc || !sess->linger) {
+            log_warn("ws: cannot connect session %s to kernel=%s: %s", sid, kernel_id(k),
+                     strerror(errno));
             kconn_destroy(&sess->kc);
             evl_timer_destroy(&g->loop.evl, &sess->linger);
             free(sess);
