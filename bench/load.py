@@ -36,6 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench as B  # noqa: E402  (Gateway, Reaper, pct, proc_status)
 
 
+LINGER_S = 10  # --session-linger of the gateway under test
+
+
 def wrk(gw, path, seconds, connections=50, threads=2):
     script = f"wrk.headers['Authorization'] = 'token {gw.token}'\n"
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
@@ -138,10 +141,15 @@ def main():
     ap.add_argument("--rest-seconds", type=int, default=10)
     ap.add_argument("--clients", type=int, default=200)
     ap.add_argument("--kernels", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the websocket load: RSS that keeps growing from round to round "
+                         "is a leak (the allocator keeps what a round needed)")
     ap.add_argument("--kgw-arg", action="append", default=[])
     a = ap.parse_args()
-    if not (1 <= a.seconds <= 600 and 1 <= a.clients <= 2000 and 1 <= a.kernels <= 100):
-        ap.error("bounded by design: --seconds <= 600, --clients <= 2000, --kernels <= 100")
+    if not (1 <= a.seconds <= 600 and 1 <= a.clients <= 2000 and 1 <= a.kernels <= 100 and
+            1 <= a.rounds <= 5):
+        ap.error("bounded by design: --seconds <= 600, --clients <= 2000, --kernels <= 100, "
+                 "--rounds <= 5")
     reaper = B.Reaper()
     workdir = tempfile.mkdtemp(prefix="kgw-load-")
     os.chmod(workdir, 0o711)  # sandboxed kernels (other uids) traverse it to their runtime dir
@@ -151,7 +159,8 @@ def main():
     try:
         gw = B.Gateway(os.path.abspath(a.kgw), workdir, reaper,
                        ["--rate-limit=0", f"--max-kernels={a.kernels + 5}",
-                        f"--max-connections={a.clients + 500}", *a.kgw_arg])
+                        f"--max-connections={a.clients + 500}",
+                        f"--session-linger={LINGER_S}", *a.kgw_arg])
         result["rss_idle_mb"] = rss_mb(gw)
         if shutil.which("wrk"):
             result["rest"] = [wrk(gw, p, a.rest_seconds) for p in
@@ -176,20 +185,27 @@ def main():
                 return await ws_load(gw, kids, a.clients, a.seconds)
             finally:
                 s.cancel()
-        print(f"{a.clients} websocket clients over {a.kernels} kernels for {a.seconds} s ...",
-              file=sys.stderr)
-        st = asyncio.run(asyncio.wait_for(run(), a.seconds + 120))
-        result["rss_peak_mb"] = peak[0]
-        time.sleep(5)
-        result["rss_after_mb"] = rss_mb(gw)
-        rtt = sorted(st["rtt"])
-        result["websocket"] = {
-            "clients": a.clients, "kernels": a.kernels, "seconds": round(st["elapsed"], 1),
-            "executions": st["done"], "per_second": round(st["done"] / st["elapsed"], 1),
-            "rtt_p50_ms": round(B.pct(rtt, 50) * 1000, 2) if rtt else None,
-            "rtt_p99_ms": round(B.pct(rtt, 99) * 1000, 2) if rtt else None,
-            "closing_s": round(st["close_s"], 1), "lost": st["lost"], "sent": st["sent"], "connect_errors": st["connect_errors"],
-            "connection_errors": st["conn_errors"], "error_samples": st["errors"][:5]}
+        result["rounds"] = []
+        for rnd in range(a.rounds):
+            print(f"{a.clients} websocket clients over {a.kernels} kernels for {a.seconds} s "
+                  f"(round {rnd + 1} of {a.rounds}) ...", file=sys.stderr)
+            peak[0] = 0.0
+            st = asyncio.run(asyncio.wait_for(run(), a.seconds + 120))
+            time.sleep(5)
+            rtt = sorted(st["rtt"])
+            result["rounds"].append({
+                "clients": a.clients, "kernels": a.kernels, "seconds": round(st["elapsed"], 1),
+                "executions": st["done"], "per_second": round(st["done"] / st["elapsed"], 1),
+                "rtt_p50_ms": round(B.pct(rtt, 50) * 1000, 2) if rtt else None,
+                "rtt_p99_ms": round(B.pct(rtt, 99) * 1000, 2) if rtt else None,
+                "closing_s": round(st["close_s"], 1), "lost": st["lost"], "sent": st["sent"],
+                "connect_errors": st["connect_errors"], "connection_errors": st["conn_errors"],
+                "error_samples": st["errors"][:5], "rss_peak_mb": peak[0],
+                "rss_5s_after_mb": rss_mb(gw)})
+        # closed sessions linger (for reconnects) with their replay buffers; once they expired
+        # and the gateway returned free memory (every 30 s), RSS should be back near the start
+        time.sleep(LINGER_S + 32)
+        result["rss_after_linger_mb"] = rss_mb(gw)
         result["gateway_alive"] = gw.alive()
     finally:
         for k in kids:
@@ -205,8 +221,9 @@ def main():
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=2))
-    ws = result.get("websocket", {})
-    ok = result.get("gateway_alive") and ws.get("lost") == 0 and ws.get("connection_errors") == 0
+    ok = result.get("gateway_alive") and all(
+        r["lost"] == 0 and r["connection_errors"] == 0 and r["connect_errors"] == 0
+        for r in result.get("rounds", [{"lost": 1}]))
     return 0 if ok else 1
 
 

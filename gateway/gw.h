@@ -50,6 +50,7 @@ struct gw_config {
     long long max_ws_message_bytes;
     long long max_ws_queue_bytes;
     long long session_linger;
+    long long max_replay_bytes;
     long long max_connections;
     bool sandbox;
     const char *sandbox_init;

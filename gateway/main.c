@@ -7,6 +7,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -85,6 +86,8 @@ static const struct cfg_option options[] = {
       "bytes queued to one websocket before the client is disconnected as too slow"),
     I("session-linger", session_linger, "60", 0, 86400,
       "seconds a client session's sockets outlive its websocket (for reconnects)"),
+    I("max-replay-bytes", max_replay_bytes, "67108864", 0, 17179869184LL,
+      "output kept for all disconnected sessions together, replayed when they reconnect"),
     I("max-connections", max_connections, "4096", 16, 1000000, "file descriptors for clients"),
     B("sandbox", sandbox, "true",
       "run every kernel in a sandbox (--no-sandbox: unsandboxed, for development only)"),
@@ -333,6 +336,17 @@ static const struct lws_protocols protocols[] = {
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
+/* Memory that bursts of clients needed (replay buffers, queues) goes back to the system once
+ * they are gone, instead of staying in the allocator's free lists. */
+#define TRIM_INTERVAL_MS 30000
+static evl_timer_t *trim_timer;
+
+static void on_trim(void *data)
+{
+    malloc_trim(0);
+    G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
+}
+
 static void on_signal(void *data)
 {
     int fd = (int)(intptr_t)data;
@@ -566,6 +580,9 @@ int main(int argc, char **argv)
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
     if (!sig_io || http_start_tick(&G) < 0)
         goto out;
+    if (!(trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, NULL)))
+        goto out;
+    G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
 
     struct kmgr_opts ko = {
         .runtime_dir = G.cfg.runtime_dir,
