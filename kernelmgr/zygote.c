@@ -67,6 +67,14 @@ static const char zygote_py[] =
     "    from ipykernel import kernelapp\n"
     "    kernelapp.launch_new_instance()\n";
 
+/* In sanitizer builds (the sandbox library is instrumented): Python's interpreter-lifetime
+ * allocations are not leaks, and every forked kernel would report them at exit. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "detect_leaks=0";
+}
+
 static PyObject *ns;
 
 struct kernel_arg {
