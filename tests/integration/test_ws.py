@@ -433,3 +433,34 @@ def test_reconnect_replays_missed_messages(gateway, kernel, proto):
         assert "".join(texts) == "late\n", texts
         await c2.close()
     run(go())
+
+
+def test_replay_of_disconnected_sessions_is_bounded(gateway_factory):
+    """What disconnected sessions keep for replay is bounded for all of them together
+    (--max-replay-bytes): past it a session stops buffering (its client reconnects to live
+    output only) instead of the gateway's memory growing with every client that went away."""
+    gw = gateway_factory("--max-replay-bytes=65536")
+
+    async def go():
+        k = gw.start_kernel()["id"]
+        sid = uuid.uuid4().hex
+        c = await J.connect(gw, k, "legacy", session_id=sid)
+        await c.execute("1")
+        msg_id = await c.request("execute_request", {
+            "code": "import time; time.sleep(1)\nfor i in range(400): print('x' * 500)",
+            "silent": False})
+        await c.close()
+        await asyncio.sleep(4)  # about 200 KB of output while nobody is connected
+        c2 = await J.connect(gw, k, "legacy", session_id=sid)
+        try:
+            reply, iopub = await c2.collect(msg_id, timeout=5)
+            got = reply is not None
+        except Exception:
+            got = False
+        assert not got, "the whole cell was replayed past the replay limit"
+        # the connection itself works
+        assert (await c2.execute("print('live')")).stdout == "live\n"
+        await c2.close()
+        gw.delete_kernel(k)
+    run(go())
+    assert "not replaying it" in gw.log()
