@@ -609,6 +609,19 @@ static void reset_signals(void)
     sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+/* The set-up pipes of a start that failed (-1: never opened). */
+static void close_pipes(int efd[2], int syncp[2], int gop[2])
+{
+    for (int i = 0; i < 2; i++) {
+        if (efd[i] >= 0)
+            close(efd[i]);
+        if (syncp[i] >= 0)
+            close(syncp[i]);
+        if (gop[i] >= 0)
+            close(gop[i]);
+    }
+}
+
 int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
                     int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz)
 {
@@ -644,14 +657,7 @@ int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pi
     return handshake(pid, efd[0], syncp[0], gop[1], -1, p, ret_pid, ret_pidfd, ret_setupfd, why,
                      whysz);
 fail:
-    for (int i = 0; i < 2; i++) {
-        if (efd[i] >= 0)
-            close(efd[i]);
-        if (syncp[i] >= 0)
-            close(syncp[i]);
-        if (gop[i] >= 0)
-            close(gop[i]);
-    }
+    close_pipes(efd, syncp, gop);
     return r;
 }
 
@@ -743,14 +749,7 @@ int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, p
                      why, whysz);
 fail:
     free(msg);
-    for (int i = 0; i < 2; i++) {
-        if (efd[i] >= 0)
-            close(efd[i]);
-        if (syncp[i] >= 0)
-            close(syncp[i]);
-        if (gop[i] >= 0)
-            close(gop[i]);
-    }
+    close_pipes(efd, syncp, gop);
     return r;
 }
 
