@@ -789,6 +789,8 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
     if (zfd >= 0) {
         /* forkable specs are `python -m ipykernel_launcher -f {connection_file}` (kzygote.c) */
         char *payload[] = {"-f", SBX_RUNTIME_PATH "/connection.json", NULL};
+        kzygote__adopt(k->m, k);
+        p.cgroup = k->cgroup;
         int r = sbx_start_forked(zfd, &p, payload, &k->pid, &k->pidfd, &k->setup_fd, 2000, why,
                                  whysz);
         /* the server's own trouble (no answer, gone, its proxy not re-parented): restart it */
@@ -840,6 +842,8 @@ static void start_process(kernel_t *k)
     }
     if (k->pidfd >= 0)
         k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k);
+    if (k->m->o.sandbox)
+        k->cgroup_used = true;
     k->got_reply = k->got_iopub = false;
     k->hb_outstanding = false;
     k->hb_missed = 0;

@@ -4,10 +4,14 @@
  * restarted (with a backoff) when it dies, and recycled after ZYGOTE_MAX_FORKS kernels or
  * ZYGOTE_MAX_AGE_MS (its children share its address layout and string hash seed).
  *
- * The gateway becomes a child subreaper: a forked kernel's proxy is re-parented to it, so
- * kernel.c waits for, signals and reaps it exactly as an exec'd one. Orphans that are not
- * kernels (a sandbox's init whose proxy died, a proxy whose start was abandoned) are reaped
- * in kzygote__reap_strays. */
+ * A forked kernel's proxy is the gateway's child (sbx.h), so kernel.c waits for, signals and
+ * reaps it exactly as an exec'd one. The gateway is also a child subreaper: orphans that are
+ * not kernels (a sandbox's init whose proxy died, a proxy whose start was abandoned) are
+ * reaped in kzygote__reap_strays.
+ *
+ * Between kernels the server sits in the cgroup of the next kernel (place, kzygote__adopt): a
+ * move into a cgroup costs an RCU grace period on cgroup v1 (10-25 ms here), so it is paid by
+ * the server while it is idle, not by the gateway's loop while a kernel starts. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -66,8 +70,43 @@ static void stop(kmgr_t *m)
         kill(z->pid, SIGKILL);
         waitpid(z->pid, NULL, 0);
     }
+    if (m->cgroups)
+        sbx_cgroups_keep(m->cgroups, 0);
+    sbx_cgroup_destroy(&z->next_cg);
     z->pid = 0;
     z->ready = false;
+}
+
+/* Moves the server into a new cgroup for the next kernel it forks (kzygote__adopt). Until it
+ * has read the message it may still sit in the last kernel's cgroup, so removals of cgroups
+ * spare it (sbx_cgroups_keep); it moves before it forks again (one socket, read in order). */
+static void place(kmgr_t *m)
+{
+    struct kzygote *z = &m->zyg;
+    const struct sbx_limits *lim = &m->o.sandbox->lim;
+    char name[32];
+    if (!m->cgroups || !z->ready || z->next_cg)
+        return;
+    snprintf(name, sizeof(name), "fork-%u", ++z->serial);
+    z->next_cg = sbx_cgroup_new(m->cgroups, name, lim->mem_bytes, lim->pids, lim->cpu_millis);
+    int r = z->next_cg ? sbx_fork_server_move(z->fd, z->next_cg) : -errno;
+    if (r < 0) {
+        log_debug("fork server: no cgroup ready for the next kernel: %s", strerror(-r));
+        sbx_cgroup_destroy(&z->next_cg);
+    }
+}
+
+void kzygote__adopt(kmgr_t *m, kernel_t *k)
+{
+    struct kzygote *z = &m->zyg;
+    sbx_cgroup_t *cg = z->next_cg;
+    if (!cg || !k->cgroup || k->cgroup_used ||
+        sbx_cgroup_set_limits(cg, k->lim.mem_bytes, k->lim.pids, k->lim.cpu_millis) < 0)
+        return;
+    z->next_cg = NULL;
+    sbx_cgroup_destroy(&k->cgroup); /* empty: it never held a process */
+    sbx_cgroup_rename(cg, k->id);   /* its usual name where the hierarchy allows (v1) */
+    k->cgroup = cg;
 }
 
 static int spawn(kmgr_t *m)
@@ -85,6 +124,13 @@ static int spawn(kmgr_t *m)
         argv[i] = (char *)(strcmp(s, "{connection_file}") ? s : SBX_RUNTIME_PATH "/connection.json");
     }
     uid_t zuid = sb->uid_base - 1; /* below every kernel slot's uids */
+    /* where it may write while it pre-builds the kernel application (zygote.py); "" if none */
+    char scratch[PATH_MAX];
+    snprintf(scratch, sizeof(scratch), "%s/zygote", m->rundir);
+    if ((mkdir(scratch, 0700) < 0 && errno != EEXIST) || chown(scratch, zuid, zuid) < 0) {
+        log_warn("fork server: no scratch directory %s: %s", scratch, strerror(errno));
+        scratch[0] = '\0';
+    }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return -errno;
@@ -118,14 +164,17 @@ static int spawn(kmgr_t *m)
         _exit(127);
     }
     close(sv[1]);
-    /* its configuration: the first message it reads */
-    char conf[512];
-    int n = snprintf(conf, sizeof(conf), "P%s", sb->zygote_preload ? sb->zygote_preload : "");
+    /* its configuration, the first message it reads: "P" modules NUL scratch-directory */
+    char conf[PATH_MAX + 512];
+    int n = snprintf(conf, sizeof(conf), "P%.500s%c%s", sb->zygote_preload ? sb->zygote_preload : "",
+                     '\0', scratch);
     if (send(sv[0], conf, (size_t)n < sizeof(conf) ? (size_t)n : sizeof(conf) - 1,
              MSG_NOSIGNAL) < 0)
         log_debug("fork server: cannot send its configuration: %s", strerror(errno));
     z->fd = sv[0];
     z->pid = pid;
+    if (m->cgroups)
+        sbx_cgroups_keep(m->cgroups, pid);
     z->ready = false;
     z->forks = 0;
     z->started_ms = util_now_ms();
@@ -215,6 +264,7 @@ static void on_io(void *data)
         }
         z->ready = true;
         z->fails = 0;
+        place(m);
         log_info("fork server: ready (pid %d, pre-loaded in %llu ms, dry run %llu ms)",
                  (int)z->pid, (unsigned long long)(t0 - z->started_ms),
                  (unsigned long long)(util_now_ms() - t0));
@@ -297,7 +347,9 @@ void kzygote__forked(kmgr_t *m, bool ok)
     if (!ok) {
         stop(m);
         retry_later(m);
+        return;
     }
+    place(m);
 }
 
 static bool known(kmgr_t *m, pid_t pid)

@@ -32,6 +32,8 @@ struct kzygote {
     int forks, fails;
     uint64_t started_ms;
     evl_timer_t *respawn;
+    sbx_cgroup_t *next_cg; /* the cgroup it moved into for the next kernel (kzygote__adopt) */
+    unsigned serial;
 };
 
 struct kmgr {
@@ -139,6 +141,7 @@ struct kernel {
     char **envp;
 
     sbx_cgroup_t *cgroup;
+    bool cgroup_used;        /* a process of this kernel was in it */
     struct sbx_limits lim;   /* this kernel's sandbox limits */
     int exec_timeout_ms;
     long long output_cap;
@@ -246,6 +249,10 @@ int kzygote__init(kmgr_t *m);
 void kzygote__fini(kmgr_t *m);
 /* Its socket, when it is ready and runs this kernelspec; else -1. */
 int kzygote__fd(kmgr_t *m, const kspec_t *spec);
+/* Before a start through it: a kernel whose cgroup never held a process takes the cgroup
+ * the server already sits in (with the kernel's limits), so its proxy starts there and the
+ * gateway need not move it (on cgroup v1 a move waits for an RCU grace period). */
+void kzygote__adopt(kmgr_t *m, kernel_t *k);
 /* A start went through it, or (ok false) failed because of it: it is restarted. */
 void kzygote__forked(kmgr_t *m, bool ok);
 /* Reaps children that are neither kernels nor the fork server (we are a subreaper). */

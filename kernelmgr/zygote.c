@@ -15,6 +15,7 @@
  * in /proc/self/environ, and gets its own in os.environ. */
 #include <Python.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,43 +30,8 @@
 #define SERVER_FD 3
 #define INIT_FD   4
 
-/* Runs in the zygote (preload) and in each kernel (launch). */
-static const char zygote_py[] =
-    "import os, sys, threading\n"
-    "def _kgw_preload(extra):\n"
-    "    # numexpr (via pandas) would start threads: one, while this process forks\n"
-    "    os.environ['NUMEXPR_NUM_THREADS'] = '1'\n"
-    "    os.environ['MPLBACKEND'] = 'module://matplotlib_inline.backend_inline'\n"
-    "    os.environ['PYDEVD_DISABLE_FILE_VALIDATION'] = '1'  # debugpy's frozen-modules warning\n"
-    "    import ipykernel.kernelapp, ipykernel.ipkernel, ipykernel.zmqshell, IPython, zmq\n"
-    "    import jupyter_client, importlib, importlib.util\n"
-    "    for m in [m.strip() for m in extra.split(',') if m.strip()]:\n"
-    "        try:\n"
-    "            importlib.import_module(m)\n"
-    "        except Exception as e:\n"
-    "            sys.stderr.write('kgw-zygote: cannot preload %s: %r\\n' % (m, e))\n"
-    "    # the inline backend hooks into the shell when it is imported: never here\n"
-    "    sys.modules.pop('matplotlib_inline.backend_inline', None)\n"
-    "    global _kgw_launcher\n"
-    "    _kgw_launcher = importlib.util.find_spec('ipykernel_launcher').origin\n"
-    "    if threading.active_count() != 1:\n"
-    "        raise RuntimeError('threads after preload: %r' % threading.enumerate())\n"
-    "def _kgw_launch(env, args):\n"
-    "    os.environ.clear()\n"
-    "    for kv in env:\n"
-    "        k, _, v = kv.partition('=')\n"
-    "        os.environ[k] = v\n"
-    "    sys.argv = [_kgw_launcher] + list(args)\n"
-    "    # PYTHONPATH as an interpreter started with this environment would apply it\n"
-    "    extra = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]\n"
-    "    sys.path[0:0] = [os.getcwd()] + [p for p in extra if p not in sys.path]\n"
-    "    import random\n"
-    "    random.seed()  # also done by its at-fork hook; explicit for clarity\n"
-    "    np = sys.modules.get('numpy')\n"
-    "    if np is not None:\n"
-    "        np.random.seed()\n"
-    "    from ipykernel import kernelapp\n"
-    "    kernelapp.launch_new_instance()\n";
+/* kernelmgr/zygote.py: _kgw_preload runs here, _kgw_launch in each kernel */
+#include "kernelmgr/zygote_py.h"
 
 /* In sanitizer builds (the sandbox library is instrumented): Python's interpreter-lifetime
  * allocations are not leaks, and every forked kernel would report them at exit. */
@@ -143,6 +109,8 @@ static int serve(void)
         int r = sbx_fork_req_recv(SERVER_FD, INIT_FD, &req);
         if (r == -EPIPE)
             return 0; /* the gateway closed the socket: retired */
+        if (r == SBX_FORK_MOVED)
+            continue;
         if (r < 0) {
             if (r == -EINTR || r == -EBADMSG)
                 continue;
@@ -180,18 +148,25 @@ int main(int argc, char **argv)
     ns = PyDict_New();
     PyDict_SetItemString(ns, "__builtins__", PyDict_GetItemString(PyModule_GetDict(main),
                                                                   "__builtins__"));
-    PyObject *r = PyRun_String(zygote_py, Py_file_input, ns, ns);
+    PyObject *r = PyRun_String((const char *)kgw_zygote_py, Py_file_input, ns, ns);
     if (!r) {
         PyErr_Print();
         return 1;
     }
     Py_DECREF(r);
-    char conf[512];
+    /* "P" extra-modules NUL scratch-directory */
+    char conf[PATH_MAX + 512];
     ssize_t n = recv(SERVER_FD, conf, sizeof(conf) - 1, 0);
     if (n < 1 || conf[0] != 'P')
         return 1;
     conf[n] = '\0';
-    r = PyObject_CallFunction(PyDict_GetItemString(ns, "_kgw_preload"), "s", conf + 1);
+    size_t elen = strlen(conf + 1);
+    const char *scratch = (size_t)n > elen + 2 ? conf + elen + 2 : "";
+    PyObject *args = strv_list(argc == 5 ? argv + 3 : (char *const[]){NULL});
+    r = args ? PyObject_CallFunction(PyDict_GetItemString(ns, "_kgw_preload"), "sOs", conf + 1,
+                                     args, scratch)
+             : NULL;
+    Py_XDECREF(args);
     if (!r) {
         PyErr_Print();
         return 1;

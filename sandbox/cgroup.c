@@ -20,6 +20,7 @@ static const char *const v1_ctls[] = {"memory", "pids", "cpu"};
 struct sbx_cgroups {
     int version;
     char base[NCTL][PATH_MAX]; /* v1: one per controller; v2: base[0] only */
+    pid_t keep;                /* never killed by a cgroup's removal (sbx_cgroups_keep) */
 };
 
 struct sbx_cgroup {
@@ -101,14 +102,14 @@ static bool own_cgroup(const char *ctl, char *out, size_t outsz)
     return found;
 }
 
-static void kill_and_rmdir(const char *dir)
+static void kill_and_rmdir(const char *dir, pid_t keep)
 {
     char buf[8192];
     for (int attempt = 0; attempt < 50; attempt++) {
         if (read_file(dir, "cgroup.procs", buf, sizeof(buf)) > 0)
             for (char *p = buf; *p;) {
                 pid_t pid = (pid_t)atoi(p);
-                if (pid > 0)
+                if (pid > 0 && pid != keep)
                     kill(pid, SIGKILL);
                 p = strchr(p, '\n');
                 if (!p)
@@ -130,11 +131,11 @@ static void remove_tree(const char *dir)
     while (d && (e = readdir(d)))
         if (e->d_type == DT_DIR && e->d_name[0] != '.') {
             snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
-            kill_and_rmdir(sub);
+            kill_and_rmdir(sub, 0);
         }
     if (d)
         closedir(d);
-    kill_and_rmdir(dir);
+    kill_and_rmdir(dir, 0);
 }
 
 sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
@@ -274,6 +275,11 @@ void sbx_cgroups_sweep(bool (*alive)(const char *instance, void *data), void *da
     }
 }
 
+void sbx_cgroups_keep(sbx_cgroups_t *cgs, pid_t pid)
+{
+    cgs->keep = pid;
+}
+
 const char *sbx_cgroups_version(const sbx_cgroups_t *cgs)
 {
     return cgs->version == 1 ? "v1" : "v2";
@@ -282,7 +288,6 @@ const char *sbx_cgroups_version(const sbx_cgroups_t *cgs)
 sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
                              long long pids, long long cpu_millis)
 {
-    char v[64];
     int r = 0;
     sbx_cgroup_t *cg = calloc(1, sizeof(*cg));
     if (!cg)
@@ -297,7 +302,21 @@ sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem
             goto fail;
         }
     }
-    if (cgs->version == 1) {
+    if ((r = sbx_cgroup_set_limits(cg, mem_bytes, pids, cpu_millis)) < 0)
+        goto fail;
+    return cg;
+fail:
+    sbx_cgroup_destroy(&cg);
+    errno = -r;
+    return NULL;
+}
+
+int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,
+                          long long cpu_millis)
+{
+    char v[64];
+    int r;
+    if (cg->cgs->version == 1) {
         snprintf(v, sizeof(v), "%lld", mem_bytes);
         r = write_file(cg->path[0], "memory.limit_in_bytes", v);
         write_file(cg->path[0], "memory.memsw.limit_in_bytes", v); /* absent without swap accounting */
@@ -315,13 +334,87 @@ sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem
         snprintf(v, sizeof(v), "%lld 100000", cpu_millis * 100);
         r = r ? r : write_file(cg->path[0], "cpu.max", v);
     }
-    if (r < 0)
-        goto fail;
-    return cg;
-fail:
-    sbx_cgroup_destroy(&cg);
-    errno = -r;
-    return NULL;
+    return r;
+}
+
+int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name)
+{
+    char to[NCTL][PATH_MAX];
+    int n = cg->cgs->version == 1 ? NCTL : 1;
+    for (int i = 0; i < n; i++) {
+        snprintf(to[i], sizeof(to[i]), "%s/%s", cg->cgs->base[i], name);
+        if (rename(cg->path[i], to[i]) < 0) {
+            int err = -errno;
+            while (--i >= 0) /* back, so every hierarchy keeps one name */
+                rename(to[i], cg->path[i]);
+            return err;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(cg->path[i], to[i], sizeof(to[i]));
+    return 0;
+}
+
+int sbx_cgroup_procs_fds(sbx_cgroup_t *cg, int fds[SBX_CGROUP_MAX_FDS])
+{
+    int n = cg->cgs->version == 1 ? NCTL : 1;
+    for (int i = 0; i < n; i++) {
+        char p[PATH_MAX + 16];
+        snprintf(p, sizeof(p), "%s/cgroup.procs", cg->path[i]);
+        if ((fds[i] = open(p, O_WRONLY | O_CLOEXEC)) < 0) {
+            int err = -errno;
+            while (--i >= 0)
+                close(fds[i]);
+            return err;
+        }
+    }
+    return n;
+}
+
+bool sbx_cgroup_has(const sbx_cgroup_t *cg, pid_t pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return false;
+    buf[len] = '\0';
+    int n = cg->cgs->version == 1 ? NCTL : 1, found = 0;
+    for (int i = 0; i < n; i++) {
+        /* "ID:controllers:/relative/path": the path below the hierarchy's mount */
+        const char *mnt = "/sys/fs/cgroup", *ctl = cg->cgs->version == 1 ? v1_ctls[i] : "";
+        char want[PATH_MAX + 64];
+        size_t ml = strlen(mnt) + (ctl[0] ? strlen(ctl) + 1 : 0);
+        if (strlen(cg->path[i]) <= ml)
+            return false;
+        snprintf(want, sizeof(want), "%s\n", cg->path[i] + ml);
+        for (char *line = buf; line && *line;) {
+            char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            char *next = strchr(line, '\n');
+            if (c2 && (!next || c2 < next)) {
+                size_t cl = (size_t)(c2 - c1 - 1);
+                bool match = false;
+                if (!ctl[0]) {
+                    match = cl == 0;
+                } else {
+                    for (const char *t = c1 + 1; t < c2;) { /* "cpu,cpuacct" lists */
+                        const char *e = memchr(t, ',', (size_t)(c2 - t));
+                        size_t tl = e ? (size_t)(e - t) : (size_t)(c2 - t);
+                        match = match || (tl == strlen(ctl) && !strncmp(t, ctl, tl));
+                        t = e ? e + 1 : c2;
+                    }
+                }
+                if (match && !strncmp(c2 + 1, want, strlen(want)))
+                    found++;
+            }
+            line = next ? next + 1 : NULL;
+        }
+    }
+    return found == n;
 }
 
 int sbx_cgroup_attach(sbx_cgroup_t *cg, pid_t pid)
@@ -361,7 +454,7 @@ void sbx_cgroup_destroy(sbx_cgroup_t **pcg)
         return;
     for (int i = 0; i < NCTL; i++)
         if (cg->path[i][0])
-            kill_and_rmdir(cg->path[i]);
+            kill_and_rmdir(cg->path[i], cg->cgs->keep);
     free(cg);
     *pcg = NULL;
 }

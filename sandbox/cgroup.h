@@ -26,6 +26,20 @@ sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem
                              long long pids, long long cpu_millis);
 /* Moves pid (and so its future children) into the cgroup. */
 int sbx_cgroup_attach(sbx_cgroup_t *cg, pid_t pid);
+/* Whether pid is in the cgroup (in every hierarchy, v1). */
+bool sbx_cgroup_has(const sbx_cgroup_t *cg, pid_t pid);
+int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,
+                          long long cpu_millis);
+/* Renames it within its parent (-errno: cgroup v2 cannot rename; the name stays). */
+int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name);
+/* Opens its cgroup.procs files for writing (one per hierarchy): the number opened or -errno.
+ * Writing "0" to them moves the writer in; the permission check is the opener's (ours), so
+ * the descriptors let a less privileged process move itself into this cgroup only. */
+#define SBX_CGROUP_MAX_FDS 3
+int sbx_cgroup_procs_fds(sbx_cgroup_t *cg, int fds[SBX_CGROUP_MAX_FDS]);
+/* A process that removals of cgroups never kill (the fork server, which moves itself into the
+ * cgroups of kernels to come: sbx_fork_server_move), 0 for none. */
+void sbx_cgroups_keep(sbx_cgroups_t *cgs, pid_t pid);
 /* Human-readable reason for a death, from the cgroup's counters ("" when none). */
 void sbx_cgroup_explain(sbx_cgroup_t *cg, char *out, size_t outsz);
 /* Kills anything left and removes the cgroup. */

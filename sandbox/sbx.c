@@ -551,7 +551,8 @@ static int handshake(pid_t expect, int efd, int syncfd, int gofd, int timeout_ms
             r = write_map(pid, "gid_map", map);
         if (r < 0) {
             f = (struct failure){ST_MAPS, -r};
-        } else if (p->cgroup && (r = sbx_cgroup_attach(p->cgroup, pid)) < 0) {
+        } else if (p->cgroup && !sbx_cgroup_has(p->cgroup, pid) &&
+                   (r = sbx_cgroup_attach(p->cgroup, pid)) < 0) {
             snprintf(why, whysz, "cannot move the kernel into its cgroup: %s", strerror(-r));
             f = (struct failure){ST_NONE, -r};
         } else if (write(gofd, "g", 1) != 1) {
@@ -664,6 +665,7 @@ fail:
 /* ---- the fork server ---- */
 
 #define FORK_MAGIC   0x4b47575aU /* "KGWZ" */
+#define MOVE_MAGIC   0x4b47574dU /* "KGWM": move yourself into the cgroup of these fds */
 #define FORK_MSG_MAX (64 * 1024)
 #define FORK_STR_MAX 1024 /* environment and payload strings, each list */
 #define FORK_FIXED   4    /* the profile's directories */
@@ -753,6 +755,47 @@ fail:
     return r;
 }
 
+int sbx_fork_server_move(int server, sbx_cgroup_t *cg)
+{
+    int fds[SBX_CGROUP_MAX_FDS];
+    int n = sbx_cgroup_procs_fds(cg, fds);
+    if (n < 0)
+        return n;
+    uint32_t magic = MOVE_MAGIC;
+    union {
+        char buf[CMSG_SPACE(sizeof(fds))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {&magic, sizeof(magic)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)n * sizeof(int));
+    ssize_t w = sendmsg(server, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    int err = w == (ssize_t)sizeof(magic) ? 0 : w < 0 ? -errno : -EIO;
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    return err;
+}
+
+/* Server side of sbx_fork_server_move: the write is the kernel's cgroup_attach, which on
+ * cgroup v1 waits for an RCU grace period (about 10 ms here), paid now, while no kernel
+ * waits, instead of when the next kernel starts. */
+static void move_self(const int *fds, int nfds)
+{
+    for (int i = 0; i < nfds; i++) {
+        if (write(fds[i], "0", 1) != 1) {
+            int err = errno;
+            fprintf(stderr, "kgw-zygote: cannot move into a kernel's cgroup: %s\n",
+                    strerror(err));
+        }
+        close(fds[i]);
+    }
+}
+
 void sbx_fork_req_free(sbx_fork_req_t **pr)
 {
     sbx_fork_req_t *r = *pr;
@@ -779,7 +822,7 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
 {
     sbx_fork_req_t *r = calloc(1, sizeof(*r));
     union {
-        char buf[CMSG_SPACE(3 * sizeof(int))];
+        char buf[CMSG_SPACE(3 * sizeof(int))]; /* SBX_CGROUP_MAX_FDS for a move */
         struct cmsghdr align;
     } u;
     int err = EBADMSG;
@@ -800,15 +843,29 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
         err = n == 0 ? EPIPE : errno;
         goto fail;
     }
+    int fds[3], nfds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-            c->cmsg_len == CMSG_LEN(3 * sizeof(int))) {
-            int fds[3];
-            memcpy(fds, CMSG_DATA(c), sizeof(fds));
-            r->efd = fds[0];
-            r->syncfd = fds[1];
-            r->gofd = fds[2];
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && !nfds &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int)) && c->cmsg_len <= CMSG_LEN(sizeof(fds))) {
+            nfds = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            memcpy(fds, CMSG_DATA(c), (size_t)nfds * sizeof(int));
         }
+    uint32_t magic = 0;
+    if ((size_t)n >= sizeof(magic))
+        memcpy(&magic, r->buf, sizeof(magic));
+    if (magic == MOVE_MAGIC && (size_t)n == sizeof(magic) && !(mh.msg_flags & MSG_CTRUNC)) {
+        move_self(fds, nfds);
+        sbx_fork_req_free(&r);
+        return SBX_FORK_MOVED;
+    }
+    if (nfds == 3) {
+        r->efd = fds[0];
+        r->syncfd = fds[1];
+        r->gofd = fds[2];
+    } else {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+    }
     if (r->efd < 0 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof(r->w))
         goto fail;
     memcpy(&r->w, r->buf, sizeof(r->w));
@@ -868,17 +925,12 @@ char *const *sbx_fork_req_env(const sbx_fork_req_t *r)
     return r->env;
 }
 
-/* The fork server's child's child: waits to be the gateway's child, then is a proxy. */
+/* The fork server's child, the gateway's child too (CLONE_PARENT): a proxy. */
 static void forked_proxy(sbx_fork_req_t *r, int server, void (*fn)(void *), void *arg)
 {
     pid_t gw = (pid_t)r->w.gateway;
     reset_signals();
     close(server);
-    for (int i = 0; getppid() != gw; i++) {
-        if (i > 4000) /* 2 s: the gateway is no subreaper, or gone */
-            fail(r->efd, ST_FORK, ESRCH);
-        usleep(500);
-    }
     if (setsid() < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != gw)
         fail(r->efd, ST_FORK, errno ? errno : ESRCH);
     proxy_stage(r->efd, r->syncfd, r->gofd, &r->p, fn, arg);
@@ -893,24 +945,20 @@ int sbx_fork_req_spawn(sbx_fork_req_t *r, int server, void (*fn)(void *arg), voi
         (void)w;
         return r_;
     }
-    pid_t mid = fork();
-    if (mid < 0) {
+    /* CLONE_PARENT: the proxy is the gateway's child at once (one fork of this large process
+     * instead of two, and no wait for a re-parenting). A raw clone leaves the child's
+     * thread-library descriptor with our thread id: the proxy is single-threaded, uses no
+     * pthread call that needs its own id, and every process after it is created by fork(). */
+    pid_t px = (pid_t)syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), NULL, NULL,
+                              NULL, 0UL);
+    if (px < 0) {
         struct failure f = {ST_FORK, errno};
         ssize_t w = write(r->efd, &f, sizeof(f));
         (void)w;
         return -f.err;
     }
-    if (mid == 0) {
-        pid_t px = fork();
-        if (px < 0)
-            fail(r->efd, ST_FORK, errno);
-        if (px == 0)
-            forked_proxy(r, server, fn, arg);
-        _exit(0); /* the proxy is re-parented to the nearest subreaper: the gateway */
-    }
-    int st;
-    while (waitpid(mid, &st, 0) < 0 && errno == EINTR)
-        ;
+    if (px == 0)
+        forked_proxy(r, server, fn, arg);
     return 0;
 }
 

@@ -67,13 +67,14 @@ int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pi
 int sbx_setup_result(int setupfd, char *why, size_t whysz);
 
 /* ---- the fork server ----
- * A pre-loaded process (kgw-zygote) forks kernels into the same sandbox as sbx_start: per
- * kernel it forks a child that forks the kernel's proxy and exits, so the proxy is re-parented
- * to the gateway (which must be a PR_SET_CHILD_SUBREAPER); the proxy arms PR_SET_PDEATHSIG
- * only then, and runs the very stages of sbx_start (user namespace with the uid maps and the
- * cgroup written by the gateway, the other namespaces, init, mounts, pivot_root, rlimits, uid,
- * capabilities, seccomp), fn running in the final sandboxed process. Descriptors there are
- * only marked close-on-exec: an fn that does not exec must close them (close_range). */
+ * A pre-loaded process (kgw-zygote, a child of the gateway) forks kernels into the same
+ * sandbox as sbx_start: per kernel it clones the kernel's proxy with CLONE_PARENT, so the
+ * proxy is the gateway's child; the proxy arms PR_SET_PDEATHSIG and runs the very stages of
+ * sbx_start (user namespace with the uid maps and the cgroup written by the gateway, the other
+ * namespaces, init, mounts, pivot_root, rlimits, uid, capabilities, seccomp), fn running in
+ * the final sandboxed process. Descriptors there are only marked close-on-exec: an fn that
+ * does not exec must close them (close_range). The proxy starts in the server's cgroup; the
+ * gateway moves it into the kernel's unless it is there already (sbx_fork_server_move). */
 
 /* Gateway side: sbx_start_async through the fork server's socket (SOCK_SEQPACKET).
  * payload: strings for the server's fn (NULL-terminated). -ETIMEDOUT when the server does not
@@ -81,9 +82,15 @@ int sbx_setup_result(int setupfd, char *why, size_t whysz);
 int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, pid_t *ret_pid,
                      int *ret_pidfd, int *ret_setupfd, int timeout_ms, char *why, size_t whysz);
 
+/* Gateway side: asks the server to move itself into cg, so the kernels it forks next start
+ * in it (sbx_start_forked then leaves their cgroup as it is). Returns at once. */
+int sbx_fork_server_move(int server, sbx_cgroup_t *cg);
+
 /* Server side. */
 typedef struct sbx_fork_req sbx_fork_req_t;
-/* Receives one request (blocking); init_fd: the server's kgw-sandbox-init. -EPIPE at EOF. */
+/* Receives one request (blocking); init_fd: the server's kgw-sandbox-init. -EPIPE at EOF.
+ * SBX_FORK_MOVED: the request was sbx_fork_server_move's, and is done. */
+#define SBX_FORK_MOVED 1
 int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret);
 void sbx_fork_req_free(sbx_fork_req_t **r);
 char *const *sbx_fork_req_payload(const sbx_fork_req_t *r);

@@ -195,6 +195,110 @@ def test_nothing_of_the_parent_or_another_kernel(fgw):
         fgw.delete_kernel(b)
 
 
+# What a kernel's IPython looks like from inside: a forked kernel's shell is built by the fork
+# server (zygote.py) and adopted in the kernel, an exec'd kernel builds its own; they must not
+# differ. Strings naming IPython's directories anywhere in the shell's objects are collected
+# too, so a path of the fork server's scratch directory left behind would show.
+SHELL_FACTS = """
+import os, sys, threading
+ip = get_ipython()
+k = ip.kernel
+seen, paths = set(), set()
+def walk(o, depth):
+    if id(o) in seen or depth > 3:
+        return
+    seen.add(id(o))
+    if isinstance(o, str):
+        if o.startswith('/') and ('.ipython' in o or 'zygote' in o):
+            paths.add(o)
+        return
+    if isinstance(o, os.PathLike):
+        walk(os.fspath(o), depth)
+        return
+    if isinstance(o, dict):
+        for v in list(o.values()):
+            walk(v, depth + 1)
+        return
+    if isinstance(o, (list, tuple, set)):
+        for v in list(o)[:200]:
+            walk(v, depth + 1)
+        return
+    d = getattr(o, '__dict__', None)
+    if isinstance(d, dict):
+        walk(d, depth + 1)
+    tv = getattr(o, '_trait_values', None)
+    if isinstance(tv, dict):
+        walk(tv, depth + 1)
+for o in [ip] + list(ip.configurables) + [ip.history_manager, ip.db, ip.logger,
+                                           ip.extension_manager, ip.profile_dir, ip.compile]:
+    walk(o, 0)
+R['paths'] = sorted(paths)
+R['profile'] = ip.profile_dir.location
+R['ipython_dir'] = ip.ipython_dir
+R['home_dir'] = ip.home_dir
+R['db'] = str(ip.db.root)
+R['hist'] = [ip.history_manager.hist_file, ip.history_manager.enabled,
+             ip.history_manager.session_number]
+R['dh'] = [str(p) for p in _dh]
+R['env'] = {v: os.environ.get(v) for v in ('TERM', 'CLICOLOR', 'PAGER', 'GIT_PAGER', 'HOME',
+                                          'MPLBACKEND', 'PYDEVD_DISABLE_FILE_VALIDATION')}
+R['wiring'] = [ip.kernel is k, ip.parent is k, k.shell is ip, ip.display_pub.session is k.session,
+               ip.displayhook.session is k.session, sys.modules['__main__'] is ip.user_module,
+               type(ip.compile).__name__, ip.config == k.parent.config]
+R['magics'] = {t: sorted(v) for t, v in ip.magics_manager.magics.items()}
+R['ipython_tree'] = sorted(os.path.relpath(os.path.join(d, f), ip.ipython_dir)
+                           for d, ds, fs in os.walk(ip.ipython_dir) for f in ds + fs
+                           if not f.endswith('-journal'))  # while the history thread writes
+R['hidden'] = sorted(ip.user_ns_hidden)
+import re
+R['threads'] = sorted(re.sub(r'^Thread-[0-9]+', 'Thread-N', t.name) for t in threading.enumerate())
+R['extensions'] = sorted(ip.extension_manager.loaded)
+R['io'] = [type(sys.stdout).__name__, type(sys.stderr).__name__, type(sys.displayhook).__name__,
+           type(ip._orig_sys_module_state['stdout']).__name__]
+"""
+
+
+HISTORY = """
+import time
+hm = get_ipython().history_manager
+R['In'] = In[1]
+R['count'] = get_ipython().execution_count
+R['session'] = [src for _, _, src in hm.get_range()]
+for _ in range(50):  # %history -g: the database, written by the history thread
+    R['search'] = [src for _, _, src in hm.search('*a = 6 [*] 7')]
+    if any(src.rstrip().endswith('a = 6 * 7') for src in R['search']):
+        break
+    time.sleep(0.1)
+"""
+
+
+def test_forked_shell_is_the_exec_shell(fgw):
+    """Every fact above is the same in a forked kernel and in one started with exec, and the
+    history of a forked kernel works (%history, In, _ih)."""
+    from conftest import stop_gateway
+    kid = new(fgw)
+    try:
+        S.kexec(fgw, kid, "a = 6 * 7")
+        forked_facts = S.kcall(fgw, kid, SHELL_FACTS)
+        hist = S.kcall(fgw, kid, HISTORY, guard=False)
+    finally:
+        fgw.delete_kernel(kid)
+    egw = S.start_sandboxed("--no-fork-server", "--pool", "python3=0")
+    try:
+        kid = S.new_kernel(egw)
+        S.kexec(egw, kid, "a = 6 * 7")
+        exec_facts = S.kcall(egw, kid, SHELL_FACTS)
+        egw.delete_kernel(kid)
+    finally:
+        stop_gateway(egw)
+    assert forked_facts == exec_facts
+    assert forked_facts["paths"] and all(p.startswith("/home/sandbox/.ipython")
+                                         for p in forked_facts["paths"]), forked_facts["paths"]
+    assert hist["In"].rstrip().endswith("a = 6 * 7") and hist["count"] == 3, hist
+    for key in ("session", "search"):
+        assert any(src.rstrip().endswith("a = 6 * 7") for src in hist[key]), (key, hist)
+
+
 def test_restart_is_forked_and_keeps_the_workspace(fgw):
     kid = new(fgw)
     try:
