@@ -367,7 +367,8 @@ def test_interrupt_and_restart(gateway, kernel):
         try:
             km, client = await ready_client(ch, kernel["id"])
             await run_cell(client, "survivor = 41", out=None)
-            msg_id = await client.execute("import time; time.sleep(60)")
+            # stop_on_error False: no abort window for the next request (ipykernel)
+            msg_id = await client.execute("import time; time.sleep(60)", stop_on_error=False)
             # wait for it to start, then interrupt through the kernel manager
             while True:
                 m = await client.get_iopub_msg(timeout=30)

@@ -102,7 +102,7 @@ def test_interrupt_keeps_the_kernel(fgw):
                 mid = await c.request("execute_request", {
                     "code": "import time\ntime.sleep(60)", "silent": False,
                     "store_history": True, "user_expressions": {}, "allow_stdin": False,
-                    "stop_on_error": True})
+                    "stop_on_error": False})  # no abort window for the next request
                 await c.recv(lambda m: m["channel"] == "iopub" and
                              m["header"]["msg_type"] == "execute_input", timeout=20)
                 await asyncio_sleep(0.3)
