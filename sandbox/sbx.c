@@ -445,6 +445,11 @@ static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
     char c;
     int keep[] = {efd, syncfd, gofd, p->init_fd, p->stderr_fd};
     close_all_but(keep, (int)(sizeof(keep) / sizeof(keep[0])));
+    /* still the gateway's uid (sbx_start_async): into the cgroup here, so the gateway's loop
+     * does not wait for the move (an RCU grace period on cgroup v1); the handshake checks,
+     * and moves it itself if this failed. A fork server's proxy has no cgroup here. */
+    if (p->cgroup)
+        sbx_cgroup_attach(p->cgroup, getpid());
     TRY(efd, ST_USERNS, unshare(CLONE_NEWUSER));
     pid_t me = getpid(); /* the gateway maps uids for this pid (a fork server's child too) */
     TRY(efd, ST_USERNS, write(syncfd, &me, sizeof(me)));
