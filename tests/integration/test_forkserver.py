@@ -299,6 +299,55 @@ def test_forked_shell_is_the_exec_shell(fgw):
         assert any(src.rstrip().endswith("a = 6 * 7") for src in hist[key]), (key, hist)
 
 
+def cgroups_of(pid):
+    """{controller: path} from /proc/PID/cgroup (v1 memory and pids, or v2 "")."""
+    out = {}
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, ctls, path = line.rstrip("\n").split(":", 2)
+            for c in ctls.split(",") if ctls else [""]:
+                out[c] = path
+    return out
+
+
+def test_kernels_start_in_their_own_cgroup_with_their_limits(fgw):
+    """The fork server waits in the next kernel's cgroup; a kernel takes it over with its own
+    limits (and, on cgroup v1, its name), and the server has moved on to a fresh one."""
+    mem = 300 * 1024 * 1024
+    st, model, _ = fgw.request("POST", "/api/kernels", {"name": "python3",
+                                                         "limits": {"memory": mem, "pids": 77}})
+    assert st == 201, model
+    kid = model["id"]
+    try:
+        assert forked(fgw, kid)
+        proxy = int(re.search(rf"kernel={kid}: ready \(pid (\d+), forked", fgw.log()).group(1))
+        server = int(re.search(r"fork server: ready \(pid (\d+)", fgw.log()).group(1))
+        mine = cgroups_of(proxy)
+        if "memory" in mine:  # cgroup v1: renamed to the kernel's id, limits from the request
+            ctl = "memory"
+            assert mine["memory"].endswith("/" + kid) and mine["pids"].endswith("/" + kid), mine
+            memfile = "/sys/fs/cgroup/memory" + mine["memory"] + "/memory.limit_in_bytes"
+            pidsfile = "/sys/fs/cgroup/pids" + mine["pids"] + "/pids.max"
+        else:  # v2 cannot rename
+            ctl = ""
+            memfile = "/sys/fs/cgroup" + mine[""] + "/memory.max"
+            pidsfile = "/sys/fs/cgroup" + mine[""] + "/pids.max"
+        assert int(open(memfile).read()) == mem and int(open(pidsfile).read()) == 77
+        deadline = time.monotonic() + 10  # the server moves itself out once the kernel is forked
+        while cgroups_of(server)[ctl] == mine[ctl] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cgroups_of(server)[ctl] != mine[ctl]
+        assert "/fork-" in cgroups_of(server)[ctl]
+        # and the limit holds inside: the pid limit stops a fork loop in the kernel
+        r = S.kcall(fgw, kid, "import os\nn = 0\ntry:\n    for _ in range(200):\n"
+                              "        if os.fork() == 0:\n            import time; time.sleep(30)\n"
+                              "            os._exit(0)\n        n += 1\nexcept OSError as e:\n"
+                              "    R['err'] = e.errno\nR['n'] = n")
+        assert r.get("err") == 11 and r["n"] < 77, r  # EAGAIN
+    finally:
+        fgw.delete_kernel(kid)
+
+
 def test_restart_is_forked_and_keeps_the_workspace(fgw):
     kid = new(fgw)
     try:
