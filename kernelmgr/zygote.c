@@ -122,9 +122,10 @@ static void collapse_heap(void)
         char perms[8], path[256] = "";
         if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %255s", &lo, &hi, perms, path) < 3)
             continue;
-        /* private anonymous memory and the brk heap only */
+        /* private anonymous memory and the brk heap only; not address space merely reserved
+         * (a sanitizer runtime's shadow is terabytes) */
         if (strncmp(perms, "rw", 2) != 0 || perms[3] != 'p' ||
-            (path[0] && strcmp(path, "[heap]") != 0))
+            (path[0] && strcmp(path, "[heap]") != 0) || hi - lo > (1UL << 30))
             continue;
         unsigned long a = (lo + huge - 1) & ~(huge - 1), b = hi & ~(huge - 1);
         if (b > a)

@@ -313,7 +313,7 @@ def cgroups_of(pid):
 def test_kernels_start_in_their_own_cgroup_with_their_limits(fgw):
     """The fork server waits in the next kernel's cgroup; a kernel takes it over with its own
     limits (and, on cgroup v1, its name), and the server has moved on to a fresh one."""
-    mem = 300 * 1024 * 1024
+    mem = 1024 * 1024 * 1024  # below the default 2 GiB; room for a sanitizer runtime
     st, model, _ = fgw.request("POST", "/api/kernels", {"name": "python3",
                                                          "limits": {"memory": mem, "pids": 77}})
     assert st == 201, model
@@ -364,6 +364,7 @@ def test_restart_is_forked_and_keeps_the_workspace(fgw):
 
 def test_pool_refills_from_the_fork_server(gateway_factory):
     gw = gateway_factory("--fork-server", "--pool", "python3=2")
+    S.wait_for(lambda: "fork server: ready" in gw.log(), 60, what="the fork server")
     S.wait_for(lambda: gw.request("GET", "/api/status")[1]["pool"]["python3"]["ready"] >= 2,
                120, what="a full pool")
     kid = S.new_kernel(gw)
