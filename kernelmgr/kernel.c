@@ -789,10 +789,12 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
     if (zfd >= 0) {
         /* forkable specs are `python -m ipykernel_launcher -f {connection_file}` (kzygote.c) */
         char *payload[] = {"-f", SBX_RUNTIME_PATH "/connection.json", NULL};
-        kzygote__adopt(k->m, k);
+        bool adopted = kzygote__adopt(k->m, k);
         p.cgroup = k->cgroup;
         int r = sbx_start_forked(zfd, &p, payload, &k->pid, &k->pidfd, &k->setup_fd, 2000, why,
                                  whysz);
+        if (adopted)
+            kzygote__adopted(k->m, k);
         /* the server's own trouble (no answer, gone, its proxy not re-parented): restart it */
         kzygote__forked(k->m, !(r == -ETIMEDOUT || r == -EPIPE || r == -ECONNRESET ||
                                 r == -ENOTCONN || r == -ESRCH || r == -EIO));

@@ -89,24 +89,33 @@ static void place(kmgr_t *m)
         return;
     snprintf(name, sizeof(name), "fork-%u", ++z->serial);
     z->next_cg = sbx_cgroup_new(m->cgroups, name, lim->mem_bytes, lim->pids, lim->cpu_millis);
-    int r = z->next_cg ? sbx_fork_server_move(z->fd, z->next_cg) : -errno;
+    int r = z->next_cg ? sbx_fork_server_move(z->fd, z->next_cg, m->o.sandbox->uid_base - 1)
+                       : -errno;
     if (r < 0) {
         log_debug("fork server: no cgroup ready for the next kernel: %s", strerror(-r));
         sbx_cgroup_destroy(&z->next_cg);
     }
 }
 
-void kzygote__adopt(kmgr_t *m, kernel_t *k)
+bool kzygote__adopt(kmgr_t *m, kernel_t *k)
 {
     struct kzygote *z = &m->zyg;
     sbx_cgroup_t *cg = z->next_cg;
     if (!cg || !k->cgroup || k->cgroup_used ||
         sbx_cgroup_set_limits(cg, k->lim.mem_bytes, k->lim.pids, k->lim.cpu_millis) < 0)
-        return;
+        return false;
     z->next_cg = NULL;
     sbx_cgroup_destroy(&k->cgroup); /* empty: it never held a process */
     sbx_cgroup_rename(cg, k->id);   /* its usual name where the hierarchy allows (v1) */
     k->cgroup = cg;
+    return true;
+}
+
+void kzygote__adopted(kmgr_t *m, kernel_t *k)
+{
+    /* the server read our messages in order: by the time the start went through it (or
+     * failed), it has moved into this cgroup if it could; it moves out on the next message */
+    sbx_cgroup_delegate(k->cgroup, 0, NULL);
 }
 
 static int spawn(kmgr_t *m)

@@ -252,7 +252,9 @@ int kzygote__fd(kmgr_t *m, const kspec_t *spec);
 /* Before a start through it: a kernel whose cgroup never held a process takes the cgroup
  * the server already sits in (with the kernel's limits), so its proxy starts there and the
  * gateway need not move it (on cgroup v1 a move waits for an RCU grace period). */
-void kzygote__adopt(kmgr_t *m, kernel_t *k);
+bool kzygote__adopt(kmgr_t *m, kernel_t *k);
+/* After that start (whatever its outcome): the cgroup is the server's no more. */
+void kzygote__adopted(kmgr_t *m, kernel_t *k);
 /* A start went through it, or (ok false) failed because of it: it is restarted. */
 void kzygote__forked(kmgr_t *m, bool ok);
 /* Reaps children that are neither kernels nor the fork server (we are a subreaper). */

@@ -355,16 +355,18 @@ int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name)
     return 0;
 }
 
-int sbx_cgroup_procs_fds(sbx_cgroup_t *cg, int fds[SBX_CGROUP_MAX_FDS])
+int sbx_cgroup_delegate(sbx_cgroup_t *cg, uid_t uid, int dirfds[SBX_CGROUP_MAX_DIRS])
 {
     int n = cg->cgs->version == 1 ? NCTL : 1;
     for (int i = 0; i < n; i++) {
         char p[PATH_MAX + 16];
         snprintf(p, sizeof(p), "%s/cgroup.procs", cg->path[i]);
-        if ((fds[i] = open(p, O_WRONLY | O_CLOEXEC)) < 0) {
-            int err = -errno;
-            while (--i >= 0)
-                close(fds[i]);
+        int err = chown(p, uid, uid) < 0 ? -errno : 0;
+        if (!err && dirfds && (dirfds[i] = open(cg->path[i], O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+            err = -errno;
+        if (err) {
+            while (dirfds && --i >= 0)
+                close(dirfds[i]);
             return err;
         }
     }

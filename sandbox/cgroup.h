@@ -32,11 +32,15 @@ int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,
                           long long cpu_millis);
 /* Renames it within its parent (-errno: cgroup v2 cannot rename; the name stays). */
 int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name);
-/* Opens its cgroup.procs files for writing (one per hierarchy): the number opened or -errno.
- * Writing "0" to them moves the writer in; the permission check is the opener's (ours), so
- * the descriptors let a less privileged process move itself into this cgroup only. */
-#define SBX_CGROUP_MAX_FDS 3
-int sbx_cgroup_procs_fds(sbx_cgroup_t *cg, int fds[SBX_CGROUP_MAX_FDS]);
+/* Gives its cgroup.procs files (one per hierarchy) to uid, so a process of that uid can move
+ * itself (and only processes of its own uid) into the cgroup; uid 0 takes them back. With
+ * dirfds, also opens the cgroup's directories (O_PATH: they grant nothing by themselves, and
+ * stay valid across a rename) for such a process to open cgroup.procs in. Returns the number
+ * of hierarchies or -errno. (Cgroup v2 also asks for write access to the common ancestor of
+ * the source and destination cgroups: where that is missing, the move fails and the caller
+ * moves the process itself.) */
+#define SBX_CGROUP_MAX_DIRS 3
+int sbx_cgroup_delegate(sbx_cgroup_t *cg, uid_t uid, int dirfds[SBX_CGROUP_MAX_DIRS]);
 /* A process that removals of cgroups never kill (the fork server, which moves itself into the
  * cgroups of kernels to come: sbx_fork_server_move), 0 for none. */
 void sbx_cgroups_keep(sbx_cgroups_t *cgs, pid_t pid);

@@ -760,10 +760,10 @@ fail:
     return r;
 }
 
-int sbx_fork_server_move(int server, sbx_cgroup_t *cg)
+int sbx_fork_server_move(int server, sbx_cgroup_t *cg, uid_t uid)
 {
-    int fds[SBX_CGROUP_MAX_FDS];
-    int n = sbx_cgroup_procs_fds(cg, fds);
+    int fds[SBX_CGROUP_MAX_DIRS];
+    int n = sbx_cgroup_delegate(cg, uid, fds);
     if (n < 0)
         return n;
     uint32_t magic = MOVE_MAGIC;
@@ -788,16 +788,17 @@ int sbx_fork_server_move(int server, sbx_cgroup_t *cg)
 
 /* Server side of sbx_fork_server_move: the write is the kernel's cgroup_attach, which on
  * cgroup v1 waits for an RCU grace period (about 10 ms here), paid now, while no kernel
- * waits, instead of when the next kernel starts. */
-static void move_self(const int *fds, int nfds)
+ * waits, instead of when the next kernel starts. dirs: the cgroup's directories (O_PATH). */
+static void move_self(const int *dirs, int n)
 {
-    for (int i = 0; i < nfds; i++) {
-        if (write(fds[i], "0", 1) != 1) {
-            int err = errno;
+    for (int i = 0; i < n; i++) {
+        int fd = openat(dirs[i], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, "0", 1) != 1)
             fprintf(stderr, "kgw-zygote: cannot move into a kernel's cgroup: %s\n",
-                    strerror(err));
-        }
-        close(fds[i]);
+                    strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        close(dirs[i]);
     }
 }
 
@@ -827,7 +828,7 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
 {
     sbx_fork_req_t *r = calloc(1, sizeof(*r));
     union {
-        char buf[CMSG_SPACE(3 * sizeof(int))]; /* SBX_CGROUP_MAX_FDS for a move */
+        char buf[CMSG_SPACE(3 * sizeof(int))];
         struct cmsghdr align;
     } u;
     int err = EBADMSG;

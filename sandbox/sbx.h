@@ -82,9 +82,10 @@ int sbx_setup_result(int setupfd, char *why, size_t whysz);
 int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, pid_t *ret_pid,
                      int *ret_pidfd, int *ret_setupfd, int timeout_ms, char *why, size_t whysz);
 
-/* Gateway side: asks the server to move itself into cg, so the kernels it forks next start
- * in it (sbx_start_forked then leaves their cgroup as it is). Returns at once. */
-int sbx_fork_server_move(int server, sbx_cgroup_t *cg);
+/* Gateway side: asks the server (running as uid) to move itself into cg, so the kernels it
+ * forks next start in it (sbx_start_forked then leaves their cgroup as it is). The cgroup's
+ * cgroup.procs files are given to uid for that (sbx_cgroup_delegate). Returns at once. */
+int sbx_fork_server_move(int server, sbx_cgroup_t *cg, uid_t uid);
 
 /* Server side. */
 typedef struct sbx_fork_req sbx_fork_req_t;

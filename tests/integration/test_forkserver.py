@@ -4,6 +4,7 @@ the same sandbox as the exec path. The escape and sandbox-work suites run agains
 forking: that kernels really are forked, the hazards of sharing a parent (random streams,
 uuids, numpy, matplotlib's inline backend, interrupts), and that nothing of the parent or of
 another kernel is visible."""
+import os
 import re
 import secrets
 import time
@@ -338,6 +339,11 @@ def test_kernels_start_in_their_own_cgroup_with_their_limits(fgw):
             time.sleep(0.05)
         assert cgroups_of(server)[ctl] != mine[ctl]
         assert "/fork-" in cgroups_of(server)[ctl]
+        # the server may write only its next cgroup's cgroup.procs, not the kernel's
+        root = "/sys/fs/cgroup/memory" if ctl else "/sys/fs/cgroup"
+        server_uid = os.stat(f"/proc/{server}").st_uid
+        assert os.stat(root + mine[ctl] + "/cgroup.procs").st_uid == 0
+        assert os.stat(root + cgroups_of(server)[ctl] + "/cgroup.procs").st_uid == server_uid != 0
         # and the limit holds inside: the pid limit stops a fork loop in the kernel
         r = S.kcall(fgw, kid, "import os\nn = 0\ntry:\n    for _ in range(200):\n"
                               "        if os.fork() == 0:\n            import time; time.sleep(30)\n"
