@@ -1,7 +1,8 @@
 /* kgw-zygote: the fork server. A Python interpreter (libpython, embedded) that imports
- * ipykernel, IPython, zmq and jupyter_client once, creates no ZeroMQ context and no thread,
- * never runs user code, and forks one kernel per request from the gateway into the same
- * sandbox as the exec path (sandbox/sbx.h, "the fork server").
+ * ipykernel, IPython, zmq and jupyter_client once, pre-builds what every kernel's application
+ * would build the same way (zygote.py), creates no ZeroMQ context and no thread, never runs
+ * user code, and forks one kernel per request from the gateway into the same sandbox as the
+ * exec path (sandbox/sbx.h, "the fork server").
  *
  * Started by the gateway (kernelmgr/kzygote.c) from a sealed memfd, with the kernelspec's argv
  * (so a kernel's /proc/self/cmdline reads as with the exec path), as an unprivileged uid of its
@@ -9,7 +10,9 @@
  * descriptors only:
  *   0-2  /dev/null, /dev/null, the gateway's stderr (for its own start-up errors)
  *   3    SOCK_SEQPACKET to the gateway: its configuration in ("P" + comma-separated extra
- *        modules to import), then requests (sbx_start_forked); one "R" out when ready
+ *        modules to import + NUL + a scratch directory it may write), then requests
+ *        (sbx_start_forked) and moves into the next kernel's cgroup (sbx_fork_server_move);
+ *        one "R" out when ready
  *   4    kgw-sandbox-init (executable memfd)
  * Its environment is the sandbox's default (PATH, LANG, HOME): every forked kernel shows it
  * in /proc/self/environ, and gets its own in os.environ. */

@@ -58,7 +58,7 @@ def _kgw_prebuild(args, scratch):
         del app.config.HistoryManager["enabled"]
         if not app.config.HistoryManager:
             del app.config["HistoryManager"]
-    _kgw.update(app=app, shell=shell, args=tuple(args), scratch=scratch)
+    _kgw.update(app=app, shell=shell, args=tuple(args))
 
 
 def _kgw_preload(extra, args, scratch):

@@ -375,16 +375,10 @@ int sbx_cgroup_delegate(sbx_cgroup_t *cg, uid_t uid, int dirfds[SBX_CGROUP_MAX_D
 
 bool sbx_cgroup_has(const sbx_cgroup_t *cg, pid_t pid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char dir[32], buf[4096];
+    snprintf(dir, sizeof(dir), "/proc/%d", (int)pid);
+    if (read_file(dir, "cgroup", buf, sizeof(buf)) <= 0)
         return false;
-    ssize_t len = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (len <= 0)
-        return false;
-    buf[len] = '\0';
     int n = cg->cgs->version == 1 ? NCTL : 1, found = 0;
     for (int i = 0; i < n; i++) {
         /* "ID:controllers:/relative/path": the path below the hierarchy's mount */
