@@ -80,21 +80,20 @@ static void stop(kmgr_t *m)
 /* Moves the server into a new cgroup for the next kernel it forks (kzygote__adopt). Until it
  * has read the message it may still sit in the last kernel's cgroup, so removals of cgroups
  * spare it (sbx_cgroups_keep); it moves before it forks again (one socket, read in order). */
-static void place(kmgr_t *m)
+static int place(kmgr_t *m)
 {
     struct kzygote *z = &m->zyg;
     const struct sbx_limits *lim = &m->o.sandbox->lim;
     char name[32];
     if (!m->cgroups || !z->ready || z->next_cg)
-        return;
+        return 0;
     snprintf(name, sizeof(name), "fork-%u", ++z->serial);
     z->next_cg = sbx_cgroup_new(m->cgroups, name, lim->mem_bytes, lim->pids, lim->cpu_millis);
     int r = z->next_cg ? sbx_fork_server_move(z->fd, z->next_cg, m->o.sandbox->uid_base - 1)
                        : -errno;
-    if (r < 0) {
-        log_debug("fork server: no cgroup ready for the next kernel: %s", strerror(-r));
+    if (r < 0)
         sbx_cgroup_destroy(&z->next_cg);
-    }
+    return r;
 }
 
 bool kzygote__adopt(kmgr_t *m, kernel_t *k)
@@ -273,7 +272,9 @@ static void on_io(void *data)
         }
         z->ready = true;
         z->fails = 0;
-        place(m);
+        int pr = place(m); /* it sits where it was started: kernels are moved by the gateway */
+        if (pr < 0)
+            log_debug("fork server: no cgroup for the next kernel: %s", strerror(-pr));
         log_info("fork server: ready (pid %d, pre-loaded in %llu ms, dry run %llu ms)",
                  (int)z->pid, (unsigned long long)(t0 - z->started_ms),
                  (unsigned long long)(util_now_ms() - t0));
@@ -353,12 +354,13 @@ void kzygote__forked(kmgr_t *m, bool ok)
 {
     struct kzygote *z = &m->zyg;
     z->forks++;
-    if (!ok) {
+    int r = ok ? place(m) : 0;
+    if (r < 0) /* it sits in the cgroup of the kernel it just forked: never leave it there */
+        log_warn("fork server: no cgroup for the next kernel (%s); restarting it", strerror(-r));
+    if (!ok || r < 0) {
         stop(m);
         retry_later(m);
-        return;
     }
-    place(m);
 }
 
 static bool known(kmgr_t *m, pid_t pid)

@@ -788,18 +788,29 @@ int sbx_fork_server_move(int server, sbx_cgroup_t *cg, uid_t uid)
 
 /* Server side of sbx_fork_server_move: the write is the kernel's cgroup_attach, which on
  * cgroup v1 waits for an RCU grace period (about 10 ms here), paid now, while no kernel
- * waits, instead of when the next kernel starts. dirs: the cgroup's directories (O_PATH). */
-static void move_self(const int *dirs, int n)
+ * waits, instead of when the next kernel starts. dirs: the cgroup's directories (O_PATH).
+ * -EPERM when a move failed after an earlier one worked: the server may be left in the last
+ * kernel's cgroup, and must not stay there (it exits; the gateway starts another). A first
+ * move that fails leaves it where the gateway started it: harmless (the gateway then moves
+ * each kernel itself). */
+static int move_self(const int *dirs, int n)
 {
+    static bool moved;
+    int err = 0;
     for (int i = 0; i < n; i++) {
         int fd = openat(dirs[i], "cgroup.procs", O_WRONLY | O_CLOEXEC);
         if (fd < 0 || write(fd, "0", 1) != 1)
-            fprintf(stderr, "kgw-zygote: cannot move into a kernel's cgroup: %s\n",
-                    strerror(errno));
+            err = errno ? errno : EIO;
         if (fd >= 0)
             close(fd);
         close(dirs[i]);
     }
+    if (err) {
+        fprintf(stderr, "kgw-zygote: cannot move into a kernel's cgroup: %s\n", strerror(err));
+        return moved ? -EPERM : 0;
+    }
+    moved = n > 0;
+    return 0;
 }
 
 void sbx_fork_req_free(sbx_fork_req_t **pr)
@@ -860,9 +871,9 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
     if ((size_t)n >= sizeof(magic))
         memcpy(&magic, r->buf, sizeof(magic));
     if (magic == MOVE_MAGIC && (size_t)n == sizeof(magic) && !(mh.msg_flags & MSG_CTRUNC)) {
-        move_self(fds, nfds);
+        int moved = move_self(fds, nfds);
         sbx_fork_req_free(&r);
-        return SBX_FORK_MOVED;
+        return moved < 0 ? moved : SBX_FORK_MOVED;
     }
     if (nfds == 3) {
         r->efd = fds[0];

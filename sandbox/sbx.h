@@ -90,7 +90,8 @@ int sbx_fork_server_move(int server, sbx_cgroup_t *cg, uid_t uid);
 /* Server side. */
 typedef struct sbx_fork_req sbx_fork_req_t;
 /* Receives one request (blocking); init_fd: the server's kgw-sandbox-init. -EPIPE at EOF.
- * SBX_FORK_MOVED: the request was sbx_fork_server_move's, and is done. */
+ * SBX_FORK_MOVED: the request was sbx_fork_server_move's, and is done; -EPERM: it failed
+ * where the server must not go on (it may sit in a kernel's cgroup: exit). */
 #define SBX_FORK_MOVED 1
 int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret);
 void sbx_fork_req_free(sbx_fork_req_t **r);
