@@ -42,6 +42,21 @@ static void on_cull(void *data)
     m->evl->timer_arm(m->evl, m->cull, (uint64_t)m->o.cull_interval_s * 1000);
 }
 
+/* Unlinks the files of directory dfd (not its subdirectories or dot-names); closes dfd. */
+static void unlink_files(int dfd)
+{
+    DIR *d = fdopendir(dfd);
+    struct dirent *e;
+    if (!d) {
+        close(dfd);
+        return;
+    }
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            unlinkat(dfd, e->d_name, 0);
+    closedir(d);
+}
+
 /* Removes a dead instance's directory: <gw-dir>/<kernel-id>/{connection.json, k-N} and the
  * lock file. Only names this gateway creates are touched; nothing is followed. */
 static void remove_instance_dir(int basefd, const char *name)
@@ -57,18 +72,14 @@ static void remove_instance_dir(int basefd, const char *name)
         int kfd = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (kfd < 0)
             continue;
-        DIR *kd = fdopendir(kfd);
-        struct dirent *f;
-        while (kd && (f = readdir(kd)))
-            if (f->d_name[0] != '.')
-                unlinkat(kfd, f->d_name, 0);
-        if (kd)
-            closedir(kd);
+        unlink_files(kfd);
         unlinkat(dfd, e->d_name, AT_REMOVEDIR);
     }
     unlinkat(dfd, ".lock", 0);
     if (d)
         closedir(d);
+    else
+        close(dfd);
     unlinkat(basefd, name, AT_REMOVEDIR);
 }
 
@@ -263,15 +274,7 @@ static void remove_python(const char *rundir)
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
         return;
-    DIR *d = fdopendir(dfd);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.')
-            unlinkat(dfd, e->d_name, 0);
-    if (d)
-        closedir(d);
-    else
-        close(dfd);
+    unlink_files(dfd);
     rmdir(dir);
 }
 

@@ -809,7 +809,7 @@ static int move_self(const int *dirs, int n)
         fprintf(stderr, "kgw-zygote: cannot move into a kernel's cgroup: %s\n", strerror(err));
         return moved ? -EPERM : 0;
     }
-    moved = n > 0;
+    moved = moved || n > 0;
     return 0;
 }
 

@@ -392,3 +392,23 @@ def test_invalid_content_length_is_400(gateway, value):
                    f"{gateway.token}\r\nContent-Length: {value}\r\n\r\n").encode())
         status = s.recv(4096).split(b"\r\n", 1)[0]
     assert status.startswith(b"HTTP/1.1 400"), status
+
+
+@pytest.mark.kgw_only
+def test_stale_runtime_directory_is_removed(gateway_factory, tmp_path):
+    """A gateway that died without cleaning up (its .lock free) leaves <runtime>/gw-*/ with a
+    directory per kernel; the next gateway on that runtime directory removes it, and leaves a
+    directory that is not an instance's alone."""
+    rt = tmp_path / "rt"
+    stale = rt / "gw-deadbe"
+    (stale / "k1").mkdir(parents=True)
+    (stale / ".lock").write_text("")
+    (stale / "k1" / "connection.json").write_text("{}")
+    (stale / "k1" / "k-1").write_text("")
+    (rt / "other").mkdir()
+    for p in (tmp_path, rt):
+        os.chmod(p, 0o755)  # sandboxed kernels run as other uids
+    gw = gateway_factory("--runtime-dir", str(rt))
+    assert not stale.exists(), list(stale.rglob("*"))
+    assert (rt / "other").is_dir()
+    assert "removing stale runtime directory" in gw.log()
