@@ -9,7 +9,9 @@
 #     handlers, display hooks, the user namespace), built with the configuration the kernel
 #     would load, which is none: the shell is pre-built only when no IPython configuration file
 #     exists in the places a kernel looks (its profile directory is in a fresh home, and the
-#     system directories are checked here).
+#     system directories are checked here);
+#   - its extensions (storemagic), loaded into that shell;
+#   - the application's Session (its key, pid and id are set in each kernel).
 # Everything that depends on the kernel's own process, files or environment is made in the
 # kernel, as IPKernelApp would: the profile directory in its home, the history database, the
 # pickleshare db, the ZeroMQ sockets and threads, the I/O streams, environment variables. The
@@ -40,6 +42,7 @@ def _kgw_prebuild(args, scratch):
     from ipykernel.compiler import XCachingCompiler
     from ipykernel.kernelapp import IPKernelApp
     from ipykernel.zmqshell import ZMQInteractiveShell
+    from jupyter_client.session import Session
 
     app = IPKernelApp.instance()
     app.parse_command_line(list(args))
@@ -58,7 +61,27 @@ def _kgw_prebuild(args, scratch):
         del app.config.HistoryManager["enabled"]
         if not app.config.HistoryManager:
             del app.config["HistoryManager"]
-    _kgw.update(app=app, shell=shell, args=tuple(args))
+    # the Session the kernel makes first (IPKernelApp.init_connection_file); its key, pid and
+    # id are the kernel's own (_kgw_launch). A placeholder key: an empty one would be logged.
+    app.session = Session(parent=app, key=b"-")
+    _kgw.update(app=app, shell=shell, args=tuple(args),
+                extensions=_kgw_load_extensions(app, shell))
+    app.session.key = b""
+
+
+def _kgw_load_extensions(app, shell):
+    """Loads the application's extensions (storemagic by default) into the pre-built shell, as
+    IPKernelApp.init_extensions would, and returns their names. None, and nothing loaded, when
+    one is not IPython's own or is configured (StoreMagics.autorestore would read the db): the
+    kernel then loads them itself."""
+    from IPython.core.extensions import BUILTINS_EXTS
+    names = list(app.default_extensions) + list(app.extensions) + list(app.extra_extensions)
+    if any(n not in BUILTINS_EXTS for n in names) or app.config.get("StoreMagics"):
+        return None  # a third-party extension, or one whose configuration may read files
+    em = shell.extension_manager
+    for n in names:
+        em.load_extension(n)
+    return names
 
 
 def _kgw_preload(extra, args, scratch):
@@ -67,7 +90,7 @@ def _kgw_preload(extra, args, scratch):
     os.environ['MPLBACKEND'] = 'module://matplotlib_inline.backend_inline'
     os.environ['PYDEVD_DISABLE_FILE_VALIDATION'] = '1'  # debugpy's frozen-modules warning
     import ipykernel.kernelapp, ipykernel.ipkernel, ipykernel.zmqshell, IPython, zmq
-    import jupyter_client, importlib, importlib.util
+    import jupyter_client, importlib, importlib.util, faulthandler  # (IPKernelApp.patch_io)
     for m in [m.strip() for m in extra.split(',') if m.strip()]:
         try:
             importlib.import_module(m)
@@ -98,7 +121,7 @@ def _kgw_forget():
     from ipykernel.zmqshell import ZMQInteractiveShell
     ZMQInteractiveShell.clear_instance()
     IPKernelApp.clear_instance()
-    for k in ("app", "shell", "args"):
+    for k in ("app", "shell", "args", "extensions"):
         _kgw.pop(k, None)
 
 
@@ -124,6 +147,13 @@ def _kgw_adopt(app):
                                     'stderr': sys.stderr, 'excepthook': sys.excepthook}
 
 
+def _kgw_shadowed(names, dirs):
+    """Whether a module in these directories (the kernel's own import path) would be imported
+    for one of these extension names instead of IPython's."""
+    from importlib.machinery import PathFinder
+    return any(PathFinder.find_spec(n, dirs) is not None for n in names)
+
+
 def _kgw_launch(env, args):
     os.environ.clear()
     for kv in env:
@@ -132,13 +162,15 @@ def _kgw_launch(env, args):
     sys.argv = [_kgw['launcher']] + list(args)
     # PYTHONPATH as an interpreter started with this environment would apply it
     extra = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]
-    sys.path[0:0] = [os.getcwd()] + [p for p in extra if p not in sys.path]
+    path = [os.getcwd()] + [p for p in extra if p not in sys.path]
+    sys.path[0:0] = path
     import random
     random.seed()  # also done by its at-fork hook; explicit for clarity
     np = sys.modules.get('numpy')
     if np is not None:
         np.random.seed()
     from ipykernel import kernelapp
+    from IPython.paths import get_ipython_dir
     app = _kgw.get("app")
     if app is None or tuple(args) != _kgw["args"] or os.environ.get("IPYTHONDIR"):
         if app is not None:
@@ -148,6 +180,16 @@ def _kgw_launch(env, args):
     # the command line is parsed and no configuration file exists (_kgw_preload)
     app.parse_command_line = lambda argv=None: None
     app.load_config_file = lambda *a, **kw: None
+    app.update_config = lambda config: None  # with the command line's config: nothing new
+    session = app.session
+    session.pid = os.getpid()
+    if "session" not in app.config.get("Session", {}):
+        from jupyter_client.session import new_id
+        session.session = new_id()
+    names = _kgw["extensions"]
+    if names is not None and \
+            not _kgw_shadowed(names, path + [os.path.join(get_ipython_dir(), "extensions")]):
+        app.init_extensions = lambda: None  # loaded in the pre-built shell
     init_kernel = app.init_kernel
 
     def adopting_init_kernel():
@@ -158,6 +200,22 @@ def _kgw_launch(env, args):
         shell.kernel = app.kernel
 
     app.init_kernel = adopting_init_kernel
-    app.initialize()
-    del app.init_kernel, app.parse_command_line, app.load_config_file
+    from ipykernel.iostream import OutStream
+    flush = OutStream.flush
+
+    def initial_flush(stream):
+        # the flushes in IPKernelApp.initialize: each a round trip to the I/O thread, with
+        # nothing to send unless something was written
+        if getattr(stream, "_flush_pending", True) or getattr(stream, "_buffer", None) is None \
+                or stream._buffer.tell():
+            flush(stream)
+
+    OutStream.flush = initial_flush
+    try:
+        app.initialize()
+    finally:
+        OutStream.flush = flush
+    for k in ("init_kernel", "parse_command_line", "load_config_file", "update_config",
+              "init_extensions"):
+        app.__dict__.pop(k, None)
     app.start()

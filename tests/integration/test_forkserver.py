@@ -67,6 +67,7 @@ R['urandom'] = os.urandom(8).hex()
 R['numpy'] = float(numpy.random.random())
 R['numpy_gen'] = float(numpy.random.default_rng().random())
 R['hashseed'] = hash('kgw')
+R['session'] = get_ipython().kernel.session.session  # the kernel's messages' session id
 """
 
 
@@ -74,7 +75,7 @@ def test_random_streams_and_uuids_differ(fgw):
     a, b = new(fgw), new(fgw)
     try:
         ra, rb = S.kcall(fgw, a, RANDOMS), S.kcall(fgw, b, RANDOMS)
-        for key in ("random", "uuid", "urandom", "numpy", "numpy_gen"):
+        for key in ("random", "uuid", "urandom", "numpy", "numpy_gen", "session"):
             assert ra[key] != rb[key], (key, ra, rb)
     finally:
         fgw.delete_kernel(a)
@@ -254,6 +255,16 @@ R['hidden'] = sorted(ip.user_ns_hidden)
 import re
 R['threads'] = sorted(re.sub(r'^Thread-[0-9]+', 'Thread-N', t.name) for t in threading.enumerate())
 R['extensions'] = sorted(ip.extension_manager.loaded)
+s = k.session  # made by the fork server; its pid and id are the kernel's own
+R['session'] = [s.pid == os.getpid(), bool(s.key), s.auth is not None,
+                s.bsession == s.session.encode(), s is ip.display_pub.session]
+_kgw_st = 6 * 7  # %store (an extension the fork server loads) writes this kernel's db
+ip.run_line_magic('store', '_kgw_st')
+del ip.user_ns['_kgw_st']
+ip.run_line_magic('store', '-r _kgw_st')
+R['store'] = [ip.user_ns.pop('_kgw_st', None), sorted(os.listdir(ip.db.root / 'autorestore')),
+              [type(m).__name__ for m in ip.configurables if type(m).__name__ == 'StoreMagics'
+               and m.shell is ip]]
 R['io'] = [type(sys.stdout).__name__, type(sys.stderr).__name__, type(sys.displayhook).__name__,
            type(ip._orig_sys_module_state['stdout']).__name__]
 """
