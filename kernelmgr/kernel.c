@@ -253,6 +253,8 @@ static void update_exec_state(kernel_t *k, const jmsg_t *m)
     const char *st = json_string_value(json_object_get(c, "execution_state"));
     if (st && (!strcmp(st, "busy") || !strcmp(st, "idle") || !strcmp(st, "starting")))
         snprintf(k->exec_state, sizeof(k->exec_state), "%s", st);
+    if (st && !strcmp(st, "starting"))
+        k->got_starting = true;
     if (st && (!strcmp(st, "busy") || !strcmp(st, "idle"))) {
         jhdr_t ph;
         if (jhdr_parse(m->part[JPART_PARENT], &ph) == 0) {
@@ -338,10 +340,16 @@ static void set_running(kernel_t *k)
     kpool__kick(k->m); /* one start fewer in flight */
 }
 
+/* A start is complete once the kernel has shown it reads its shell socket (it answered the
+ * gateway's kernel_info_request, or published its "starting" status, which ipykernel does once
+ * its handlers are in place) and an iopub message proves the gateway's subscription is live. */
+static bool start_proven(const kernel_t *k)
+{
+    return k->got_iopub && (k->got_reply || k->got_starting);
+}
+
 static void check_ready(kernel_t *k)
 {
-    if (!k->got_reply || !k->got_iopub)
-        return;
     if (k->state != KERNEL_STARTING && k->state != KERNEL_RESTARTING)
         return;
     k->m->evl->timer_disarm(k->m->evl, k->nudge);
@@ -454,6 +462,16 @@ static void env_step(kernel_t *k, bool replied_ok, bool replied_err, bool idle)
     set_running(k);
 }
 
+/* Answers to the kernel_info_request a start sends (on_nudge): the gateway's own. */
+static bool nudge_parent(const kernel_t *k, const jmsg_t *m)
+{
+    jhdr_t ph;
+    return memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->session,
+                  strlen(k->session)) != NULL &&
+           jhdr_parse(m->part[JPART_PARENT], &ph) == 0 &&
+           !strcmp(ph.msg_type, "kernel_info_request");
+}
+
 /* Messages of that execution are the gateway's own: no client sees them. */
 static bool env_parent(const kernel_t *k, const jmsg_t *m)
 {
@@ -472,14 +490,19 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         return;
     }
     kernel_touch(k);
+    bool proven = start_proven(k);
+    k->got_iopub = true;
+    if (nudge_parent(k, &m)) { /* the gateway's own request: proof, nothing for a client */
+        if (!proven && start_proven(k))
+            check_ready(k);
+        return;
+    }
     if (!strcmp(h.msg_type, "status"))
         update_exec_state(k, &m);
     else
         track_exec(k, &m, &h);
-    if (!k->got_iopub) {
-        k->got_iopub = true;
+    if (!proven && start_proven(k))
         check_ready(k);
-    }
     if (env_parent(k, &m)) {
         if (!strcmp(h.msg_type, "status") &&
             memmem(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, "\"idle\"", 6))
@@ -508,8 +531,10 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         return;
     }
     if (!strcmp(h.msg_type, "kernel_info_reply") && !k->got_reply) {
+        bool proven = start_proven(k);
         k->got_reply = true;
-        check_ready(k);
+        if (!proven && start_proven(k))
+            check_ready(k);
         if (!k->got_iopub) /* the SUB socket had not joined yet: ask again */
             k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_IOPUB_MS);
     }
@@ -846,7 +871,7 @@ static void start_process(kernel_t *k)
         k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k);
     if (k->m->o.sandbox)
         k->cgroup_used = true;
-    k->got_reply = k->got_iopub = false;
+    k->got_reply = k->got_iopub = k->got_starting = false;
     k->hb_outstanding = false;
     k->hb_missed = 0;
     k->exit_status = 0;

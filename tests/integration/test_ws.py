@@ -311,6 +311,22 @@ def test_restart_sends_restarting_status(gateway, kernel, proto):
     run(go())
 
 
+@pytest.mark.kgw_only
+def test_start_probes_stay_private(gateway, kernel, proto):
+    """The kernel_info_request the gateway sends to learn that a (re)started kernel is ready is
+    its own: a client connected meanwhile sees none of the kernel's answers to it."""
+    async def go():
+        c = await J.connect(gateway, kernel["id"], proto)
+        assert gateway.request("POST", f"/api/kernels/{kernel['id']}/restart")[0] == 200
+        assert (await c.execute("print(1)", timeout=20)).stdout == "1\n"
+        got = c.backlog + await c.drain(0.5)
+        probes = [m for m in got if m["parent_header"].get("msg_type") == "kernel_info_request"
+                  and m["parent_header"].get("session") != c.session]
+        assert not probes, probes
+        await c.close()
+    run(go())
+
+
 def test_interrupt(gateway, kernel, proto):
     async def go():
         c = await J.connect(gateway, kernel["id"], proto)
