@@ -465,7 +465,10 @@ static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
     TRY(efd, ST_MAPS, prctl(PR_SET_PDEATHSIG, SIGKILL)); /* the uid change cleared it */
     TRY(efd, ST_NAMESPACES, unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                                     CLONE_NEWUTS | CLONE_NEWCGROUP));
-    pid_t init = fork();
+    /* init shares this process's memory until it execs kgw-sandbox-init (this process waits):
+     * no copy of page tables that may be a fork server's, for a process that only sets up and
+     * forks the kernel. It leaves through execveat or _exit, never returns. */
+    pid_t init = vfork();
     TRY(efd, ST_FORK, init);
     if (init == 0) {
         TRY(efd, ST_FORK, prctl(PR_SET_PDEATHSIG, SIGKILL));
