@@ -787,6 +787,28 @@ static void setup_end(kernel_t *k)
     k->setup_fd = -1;
 }
 
+/* An exec'd kernel's proxy has its user namespace (it moved itself into its cgroup before):
+ * the rest of the gateway's half of the set-up, without the loop ever waiting for it. */
+static void on_let_go(void *data)
+{
+    kernel_t *k = data;
+    char why[256];
+    int r = sbx_start_continue(&k->pending, why, sizeof(why));
+    if (r == -EAGAIN)
+        return;
+    evl_io_destroy(k->m->evl, &k->pending_io);
+    if (r < 0 && why[0]) { /* the proxy was killed: this is why (on_exit_io says it) */
+        snprintf(k->setup_why, sizeof(k->setup_why), "%s", why);
+        setup_end(k);
+    }
+}
+
+static void abandon_start(kernel_t *k)
+{
+    evl_io_destroy(k->m->evl, &k->pending_io);
+    sbx_pending_free(&k->pending);
+}
+
 static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
 {
     const struct kmgr_sandbox *sb = k->m->o.sandbox;
@@ -831,7 +853,20 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
                  why[0] ? why : strerror(-r));
         why[0] = '\0';
     }
-    return sbx_start_async(&p, exec_kernel, &a, &k->pid, &k->pidfd, &k->setup_fd, why, whysz);
+    int r = sbx_start_begin(&p, exec_kernel, &a, &k->pid, &k->pidfd, &k->setup_fd, &k->pending,
+                            why, whysz);
+    if (r == 0 && !(k->pending_io = k->m->evl->io_add(k->m->evl, sbx_pending_fd(k->pending),
+                                                        on_let_go, k))) {
+        r = -errno;
+        abandon_start(k);
+        kill(k->pid, SIGKILL);
+        waitpid(k->pid, NULL, 0);
+        if (k->pidfd >= 0)
+            close(k->pidfd);
+        k->pidfd = -1;
+        setup_end(k);
+    }
+    return r;
 }
 
 static void start_process(kernel_t *k)
@@ -908,6 +943,7 @@ static void on_exit_io(void *data)
     if (waitpid(k->pid, &st, 0) < 0)
         st = 0;
     evl_io_destroy(l, &k->pid_io);
+    abandon_start(k);
     if (k->pidfd >= 0)
         close(k->pidfd);
     k->pidfd = -1;
@@ -1217,6 +1253,7 @@ void kernel__free(kernel_t *k)
         waitpid(k->pid, NULL, 0);
     }
     evl_io_destroy(l, &k->pid_io);
+    abandon_start(k);
     if (k->pidfd >= 0)
         close(k->pidfd);
     setup_end(k);

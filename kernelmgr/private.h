@@ -162,6 +162,8 @@ struct kernel {
     pid_t pid;           /* 0: no process (sandboxed: the proxy outside the sandbox) */
     int pidfd;
     evl_io_t *pid_io;
+    sbx_pending_t *pending; /* an exec'd start whose proxy the gateway has not let go yet */
+    evl_io_t *pending_io;
     int setup_fd;        /* the sandbox's set-up report (-1: none) */
     uint64_t spawn_us;
     char setup_why[256]; /* why the sandbox's set-up failed */

@@ -527,17 +527,38 @@ static bool is_our_child(pid_t pid)
     return rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == (int)getpid();
 }
 
+/* Once a proxy has its user namespace: writes its uid maps, moves it into its cgroup unless
+ * it is there already, and lets it go on. 0, or a failure (with why when it is the gateway's). */
+static struct failure let_go(pid_t pid, int gofd, uid_t root_uid, uid_t uid, sbx_cgroup_t *cg,
+                             char *why, size_t whysz)
+{
+    char map[128];
+    int r;
+    snprintf(map, sizeof(map), "0 %u 1\n%u %u 1\n", (unsigned)root_uid, SBX_UID, (unsigned)uid);
+    r = write_map(pid, "uid_map", map);
+    if (r == 0)
+        r = write_map(pid, "gid_map", map);
+    if (r < 0)
+        return (struct failure){ST_MAPS, -r};
+    if (cg && !sbx_cgroup_has(cg, pid) && (r = sbx_cgroup_attach(cg, pid)) < 0) {
+        snprintf(why, whysz, "cannot move the kernel into its cgroup: %s", strerror(-r));
+        return (struct failure){ST_NONE, -r};
+    }
+    if (write(gofd, "g", 1) != 1)
+        return (struct failure){ST_MAPS, errno};
+    return (struct failure){0, 0};
+}
+
 /* The gateway's half of the set-up, once a proxy runs: it says its pid (expect: the pid we
  * forked, or 0 for a fork server's proxy, which must have become our child) after creating
- * its user namespace; we write its uid maps, move it into the cgroup and let it go on. The
- * descriptors are the read end of efd and syncp and the write end of gop (all closed here but
- * efd, returned as the set-up report on success). */
+ * its user namespace; let_go does the rest. The descriptors are the read end of efd and syncp
+ * and the write end of gop (all closed here but efd, returned as the set-up report on
+ * success). */
 static int handshake(pid_t expect, int efd, int syncfd, int gofd, int timeout_ms,
                      const sbx_profile_t *p, pid_t *ret_pid, int *ret_pidfd, int *ret_setupfd,
                      char *why, size_t whysz)
 {
     struct failure f = {0, 0};
-    char map[128];
     pid_t pid = 0;
     int r;
     struct pollfd pfd = {.fd = syncfd, .events = POLLIN};
@@ -552,20 +573,7 @@ static int handshake(pid_t expect, int efd, int syncfd, int gofd, int timeout_ms
     }
     if (read(syncfd, &pid, sizeof(pid)) == sizeof(pid) && pid > 1 &&
         (expect ? pid == expect : is_our_child(pid))) {
-        snprintf(map, sizeof(map), "0 %u 1\n%u %u 1\n", (unsigned)p->root_uid, SBX_UID,
-                 (unsigned)p->uid);
-        r = write_map(pid, "uid_map", map);
-        if (r == 0)
-            r = write_map(pid, "gid_map", map);
-        if (r < 0) {
-            f = (struct failure){ST_MAPS, -r};
-        } else if (p->cgroup && !sbx_cgroup_has(p->cgroup, pid) &&
-                   (r = sbx_cgroup_attach(p->cgroup, pid)) < 0) {
-            snprintf(why, whysz, "cannot move the kernel into its cgroup: %s", strerror(-r));
-            f = (struct failure){ST_NONE, -r};
-        } else if (write(gofd, "g", 1) != 1) {
-            f = (struct failure){ST_MAPS, errno};
-        }
+        f = let_go(pid, gofd, p->root_uid, p->uid, p->cgroup, why, whysz);
     } else {
         /* the proxy (or the fork server) failed before the user namespace existed: its report
          * is in efd */
@@ -631,26 +639,23 @@ static void close_pipes(int efd[2], int syncp[2], int gop[2])
     }
 }
 
-int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
-                    int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz)
+/* Forks the proxy of sbx_start_async; the parent's ends of the pipes stay open (efd[0],
+ * syncp[0], gop[1]). */
+static int fork_proxy(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, int efd[2],
+                      int syncp[2], int gop[2], pid_t *ret_pid, char *why, size_t whysz)
 {
-    int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
-
+    int r;
     why[0] = '\0';
     if ((r = sbx_filter_prepare()) < 0) {
         snprintf(why, whysz, "cannot compile the seccomp filter: %s", strerror(-r));
         return r;
     }
-    if (pipe2(efd, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 || pipe2(gop, O_CLOEXEC) < 0) {
-        r = -errno;
-        goto fail;
-    }
+    if (pipe2(efd, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 || pipe2(gop, O_CLOEXEC) < 0)
+        return -errno;
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid < 0) {
-        r = -errno;
-        goto fail;
-    }
+    if (pid < 0)
+        return -errno;
     if (pid == 0) {
         reset_signals();
         close(efd[0]);
@@ -663,11 +668,100 @@ int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pi
     close(efd[1]);
     close(syncp[1]);
     close(gop[0]);
+    efd[1] = syncp[1] = gop[0] = -1;
+    *ret_pid = pid;
+    return 0;
+}
+
+int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+                    int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz)
+{
+    int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1};
+    pid_t pid;
+    int r = fork_proxy(p, fn, arg, efd, syncp, gop, &pid, why, whysz);
+    if (r < 0) {
+        close_pipes(efd, syncp, gop);
+        return r;
+    }
     return handshake(pid, efd[0], syncp[0], gop[1], -1, p, ret_pid, ret_pidfd, ret_setupfd, why,
                      whysz);
-fail:
-    close_pipes(efd, syncp, gop);
-    return r;
+}
+
+struct sbx_pending {
+    pid_t pid;
+    int syncfd, gofd;
+    uid_t uid, root_uid;
+    sbx_cgroup_t *cgroup;
+};
+
+int sbx_start_begin(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+                    int *ret_pidfd, int *ret_setupfd, sbx_pending_t **ret, char *why,
+                    size_t whysz)
+{
+    int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1};
+    sbx_pending_t *pd = calloc(1, sizeof(*pd));
+    pid_t pid = 0;
+    int r = pd ? fork_proxy(p, fn, arg, efd, syncp, gop, &pid, why, whysz) : -ENOMEM;
+    int pidfd = r < 0 ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
+    if (r == 0 && pidfd < 0 && errno != ENOSYS)
+        r = -errno;
+    if (r < 0) {
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+        close_pipes(efd, syncp, gop);
+        free(pd);
+        return r;
+    }
+    if (pidfd >= 0)
+        fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    fcntl(efd[0], F_SETFL, O_NONBLOCK);
+    fcntl(syncp[0], F_SETFL, O_NONBLOCK);
+    *pd = (sbx_pending_t){.pid = pid, .syncfd = syncp[0], .gofd = gop[1], .uid = p->uid,
+                          .root_uid = p->root_uid, .cgroup = p->cgroup};
+    *ret_pid = pid;
+    *ret_pidfd = pidfd;
+    *ret_setupfd = efd[0];
+    *ret = pd;
+    return 0;
+}
+
+int sbx_pending_fd(const sbx_pending_t *pd)
+{
+    return pd->syncfd;
+}
+
+int sbx_start_continue(sbx_pending_t **pp, char *why, size_t whysz)
+{
+    sbx_pending_t *pd = *pp;
+    pid_t pid = 0;
+    why[0] = '\0';
+    ssize_t n = read(pd->syncfd, &pid, sizeof(pid));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return -EAGAIN;
+    struct failure f = {0, ESRCH}; /* it failed before its user namespace: see its report */
+    if (n == sizeof(pid) && pid == pd->pid) {
+        f = let_go(pid, pd->gofd, pd->root_uid, pd->uid, pd->cgroup, why, whysz);
+        if (f.err) {
+            kill(pid, SIGKILL);
+            if (!why[0])
+                describe(&f, why, whysz);
+        }
+    }
+    sbx_pending_free(pp);
+    return -f.err;
+}
+
+void sbx_pending_free(sbx_pending_t **pp)
+{
+    sbx_pending_t *pd = *pp;
+    if (!pd)
+        return;
+    close(pd->syncfd);
+    close(pd->gofd); /* a proxy still waiting for it exits */
+    free(pd);
+    *pp = NULL;
 }
 
 /* ---- the fork server ---- */

@@ -62,6 +62,21 @@ int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *r
  * sbx_setup_result() says how it went. */
 int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
                     int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz);
+/* sbx_start_async for an event loop, which need not wait while the proxy creates its user
+ * namespace (or moves into its cgroup, an RCU grace period on cgroup v1): returns once the
+ * proxy is forked, with its pid, pidfd and set-up report (as sbx_start_async's) and a pending
+ * start. When sbx_pending_fd() is readable, sbx_start_continue() writes the proxy's uid maps,
+ * moves it into its cgroup if it is not there and lets it go on; it frees the pending start.
+ * -EAGAIN: not yet (the start stays pending). Another failure: the proxy was killed, or
+ * failed on its own (-ESRCH, its reason is in the set-up report); the caller reaps it.
+ * sbx_pending_free() abandons a start: the proxy exits. */
+typedef struct sbx_pending sbx_pending_t;
+int sbx_start_begin(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
+                    int *ret_pidfd, int *ret_setupfd, sbx_pending_t **ret, char *why,
+                    size_t whysz);
+int sbx_pending_fd(const sbx_pending_t *pd);
+int sbx_start_continue(sbx_pending_t **pd, char *why, size_t whysz);
+void sbx_pending_free(sbx_pending_t **pd);
 /* 0: the kernel was exec'd; -EINPROGRESS: not yet; -errno with why: a set-up step failed (the
  * proxy exits with status 127). */
 int sbx_setup_result(int setupfd, char *why, size_t whysz);
