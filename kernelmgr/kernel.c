@@ -334,6 +334,7 @@ static void set_running(kernel_t *k)
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     k->state = KERNEL_RUNNING;
+    kzygote__take_back(k->m, k); /* its proxy has moved in long ago */
     snprintf(k->exec_state, sizeof(k->exec_state), "idle");
     emit(k, KERNEL_EV_STARTED, NULL);
     complete(k, 0);
@@ -837,9 +838,16 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
         /* forkable specs are `python -m ipykernel_launcher -f {connection_file}` (kzygote.c) */
         char *payload[] = {"-f", SBX_RUNTIME_PATH "/connection.json", NULL};
         bool adopted = kzygote__adopt(k->m, k);
+        int dirfds[SBX_CGROUP_MAX_DIRS];
         p.cgroup = k->cgroup;
+        p.ncgroup_dirfds = adopted ? 0 : kzygote__lend(k->m, k, dirfds);
+        p.cgroup_dirfds = dirfds;
         int r = sbx_start_forked(zfd, &p, payload, &k->pid, &k->pidfd, &k->setup_fd, 2000, why,
                                  whysz);
+        for (int i = 0; i < p.ncgroup_dirfds; i++)
+            close(dirfds[i]);
+        if (r < 0)
+            kzygote__take_back(k->m, k);
         if (adopted)
             kzygote__adopted(k->m, k);
         /* the server's own trouble (no answer, gone, its proxy not re-parented): restart it */
@@ -944,6 +952,7 @@ static void on_exit_io(void *data)
         st = 0;
     evl_io_destroy(l, &k->pid_io);
     abandon_start(k);
+    kzygote__take_back(k->m, k);
     if (k->pidfd >= 0)
         close(k->pidfd);
     k->pidfd = -1;
@@ -1254,6 +1263,7 @@ void kernel__free(kernel_t *k)
     }
     evl_io_destroy(l, &k->pid_io);
     abandon_start(k);
+    kzygote__take_back(k->m, k);
     if (k->pidfd >= 0)
         close(k->pidfd);
     setup_end(k);

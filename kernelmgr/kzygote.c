@@ -110,6 +110,29 @@ bool kzygote__adopt(kmgr_t *m, kernel_t *k)
     return true;
 }
 
+int kzygote__lend(kmgr_t *m, kernel_t *k, int dirfds[SBX_CGROUP_MAX_DIRS])
+{
+    /* cgroup v1 only: on v2 a process moves only where it could write the cgroup.procs of
+     * the common ancestor, which is the gateway's */
+    if (!k->cgroup || !m->cgroups || strcmp(sbx_cgroups_version(m->cgroups), "v1") != 0)
+        return 0;
+    int n = sbx_cgroup_delegate(k->cgroup, m->o.sandbox->uid_base - 1, dirfds);
+    if (n < 0) {
+        sbx_cgroup_delegate(k->cgroup, 0, NULL);
+        return 0;
+    }
+    k->cgroup_lent = true;
+    return n;
+}
+
+void kzygote__take_back(kmgr_t *m, kernel_t *k)
+{
+    if (!k->cgroup_lent)
+        return;
+    sbx_cgroup_delegate(k->cgroup, 0, NULL);
+    k->cgroup_lent = false;
+}
+
 void kzygote__adopted(kmgr_t *m, kernel_t *k)
 {
     /* the server read our messages in order: by the time the start went through it (or

@@ -142,6 +142,7 @@ struct kernel {
 
     sbx_cgroup_t *cgroup;
     bool cgroup_used;        /* a process of this kernel was in it */
+    bool cgroup_lent;        /* its cgroup.procs is the fork server's uid's (kzygote__lend) */
     struct sbx_limits lim;   /* this kernel's sandbox limits */
     int exec_timeout_ms;
     long long output_cap;
@@ -257,6 +258,13 @@ int kzygote__fd(kmgr_t *m, const kspec_t *spec);
 bool kzygote__adopt(kmgr_t *m, kernel_t *k);
 /* After that start (whatever its outcome): the cgroup is the server's no more. */
 void kzygote__adopted(kmgr_t *m, kernel_t *k);
+/* Before a start through it that could not adopt (a restart: the kernel's cgroup holds its
+ * workspace's charges): gives the kernel's cgroup.procs to the server's uid and returns its
+ * directories (O_PATH, the caller closes them), so the proxy moves itself in, and the gateway
+ * does not wait for the move (cgroup v1; 0 elsewhere: the gateway moves it). Taken back by
+ * kzygote__take_back once the kernel is ready or gone. */
+int kzygote__lend(kmgr_t *m, kernel_t *k, int dirfds[SBX_CGROUP_MAX_DIRS]);
+void kzygote__take_back(kmgr_t *m, kernel_t *k);
 /* A start went through it, or (ok false) failed because of it: it is restarted. */
 void kzygote__forked(kmgr_t *m, bool ok);
 /* Reaps children that are neither kernels nor the fork server (we are a subreaper). */

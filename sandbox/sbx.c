@@ -32,6 +32,7 @@
 enum step {
     ST_NONE = 0,
     ST_USERNS,
+    ST_CGROUP,
     ST_MAPS,
     ST_NAMESPACES,
     ST_FORK,
@@ -56,6 +57,7 @@ enum step {
 
 static const char *const step_names[ST_N] = {
     [ST_USERNS] = "create a user namespace",
+    [ST_CGROUP] = "move into the kernel's cgroup",
     [ST_MAPS] = "map uids into the user namespace",
     [ST_NAMESPACES] = "create mount/pid/network/ipc/uts/cgroup namespaces",
     [ST_FORK] = "fork the sandbox init",
@@ -443,8 +445,11 @@ static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
                         void (*fn)(void *), void *arg)
 {
     char c;
-    int keep[] = {efd, syncfd, gofd, p->init_fd, p->stderr_fd};
-    close_all_but(keep, (int)(sizeof(keep) / sizeof(keep[0])));
+    int keep[5 + SBX_CGROUP_MAX_DIRS] = {efd, syncfd, gofd, p->init_fd, p->stderr_fd};
+    for (int i = 0; i < p->ncgroup_dirfds && i < SBX_CGROUP_MAX_DIRS; i++)
+        keep[5 + i] = p->cgroup_dirfds[i];
+    close_all_but(keep, 5 + (p->ncgroup_dirfds < SBX_CGROUP_MAX_DIRS ? p->ncgroup_dirfds
+                                                                       : SBX_CGROUP_MAX_DIRS));
     /* still the gateway's uid (sbx_start_async): into the cgroup here, so the gateway's loop
      * does not wait for the move (an RCU grace period on cgroup v1); the handshake checks,
      * and moves it itself if this failed. A fork server's proxy has no cgroup here. */
@@ -457,6 +462,15 @@ static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
         _exit(127);
     close(syncfd);
     close(gofd);
+    /* a fork server's proxy whose cgroup was given to its uid (a restart): into it now, the
+     * gateway no longer waiting (the move waits for an RCU grace period on cgroup v1) */
+    for (int i = 0; i < p->ncgroup_dirfds; i++) {
+        int fd;
+        TRY(efd, ST_CGROUP, fd = openat(p->cgroup_dirfds[i], "cgroup.procs", O_WRONLY | O_CLOEXEC));
+        TRY(efd, ST_CGROUP, write(fd, "0", 1));
+        close(fd);
+        close(p->cgroup_dirfds[i]);
+    }
     /* become the namespace's root (the host uid mapped to inside 0): until now this process
      * still had the gateway's uid, which means nothing inside */
     TRY(efd, ST_MAPS, setgroups(0, NULL));
@@ -529,8 +543,8 @@ static bool is_our_child(pid_t pid)
 
 /* Once a proxy has its user namespace: writes its uid maps, moves it into its cgroup unless
  * it is there already, and lets it go on. 0, or a failure (with why when it is the gateway's). */
-static struct failure let_go(pid_t pid, int gofd, uid_t root_uid, uid_t uid, sbx_cgroup_t *cg,
-                             char *why, size_t whysz)
+static struct failure let_go(pid_t pid, int gofd, uid_t root_uid, uid_t uid,
+                             sbx_cgroup_t *cg, char *why, size_t whysz)
 {
     char map[128];
     int r;
@@ -573,7 +587,8 @@ static int handshake(pid_t expect, int efd, int syncfd, int gofd, int timeout_ms
     }
     if (read(syncfd, &pid, sizeof(pid)) == sizeof(pid) && pid > 1 &&
         (expect ? pid == expect : is_our_child(pid))) {
-        f = let_go(pid, gofd, p->root_uid, p->uid, p->cgroup, why, whysz);
+        f = let_go(pid, gofd, p->root_uid, p->uid, p->ncgroup_dirfds ? NULL : p->cgroup, why,
+                   whysz);
     } else {
         /* the proxy (or the fork server) failed before the user namespace existed: its report
          * is in efd */
@@ -788,6 +803,7 @@ struct sbx_fork_req {
     char **env, **payload;
     sbx_profile_t p;
     int efd, syncfd, gofd;
+    int cgdirs[SBX_CGROUP_MAX_DIRS], ncgdirs;
 };
 
 int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, pid_t *ret_pid,
@@ -809,6 +825,8 @@ int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, p
         len += strlen(p->envp[w.nenv]) + 1;
     for (; payload && payload[w.npayload]; w.npayload++)
         len += strlen(payload[w.npayload]) + 1;
+    if (p->ncgroup_dirfds < 0 || p->ncgroup_dirfds > SBX_CGROUP_MAX_DIRS)
+        return -EINVAL;
     if (len > FORK_MSG_MAX || w.nenv > FORK_STR_MAX || w.npayload > FORK_STR_MAX) {
         snprintf(why, whysz, "the kernel's environment is too large for the fork server");
         return -E2BIG;
@@ -827,19 +845,22 @@ int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, p
         r = -errno;
         goto fail;
     }
-    int fds[3] = {efd[1], syncp[1], gop[0]};
+    int fds[3 + SBX_CGROUP_MAX_DIRS] = {efd[1], syncp[1], gop[0]};
+    int nfds = 3 + p->ncgroup_dirfds;
+    for (int i = 0; i < p->ncgroup_dirfds; i++)
+        fds[3 + i] = p->cgroup_dirfds[i];
     union {
         char buf[CMSG_SPACE(sizeof(fds))];
         struct cmsghdr align;
     } u;
     struct iovec iov = {msg, len};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                        .msg_controllen = sizeof(u.buf)};
+                        .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(fds));
-    memcpy(CMSG_DATA(c), fds, sizeof(fds));
+    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
     if (sendmsg(server, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) {
         r = errno == EAGAIN ? -ETIMEDOUT : -errno;
         snprintf(why, whysz, "cannot reach the fork server: %s", strerror(-r));
@@ -925,6 +946,8 @@ void sbx_fork_req_free(sbx_fork_req_t **pr)
         close(r->syncfd);
     if (r->gofd >= 0)
         close(r->gofd);
+    for (int i = 0; i < r->ncgdirs; i++)
+        close(r->cgdirs[i]);
     free(r->buf);
     free(r->env);
     free(r->payload);
@@ -936,7 +959,7 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
 {
     sbx_fork_req_t *r = calloc(1, sizeof(*r));
     union {
-        char buf[CMSG_SPACE(3 * sizeof(int))];
+        char buf[CMSG_SPACE((3 + SBX_CGROUP_MAX_DIRS) * sizeof(int))];
         struct cmsghdr align;
     } u;
     int err = EBADMSG;
@@ -957,7 +980,7 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
         err = n == 0 ? EPIPE : errno;
         goto fail;
     }
-    int fds[3], nfds = 0;
+    int fds[3 + SBX_CGROUP_MAX_DIRS], nfds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && !nfds &&
             c->cmsg_len >= CMSG_LEN(sizeof(int)) && c->cmsg_len <= CMSG_LEN(sizeof(fds))) {
@@ -967,15 +990,18 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
     uint32_t magic = 0;
     if ((size_t)n >= sizeof(magic))
         memcpy(&magic, r->buf, sizeof(magic));
-    if (magic == MOVE_MAGIC && (size_t)n == sizeof(magic) && !(mh.msg_flags & MSG_CTRUNC)) {
+    if (magic == MOVE_MAGIC && (size_t)n == sizeof(magic) && !(mh.msg_flags & MSG_CTRUNC) &&
+        nfds <= SBX_CGROUP_MAX_DIRS) {
         int moved = move_self(fds, nfds);
         sbx_fork_req_free(&r);
         return moved < 0 ? moved : SBX_FORK_MOVED;
     }
-    if (nfds == 3) {
+    if (nfds >= 3 && magic == FORK_MAGIC) {
         r->efd = fds[0];
         r->syncfd = fds[1];
         r->gofd = fds[2];
+        r->ncgdirs = nfds - 3; /* the kernel's cgroup, for its proxy to move into */
+        memcpy(r->cgdirs, fds + 3, (size_t)r->ncgdirs * sizeof(int));
     } else {
         for (int i = 0; i < nfds; i++)
             close(fds[i]);
@@ -1015,6 +1041,7 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
                            .workspace_dir = strs[2][0] ? strs[2] : NULL,
                            .python_dir = strs[3][0] ? strs[3] : NULL, .uid = r->w.uid,
                            .root_uid = r->w.root_uid, .lim = &r->w.lim, .cgroup = NULL,
+                           .cgroup_dirfds = r->cgdirs, .ncgroup_dirfds = r->ncgdirs,
                            .init_fd = init_fd, .envp = r->env, .stderr_fd = -1};
     free(strs);
     *ret = r;
@@ -1062,7 +1089,8 @@ int sbx_fork_req_spawn(sbx_fork_req_t *r, int server, void (*fn)(void *arg), voi
     /* CLONE_PARENT: the proxy is the gateway's child at once (one fork of this large process
      * instead of two, and no wait for a re-parenting). A raw clone leaves the child's
      * thread-library descriptor with our thread id: the proxy is single-threaded, uses no
-     * pthread call that needs its own id, and every process after it is created by fork(). */
+     * pthread call that needs its own id, and every process after it is created by fork() or
+     * vfork(). */
     pid_t px = (pid_t)syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), NULL, NULL,
                               NULL, 0UL);
     if (px < 0) {

@@ -45,6 +45,11 @@ typedef struct sbx_profile {
     uid_t root_uid;          /* outside uid (and gid) of inside uid 0 (set-up only) */
     const struct sbx_limits *lim;
     sbx_cgroup_t *cgroup;    /* NULL: no cgroup limits */
+    /* sbx_start_forked: the cgroup's directories (O_PATH; its cgroup.procs given to the
+     * server's uid), which the proxy moves itself into once the gateway has let it go: the
+     * gateway does not move it (nor wait for the move). Otherwise 0. */
+    const int *cgroup_dirfds;
+    int ncgroup_dirfds;
     int init_fd;             /* executable fd of kgw-sandbox-init */
     char *const *envp;       /* the kernel's whole environment */
     int stderr_fd;           /* -1: /dev/null */

@@ -366,15 +366,26 @@ def test_kernels_start_in_their_own_cgroup_with_their_limits(fgw):
 
 
 def test_restart_is_forked_and_keeps_the_workspace(fgw):
+    """A restart keeps the kernel's workspace and its cgroup (which holds the workspace's
+    memory charges): the new proxy moves itself into it, and its cgroup.procs, lent to the fork
+    server's uid for that, is root's again once the kernel is ready."""
     kid = new(fgw)
     try:
         S.kcall(fgw, kid, "open('/mnt/data/keep', 'w').write('1')")
+        first = int(re.search(rf"kernel={kid}: ready \(pid (\d+), forked", fgw.log()).group(1))
+        before = cgroups_of(first)
         st, model, _ = fgw.request("POST", f"/api/kernels/{kid}/restart")
         assert st == 200
-        assert len(re.findall(rf"kernel={kid}: ready \(pid \d+, forked", fgw.log())) == 2
+        pids = [int(p) for p in re.findall(rf"kernel={kid}: ready \(pid (\d+), forked", fgw.log())]
+        assert len(pids) == 2
         r = S.kcall(fgw, kid, "import os\nR['files'] = os.listdir('/mnt/data')\n"
                               "R['count'] = get_ipython().execution_count")
         assert r == {"files": ["keep"], "count": 1}
+        after = cgroups_of(pids[1])
+        for ctl in ("memory", "pids") if "memory" in before else ("",):  # v1, or v2
+            assert after[ctl] == before[ctl], (before, after)
+            root = "/sys/fs/cgroup/" + ctl if ctl else "/sys/fs/cgroup"
+            assert os.stat(root + after[ctl] + "/cgroup.procs").st_uid == 0
     finally:
         fgw.delete_kernel(kid)
 
