@@ -466,7 +466,8 @@ static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
      * gateway no longer waiting (the move waits for an RCU grace period on cgroup v1) */
     for (int i = 0; i < p->ncgroup_dirfds; i++) {
         int fd;
-        TRY(efd, ST_CGROUP, fd = openat(p->cgroup_dirfds[i], "cgroup.procs", O_WRONLY | O_CLOEXEC));
+        TRY(efd, ST_CGROUP,
+            fd = openat(p->cgroup_dirfds[i], "cgroup.procs", O_WRONLY | O_CLOEXEC));
         TRY(efd, ST_CGROUP, write(fd, "0", 1));
         close(fd);
         close(p->cgroup_dirfds[i]);

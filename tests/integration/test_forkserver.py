@@ -376,7 +376,8 @@ def test_restart_is_forked_and_keeps_the_workspace(fgw):
         before = cgroups_of(first)
         st, model, _ = fgw.request("POST", f"/api/kernels/{kid}/restart")
         assert st == 200
-        pids = [int(p) for p in re.findall(rf"kernel={kid}: ready \(pid (\d+), forked", fgw.log())]
+        pids = [int(p) for p in
+                re.findall(rf"kernel={kid}: ready \(pid (\d+), forked", fgw.log())]
         assert len(pids) == 2
         r = S.kcall(fgw, kid, "import os\nR['files'] = os.listdir('/mnt/data')\n"
                               "R['count'] = get_ipython().execution_count")
