@@ -807,6 +807,25 @@ struct sbx_fork_req {
     int cgdirs[SBX_CGROUP_MAX_DIRS], ncgdirs;
 };
 
+/* One message with nfds descriptors (at most 3 + SBX_CGROUP_MAX_DIRS) to the fork server,
+ * without blocking: sendmsg's result. */
+static ssize_t send_fds(int server, const void *buf, size_t len, const int *fds, int nfds)
+{
+    union {
+        char buf[CMSG_SPACE((3 + SBX_CGROUP_MAX_DIRS) * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {(void *)buf, len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+    return sendmsg(server, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, pid_t *ret_pid,
                      int *ret_pidfd, int *ret_setupfd, int timeout_ms, char *why, size_t whysz)
 {
@@ -847,22 +866,9 @@ int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, p
         goto fail;
     }
     int fds[3 + SBX_CGROUP_MAX_DIRS] = {efd[1], syncp[1], gop[0]};
-    int nfds = 3 + p->ncgroup_dirfds;
     for (int i = 0; i < p->ncgroup_dirfds; i++)
         fds[3 + i] = p->cgroup_dirfds[i];
-    union {
-        char buf[CMSG_SPACE(sizeof(fds))];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = {msg, len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                        .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
-    if (sendmsg(server, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) {
+    if (send_fds(server, msg, len, fds, 3 + p->ncgroup_dirfds) != (ssize_t)len) {
         r = errno == EAGAIN ? -ETIMEDOUT : -errno;
         snprintf(why, whysz, "cannot reach the fork server: %s", strerror(-r));
         goto fail;
@@ -886,19 +892,7 @@ int sbx_fork_server_move(int server, sbx_cgroup_t *cg, uid_t uid)
     if (n < 0)
         return n;
     uint32_t magic = MOVE_MAGIC;
-    union {
-        char buf[CMSG_SPACE(sizeof(fds))];
-        struct cmsghdr align;
-    } u;
-    struct iovec iov = {&magic, sizeof(magic)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                        .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int))};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
-    memcpy(CMSG_DATA(c), fds, (size_t)n * sizeof(int));
-    ssize_t w = sendmsg(server, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w = send_fds(server, &magic, sizeof(magic), fds, n);
     int err = w == (ssize_t)sizeof(magic) ? 0 : w < 0 ? -errno : -EIO;
     for (int i = 0; i < n; i++)
         close(fds[i]);
