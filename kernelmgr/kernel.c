@@ -493,7 +493,10 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     kernel_touch(k);
     bool proven = start_proven(k);
     k->got_iopub = true;
-    if (nudge_parent(k, &m)) { /* the gateway's own request: proof, nothing for a client */
+    if (k->probing && nudge_parent(k, &m)) { /* the gateway's own: proof, not a client's */
+        if (!strcmp(h.msg_type, "status") &&
+            memmem(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, "\"idle\"", 6))
+            k->probing = false; /* its last message: no more parent headers to search */
         if (!proven && start_proven(k))
             check_ready(k);
         return;
@@ -582,6 +585,7 @@ static void on_nudge(void *data)
      * proves the subscription is live, so no client misses the first messages of a request.
      * The request waits in the DEALER's queue until the kernel binds its socket. */
     kernel__send_own(k, &k->shell, "kernel_info_request", "{}");
+    k->probing = true;
     k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_RETRY_MS);
 }
 

@@ -174,6 +174,7 @@ struct kernel {
     kzsock_t iopub, shell, control, hb;
     evl_timer_t *nudge, *deadline, *hb_timer, *linger;
     bool got_reply, got_iopub, got_starting; /* the start's proofs (check_ready) */
+    bool probing; /* a kernel_info_request of on_nudge may still be answered on iopub */
     int stop_stage; /* 0 running, 1 shutdown_request sent, 2 SIGTERM sent */
     int hb_missed, restarts;
     bool hb_outstanding;

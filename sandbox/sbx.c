@@ -445,11 +445,12 @@ static void proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p,
                         void (*fn)(void *), void *arg)
 {
     char c;
+    /* ncgroup_dirfds <= SBX_CGROUP_MAX_DIRS: checked by sbx_start_forked, bounded by the
+     * control buffer of sbx_fork_req_recv */
     int keep[5 + SBX_CGROUP_MAX_DIRS] = {efd, syncfd, gofd, p->init_fd, p->stderr_fd};
-    for (int i = 0; i < p->ncgroup_dirfds && i < SBX_CGROUP_MAX_DIRS; i++)
+    for (int i = 0; i < p->ncgroup_dirfds; i++)
         keep[5 + i] = p->cgroup_dirfds[i];
-    close_all_but(keep, 5 + (p->ncgroup_dirfds < SBX_CGROUP_MAX_DIRS ? p->ncgroup_dirfds
-                                                                       : SBX_CGROUP_MAX_DIRS));
+    close_all_but(keep, 5 + p->ncgroup_dirfds);
     /* still the gateway's uid (sbx_start_async): into the cgroup here, so the gateway's loop
      * does not wait for the move (an RCU grace period on cgroup v1); the handshake checks,
      * and moves it itself if this failed. A fork server's proxy has no cgroup here. */
