@@ -995,18 +995,15 @@ bool channel_is_channel(struct lws *wsi)
     return n > 0 && route_match(uri, (size_t)n, &rt) == 0 && rt.id == ROUTE_CHANNEL;
 }
 
-int channel_confirm(gw_t *g, struct lws *wsi)
+int channel_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no)
 {
     struct gw_caller who;
     int retry = 0, st = auth_request(g, wsi, &who, &retry);
-    if (st) {
-        http_write_auth_error(g, wsi, st, retry);
-        return 1;
-    }
+    if (st)
+        return gw_refuse_auth(no, st, retry);
     if (!wschan_origin_ok(g, wsi)) {
         log_info("channel: websocket from a foreign origin refused");
-        http_write_error(g, wsi, 403, "origin not allowed");
-        return 1;
+        return gw_refuse(no, 403, 0, "origin not allowed");
     }
     return 0;
 }

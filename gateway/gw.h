@@ -144,6 +144,23 @@ int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *mes
                            int retry_after);
 /* Answers a refused authentication (auth_request's 401 or 429). */
 int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after);
+
+/* Why a websocket upgrade is refused: the HTTP status (401 no or wrong key, 429 locked out or
+ * over the rate, 403 origin, 404 unknown route or kernel, 400 bad request, 503 over a cap), its
+ * message and, for 429/503, Retry-After seconds (0: none). */
+struct gw_refusal {
+    int status;
+    int retry_after;
+    const char *message;
+};
+/* Fills a refusal; returns status, so a confirm function can `return gw_refuse(...)`. */
+int gw_refuse(struct gw_refusal *no, int status, int retry_after, const char *message);
+/* The refusal of an auth_request() status (401 or 429). */
+int gw_refuse_auth(struct gw_refusal *no, int status, int retry_after);
+/* Answers a refused websocket upgrade inside LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: an HTTP/1.1
+ * response with the status, a JSON body {"reason", "message"}, Content-Length and
+ * Connection: close. Returns 1, what that callback returns for "answered, do not upgrade". */
+int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no);
 int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
 
 /* The kernel with this id if it belongs to tenant; NULL for a missing kernel and for another
@@ -168,8 +185,9 @@ void files_shutdown(gw_t *g);
 #define WSCHAN_LEGACY_NAME "kgw" /* lws protocol 0: HTTP, and websockets offering no subprotocol */
 int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
                     struct gw_pss *pss, void *in, size_t len);
-/* Answers the upgrade request: 0 proceed, >0 rejected with an HTTP response. */
-int wschan_confirm(gw_t *g, struct lws *wsi);
+/* Checks a channels upgrade request (route already matched): 0 proceed, else the HTTP status
+ * of the refusal described in no. */
+int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
 void wschan_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
 void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail);
 /* A gateway notice to an execution's clients: an iopub stream (stderr) under its parent. */
@@ -181,7 +199,8 @@ bool wschan_origin_ok(gw_t *g, struct lws *wsi);
 
 /* channel.c: the /channel RPC websocket */
 bool channel_is_channel(struct lws *wsi);
-int channel_confirm(gw_t *g, struct lws *wsi);
+/* Checks a /channel upgrade request: 0 proceed, else the HTTP status of the refusal in no. */
+int channel_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
 int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
                      struct gw_pss *pss, void *in, size_t len);
 void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h);

@@ -111,23 +111,30 @@ int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, cons
     return write_response(g, wsi, status, ctype, body, len, location, 0);
 }
 
+static const char *reason_of(int status)
+{
+    switch (status) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 507: return "Insufficient Storage";
+    default: return "Error";
+    }
+}
+
 static char *error_json(int status, const char *message, size_t *len)
 {
-    json_t *e = json_pack("{s:s, s:s}", "reason", status == 400   ? "Bad Request"
-                                                  : status == 401 ? "Unauthorized"
-                                                  : status == 403 ? "Forbidden"
-                                                  : status == 404 ? "Not Found"
-                                                  : status == 405 ? "Method Not Allowed"
-                                                  : status == 409 ? "Conflict"
-                                                  : status == 411 ? "Length Required"
-                                                  : status == 413 ? "Payload Too Large"
-                                                  : status == 415 ? "Unsupported Media Type"
-                                                  : status == 500 ? "Internal Server Error"
-                                                  : status == 429 ? "Too Many Requests"
-                                                  : status == 503 ? "Service Unavailable"
-                                                  : status == 507 ? "Insufficient Storage"
-                                                                  : "Error",
-                          "message", message);
+    json_t *e = json_pack("{s:s, s:s}", "reason", reason_of(status), "message", message);
     if (!e) { /* a quoted client string that is not UTF-8: say it in ASCII */
         char ascii[512];
         size_t i;
@@ -162,12 +169,68 @@ int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message)
     return http_write_error_retry(g, wsi, status, message, 0);
 }
 
+#define AUTH_429_MESSAGE "too many requests or failed logins; retry later"
+#define AUTH_401_MESSAGE "a valid API key is required"
+
 int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after)
 {
     if (status == 429)
-        return http_write_error_retry(g, wsi, 429, "too many requests or failed logins; retry "
-                                                   "later", retry_after);
-    return http_write_error(g, wsi, 401, "a valid API key is required");
+        return http_write_error_retry(g, wsi, 429, AUTH_429_MESSAGE, retry_after);
+    return http_write_error(g, wsi, 401, AUTH_401_MESSAGE);
+}
+
+int gw_refuse(struct gw_refusal *no, int status, int retry_after, const char *message)
+{
+    no->status = status;
+    no->retry_after = retry_after;
+    no->message = message;
+    return status;
+}
+
+int gw_refuse_auth(struct gw_refusal *no, int status, int retry_after)
+{
+    if (status == 429)
+        return gw_refuse(no, 429, retry_after, AUTH_429_MESSAGE);
+    return gw_refuse(no, 401, 0, AUTH_401_MESSAGE);
+}
+
+/* libwebsockets asks to confirm an upgrade before it has read the request's HTTP version, so
+ * its own status line would say HTTP/1.0, which websocket clients reject as unsupported: the
+ * status line is written here, and the connection closes after the answer. */
+int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no)
+{
+    unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
+                                       *end = hdr + sizeof(hdr) - 1;
+    char line[64], num[24];
+    size_t len;
+    char *body = error_json(no->status, no->message, &len);
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s", no->status, reason_of(no->status));
+    int rc = lws_add_http_header_by_name(wsi, NULL, (const unsigned char *)line, n, &p, end);
+    rc |= add_header(wsi, "content-type:", "application/json", &p, end);
+    snprintf(num, sizeof(num), "%zu", len);
+    rc |= add_header(wsi, "content-length:", num, &p, end);
+    rc |= add_header(wsi, "connection:", "close", &p, end);
+    if (no->retry_after > 0) {
+        snprintf(num, sizeof(num), "%d", no->retry_after);
+        rc |= add_header(wsi, "retry-after:", num, &p, end);
+    }
+    rc |= http_add_common_headers(g, wsi, &p, end);
+    rc |= lws_finalize_http_header(wsi, &p, end);
+    if (!rc && body && (size_t)(end - p) >= len) { /* one write when the answer fits */
+        memcpy(p, body, len);
+        p += len;
+        len = 0;
+    }
+    if (!rc && lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) >= 0 && len) {
+        unsigned char *b = malloc(LWS_PRE + len);
+        if (b) {
+            memcpy(b + LWS_PRE, body, len);
+            lws_write(wsi, b + LWS_PRE, len, LWS_WRITE_HTTP_HEADERS);
+            free(b);
+        }
+    }
+    free(body);
+    return 1;
 }
 
 void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,

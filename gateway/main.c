@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
+#include "gateway/route.h"
 #include "protocol/wsmsg.h"
 
 static gw_t G;
@@ -88,7 +89,8 @@ static const struct cfg_option options[] = {
       "seconds a client session's sockets outlive its websocket (for reconnects)"),
     I("max-replay-bytes", max_replay_bytes, "67108864", 0, 17179869184LL,
       "output kept for all disconnected sessions together, replayed when they reconnect"),
-    I("max-connections", max_connections, "4096", 16, 1000000, "file descriptors for clients"),
+    I("max-connections", max_connections, "4096", 16, 1000000,
+      "client connections; also the most websockets open at once (more: 503)"),
     B("sandbox", sandbox, "true",
       "run every kernel in a sandbox (--no-sandbox: unsandboxed, for development only)"),
     S("sandbox-init", sandbox_init, "", "path of kgw-sandbox-init (default: next to kgw)"),
@@ -278,6 +280,76 @@ static const char *python_dir(char *buf, size_t sz)
     return buf;
 }
 
+/* A client that offers only subprotocols kgw does not speak is answered, as jupyter_server
+ * does, with none selected, and speaks the legacy JSON protocol. libwebsockets accepts an
+ * upgrade only when it knows one of the offered names and names its pick in the 101: the
+ * fallback protocol entry is named after the client's first offer while lws picks, and blanked
+ * before the 101 is written (FILTER_PROTOCOL_CONNECTION), so the 101 selects none. */
+#define SUBPROTOCOL_LIST_MAX 127 /* what lws reads of Sec-WebSocket-Protocol */
+static char fallback_name[64];   /* lws's longest subprotocol name, NUL included */
+
+/* 0 with the fallback set up when needed, or the 400 refusal of an offer lws cannot read. */
+static int choose_subprotocol(struct lws *wsi, struct gw_refusal *no)
+{
+    char list[SUBPROTOCOL_LIST_MAX + 1], name[sizeof(fallback_name)], first[sizeof(name)] = "";
+    struct lws_tokenize ts;
+    lws_tokenize_elem e;
+    fallback_name[0] = '\0';
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_PROTOCOL) <= 0)
+        return 0;
+    int n = lws_hdr_copy(wsi, list, sizeof(list), WSI_TOKEN_PROTOCOL);
+    if (n < 0)
+        return gw_refuse(no, 400, 0, "Sec-WebSocket-Protocol is too long");
+    /* the tokenizer libwebsockets selects with, and its flags */
+    lws_tokenize_init(&ts, list, LWS_TOKENIZE_F_COMMA_SEP_LIST | LWS_TOKENIZE_F_MINUS_NONTERM |
+                                     LWS_TOKENIZE_F_DOT_NONTERM | LWS_TOKENIZE_F_RFC7230_DELIMS);
+    ts.len = (size_t)n;
+    do {
+        e = lws_tokenize(&ts);
+        if (e == LWS_TOKZE_TOKEN) {
+            if (lws_tokenize_cstr(&ts, name, sizeof(name)))
+                return gw_refuse(no, 400, 0, "a Sec-WebSocket-Protocol name is too long");
+            if (!strcmp(name, WSMSG_V1_NAME) || !strcmp(name, WSCHAN_LEGACY_NAME))
+                return 0; /* lws picks a protocol it knows */
+            if (!first[0])
+                memcpy(first, name, sizeof(first));
+        } else if (e != LWS_TOKZE_DELIMITER && e != LWS_TOKZE_ENDED) {
+            return gw_refuse(no, 400, 0, "malformed Sec-WebSocket-Protocol");
+        }
+    } while (e > 0);
+    memcpy(fallback_name, first, sizeof(fallback_name));
+    return 0;
+}
+
+/* Every websocket upgrade comes here first: the route says who checks it, and every refusal,
+ * of every websocket route, is answered by http_refuse_upgrade. */
+static int confirm_upgrade(struct lws *wsi)
+{
+    char uri[ROUTE_MAX_PATH + 1];
+    struct route rt;
+    struct gw_refusal no = {0};
+    int st, n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+    if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0)
+        st = gw_refuse(&no, 404, 0, "not found");
+    else if (rt.id == ROUTE_CHANNEL)
+        st = channel_confirm(&G, wsi, &no);
+    else if (rt.id == ROUTE_KERNEL_CHANNELS)
+        st = wschan_confirm(&G, wsi, &no);
+    else
+        st = gw_refuse(&no, 400, 0, "this endpoint does not accept a websocket upgrade");
+    if (!st && G.connections >= G.cfg.max_connections) /* the descriptor budget's share */
+        st = gw_refuse(&no, 503, 5, "too many websocket connections; retry later");
+    if (!st)
+        st = choose_subprotocol(wsi, &no);
+    if (st) {
+        char q[96];
+        log_info("ws: upgrade of %s refused: %d %s", log_quote(q, sizeof(q), uri, n > 0 ? n : 0),
+                 no.status, no.message);
+        return http_refuse_upgrade(&G, wsi, &no);
+    }
+    return 0;
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len)
 {
@@ -289,9 +361,13 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         connection_closed(wsi);
         return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-        if (channel_is_channel(wsi))
-            return channel_confirm(&G, wsi);
-        return wschan_confirm(&G, wsi);
+        return confirm_upgrade(wsi);
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: { /* lws has picked; the 101 comes next */
+        const struct lws_protocols *p = lws_get_protocol(wsi);
+        if (p && p->name == fallback_name)
+            fallback_name[0] = '\0';
+        return 0;
+    }
     case LWS_CALLBACK_ADD_HEADERS: { /* the 101 of a websocket upgrade */
         struct lws_process_html_args *a = in;
         unsigned char *p = (unsigned char *)a->p;
@@ -332,6 +408,8 @@ static const struct lws_protocols protocols[] = {
     /* index 0 serves HTTP and websockets that asked for no subprotocol (legacy) */
     {WSCHAN_LEGACY_NAME, callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
     {WSMSG_V1_NAME, callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
+    /* websockets that offered only subprotocols kgw does not speak: legacy, none selected */
+    {fallback_name, callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
     {LWSLOOP_PROTOCOL, lwsloop_callback, 0, 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };

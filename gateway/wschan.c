@@ -360,55 +360,22 @@ bool wschan_origin_ok(gw_t *g, struct lws *wsi)
     return o && !strcasecmp(o + 3, host);
 }
 
-/* libwebsockets refuses an upgrade whose offered subprotocols it does not know by dropping
- * the connection; answer such requests with a clear 400 instead. */
-static bool subprotocol_ok(struct lws *wsi)
-{
-    char list[512], *save = NULL;
-    int n = lws_hdr_copy(wsi, list, sizeof(list), WSI_TOKEN_PROTOCOL);
-    if (n <= 0)
-        return n == 0 || lws_hdr_total_length(wsi, WSI_TOKEN_PROTOCOL) == 0;
-    for (char *t = strtok_r(list, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save))
-        if (!strcmp(t, WSMSG_V1_NAME) || !strcmp(t, WSCHAN_LEGACY_NAME))
-            return true;
-    return false;
-}
-
-int wschan_confirm(gw_t *g, struct lws *wsi)
+int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no)
 {
     char sid[SESSION_ID_MAX + 16];
-    char uri[ROUTE_MAX_PATH + 1];
-    struct route rt;
-    int n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
-    if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0 || rt.id != ROUTE_KERNEL_CHANNELS) {
-        http_write_error(g, wsi, 404, "not found");
-        return 1;
-    }
     struct gw_caller who;
     int retry = 0, st = auth_request(g, wsi, &who, &retry);
-    if (st) {
-        http_write_auth_error(g, wsi, st, retry);
-        return 1;
-    }
-    if (!subprotocol_ok(wsi)) {
-        http_write_error(g, wsi, 400, "no supported websocket subprotocol offered (supported: "
-                                      WSMSG_V1_NAME ", or none)");
-        return 1;
-    }
+    if (st)
+        return gw_refuse_auth(no, st, retry);
     if (!wschan_origin_ok(g, wsi)) {
         log_info("ws: websocket from a foreign origin refused");
-        http_write_error(g, wsi, 403, "origin not allowed");
-        return 1;
+        return gw_refuse(no, 403, 0, "origin not allowed");
     }
-    if (!kernel_of(g, wsi, who.tenant)) {
-        http_write_error(g, wsi, 404, "Kernel does not exist");
-        return 1;
-    }
+    if (!kernel_of(g, wsi, who.tenant))
+        return gw_refuse(no, 404, 0, "Kernel does not exist");
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sid, sizeof(sid));
-    if (s && *s && !session_id_ok(s)) {
-        http_write_error(g, wsi, 400, "invalid session_id");
-        return 1;
-    }
+    if (s && *s && !session_id_ok(s))
+        return gw_refuse(no, 400, 0, "invalid session_id");
     return 0;
 }
 

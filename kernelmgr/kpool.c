@@ -370,7 +370,17 @@ bool kpool__shrink(kmgr_t *m)
 
 void kpool__ready(kmgr_t *m, kernel_t *k)
 {
-    k->pool->fails = 0;
+    struct kpool *p = k->pool;
+    p->fails = 0;
+    if (!p->filled) { /* said once: operators and the start-up check look for it */
+        int ready, starting;
+        count(m, p, &ready, &starting);
+        if (ready >= p->base) {
+            p->filled = true;
+            log_info("pool: %s filled (%d warm kernel%s)", p->spec->name, ready,
+                     ready == 1 ? "" : "s");
+        }
+    }
     kpool__kick(m);
 }
 

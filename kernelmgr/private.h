@@ -199,6 +199,7 @@ struct kpool {
     uint64_t retry_at_ms;
     uint64_t last_miss_ms;
     int misses, handouts; /* since the gateway started */
+    bool filled;          /* has had its configured size ready once (logged) */
 };
 
 struct wspace {

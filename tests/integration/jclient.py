@@ -125,8 +125,8 @@ def channels_url(gateway, kernel_id, session_id=None, query=""):
 def handshake_status(gateway, kernel_id, session_id="auto", *, query="", auth_header=True,
                      subprotocols=None, path=None, headers=()):
     """Send a websocket upgrade request by hand and return the HTTP status code of the answer
-    (HTTP/1.0 or 1.1; the `websockets` client rejects an HTTP/1.0 refusal outright). path
-    replaces the kernel's channels path (kernel_id and session_id are then unused)."""
+    (always HTTP/1.1: websocket clients reject an HTTP/1.0 answer outright). path replaces the
+    kernel's channels path (kernel_id and session_id are then unused)."""
     if session_id == "auto":
         session_id = uuid.uuid4().hex
     if path is None:
@@ -149,7 +149,7 @@ def handshake_status(gateway, kernel_id, session_id="auto", *, query="", auth_he
             data += chunk
     status_line = data.split(b"\r\n", 1)[0].decode("latin-1")
     version, code = status_line.split(" ", 2)[:2]
-    assert version in ("HTTP/1.1", "HTTP/1.0"), status_line
+    assert version == "HTTP/1.1", status_line
     return int(code)
 
 
