@@ -4,6 +4,7 @@ import asyncio
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -331,8 +332,9 @@ def test_audit_log(tmp_path, gateway_factory):
     time.sleep(0.5)
     events = [json.loads(line) for line in path.read_text().splitlines()]
     by = {}
-    for e in events:
-        assert e["ts"] and e["event"]
+    for e in events:  # docs/audit.md: UTC, ISO 8601 with microseconds
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", e["ts"]), e["ts"]
+        assert e["event"]
         by.setdefault(e["event"], []).append(e)
     text = path.read_text()
     assert gw.token not in text and "not-the-key-at-all" not in text
