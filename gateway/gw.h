@@ -162,6 +162,13 @@ int gw_refuse_auth(struct gw_refusal *no, int status, int retry_after);
  * Connection: close. Returns 1, what that callback returns for "answered, do not upgrade". */
 int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no);
 int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
+/* False when the decoded path (len bytes) or query holds a control byte: a DEL where
+ * gateway/reqguard.c marked an escape that cannot be decoded (%00, '%' without two hex
+ * digits), or a control character, never valid in a URI. Such requests are answered 400. */
+bool http_uri_decodable(struct lws *wsi, const char *path, size_t len);
+#define HTTP_UNDECODABLE_MESSAGE                                                                 \
+    "undecodable request path or query: a '%' not followed by two hex digits, %00 or a "      \
+    "control character (write a literal '%' as %25)"
 
 /* The kernel with this id if it belongs to tenant; NULL for a missing kernel and for another
  * tenant's alike, so ids cannot be probed. */

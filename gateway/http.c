@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/openapi.h"
+#include "gateway/reqguard.h"
 
 #define RESOURCE_MAX (1 << 20)
 #define TICK_MS      1000 /* the loop tick /check_liveness watches */
@@ -67,12 +68,26 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
     return rc ? -1 : 0;
 }
 
+/* An answer is written whole. The connection takes the next request, or ends (-1) when the
+ * client pipelined (gateway/reqguard.h) or lws says so. */
+static int transaction_done(struct lws *wsi)
+{
+    int fd = (int)lws_get_socket_fd(wsi);
+    if (reqguard_pipelined(fd))
+        return -1; /* lws flushes what is buffered, then closes */
+    reqguard_answered(fd);
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
 static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctype,
                           const void *body, size_t len, const char *location, int retry_after)
 {
     unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
                                        *end = hdr + sizeof(hdr) - 1;
     if (lws_add_http_header_status(wsi, (unsigned)status, &p, end))
+        return -1;
+    if (reqguard_pipelined((int)lws_get_socket_fd(wsi)) &&
+        add_header(wsi, "connection:", "close", &p, end))
         return -1;
     if (ctype && len > 0 &&
         lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, (const unsigned char *)ctype,
@@ -102,7 +117,7 @@ static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctyp
         if (w < 0)
             return -1;
     }
-    return lws_http_transaction_completed(wsi) ? -1 : 0;
+    return transaction_done(wsi);
 }
 
 int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
@@ -793,6 +808,24 @@ static bool take_file_path(struct gw_req *r, const char *path, size_t len, unsig
     return true;
 }
 
+bool http_uri_decodable(struct lws *wsi, const char *path, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)path[i] < 0x20 || path[i] == 0x7f)
+            return false;
+    int total = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_URI_ARGS);
+    if (total <= 0)
+        return true;
+    size_t sz = 2 * (size_t)total + 2; /* lws joins the arguments with ',' */
+    char *args = malloc(sz);
+    int n = args ? lws_hdr_copy(wsi, args, (int)sz, WSI_TOKEN_HTTP_URI_ARGS) : -1;
+    bool ok = n >= 0;
+    for (int i = 0; ok && i < n; i++)
+        ok = (unsigned char)args[i] >= 0x20 && args[i] != 0x7f;
+    free(args);
+    return ok;
+}
+
 static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *path, size_t len)
 {
     char q[160];
@@ -808,6 +841,8 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
     log_quote(q, sizeof(q), path, len);
     log_debug("http: %s %s", method_name(r->method), q);
 
+    if (!http_uri_decodable(wsi, path, len))
+        return answer_now(g, wsi, pss, 400, HTTP_UNDECODABLE_MESSAGE);
     if (route_match(path, len, &r->route) < 0)
         return answer_now(g, wsi, pss, 404, "not found");
     if (r->method == HTTP_M_OPTIONS)
@@ -874,7 +909,7 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
             return rc;
         pss->req = NULL;
         req_free(r);
-        return lws_http_transaction_completed(wsi) ? -1 : 0;
+        return transaction_done(wsi);
     }
     if (!r || !r->has_response)
         return 0;

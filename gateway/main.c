@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
+#include "gateway/reqguard.h"
 #include "gateway/route.h"
 #include "protocol/wsmsg.h"
 
@@ -251,12 +252,14 @@ static int filter_connection(struct lws_filter_network_conn_args *a)
     }
     if (idx >= 0)
         conn_slot[fd] = idx + 1;
+    reqguard_open(fd);
     return 0;
 }
 
 static void connection_closed(struct lws *wsi)
 {
     int fd = (int)lws_get_socket_fd(wsi);
+    reqguard_close(fd);
     if (fd >= 0 && (size_t)fd < conn_slots && conn_slot[fd]) {
         rl_conn_close(G.rl, conn_slot[fd] - 1);
         conn_slot[fd] = 0;
@@ -329,7 +332,9 @@ static int confirm_upgrade(struct lws *wsi)
     struct route rt;
     struct gw_refusal no = {0};
     int st, n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
-    if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0)
+    if (n > 0 && !http_uri_decodable(wsi, uri, (size_t)n))
+        st = gw_refuse(&no, 400, 0, HTTP_UNDECODABLE_MESSAGE);
+    else if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0)
         st = gw_refuse(&no, 404, 0, "not found");
     else if (rt.id == ROUTE_CHANNEL)
         st = channel_confirm(&G, wsi, &no);
@@ -630,7 +635,7 @@ int main(int argc, char **argv)
     info.max_http_header_pool = 256;
     info.fd_limit_per_thread = (unsigned)rl.rlim_cur;
     conn_slots = (size_t)rl.rlim_cur;
-    if (!(conn_slot = calloc(conn_slots, sizeof(*conn_slot)))) {
+    if (!(conn_slot = calloc(conn_slots, sizeof(*conn_slot))) || reqguard_init(conn_slots) < 0) {
         log_error("out of memory");
         goto out;
     }
@@ -766,6 +771,7 @@ out:
     keyfile_free(&G.keys);
     rl_destroy(&G.rl);
     free(conn_slot);
+    reqguard_fini();
     audit_close();
     return rc;
 }
