@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -57,31 +58,41 @@ static void unlink_files(int dfd)
     closedir(d);
 }
 
-/* Removes a dead instance's directory: <gw-dir>/<kernel-id>/{connection.json, k-N} and the
- * lock file. Only names this gateway creates are touched; nothing is followed. */
-static void remove_instance_dir(int basefd, const char *name)
+#define TREE_DEPTH_MAX 16 /* the fork server's scratch directory holds an IPython profile */
+
+/* Removes name under parentfd and everything in it, never following a symbolic link (the
+ * fork server, an unprivileged uid, writes in its scratch directory). Depth-bounded. */
+static void remove_tree(int parentfd, const char *name, int depth)
 {
-    int dfd = openat(basefd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
+    int dfd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        unlinkat(parentfd, name, 0); /* a file, a link, or already gone */
         return;
+    }
     DIR *d = fdopendir(dfd);
     struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        int kfd = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (kfd < 0)
-            continue;
-        unlink_files(kfd);
-        unlinkat(dfd, e->d_name, AT_REMOVEDIR);
-    }
-    unlinkat(dfd, ".lock", 0);
-    if (d)
-        closedir(d);
-    else
+    if (!d) {
         close(dfd);
-    unlinkat(basefd, name, AT_REMOVEDIR);
+        return;
+    }
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (unlinkat(dfd, e->d_name, 0) < 0 && errno == EISDIR && depth < TREE_DEPTH_MAX)
+            remove_tree(dfd, e->d_name, depth + 1);
+    }
+    closedir(d);
+    unlinkat(parentfd, name, AT_REMOVEDIR);
 }
+
+/* Removes a dead instance's directory (<gw-dir>/<kernel-id>/..., zygote/..., the lock file).
+ * Nothing is followed. */
+static void remove_instance_dir(int basefd, const char *name)
+{
+    remove_tree(basefd, name, 0);
+}
+
+#define STALE_UNLOCKED_S 600 /* an instance directory without its lock this old is stale */
 
 /* Each running gateway holds an exclusive lock on <its dir>/.lock; a directory whose lock can
  * be taken belongs to a gateway that died without cleaning up (SIGKILL, crash). */
@@ -94,12 +105,22 @@ static void sweep_stale(const char *runtime_dir)
     struct dirent *e;
     char lockpath[300];
     while (d && (e = readdir(d))) {
+        struct stat st;
         if (strncmp(e->d_name, "gw-", 3) != 0)
             continue;
         snprintf(lockpath, sizeof(lockpath), "%s/.lock", e->d_name);
         int lfd = openat(basefd, lockpath, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-        if (lfd < 0)
+        if (lfd < 0) {
+            /* no lock: a gateway that lost it half-way out (earlier versions left their fork
+             * server's scratch directory behind), or one just starting: only when old */
+            if (errno == ENOENT && fstatat(basefd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                S_ISDIR(st.st_mode) && st.st_mtime + STALE_UNLOCKED_S < time(NULL)) {
+                log_info("removing stale runtime directory %s/%s", runtime_dir, e->d_name);
+                remove_instance_dir(basefd, e->d_name);
+                sbx_cgroups_remove_stale(e->d_name);
+            }
             continue;
+        }
         if (flock(lfd, LOCK_EX | LOCK_NB) == 0) {
             log_info("removing stale runtime directory %s/%s", runtime_dir, e->d_name);
             remove_instance_dir(basefd, e->d_name);
@@ -472,9 +493,12 @@ void kmgr_destroy(kmgr_t **pm)
     kcallmsg_allow_destroy(&m->callbacks);
     if (m->rundir[0]) {
         remove_python(m->rundir);
-        char lock[PATH_MAX + 8];
-        snprintf(lock, sizeof(lock), "%s/.lock", m->rundir);
-        unlink(lock);
+        int dfd = open(m->rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd >= 0) { /* the fork server's scratch directory; the lock goes last */
+            remove_tree(dfd, "zygote", 0);
+            unlinkat(dfd, ".lock", 0);
+            close(dfd);
+        }
         rmdir(m->rundir);
     }
     if (m->lockfd > 0)

@@ -174,14 +174,38 @@ def _own_cgroup_dirs():
     return dirs
 
 
+def _instance_alive(inst):
+    """True while the gateway instance `inst` (gw-XXXXXX) runs: it holds the lock of its runtime
+    directory (kernelmgr/kmgr.c), possibly another test run's gateway on this machine."""
+    import fcntl
+    dirs = [os.path.join(os.environ.get("XDG_RUNTIME_DIR", ""), "kgw"), "/run/kgw",
+            f"/tmp/kgw-{os.geteuid()}"]
+    for d in dirs:
+        try:
+            fd = os.open(os.path.join(d, inst, ".lock"), os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+    return False
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_cgroups_left_behind():
     """A gateway killed outright leaves its (empty) kernel cgroups under ours; the next gateway
-    sweeps them, but after the last test nobody would: remove the empty ones (rmdir only)."""
+    sweeps them, but after the last test nobody would: remove the empty ones (rmdir only) of
+    instances that are gone (a running one, of another test run, keeps its empty cgroups: its
+    fork server prepares the next kernel's ahead)."""
     yield
     for base in _own_cgroup_dirs():
         try:
-            names = [n for n in os.listdir(base) if n.startswith("kgw-gw-")]
+            names = [n for n in os.listdir(base) if n.startswith("kgw-gw-")
+                     and not _instance_alive(n[len("kgw-"):].split("-gateway")[0])]
         except OSError:
             continue
         for name in names:

@@ -14,6 +14,7 @@ from datetime import datetime
 import pytest
 
 import jclient
+from conftest import stop_gateway
 
 TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 KERNEL_KEYS = {"id", "name", "last_activity", "execution_state", "connections"}
@@ -406,9 +407,30 @@ def test_stale_runtime_directory_is_removed(gateway_factory, tmp_path):
     (stale / "k1" / "connection.json").write_text("{}")
     (stale / "k1" / "k-1").write_text("")
     (rt / "other").mkdir()
+    # the fork server's scratch directory, nested; and a directory an older gateway left
+    # without its lock (it removed the lock but could not remove the scratch directory)
+    (stale / "zygote" / ".ipython" / "profile_default" / "db").mkdir(parents=True)
+    (stale / "zygote" / ".ipython" / "profile_default" / "README").write_text("x")
+    os.symlink("/etc", stale / "zygote" / "link")  # removed, never followed
+    unlocked = rt / "gw-nolock"
+    (unlocked / "zygote" / ".ipython").mkdir(parents=True)
+    old = time.time() - 3600
+    os.utime(unlocked, (old, old))
+    young = rt / "gw-young1"  # no lock yet: a gateway starting now; left alone
+    young.mkdir()
     for p in (tmp_path, rt):
         os.chmod(p, 0o755)  # sandboxed kernels run as other uids
     gw = gateway_factory("--runtime-dir", str(rt))
     assert not stale.exists(), list(stale.rglob("*"))
+    assert not unlocked.exists(), list(unlocked.rglob("*"))
+    assert young.is_dir() and os.path.isdir("/etc")
     assert (rt / "other").is_dir()
     assert "removing stale runtime directory" in gw.log()
+    mine = [p for p in rt.iterdir() if p.name.startswith("gw-") and p != young]
+    assert len(mine) == 1, mine
+    deadline = time.monotonic() + 30  # the fork server (where there is one) has written there
+    while "fork server: started" in gw.log() and "fork server: ready" not in gw.log():
+        assert time.monotonic() < deadline, gw.log()
+        time.sleep(0.1)
+    stop_gateway(gw)
+    assert not mine[0].exists(), list(mine[0].rglob("*"))  # a gateway removes its own
