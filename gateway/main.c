@@ -241,8 +241,11 @@ static int filter_connection(struct lws_filter_network_conn_args *a)
         rl_conn_close(G.rl, conn_slot[fd] - 1);
     conn_slot[fd] = 0;
     int idx = rl_conn_open(G.rl, addr);
-    if (idx == -1) {
-        log_info("connection from %s refused: %lld connections from that address are open",
+    if (idx == RL_REFUSED_AGAIN)
+        return 1;
+    if (idx == RL_REFUSED) {
+        log_info("connection from %s refused: %lld connections from that address are open "
+                 "(further refusals are not logged until it has room again)",
                  addr, G.cfg.max_connections_per_address);
         audit_event("rate_limited", "s:s, s:s", "addr", addr, "limit", "connections");
         return 1;
