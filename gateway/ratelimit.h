@@ -44,11 +44,13 @@ bool rl_charge(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait
  * trusted goes to out (true). Malformed entries stop the walk. */
 bool rl_forwarded_client(const char *peer, const char *xff, size_t len, const char *trusted,
                          char out[RL_ADDR_MAX]);
-/* What rl_conn_open and rl_hdr_open return instead of a table index: */
-#define RL_REFUSED       (-1) /* addr is at its limit: refuse the connection (log it) */
-#define RL_UNCOUNTED     (-2) /* the table is crowded: accept the connection, uncounted */
-#define RL_REFUSED_AGAIN (-3) /* refuse it; addr has been refused since it was last below its
-                               * limit (a flood is logged once) */
+/* What rl_conn_open and rl_hdr_open return instead of a table index: addr is at its limit,
+ * refuse the connection (RL_REFUSED: log it; RL_REFUSED_AGAIN: addr has been refused since it
+ * was last below its limit, so a flood is logged once), or the table is crowded, accept it
+ * uncounted (RL_UNCOUNTED). */
+#define RL_REFUSED       (-1)
+#define RL_UNCOUNTED     (-2)
+#define RL_REFUSED_AGAIN (-3)
 
 /* A connection from addr opens: its table index (pass it to rl_conn_close), or one of the
  * above. */
