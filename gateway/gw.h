@@ -29,7 +29,9 @@ struct gw_config {
     const char *certfile;
     const char *keyfile;
     long long max_connections_per_address;
+    long long max_header_connections_per_address;
     long long http_timeout;
+    long long header_timeout;
     const char *default_kernel;
     const char *log_level;
     const char *allow_origin;
@@ -79,6 +81,8 @@ struct gw_config {
     const char *fork_server_preload;
 };
 
+typedef struct conns conns_t;
+
 typedef struct gw {
     struct gw_config cfg;
     lwsloop_t loop;
@@ -86,6 +90,7 @@ typedef struct gw {
     kmgr_t *km;
     keyfile_t *keys; /* API keys and their tenants */
     rl_t *rl;
+    conns_t *conns; /* client connections: per-address counts, the header phase */
     char server_session[40]; /* Jupyter session of gateway-made messages */
     int64_t started_us;
     int64_t last_activity_us;
@@ -161,6 +166,9 @@ int gw_refuse_auth(struct gw_refusal *no, int status, int retry_after);
  * response with the status, a JSON body {"reason", "message"}, Content-Length and
  * Connection: close. Returns 1, what that callback returns for "answered, do not upgrade". */
 int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no);
+/* A complete HTTP/1.1 error response (JSON body, Content-Length, Connection: close, the
+ * security headers) for writing outside lws: its length, 0 when it does not fit in outsz. */
+size_t http_format_error(gw_t *g, int status, const char *message, char *out, size_t outsz);
 int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
 /* False when the decoded path (len bytes) or query holds a control byte: a DEL where
  * gateway/reqguard.c marked an escape that cannot be decoded (%00, '%' without two hex
@@ -184,6 +192,27 @@ int http_set_instance_id(gw_t *g, const char *id);
 /* Starts the loop tick that /check_liveness watches. */
 int http_start_tick(gw_t *g);
 void http_stop_tick(gw_t *g);
+
+/* main.c: returns freed memory to the system within a second or so (a burst of clients is
+ * gone), besides the regular trim. */
+void gw_trim_soon(gw_t *g);
+
+/* conns.c: client connections by descriptor. Each counts against its address's open
+ * connections (--max-connections-per-address) and, until its request headers are complete,
+ * against the address's connections in their header phase (--max-header-connections-per-
+ * address); one at either limit is refused at accept. A connection whose headers are not
+ * complete within --header-timeout is answered 408 (plain HTTP) and closed. */
+/* NULL + errno. slots: the descriptor limit. */
+conns_t *conns_new(gw_t *g, size_t slots);
+void conns_destroy(conns_t **c);
+/* LWS_CALLBACK_FILTER_NETWORK_CONNECTION: 0 accept, 1 refuse. */
+int conns_accept(conns_t *c, const struct lws_filter_network_conn_args *a);
+/* LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: lws made the accepted connection's wsi. */
+void conns_started(conns_t *c, struct lws *wsi);
+/* Request headers complete (LWS_CALLBACK_HTTP, a websocket upgrade): the header phase ends. */
+void conns_headers_done(conns_t *c, struct lws *wsi);
+/* LWS_CALLBACK_WSI_DESTROY (any wsi) */
+void conns_closed(conns_t *c, struct lws *wsi);
 
 /* files.c: ends every transfer's use of its workspace (before the kernel manager goes). */
 void files_shutdown(gw_t *g);

@@ -126,30 +126,45 @@ int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, cons
     return write_response(g, wsi, status, ctype, body, len, location, 0);
 }
 
-static const char *reason_of(int status)
+static const char *reason_phrase(int status)
 {
     switch (status) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    case 507: return "Insufficient Storage";
-    default: return "Error";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 409:
+        return "Conflict";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Payload Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    case 507:
+        return "Insufficient Storage";
+    default:
+        return "Error";
     }
 }
 
 static char *error_json(int status, const char *message, size_t *len)
 {
-    json_t *e = json_pack("{s:s, s:s}", "reason", reason_of(status), "message", message);
+    json_t *e = json_pack("{s:s, s:s}", "reason", reason_phrase(status), "message", message);
     if (!e) { /* a quoted client string that is not UTF-8: say it in ASCII */
         char ascii[512];
         size_t i;
@@ -177,6 +192,30 @@ int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *mes
                            retry_after);
     free(s);
     return r;
+}
+
+size_t http_format_error(gw_t *g, int status, const char *message, char *out, size_t outsz)
+{
+    size_t len, n;
+    char *body = error_json(status, message, &len);
+    if (!body)
+        return 0;
+    int w = snprintf(out, outsz,
+                     "HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                     "content-length: %zu\r\nconnection: close\r\n",
+                     status, reason_phrase(status), len);
+    n = w > 0 ? (size_t)w : outsz;
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(security_headers) && n < outsz; i++) {
+        w = snprintf(out + n, outsz - n, "%s %s\r\n", security_headers[i][0],
+                     security_headers[i][1]);
+        n += w > 0 ? (size_t)w : outsz;
+    }
+    if (n < outsz) {
+        w = snprintf(out + n, outsz - n, "x-kgw-self-identify: %s\r\n\r\n%s", g->instance_id, body);
+        n += w > 0 ? (size_t)w : outsz;
+    }
+    free(body);
+    return n < outsz ? n : 0;
 }
 
 int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message)
@@ -219,7 +258,7 @@ int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no)
     char line[64], num[24];
     size_t len;
     char *body = error_json(no->status, no->message, &len);
-    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s", no->status, reason_of(no->status));
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s", no->status, reason_phrase(no->status));
     int rc = lws_add_http_header_by_name(wsi, NULL, (const unsigned char *)line, n, &p, end);
     rc |= add_header(wsi, "content-type:", "application/json", &p, end);
     snprintf(num, sizeof(num), "%zu", len);

@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 
 #include "common/audit.h"
 #include "common/config.h"
@@ -53,10 +52,16 @@ static const struct cfg_option options[] = {
                                   "('' = off)"),
     S("certfile", certfile, "", "TLS certificate (PEM): serve HTTPS and WSS"),
     S("keyfile", keyfile, "", "TLS private key (PEM) of --certfile"),
+    I("header-timeout", header_timeout, "10", 1, 3600,
+      "seconds a connection has to send its request headers (a websocket handshake's too), "
+      "then 408 and close; a kept-alive connection's next request alike, closed unanswered"),
     I("http-timeout", http_timeout, "30", 1, 3600,
-      "seconds a client has to send a request (headers and body) or a websocket handshake"),
+      "seconds a request body may stall, and an idle keep-alive connection is kept"),
     I("max-connections-per-address", max_connections_per_address, "256", 1, 1000000,
-      "open connections per client address"),
+      "open connections per client address (the socket peer)"),
+    I("max-header-connections-per-address", max_header_connections_per_address, "32", 1,
+      1000000, "connections per client address (the socket peer) still sending their request "
+               "headers; more are refused at accept"),
     S("default-kernel", default_kernel, "python3", "kernelspec used when a request names none"),
     S("log-level", log_level, "info", "error, warn, info or debug"),
     S("allow-origin", allow_origin, "", "CORS origin allowed to call the API ('' = none)"),
@@ -225,45 +230,27 @@ static int load_exe(const char *path, const char *name, char *why, size_t whysz)
     return mfd;
 }
 
-/* Connections per client address: the table index of each accepted socket, by fd. */
-static int *conn_slot; /* index + 1; 0: not counted */
-static size_t conn_slots;
+/* Memory that bursts of clients needed (header tables, replay buffers, queues) goes back to
+ * the system once they are gone, instead of staying in the allocator's free lists. */
+#define TRIM_INTERVAL_MS 30000
+#define TRIM_SOON_MS     1000
+static evl_timer_t *trim_timer;
+static uint64_t trim_due_ms;
 
-static int filter_connection(struct lws_filter_network_conn_args *a)
+static void on_trim(void *data)
 {
-    char addr[RL_ADDR_MAX] = "";
-    int fd = (int)a->accept_fd;
-    const struct sockaddr *sa = (const struct sockaddr *)&a->cli_addr;
-    if (sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, sizeof(addr));
-    else if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof(addr));
-    if (!addr[0] || fd < 0 || (size_t)fd >= conn_slots)
-        return 0;
-    if (conn_slot[fd]) /* a close we did not see: settle it first */
-        rl_conn_close(G.rl, conn_slot[fd] - 1);
-    conn_slot[fd] = 0;
-    int idx = rl_conn_open(G.rl, addr);
-    if (idx == -1) {
-        log_info("connection from %s refused: %lld connections from that address are open",
-                 addr, G.cfg.max_connections_per_address);
-        audit_event("rate_limited", "s:s, s:s", "addr", addr, "limit", "connections");
-        return 1;
-    }
-    if (idx >= 0)
-        conn_slot[fd] = idx + 1;
-    reqguard_open(fd);
-    return 0;
+    malloc_trim(0);
+    trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
+    G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
 }
 
-static void connection_closed(struct lws *wsi)
+void gw_trim_soon(gw_t *g)
 {
-    int fd = (int)lws_get_socket_fd(wsi);
-    reqguard_close(fd);
-    if (fd >= 0 && (size_t)fd < conn_slots && conn_slot[fd]) {
-        rl_conn_close(G.rl, conn_slot[fd] - 1);
-        conn_slot[fd] = 0;
-    }
+    uint64_t now = util_now_ms();
+    if (!trim_timer || trim_due_ms <= now + TRIM_SOON_MS)
+        return; /* due sooner anyway: re-arming would only put it off */
+    trim_due_ms = now + TRIM_SOON_MS;
+    g->loop.evl.timer_arm(&g->loop.evl, trim_timer, TRIM_SOON_MS);
 }
 
 /* --python-path, or python/ next to the kgw executable (where the build puts kgw_tools.py). */
@@ -361,11 +348,18 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     struct gw_pss *pss = user;
     switch (reason) {
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
-        return filter_connection(user);
+        return G.conns ? conns_accept(G.conns, user) : 0;
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+        if (G.conns)
+            conns_started(G.conns, wsi);
+        return 0;
     case LWS_CALLBACK_WSI_DESTROY:
-        connection_closed(wsi);
+        if (G.conns)
+            conns_closed(G.conns, wsi);
         return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        if (G.conns)
+            conns_headers_done(G.conns, wsi);
         return confirm_upgrade(wsi);
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: { /* lws has picked; the 101 comes next */
         const struct lws_protocols *p = lws_get_protocol(wsi);
@@ -384,6 +378,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return 0;
     }
     case LWS_CALLBACK_HTTP:
+        if (G.conns)
+            conns_headers_done(G.conns, wsi);
+        return http_callback(&G, wsi, reason, pss, in, len);
     case LWS_CALLBACK_HTTP_BODY:
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
     case LWS_CALLBACK_HTTP_WRITEABLE:
@@ -418,17 +415,6 @@ static const struct lws_protocols protocols[] = {
     {LWSLOOP_PROTOCOL, lwsloop_callback, 0, 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
-
-/* Memory that bursts of clients needed (replay buffers, queues) goes back to the system once
- * they are gone, instead of staying in the allocator's free lists. */
-#define TRIM_INTERVAL_MS 30000
-static evl_timer_t *trim_timer;
-
-static void on_trim(void *data)
-{
-    malloc_trim(0);
-    G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
-}
 
 static void on_signal(void *data)
 {
@@ -572,7 +558,8 @@ int main(int argc, char **argv)
                           .auth_fail_window_s = (int)G.cfg.auth_fail_window,
                           .rate = (double)G.cfg.rate_limit,
                           .burst = (double)G.cfg.rate_burst,
-                          .conns_per_addr = (int)G.cfg.max_connections_per_address};
+                          .conns_per_addr = (int)G.cfg.max_connections_per_address,
+                          .hdr_conns_per_addr = (int)G.cfg.max_header_connections_per_address};
     if (!(G.rl = rl_new(&rlo))) {
         fprintf(stderr, "kgw: out of memory\n");
         return 1;
@@ -631,16 +618,21 @@ int main(int argc, char **argv)
     info.iface = G.cfg.ip;
     info.protocols = protocols;
     info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+    /* A connection holds a header table (16 KiB) from accept until its request headers are
+     * complete; lws allocates one when it is taken and frees it when it is given back, so a
+     * pool as large as the connections costs nothing up front. Its timer on a table held
+     * (timeout_secs_ah_idle) is --header-timeout: conns.c answers fresh connections a
+     * moment before it, and it times a kept-alive connection's next request. */
     info.max_http_header_data = 16384;
-    info.max_http_header_pool = 256;
+    info.max_http_header_pool2 = (unsigned)G.cfg.max_connections;
+    info.timeout_secs_ah_idle = (unsigned)G.cfg.header_timeout;
     info.fd_limit_per_thread = (unsigned)rl.rlim_cur;
-    conn_slots = (size_t)rl.rlim_cur;
-    if (!(conn_slot = calloc(conn_slots, sizeof(*conn_slot))) || reqguard_init(conn_slots) < 0) {
+    if (reqguard_init((size_t)rl.rlim_cur) < 0) {
         log_error("out of memory");
         goto out;
     }
-    /* handshakes, request headers and bodies that do not complete in time are dropped
-     * (slowloris); idle keep-alive connections go after keepalive_timeout */
+    /* bodies and answers that do not complete in time are dropped; idle keep-alive
+     * connections go after keepalive_timeout */
     info.timeout_secs = (unsigned)G.cfg.http_timeout;
     info.keepalive_timeout = (int)G.cfg.http_timeout;
     info.vhost_name = "kgw";
@@ -665,7 +657,12 @@ int main(int argc, char **argv)
         goto out;
     if (!(trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, NULL)))
         goto out;
+    trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
     G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
+    if (!(G.conns = conns_new(&G, (size_t)rl.rlim_cur))) {
+        log_error("cannot track client connections: %s", strerror(errno));
+        goto out;
+    }
 
     struct kmgr_opts ko = {
         .runtime_dir = G.cfg.runtime_dir,
@@ -765,12 +762,12 @@ out:
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);
     sessions_free_all(&G);
+    conns_destroy(&G.conns); /* lws's closes at its destroy need not be counted */
     if (G.ctx)
         lws_context_destroy(G.ctx);
     close(sfd);
     keyfile_free(&G.keys);
     rl_destroy(&G.rl);
-    free(conn_slot);
     reqguard_fini();
     audit_close();
     return rc;

@@ -20,8 +20,12 @@ struct rl {
     struct rl_opts o;
     struct rl_ent fail[RL_SLOTS];
     struct rl_ent bucket[RL_SLOTS];
-    struct rl_ent conns[RL_SLOTS]; /* v: open connections; t: 1 while in use */
+    struct rl_ent conns[RL_SLOTS]; /* v: open connections; t: CONN_* while in use */
+    struct rl_ent hdrs[RL_SLOTS];  /* v: connections in their header phase; t: alike */
 };
+
+#define CONN_USED     1 /* t of a connection count in use */
+#define CONN_REFUSING 2 /* in use, and a refusal was reported since it was below its limit */
 
 rl_t *rl_new(const struct rl_opts *o)
 {
@@ -154,38 +158,67 @@ bool rl_charge(rl_t *rl, const char *tenant, double n, int64_t now, int *wait_ms
     return false;
 }
 
-int rl_conn_open(rl_t *rl, const char *addr)
+/* A connection count: counts one more for addr in tab unless it is at limit (see rl_conn_open). */
+static int count_open(struct rl_ent *tab, int limit, const char *addr)
 {
     char key[RL_ADDR_MAX];
     rl_addr_key(addr, key);
     uint32_t h = hash(key);
     struct rl_ent *free_e = NULL;
     for (int i = 0; i < RL_PROBES; i++) {
-        struct rl_ent *e = &rl->conns[(h + (uint32_t)i) & (RL_SLOTS - 1)];
+        struct rl_ent *e = &tab[(h + (uint32_t)i) & (RL_SLOTS - 1)];
         if (e->t != 0 && !strcmp(e->key, key)) {
-            if (rl->o.conns_per_addr > 0 && e->v >= rl->o.conns_per_addr)
-                return -1;
+            if (limit > 0 && e->v >= limit) {
+                if (e->t == CONN_REFUSING)
+                    return RL_REFUSED_AGAIN;
+                e->t = CONN_REFUSING;
+                return RL_REFUSED;
+            }
             e->v++;
-            return (int)(e - rl->conns);
+            return (int)(e - tab);
         }
         if (e->t == 0 && !free_e)
             free_e = e;
     }
     if (!free_e)
-        return -2; /* no room to count it: not refused, not counted */
+        return RL_UNCOUNTED; /* no room to count it: not refused, not counted */
     snprintf(free_e->key, sizeof(free_e->key), "%s", key);
-    free_e->t = 1;
+    free_e->t = CONN_USED;
     free_e->v = 1;
-    return (int)(free_e - rl->conns);
+    return (int)(free_e - tab);
+}
+
+static void count_close(struct rl_ent *tab, int limit, int idx)
+{
+    if (idx < 0 || idx >= RL_SLOTS)
+        return;
+    struct rl_ent *e = &tab[idx];
+    if (e->t == 0)
+        return;
+    if (--e->v <= 0)
+        memset(e, 0, sizeof(*e));
+    else if (e->v < limit)
+        e->t = CONN_USED; /* room again: the next refusal is reported */
+}
+
+int rl_conn_open(rl_t *rl, const char *addr)
+{
+    return count_open(rl->conns, rl->o.conns_per_addr, addr);
 }
 
 void rl_conn_close(rl_t *rl, int idx)
 {
-    if (idx < 0 || idx >= RL_SLOTS)
-        return;
-    struct rl_ent *e = &rl->conns[idx];
-    if (e->t != 0 && --e->v <= 0)
-        memset(e, 0, sizeof(*e));
+    count_close(rl->conns, rl->o.conns_per_addr, idx);
+}
+
+int rl_hdr_open(rl_t *rl, const char *addr)
+{
+    return count_open(rl->hdrs, rl->o.hdr_conns_per_addr, addr);
+}
+
+void rl_hdr_close(rl_t *rl, int idx)
+{
+    count_close(rl->hdrs, rl->o.hdr_conns_per_addr, idx);
 }
 
 /* addr (n bytes) is an entry of the comma-separated list */

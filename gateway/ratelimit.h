@@ -1,8 +1,10 @@
 /* Rate limits kept by the gateway: failed authentications per client address (a fixed window:
- * past the limit, the address is refused until the window ends, correct key or not) and a
- * token bucket per tenant for requests, websocket messages and RPC calls. Tables are fixed
- * size: when one is full the stalest entry is reused, so memory does not grow with the number
- * of addresses an attacker owns. IPv6 addresses count per /64. */
+ * past the limit, the address is refused until the window ends, correct key or not), a token
+ * bucket per tenant for requests, websocket messages and RPC calls, and open connections per
+ * client address, in all and still in their header phase. Tables are fixed size: when one is
+ * full the stalest entry is reused (connection counts: a connection is accepted uncounted), so
+ * memory does not grow with the number of addresses an attacker owns. IPv6 addresses count
+ * per /64. */
 #ifndef KGW_GATEWAY_RATELIMIT_H
 #define KGW_GATEWAY_RATELIMIT_H
 
@@ -20,6 +22,7 @@ struct rl_opts {
     double rate;            /* tokens per second per tenant (0: no limit) */
     double burst;           /* bucket size */
     int conns_per_addr;     /* open connections per address (0: no limit) */
+    int hdr_conns_per_addr; /* of them, still sending their request headers (0: no limit) */
 };
 
 rl_t *rl_new(const struct rl_opts *o);
@@ -41,9 +44,22 @@ bool rl_charge(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait
  * trusted goes to out (true). Malformed entries stop the walk. */
 bool rl_forwarded_client(const char *peer, const char *xff, size_t len, const char *trusted,
                          char out[RL_ADDR_MAX]);
-/* A connection from addr opens: its table index (pass it to rl_conn_close), -1 when addr is at
- * its limit (refuse it), -2 when it cannot be counted (the table is crowded: accept it). */
+/* What rl_conn_open and rl_hdr_open return instead of a table index: addr is at its limit,
+ * refuse the connection (RL_REFUSED: log it; RL_REFUSED_AGAIN: addr has been refused since it
+ * was last below its limit, so a flood is logged once), or the table is crowded, accept it
+ * uncounted (RL_UNCOUNTED). */
+#define RL_REFUSED       (-1)
+#define RL_UNCOUNTED     (-2)
+#define RL_REFUSED_AGAIN (-3)
+
+/* A connection from addr opens: its table index (pass it to rl_conn_close), or one of the
+ * above. */
 int rl_conn_open(rl_t *rl, const char *addr);
 void rl_conn_close(rl_t *rl, int idx);
+/* The same for connections still sending their request headers (the header phase), counted
+ * against hdr_conns_per_addr: rl_hdr_open when one is accepted, rl_hdr_close when its headers
+ * are complete or it closes. */
+int rl_hdr_open(rl_t *rl, const char *addr);
+void rl_hdr_close(rl_t *rl, int idx);
 
 #endif

@@ -372,7 +372,7 @@ def test_security_headers_on_every_response(gateway):
 
 
 def test_slowloris_is_cut_off_while_others_are_served(gateway_factory):
-    gw = gateway_factory("--http-timeout=3")
+    gw = gateway_factory("--header-timeout=3")
     slow = []
     for _ in range(20):
         s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)

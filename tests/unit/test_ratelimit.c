@@ -102,11 +102,102 @@ static void test_forwarded(void)
     CHECK(!fwd("127.0.0.1", " , ", "127.0.0.1", out));
 }
 
+static void test_conns(void)
+{
+    struct rl_opts o = {.conns_per_addr = 3, .hdr_conns_per_addr = 2};
+    rl_t *rl = rl_new(&o);
+    int c[4], h[3];
+    CHECK_CASE("connections per address");
+    for (int i = 0; i < 3; i++) {
+        c[i] = rl_conn_open(rl, "192.0.2.1");
+        CHECK(c[i] >= 0);
+        CHECK_INT(c[i], c[0]); /* one entry per address */
+    }
+    CHECK_INT(rl_conn_open(rl, "192.0.2.1"), RL_REFUSED);       /* reported */
+    CHECK_INT(rl_conn_open(rl, "192.0.2.1"), RL_REFUSED_AGAIN); /* not again */
+    CHECK_INT(rl_conn_open(rl, "::ffff:192.0.2.1"), RL_REFUSED_AGAIN);
+    CHECK(rl_conn_open(rl, "192.0.2.2") >= 0); /* per address */
+    rl_conn_close(rl, c[0]);
+    c[3] = rl_conn_open(rl, "192.0.2.1"); /* room again */
+    CHECK_INT(c[3], c[0]);
+    CHECK_INT(rl_conn_open(rl, "192.0.2.1"), RL_REFUSED); /* a new refusal is reported */
+    for (int i = 1; i < 4; i++)
+        rl_conn_close(rl, c[i]);
+    rl_conn_close(rl, c[0]); /* more closes than opens: nothing to undo */
+    rl_conn_close(rl, RL_UNCOUNTED);
+    rl_conn_close(rl, 1 << 30);
+    CHECK(rl_conn_open(rl, "192.0.2.1") >= 0);
+    /* IPv6 neighbours in one /64 share the count */
+    CHECK(rl_conn_open(rl, "2001:db8::1") >= 0);
+    CHECK(rl_conn_open(rl, "2001:db8::2") >= 0);
+    CHECK(rl_conn_open(rl, "2001:db8::3") >= 0);
+    CHECK_INT(rl_conn_open(rl, "2001:db8::4"), RL_REFUSED);
+    CHECK(rl_conn_open(rl, "2001:db8:0:1::4") >= 0);
+
+    CHECK_CASE("connections in their header phase per address");
+    /* a count of its own, with its own limit: the address's open connections are not it */
+    h[0] = rl_hdr_open(rl, "192.0.2.1");
+    h[1] = rl_hdr_open(rl, "192.0.2.1");
+    CHECK(h[0] >= 0 && h[1] == h[0]);
+    CHECK_INT(rl_hdr_open(rl, "192.0.2.1"), RL_REFUSED);
+    CHECK_INT(rl_hdr_open(rl, "192.0.2.1"), RL_REFUSED_AGAIN);
+    CHECK(rl_hdr_open(rl, "192.0.2.3") >= 0);
+    rl_hdr_close(rl, h[1]); /* its headers are complete: it no longer counts */
+    h[2] = rl_hdr_open(rl, "192.0.2.1");
+    CHECK_INT(h[2], h[0]);
+    CHECK_INT(rl_hdr_open(rl, "192.0.2.1"), RL_REFUSED);
+    rl_hdr_close(rl, h[0]);
+    rl_hdr_close(rl, h[2]);
+    CHECK(rl_hdr_open(rl, "192.0.2.1") >= 0);
+    rl_destroy(&rl);
+
+    CHECK_CASE("connection counts without limits");
+    struct rl_opts off = {0};
+    rl_t *none = rl_new(&off);
+    for (int i = 0; i < 1000; i++) {
+        CHECK(rl_conn_open(none, "192.0.2.1") >= 0);
+        CHECK(rl_hdr_open(none, "192.0.2.1") >= 0);
+    }
+    rl_destroy(&none);
+}
+
+/* A flood of addresses fills the table: connections are then accepted uncounted, never
+ * refused, and the table is whole again once they close. */
+static void test_conns_crowded(void)
+{
+    enum { N = 100000 };
+    static int idx[N];
+    struct rl_opts o = {.conns_per_addr = 1, .hdr_conns_per_addr = 1};
+    rl_t *rl = rl_new(&o);
+    char a[32];
+    int uncounted = 0, refused = 0;
+    CHECK_CASE("crowded connection table");
+    for (int i = 0; i < N; i++) {
+        snprintf(a, sizeof(a), "10.%d.%d.%d", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+        idx[i] = rl_hdr_open(rl, a);
+        uncounted += idx[i] == RL_UNCOUNTED;
+        refused += idx[i] == RL_REFUSED || idx[i] == RL_REFUSED_AGAIN;
+    }
+    CHECK(uncounted > 0);
+    CHECK_INT(refused, 0);
+    for (int i = 0; i < N; i++)
+        rl_hdr_close(rl, idx[i]);
+    for (int i = 0; i < N; i += 97) {
+        snprintf(a, sizeof(a), "10.%d.%d.%d", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+        idx[i] = rl_hdr_open(rl, a);
+        CHECK(idx[i] >= 0);
+        CHECK_INT(rl_hdr_open(rl, a), RL_REFUSED);
+    }
+    rl_destroy(&rl);
+}
+
 int main(void)
 {
     test_forwarded();
     test_addr_keys();
     test_auth_failures();
     test_buckets();
+    test_conns();
+    test_conns_crowded();
     CHECK_DONE();
 }
