@@ -93,7 +93,7 @@ typedef struct gw {
     struct gsess *sessions; /* /api/sessions */
     bool stopping;
     char instance_id[GW_INSTANCE_ID_MAX + 1]; /* GET /self_identify, X-KGW-Self-Identify */
-    evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */
+    evl_timer_t *tick;                           /* loop responsiveness (/check_liveness) */
     uint64_t tick_ms;                            /* when the tick last ran (monotonic) */
     uint64_t loop_lag_ms;                        /* how late it ran then */
     struct fxfer *xfers;                         /* files.c: transfers in progress */
@@ -181,7 +181,7 @@ void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_star
 /* http.c: the instance's identity; 0, or -EINVAL when id is not 1 to GW_INSTANCE_ID_MAX
  * bytes of [A-Za-z0-9._:-] (it goes into a response header). Empty: a random UUID. */
 int http_set_instance_id(gw_t *g, const char *id);
-/* Starts the loop tick that /check_liveness watches. */
+/* Starts the loop tick that /check_liveness and /check_ready watch. */
 int http_start_tick(gw_t *g);
 void http_stop_tick(gw_t *g);
 

@@ -17,7 +17,7 @@
 #include "gateway/reqguard.h"
 
 #define RESOURCE_MAX (1 << 20)
-#define TICK_MS      1000 /* the loop tick /check_liveness watches */
+#define TICK_MS      1000 /* the loop tick /check_liveness and /check_ready watch */
 #define MAX_LAG_MS   2000 /* a tick this late means the loop was blocked */
 
 static const char *const security_headers[][2] = {
@@ -595,7 +595,7 @@ static void handle_status(struct gw_req *r)
                         "pool", kmgr_pool_model(g->km)));
 }
 
-/* ---- identity, liveness, description ---- */
+/* ---- identity, liveness, readiness, description ---- */
 
 int http_set_instance_id(gw_t *g, const char *id)
 {
@@ -638,25 +638,40 @@ void http_stop_tick(gw_t *g)
     evl_timer_destroy(&g->loop.evl, &g->tick);
 }
 
-/* 200 only when a kernel could be started now: the loop keeps time, the sandbox works and the
- * kernel limit is not reached. */
+/* Liveness: 200 while the loop keeps time (a 1 s timer not more than 2 s late); whether
+ * kernels can be started is readiness's question. */
 static void handle_liveness(struct gw_req *r)
 {
     gw_t *g = r->g;
-    char why[320];
-    const char *sbx = kmgr_sandbox_error(g->km);
+    char why[160];
+    if (g->loop_lag_ms > MAX_LAG_MS) {
+        snprintf(why, sizeof(why), "the event loop was blocked (a timer ran %llu ms late)",
+                 (unsigned long long)g->loop_lag_ms);
+        return req_reply(r, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", why));
+    }
+    req_reply(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* Readiness: 200 only while a new kernel would be accepted now. Unauthenticated: the reasons
+ * name no host detail (paths, sizes); the log and POST /api/kernels's 503 have them. */
+static void handle_readiness(struct gw_req *r)
+{
+    gw_t *g = r->g;
+    char why[160];
     why[0] = '\0';
     if (g->loop_lag_ms > MAX_LAG_MS)
         snprintf(why, sizeof(why), "the event loop was blocked (a timer ran %llu ms late)",
                  (unsigned long long)g->loop_lag_ms);
-    else if (sbx) /* unauthenticated: the details (host paths) are in the log and in the 503
-                     * of POST /api/kernels */
+    else if (kmgr_sandbox_error(g->km))
         snprintf(why, sizeof(why), "kernels cannot be started: the sandbox is unavailable");
     else if ((long long)kmgr_count(g->km) >= g->cfg.max_kernels)
         snprintf(why, sizeof(why), "kernel limit reached (%lld)", g->cfg.max_kernels);
+    else if (kmgr_memory_short(g->km))
+        snprintf(why, sizeof(why), "host memory is short (MemAvailable below "
+                                   "--pool-min-available)");
     if (why[0])
         return req_reply(r, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", why));
-    req_reply(r, 200, json_pack("{s:s}", "status", "ok"));
+    req_reply(r, 200, json_pack("{s:s}", "status", "ready"));
 }
 
 static void handle_openapi(struct gw_req *r)
@@ -711,6 +726,8 @@ static void dispatch(struct gw_req *r)
         return req_reply(r, 200, json_pack("{s:s}", "instance_id", g->instance_id));
     case ROUTE_LIVENESS:
         return handle_liveness(r);
+    case ROUTE_READY:
+        return handle_readiness(r);
     case ROUTE_OPENAPI:
         return handle_openapi(r);
     default:
