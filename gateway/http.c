@@ -257,7 +257,7 @@ void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_star
                 who->addr, "kernel", k ? json_string(kernel_id(k)) : json_null(), "name",
                 audit_str(st->spec_name, strlen(st->spec_name)), "workspace",
                 k ? json_string(wspace_id(kernel_workspace(k))) : json_null(), "result",
-                rc == 0 ? "ok" : strerror(-rc));
+                rc == 0 ? "ok" : rc == -ESHUTDOWN ? "draining" : strerror(-rc));
 }
 
 bool gw_owns(const kernel_t *k, const char *tenant)
@@ -301,19 +301,39 @@ void req_reply(struct gw_req *r, int status, json_t *body)
     lws_callback_on_writable(r->wsi);
 }
 
-void req_error(struct gw_req *r, int status, const char *fmt, ...)
+static void req_verror(struct gw_req *r, int status, int retry_after, const char *fmt,
+                       va_list ap)
 {
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     free(r->resp);
     r->resp = error_json(status, msg, &r->resp_len);
     r->status = status;
+    r->retry_after = retry_after;
     r->ctype = "application/json";
     r->has_response = true;
     lws_callback_on_writable(r->wsi);
+}
+
+void req_error(struct gw_req *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    req_verror(r, status, 0, fmt, ap);
+    va_end(ap);
+}
+
+void req_error_retry(struct gw_req *r, int status, int retry_after, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    req_verror(r, status, retry_after, fmt, ap);
+    va_end(ap);
+}
+
+void req_error_draining(struct gw_req *r)
+{
+    req_error_retry(r, 503, DRAIN_RETRY_AFTER_S, "%s", DRAIN_MESSAGE);
 }
 
 json_t *req_json_body(struct gw_req *r)
@@ -434,7 +454,10 @@ static void reply_model(struct gw_req *r, kernel_t *k, int status)
 static void on_started(struct gw_req *r, kernel_t *k, int status)
 {
     if (status < 0) {
-        req_error(r, 500, "kernel %s failed to start", kernel_id(k));
+        if (drain_active(r->g)) /* shut down by the drain while it started */
+            req_error_draining(r);
+        else
+            req_error(r, 500, "kernel %s failed to start", kernel_id(k));
         kernel_shutdown(k);
         return;
     }
@@ -505,6 +528,10 @@ int http_start_kernel(struct gw_req *r, json_t *body,
     }
     if (rc == -EAGAIN) {
         req_error(r, 503, "kernel limit reached (%lld)", g->cfg.max_kernels);
+        return rc;
+    }
+    if (rc == -ESHUTDOWN) {
+        req_error_draining(r);
         return rc;
     }
     if (rc < 0) {
@@ -659,7 +686,9 @@ static void handle_readiness(struct gw_req *r)
     gw_t *g = r->g;
     char why[160];
     why[0] = '\0';
-    if (g->loop_lag_ms > MAX_LAG_MS)
+    if (drain_active(g))
+        snprintf(why, sizeof(why), "draining: the gateway is shutting down");
+    else if (g->loop_lag_ms > MAX_LAG_MS)
         snprintf(why, sizeof(why), "the event loop was blocked (a timer ran %llu ms late)",
                  (unsigned long long)g->loop_lag_ms);
     else if (kmgr_sandbox_error(g->km))
@@ -931,8 +960,8 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     if (!r || !r->has_response)
         return 0;
     pss->req = NULL;
-    int rc = http_write_now(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
-                            r->location[0] ? r->location : NULL);
+    int rc = write_response(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
+                            r->location[0] ? r->location : NULL, r->retry_after);
     req_free(r);
     return rc;
 }
