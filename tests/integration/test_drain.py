@@ -117,7 +117,7 @@ def test_sigterm_lets_running_executions_finish(gateway_factory):
     async def go():
         c1, c2 = await J.connect(gw, k1["id"]), await J.connect(gw, k2["id"], "v1")
         ch = await Channel.connect(gw.ws_url, gw.token)
-        id1, id2 = await execute(c1, TICKS.format(n=6)), await execute(c2, TICKS.format(n=7))
+        id1, id2 = await execute(c1, TICKS.format(n=10)), await execute(c2, TICKS.format(n=12))
         await wait_running(c1, id1)
         await wait_running(c2, id2)
         procs = processes_in(inst)
@@ -142,10 +142,10 @@ def test_sigterm_lets_running_executions_finish(gateway_factory):
         assert (await http(gw, "GET", "/check_liveness", auth=False))[0] == 200
         status, body, _ = await http(gw, "GET", "/api/status")
         assert status == 200 and body["pool"] == {}, body  # pooled kernels are gone
-        assert time.monotonic() - t0 < 2
+        assert time.monotonic() - t0 < 3.5  # all while the executions still run
 
         # the executions finish: every line of output and the replies arrive
-        for c, msg_id, n in ((c1, id1, 6), (c2, id2, 7)):
+        for c, msg_id, n in ((c1, id1, 10), (c2, id2, 12)):
             reply, iopub = await c.collect(msg_id, timeout=30)
             assert reply["content"]["status"] == "ok", reply["content"]
             out = "".join(m["content"]["text"] for m in iopub
