@@ -564,6 +564,8 @@ static void do_start_kernel(chconn_t *c, const rpc_call_t *rc, const rpc_args_t 
                            "kernels cannot be started: the sandbox is unavailable");
     case -EAGAIN:
         return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "kernel limit reached");
+    case -ESHUTDOWN:
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "%s", DRAIN_MESSAGE);
     default:
         return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot start a kernel: %s",
                            strerror(-r));
@@ -1119,6 +1121,12 @@ void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
             client_deliver(cl, Q_IOPUB, msg);
         }
     json_decref(msg);
+}
+
+void channel_close_all(gw_t *g, int code, const char *reason)
+{
+    for (chconn_t *c = conns; c; c = c->next)
+        wsq_close(&c->out, code, reason, true);
 }
 
 void channel_kernel_gone(gw_t *g, kernel_t *k)

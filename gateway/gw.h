@@ -79,6 +79,25 @@ struct gw_config {
     long long pool_min_available;
     bool fork_server;
     const char *fork_server_preload;
+    long long drain_timeout;
+};
+
+/* drain.c: where a graceful shutdown is */
+enum gw_phase {
+    GW_SERVING,
+    GW_DRAINING, /* SIGTERM: no new kernels; the executions running finish */
+    GW_CLOSING,  /* websockets closed (1001), kernels shutting down */
+    GW_STOPPED,  /* the loop ends */
+};
+
+struct gw_drain {
+    enum gw_phase phase;
+    evl_timer_t *timer;
+    uint64_t started_ms;
+    uint64_t deadline_ms; /* draining: --drain-timeout; closing: its bound */
+    uint64_t logged_ms;   /* the last progress line */
+    size_t execs;         /* executions running at the last look */
+    int quiet;            /* looks in a row without executions */
 };
 
 typedef struct conns conns_t;
@@ -98,10 +117,11 @@ typedef struct gw {
     struct gsess *sessions; /* /api/sessions */
     bool stopping;
     char instance_id[GW_INSTANCE_ID_MAX + 1]; /* GET /self_identify, X-KGW-Self-Identify */
-    evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */
+    evl_timer_t *tick;                           /* loop responsiveness (/check_liveness) */
     uint64_t tick_ms;                            /* when the tick last ran (monotonic) */
     uint64_t loop_lag_ms;                        /* how late it ran then */
     struct fxfer *xfers;                         /* files.c: transfers in progress */
+    struct gw_drain drain;
 } gw_t;
 
 /* per-connection data of every lws protocol: only a pointer to our object */
@@ -189,7 +209,7 @@ void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_star
 /* http.c: the instance's identity; 0, or -EINVAL when id is not 1 to GW_INSTANCE_ID_MAX
  * bytes of [A-Za-z0-9._:-] (it goes into a response header). Empty: a random UUID. */
 int http_set_instance_id(gw_t *g, const char *id);
-/* Starts the loop tick that /check_liveness watches. */
+/* Starts the loop tick that /check_liveness and /check_ready watch. */
 int http_start_tick(gw_t *g);
 void http_stop_tick(gw_t *g);
 
@@ -214,6 +234,21 @@ void conns_headers_done(conns_t *c, struct lws *wsi);
 /* LWS_CALLBACK_WSI_DESTROY (any wsi) */
 void conns_closed(conns_t *c, struct lws *wsi);
 
+/* drain.c */
+#define DRAIN_RETRY_AFTER_S 5 /* Retry-After of what a drain refuses */
+#define DRAIN_MESSAGE                                                                              \
+    "the gateway is shutting down (draining): it starts no new kernels; retry on another "      \
+    "instance"
+#define DRAIN_CLOSE_REASON "the gateway is shutting down"
+int drain_init(gw_t *g);
+void drain_fini(gw_t *g);
+/* SIGTERM: drain (a second one: stop waiting for executions); SIGINT: close without waiting;
+ * either while closing: stop now. Sets g->stopping when the loop should end. */
+void drain_signal(gw_t *g, int signo);
+/* A drain has begun (no new kernels); closing: websockets and kernels are going. */
+bool drain_active(const gw_t *g);
+bool drain_closing(const gw_t *g);
+
 /* files.c: ends every transfer's use of its workspace (before the kernel manager goes). */
 void files_shutdown(gw_t *g);
 
@@ -228,6 +263,8 @@ void wschan_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
 void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail);
 /* A gateway notice to an execution's clients: an iopub stream (stderr) under its parent. */
 void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text);
+/* Closes every kernel websocket with code and reason, after what is queued for it. */
+void wschan_close_all(gw_t *g, int code, const char *reason);
 /* Tells the kernel's clients a requested restart began (status "starting"). */
 void wschan_kernel_restarting(gw_t *g, kernel_t *k);
 /* Browsers send Origin: only the server's own or --allow-origin may open a websocket. */
@@ -241,6 +278,8 @@ int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
                      struct gw_pss *pss, void *in, size_t len);
 void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
 void channel_kernel_gone(gw_t *g, kernel_t *k);
+/* Closes every /channel websocket with code and reason, after what is queued for it. */
+void channel_close_all(gw_t *g, int code, const char *reason);
 /* kmgr hook: a kernel calls its execution's /channel client (kgw_tools). */
 void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, json_t *args,
                   json_t *kwargs, const char *exec_msg_id);

@@ -17,7 +17,7 @@
 #include "gateway/reqguard.h"
 
 #define RESOURCE_MAX (1 << 20)
-#define TICK_MS      1000 /* the loop tick /check_liveness watches */
+#define TICK_MS      1000 /* the loop tick /check_liveness and /check_ready watch */
 #define MAX_LAG_MS   2000 /* a tick this late means the loop was blocked */
 
 static const char *const security_headers[][2] = {
@@ -296,7 +296,7 @@ void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_star
                 who->addr, "kernel", k ? json_string(kernel_id(k)) : json_null(), "name",
                 audit_str(st->spec_name, strlen(st->spec_name)), "workspace",
                 k ? json_string(wspace_id(kernel_workspace(k))) : json_null(), "result",
-                rc == 0 ? "ok" : strerror(-rc));
+                rc == 0 ? "ok" : rc == -ESHUTDOWN ? "draining" : strerror(-rc));
 }
 
 bool gw_owns(const kernel_t *k, const char *tenant)
@@ -340,19 +340,39 @@ void req_reply(struct gw_req *r, int status, json_t *body)
     lws_callback_on_writable(r->wsi);
 }
 
-void req_error(struct gw_req *r, int status, const char *fmt, ...)
+static void req_verror(struct gw_req *r, int status, int retry_after, const char *fmt,
+                       va_list ap)
 {
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     free(r->resp);
     r->resp = error_json(status, msg, &r->resp_len);
     r->status = status;
+    r->retry_after = retry_after;
     r->ctype = "application/json";
     r->has_response = true;
     lws_callback_on_writable(r->wsi);
+}
+
+void req_error(struct gw_req *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    req_verror(r, status, 0, fmt, ap);
+    va_end(ap);
+}
+
+void req_error_retry(struct gw_req *r, int status, int retry_after, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    req_verror(r, status, retry_after, fmt, ap);
+    va_end(ap);
+}
+
+void req_error_draining(struct gw_req *r)
+{
+    req_error_retry(r, 503, DRAIN_RETRY_AFTER_S, "%s", DRAIN_MESSAGE);
 }
 
 json_t *req_json_body(struct gw_req *r)
@@ -473,7 +493,10 @@ static void reply_model(struct gw_req *r, kernel_t *k, int status)
 static void on_started(struct gw_req *r, kernel_t *k, int status)
 {
     if (status < 0) {
-        req_error(r, 500, "kernel %s failed to start", kernel_id(k));
+        if (drain_active(r->g)) /* shut down by the drain while it started */
+            req_error_draining(r);
+        else
+            req_error(r, 500, "kernel %s failed to start", kernel_id(k));
         kernel_shutdown(k);
         return;
     }
@@ -544,6 +567,10 @@ int http_start_kernel(struct gw_req *r, json_t *body,
     }
     if (rc == -EAGAIN) {
         req_error(r, 503, "kernel limit reached (%lld)", g->cfg.max_kernels);
+        return rc;
+    }
+    if (rc == -ESHUTDOWN) {
+        req_error_draining(r);
         return rc;
     }
     if (rc < 0) {
@@ -634,7 +661,7 @@ static void handle_status(struct gw_req *r)
                         "pool", kmgr_pool_model(g->km)));
 }
 
-/* ---- identity, liveness, description ---- */
+/* ---- identity, liveness, readiness, description ---- */
 
 int http_set_instance_id(gw_t *g, const char *id)
 {
@@ -677,25 +704,42 @@ void http_stop_tick(gw_t *g)
     evl_timer_destroy(&g->loop.evl, &g->tick);
 }
 
-/* 200 only when a kernel could be started now: the loop keeps time, the sandbox works and the
- * kernel limit is not reached. */
+/* Liveness: 200 while the loop keeps time (a 1 s timer not more than 2 s late); whether
+ * kernels can be started is readiness's question. */
 static void handle_liveness(struct gw_req *r)
 {
     gw_t *g = r->g;
-    char why[320];
-    const char *sbx = kmgr_sandbox_error(g->km);
-    why[0] = '\0';
-    if (g->loop_lag_ms > MAX_LAG_MS)
+    char why[160];
+    if (g->loop_lag_ms > MAX_LAG_MS) {
         snprintf(why, sizeof(why), "the event loop was blocked (a timer ran %llu ms late)",
                  (unsigned long long)g->loop_lag_ms);
-    else if (sbx) /* unauthenticated: the details (host paths) are in the log and in the 503
-                     * of POST /api/kernels */
+        return req_reply(r, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", why));
+    }
+    req_reply(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* Readiness: 200 only while a new kernel would be accepted now. Unauthenticated: the reasons
+ * name no host detail (paths, sizes); the log and POST /api/kernels's 503 have them. */
+static void handle_readiness(struct gw_req *r)
+{
+    gw_t *g = r->g;
+    char why[160];
+    why[0] = '\0';
+    if (drain_active(g))
+        snprintf(why, sizeof(why), "draining: the gateway is shutting down");
+    else if (g->loop_lag_ms > MAX_LAG_MS)
+        snprintf(why, sizeof(why), "the event loop was blocked (a timer ran %llu ms late)",
+                 (unsigned long long)g->loop_lag_ms);
+    else if (kmgr_sandbox_error(g->km))
         snprintf(why, sizeof(why), "kernels cannot be started: the sandbox is unavailable");
     else if ((long long)kmgr_count(g->km) >= g->cfg.max_kernels)
         snprintf(why, sizeof(why), "kernel limit reached (%lld)", g->cfg.max_kernels);
+    else if (kmgr_memory_short(g->km))
+        snprintf(why, sizeof(why), "host memory is short (MemAvailable below "
+                                   "--pool-min-available)");
     if (why[0])
         return req_reply(r, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", why));
-    req_reply(r, 200, json_pack("{s:s}", "status", "ok"));
+    req_reply(r, 200, json_pack("{s:s}", "status", "ready"));
 }
 
 static void handle_openapi(struct gw_req *r)
@@ -750,6 +794,8 @@ static void dispatch(struct gw_req *r)
         return req_reply(r, 200, json_pack("{s:s}", "instance_id", g->instance_id));
     case ROUTE_LIVENESS:
         return handle_liveness(r);
+    case ROUTE_READY:
+        return handle_readiness(r);
     case ROUTE_OPENAPI:
         return handle_openapi(r);
     default:
@@ -953,8 +999,8 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     if (!r || !r->has_response)
         return 0;
     pss->req = NULL;
-    int rc = http_write_now(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
-                            r->location[0] ? r->location : NULL);
+    int rc = write_response(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
+                            r->location[0] ? r->location : NULL, r->retry_after);
     req_free(r);
     return rc;
 }

@@ -31,6 +31,7 @@ struct gw_req {
     char *resp;
     size_t resp_len;
     const char *ctype;
+    int retry_after; /* seconds, for a Retry-After header (0: none) */
     char location[128];
     char fpath[FPATH_MAX + 1]; /* the {path} of a file route, checked (fpath_normalize) */
     struct fxfer *xfer;
@@ -42,6 +43,11 @@ void req_error(struct gw_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Parses the request body as a JSON object; empty body gives {}. NULL after replying 400. */
 json_t *req_json_body(struct gw_req *r);
+/* req_error with a Retry-After header (429, 503). */
+void req_error_retry(struct gw_req *r, int status, int retry_after, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The answer to a kernel start refused or cut short by a drain: 503 with Retry-After. */
+void req_error_draining(struct gw_req *r);
 /* Waits for the kernel's transition, then calls done(r, k, status). */
 int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *, kernel_t *, int));
 /* Starts a kernel from {"name", "env"}; replies on errors itself. */

@@ -145,6 +145,9 @@ static const struct cfg_option options[] = {
       "next to kgw) into the same sandbox instead of exec (--no-fork-server: always exec)"),
     S("fork-server-preload", fork_server_preload, "",
       "extra modules the fork server imports once, comma-separated (e.g. numpy,pandas)"),
+    I("drain-timeout", drain_timeout, "30", 0, 86400,
+      "on SIGTERM, seconds the executions running may take to finish before websockets are "
+      "closed and kernels shut down (0 = no wait; a second SIGTERM stops waiting)"),
 };
 
 #define POOL_SPECS_MAX 32
@@ -329,6 +332,8 @@ static int confirm_upgrade(struct lws *wsi)
         st = wschan_confirm(&G, wsi, &no);
     else
         st = gw_refuse(&no, 400, 0, "this endpoint does not accept a websocket upgrade");
+    if (!st && drain_closing(&G))
+        st = gw_refuse(&no, 503, DRAIN_RETRY_AFTER_S, DRAIN_CLOSE_REASON);
     if (!st && G.connections >= G.cfg.max_connections) /* the descriptor budget's share */
         st = gw_refuse(&no, 503, 5, "too many websocket connections; retry later");
     if (!st)
@@ -426,9 +431,7 @@ static void on_signal(void *data)
         } else if (si.ssi_signo == SIGHUP) {
             auth_reload(&G);
         } else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
-            log_info("signal %d: shutting down", (int)si.ssi_signo);
-            G.stopping = true;
-            lws_cancel_service(G.ctx);
+            drain_signal(&G, (int)si.ssi_signo);
         }
     }
 }
@@ -653,7 +656,7 @@ int main(int argc, char **argv)
     }
     lwsloop_init(&G.loop, G.ctx, vh);
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io || http_start_tick(&G) < 0)
+    if (!sig_io || http_start_tick(&G) < 0 || drain_init(&G) < 0)
         goto out;
     if (!(trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, NULL)))
         goto out;
@@ -758,6 +761,7 @@ out:
     if (zygote_fd >= 0)
         close(zygote_fd);
     kmgr_destroy(&G.km);
+    drain_fini(&G);
     http_stop_tick(&G);
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);

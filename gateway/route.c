@@ -29,6 +29,7 @@ static const struct route_def routes[] = {
     {ROUTE_FILE, "/files/{path}", HTTP_M_DELETE, 0},
     {ROUTE_SELF_IDENTIFY, "/self_identify", HTTP_M_GET, 0},
     {ROUTE_LIVENESS, "/check_liveness", HTTP_M_GET, ROUTE_F_PUBLIC},
+    {ROUTE_READY, "/check_ready", HTTP_M_GET, ROUTE_F_PUBLIC},
     {ROUTE_OPENAPI, "/openapi.json", HTTP_M_GET, 0},
 };
 

@@ -27,6 +27,7 @@ enum route_id {
     ROUTE_FILE,
     ROUTE_SELF_IDENTIFY,
     ROUTE_LIVENESS,
+    ROUTE_READY,
     ROUTE_OPENAPI,
 };
 

@@ -85,7 +85,10 @@ static void on_kernel_ready(struct gw_req *r, kernel_t *k, int status)
     if (status < 0) {
         json_decref(s->fields);
         free(s);
-        req_error(r, 500, "kernel %s failed to start", kernel_id(k));
+        if (drain_active(g)) /* shut down by the drain while it started */
+            req_error_draining(r);
+        else
+            req_error(r, 500, "kernel %s failed to start", kernel_id(k));
         kernel_shutdown(k);
         return;
     }

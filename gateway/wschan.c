@@ -544,6 +544,16 @@ int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
     }
 }
 
+void wschan_close_all(gw_t *g, int code, const char *reason)
+{
+    for (size_t i = 0; i < kmgr_count(g->km); i++) {
+        khub_t *hub = kernel_user(kmgr_at(g->km, i));
+        for (wsess_t *s = hub ? hub->sessions : NULL; s; s = s->next)
+            if (s->ws)
+                wsq_close(&s->ws->out, code, reason, true);
+    }
+}
+
 void wschan_kernel_restarting(gw_t *g, kernel_t *k)
 {
     khub_t *hub = kernel_user(k);

@@ -73,7 +73,13 @@ int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m)
     if (chan == JCHAN_IOPUB || (unsigned)chan >= JCHAN_N)
         return -EINVAL;
     kernel_touch(c->k);
-    return kz_send_jmsg(&c->z[chan], c->k->sign, m);
+    int r = kz_send_jmsg(&c->z[chan], c->k->sign, m);
+    jhdr_t h;
+    if (r == 0 && chan == JCHAN_SHELL &&
+        memmem(m->part[JPART_HEADER].p, m->part[JPART_HEADER].n, "execute_request", 15) &&
+        jhdr_parse(m->part[JPART_HEADER], &h) == 0 && !strcmp(h.msg_type, "execute_request"))
+        kernel__exec_sent(c->k, h.msg_id);
+    return r;
 }
 
 kernel_t *kconn_kernel(const kconn_t *c)

@@ -246,6 +246,39 @@ static void on_exec_timer(void *data)
         emit(k, KERNEL_EV_RESTARTING, "execution wall-time limit");
 }
 
+void kernel__exec_sent(kernel_t *k, const char *msg_id)
+{
+    if (k->nsent == KERNEL_SENT_MAX) {
+        log_debug("kernel=%s: %d execute_requests in flight; not tracking more", k->id,
+                  KERNEL_SENT_MAX);
+        return;
+    }
+    snprintf(k->sent_exec[k->nsent++], sizeof(k->sent_exec[0]), "%s", msg_id);
+}
+
+static void sent_forget(kernel_t *k, const char *msg_id)
+{
+    for (size_t i = 0; i < k->nsent; i++)
+        if (!strcmp(k->sent_exec[i], msg_id)) {
+            k->nsent--;
+            if (i < k->nsent)
+                memcpy(k->sent_exec[i], k->sent_exec[k->nsent], sizeof(k->sent_exec[0]));
+            return;
+        }
+}
+
+size_t kernel_executions(const kernel_t *k)
+{
+    size_t n = k->nsent;
+    if (k->exec_id[0]) {
+        bool known = false;
+        for (size_t i = 0; i < k->nsent && !known; i++)
+            known = !strcmp(k->sent_exec[i], k->exec_id);
+        n += !known;
+    }
+    return n;
+}
+
 static void update_exec_state(kernel_t *k, const jmsg_t *m)
 {
     json_error_t err;
@@ -259,6 +292,8 @@ static void update_exec_state(kernel_t *k, const jmsg_t *m)
         jhdr_t ph;
         if (jhdr_parse(m->part[JPART_PARENT], &ph) == 0) {
             bool changed = true;
+            if (!strcmp(st, "idle"))
+                sent_forget(k, ph.msg_id); /* its output and reply have been sent */
             if (!strcmp(st, "busy") && !strcmp(ph.msg_type, "execute_request"))
                 exec_begin(k, ph.msg_id, m->part[JPART_PARENT]);
             else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id)) {
@@ -970,6 +1005,7 @@ static void on_exit_io(void *data)
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     exec_end(k);
+    k->nsent = 0; /* what the process had been sent died with it */
     kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
     describe_exit(st, why, sizeof(why));
     if (k->setup_why[0]) {

@@ -38,6 +38,11 @@ void *kernel_user(const kernel_t *k);
 int kernel_wait(kernel_t *k, kernel_done_cb cb, void *data, kwait_t **ret);
 void kwait_cancel(kwait_t **w);
 
+/* Executions in progress: execute_requests a client sent through a kconn whose iopub status
+ * "idle" has not come yet (queued ones included), or the one the kernel's iopub reports busy
+ * with. 0 once the kernel process is gone. */
+size_t kernel_executions(const kernel_t *k);
+
 /* SIGINT to the kernel's process group, or interrupt_request for interrupt_mode "message". */
 int kernel_interrupt(kernel_t *k);
 /* Shutdown with restart; clients stay attached. -EBUSY while another transition runs. */

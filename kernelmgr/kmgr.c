@@ -647,6 +647,8 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
     const char *tenant = req->tenant ? req->tenant : "";
     wspace_t *ws = NULL;
     int r;
+    if (m->draining)
+        return -ESHUTDOWN;
     if (lim) {
         const struct sbx_limits *cap = m->o.sandbox ? &m->o.sandbox->lim : NULL;
         if ((cap && (!within(lim->mem_bytes, cap->mem_bytes) ||
@@ -796,4 +798,27 @@ size_t kmgr_count(const kmgr_t *m)
 kernel_t *kmgr_at(const kmgr_t *m, size_t i)
 {
     return i < m->n ? m->v[i] : NULL;
+}
+
+void kmgr_drain(kmgr_t *m)
+{
+    if (m->draining)
+        return;
+    m->draining = true;
+    if (m->pn > 0)
+        log_info("pool: draining: killing %zu pooled kernel%s", m->pn, m->pn == 1 ? "" : "s");
+    kpool__fini(m); /* no refill from now on */
+}
+
+bool kmgr_draining(const kmgr_t *m)
+{
+    return m->draining;
+}
+
+size_t kmgr_executions(const kmgr_t *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++)
+        n += kernel_executions(m->v[i]);
+    return n;
 }

@@ -133,7 +133,7 @@ const char *kmgr_sandbox_error(const kmgr_t *m);
  * answers. -ENOENT unknown spec,
  * -ESRCH unknown workspace (or another tenant's), -EAGAIN at max-kernels or max-workspaces,
  * -EINVAL bad env, -ERANGE a limit above the gateway's, -EPERM when the sandbox is
- * unavailable, or a spawn error. */
+ * unavailable, -ESHUTDOWN once kmgr_drain was called, or a spawn error. */
 int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret);
 /* Per-kernel limits from a JSON object {"memory", "cpu", "pids", "workspace", "exec_timeout"
  * (seconds), "output_bytes"}, positive integers. -EINVAL with a message in err. */
@@ -147,6 +147,16 @@ void kmgr_reap(kmgr_t *m);
 kernel_t *kmgr_find(const kmgr_t *m, const char *id);
 size_t kmgr_count(const kmgr_t *m);
 kernel_t *kmgr_at(const kmgr_t *m, size_t i);
+/* True when the host's MemAvailable is below pool_min_available: the warm pool does not
+ * refill then. False when the option is 0 or MemAvailable is unknown. */
+bool kmgr_memory_short(const kmgr_t *m);
+/* Begins a drain: from now on kmgr_start refuses (-ESHUTDOWN), and the warm pool stops
+ * refilling and its kernels are killed at once (they never ran user code). Kernels in use keep
+ * running; the caller shuts them down. */
+void kmgr_drain(kmgr_t *m);
+bool kmgr_draining(const kmgr_t *m);
+/* Executions in progress, summed over every kernel (kernel_executions). */
+size_t kmgr_executions(const kmgr_t *m);
 /* Warm pool state: {"python3": {"size", "target", "ready", "starting", "handouts",
  * "misses"}, ...}. New reference. */
 json_t *kmgr_pool_model(const kmgr_t *m);

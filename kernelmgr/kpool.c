@@ -161,6 +161,14 @@ static long long mem_available(void)
     return kb < 0 ? -1 : kb * 1024;
 }
 
+bool kmgr_memory_short(const kmgr_t *m)
+{
+    if (m->o.pool_min_available <= 0)
+        return false;
+    long long avail = mem_available();
+    return avail >= 0 && avail < m->o.pool_min_available;
+}
+
 static bool slot_free(const kmgr_t *m)
 {
     for (size_t i = 0; i < m->nslots; i++)
@@ -180,11 +188,8 @@ static int room(kmgr_t *m)
     if ((m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && !slot_free(m))) &&
         !kmgr__ws_idle(m))
         return -EAGAIN;
-    if (m->o.pool_min_available > 0) {
-        long long avail = mem_available();
-        if (avail >= 0 && avail < m->o.pool_min_available)
-            return -ENOMEM;
-    }
+    if (kmgr_memory_short(m))
+        return -ENOMEM;
     return 0;
 }
 

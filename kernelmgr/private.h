@@ -18,6 +18,7 @@
 #define KGW_MS_NOSYMFOLLOW 256 /* MS_NOSYMFOLLOW, Linux 5.10 */
 #define KZ_MAX_FRAMES (JMSG_MAX_IDS + 6 + JMSG_MAX_BUFFERS)
 #define KZ_DRAIN_BATCH 256 /* messages per socket per loop turn, for fairness */
+#define KERNEL_SENT_MAX 32 /* execute_requests in flight tracked per kernel */
 
 /* ZeroMQ ports as used in the ipc:// transport: <dir>/k-<port>. */
 enum { KPORT_SHELL = 1, KPORT_IOPUB, KPORT_STDIN, KPORT_CONTROL, KPORT_HB };
@@ -65,6 +66,7 @@ struct kmgr {
     char **callbacks;      /* the callback allowlist, NULL-terminated */
     uint64_t next_call_id; /* callback ids are unique in the gateway */
     char pydir[PATH_MAX];  /* kgw_tools for kernels ("": none); sandboxed: a copy in rundir */
+    bool draining;         /* kmgr_drain: no new kernels, no warm pool */
 };
 
 /* A watched ZeroMQ socket. ZMQ_FD is edge-triggered: after every send on the socket the
@@ -156,6 +158,10 @@ struct kernel {
     int64_t exec_start_us;
     bool exec_error;         /* an error message came */
     char exec_sha[65];       /* sha256 of its code (hex), for the audit log */
+    /* execute_requests clients sent whose iopub status "idle" has not come yet (the drain
+     * waits for them); beyond KERNEL_SENT_MAX only the one running is known */
+    char sent_exec[KERNEL_SENT_MAX][JMSG_MSG_ID_MAX];
+    size_t nsent;
     evl_timer_t *exec_timer;
     wspace_t *ws;        /* bound at /mnt/data; its uid slot is the kernel's */
     char root_dir[PATH_MAX];
@@ -236,6 +242,8 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
  * done). 0 or -errno. */
 int kernel__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim);
 void kernel__free(kernel_t *k);
+/* A client's execute_request was sent to the kernel (kconn_send). */
+void kernel__exec_sent(kernel_t *k, const char *msg_id);
 /* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
 void kernel__signal(kernel_t *k, int sig);
 /* Reaps the kernel's process if it has exited (SIGCHLD path). */

@@ -42,6 +42,7 @@ static const struct {
     {ROUTE_FILE, "/files/%P"},
     {ROUTE_SELF_IDENTIFY, "/self_identify"},
     {ROUTE_LIVENESS, "/check_liveness"},
+    {ROUTE_READY, "/check_ready"},
     {ROUTE_OPENAPI, "/openapi.json"},
 };
 

@@ -1,8 +1,8 @@
 """Workspace files over HTTP (upload, download, check_file, listing, delete) and the instance
-endpoints (self_identify, check_liveness, openapi.json), against the real gateway with real
-sandboxed kernels: what a client sends reaches the kernel's /mnt/data and back byte for byte,
-and nothing a kernel plants in its workspace (symlinks, fifos, hard links) lets a client read or
-write outside it."""
+endpoints (self_identify, check_liveness, check_ready, openapi.json), against the real gateway
+with real sandboxed kernels: what a client sends reaches the kernel's /mnt/data and back byte
+for byte, and nothing a kernel plants in its workspace (symlinks, fifos, hard links) lets a
+client read or write outside it."""
 import hashlib
 import http.client
 import json
@@ -759,7 +759,8 @@ def test_self_identify_and_its_header_on_every_response(gateway_factory):
         call(gw, "GET", "/api", auth=False), call(gw, "GET", "/api/kernels"),
         call(gw, "GET", "/api/kernels", auth=False), call(gw, "GET", "/nope"),
         call(gw, "PATCH", "/api/kernels"), call(gw, "POST", "/api/kernels", body=b"[1"),
-        call(gw, "GET", "/check_liveness", auth=False), put(gw, ws, "f", b"x"),
+        call(gw, "GET", "/check_liveness", auth=False), call(gw, "GET", "/check_ready", auth=False),
+        put(gw, ws, "f", b"x"),
         get(gw, ws, "download", "f"), get(gw, ws, "download", "missing"),
         call(gw, "OPTIONS", "/files"), call(gw, "GET", "/openapi.json"),
     ]
@@ -798,29 +799,46 @@ def test_bad_instance_id_is_refused_at_start(tmp_path):
         assert p.returncode == 2 and b"instance-id" in p.stderr
 
 
-def test_check_liveness(gateway_factory):
+def test_check_liveness_and_readiness(gateway_factory):
+    """Liveness says the loop runs; readiness whether a new kernel would be accepted now."""
     gw = gateway_factory("--max-kernels", "1")
     status, hdrs, body = call(gw, "GET", "/check_liveness", auth=False)
     assert status == 200 and jbody(body) == {"status": "ok"}
+    status, hdrs, body = call(gw, "GET", "/check_ready", auth=False)
+    assert status == 200 and jbody(body) == {"status": "ready"}
     status, model, _ = gw.request("POST", "/api/kernels", {})
     assert status == 201
-    status, _, body = call(gw, "GET", "/check_liveness", auth=False)
+    status, _, body = call(gw, "GET", "/check_ready", auth=False)
     assert status == 503
     doc = jbody(body)
     assert doc["status"] == "unavailable" and "kernel limit" in doc["reason"]
+    # at the kernel limit the gateway is alive all the same
+    status, _, body = call(gw, "GET", "/check_liveness", auth=False)
+    assert status == 200 and jbody(body) == {"status": "ok"}
     assert gw.delete_kernel(model["id"]) == 204
+    assert call(gw, "GET", "/check_ready", auth=False)[0] == 200
+
+
+def test_check_ready_when_host_memory_is_short(gateway_factory):
+    # the option's maximum, 1 TiB, more than this host has: MemAvailable is below it
+    gw = gateway_factory("--pool-min-available", str(1 << 40), "--pool", "python3=0")
+    status, _, body = call(gw, "GET", "/check_ready", auth=False)
+    assert status == 503 and "memory" in jbody(body)["reason"], body
     assert call(gw, "GET", "/check_liveness", auth=False)[0] == 200
 
 
-def test_check_liveness_without_a_sandbox_is_503(gateway_factory, tmp_path):
+def test_check_ready_without_a_sandbox_is_503(gateway_factory, tmp_path):
     # a runtime directory the kernels' uids cannot reach makes the sandbox unavailable
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o700)
     gw = gateway_factory("--runtime-dir", str(locked / "rt"))
     assert gw.request("GET", "/api")[1]["sandbox"] == "unavailable"
-    status, _, body = call(gw, "GET", "/check_liveness", auth=False)
+    status, _, body = call(gw, "GET", "/check_ready", auth=False)
     assert status == 503 and "sandbox" in jbody(body)["reason"]
     assert str(tmp_path) not in body.decode()  # unauthenticated: no host path
+    # the gateway itself is alive
+    status, _, body = call(gw, "GET", "/check_liveness", auth=False)
+    assert status == 200 and jbody(body) == {"status": "ok"}
 
 
 def test_openapi_is_the_repository_document(gw):
@@ -831,6 +849,7 @@ def test_openapi_is_the_repository_document(gw):
     doc = json.loads(body)
     assert doc["openapi"].startswith("3.")
     for p in ("/upload", "/upload/{path}", "/download/{path}", "/check_file/{path}", "/files",
-              "/files/{path}", "/self_identify", "/check_liveness", "/openapi.json", "/channel",
+              "/files/{path}", "/self_identify", "/check_liveness", "/check_ready", "/openapi.json",
+              "/channel",
               "/api/kernels/{id}/channels", "/api/kernels"):
         assert p in doc["paths"], p

@@ -255,7 +255,29 @@ static void basic(evl_poll_t *lp, kmgr_t *m)
     CHECK(kconn_send(c, JCHAN_IOPUB, &msg) == -EINVAL);
     CHECK(kconn_send(c, JCHAN_SHELL, &msg) == 0);
     free(hdr);
+    /* an execution counts from the moment it is sent (a drain waits for it) to its idle */
+    CHECK(kernel_executions(k) == 1 && kmgr_executions(m) == 1);
     CHECK(evl_poll_run(lp, executed, NULL, 30000));
+    CHECK(kernel_executions(k) == 0);
+
+    /* queued executions count too, each until its own idle */
+    char first[64];
+    send_execute(c, "import time; time.sleep(0.2)", first);
+    start_exec(c, "print('second')");
+    CHECK(kernel_executions(k) == 2 && kmgr_executions(m) == 2);
+    CHECK(evl_poll_run(lp, x_done, NULL, 30000));
+    CHECK(kmgr_executions(m) == 0);
+    expect_output("second");
+
+    /* a drain refuses new kernels; the running one keeps working */
+    CHECK(!kmgr_draining(m));
+    kmgr_drain(m);
+    CHECK(kmgr_draining(m));
+    kernel_t *k2 = NULL;
+    CHECK(kmgr_start(m, &(struct kmgr_start){.spec_name = "python3"}, &k2) == -ESHUTDOWN);
+    CHECK(k2 == NULL && kmgr_count(m) == 1);
+    run(lp, c, "print(6*8)");
+    expect_output("48");
     kconn_destroy(&c);
 
     CHECK(kernel_shutdown(k) == 0);

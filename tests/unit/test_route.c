@@ -40,6 +40,7 @@ static const struct {
     {"/files", ROUTE_FILES, HTTP_M_GET, "", ""},
     {"/self_identify", ROUTE_SELF_IDENTIFY, HTTP_M_GET, "", ""},
     {"/check_liveness", ROUTE_LIVENESS, HTTP_M_GET, "", ""},
+    {"/check_ready", ROUTE_READY, HTTP_M_GET, "", ""},
     {"/openapi.json", ROUTE_OPENAPI, HTTP_M_GET, "", ""},
 };
 
@@ -331,6 +332,8 @@ static void test_file_paths(void)
     CHECK_INT(r.rest_off + r.rest_len, 0);
     CHECK_CASE("flags");
     CHECK_INT(route_match("/check_liveness", 15, &r), 0);
+    CHECK(r.flags & ROUTE_F_PUBLIC);
+    CHECK_INT(route_match("/check_ready", 12, &r), 0);
     CHECK(r.flags & ROUTE_F_PUBLIC);
     CHECK_INT(route_match("/api", 4, &r), 0);
     CHECK(r.flags & ROUTE_F_PUBLIC);
