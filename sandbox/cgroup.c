@@ -21,6 +21,7 @@ struct sbx_cgroups {
     int version;
     char base[NCTL][PATH_MAX]; /* v1: one per controller; v2: base[0] only */
     pid_t keep;                /* never killed by a cgroup's removal (sbx_cgroups_keep) */
+    bool cpuacct;              /* v1: cpuacct shares the cpu hierarchy (cpuacct.usage) */
 };
 
 struct sbx_cgroup {
@@ -160,6 +161,9 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
                 goto fail;
             }
         }
+        char usage[PATH_MAX + 16];
+        snprintf(usage, sizeof(usage), "%s/cpuacct.usage", cgs->base[2]);
+        cgs->cpuacct = access(usage, R_OK) == 0;
         return cgs;
     }
     if (own_cgroup("", own, sizeof(own))) {
@@ -425,16 +429,46 @@ int sbx_cgroup_attach(sbx_cgroup_t *cg, pid_t pid)
     return 0;
 }
 
+void sbx_cgroup_events(const sbx_cgroup_t *cg, struct sbx_cgroup_events *ret)
+{
+    if (cg->cgs->version == 1) {
+        ret->oom_kills = keyed(cg->path[0], "memory.oom_control", "oom_kill");
+        ret->pids_max = keyed(cg->path[1], "pids.events", "max");
+    } else {
+        ret->oom_kills = keyed(cg->path[0], "memory.events", "oom_kill");
+        ret->pids_max = keyed(cg->path[0], "pids.events", "max");
+    }
+}
+
+/* A file holding one number, or -1. */
+static long long number(const char *dir, const char *file)
+{
+    char buf[32];
+    if (read_file(dir, file, buf, sizeof(buf)) <= 0)
+        return -1;
+    return atoll(buf);
+}
+
+void sbx_cgroup_usage(const sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret)
+{
+    if (cg->cgs->version == 1) {
+        ret->mem_bytes = number(cg->path[0], "memory.usage_in_bytes");
+        ret->cpu_ns = cg->cgs->cpuacct ? number(cg->path[2], "cpuacct.usage") : -1;
+    } else {
+        char buf[512];
+        ret->mem_bytes = number(cg->path[0], "memory.current");
+        ret->cpu_ns = -1;
+        if (read_file(cg->path[0], "cpu.stat", buf, sizeof(buf)) > 0 &&
+            !strncmp(buf, "usage_usec ", 11)) /* the first line (kernel/cgroup/rstat.c) */
+            ret->cpu_ns = atoll(buf + 11) * 1000;
+    }
+}
+
 void sbx_cgroup_explain(sbx_cgroup_t *cg, char *out, size_t outsz)
 {
-    long long oom, pidmax;
-    if (cg->cgs->version == 1) {
-        oom = keyed(cg->path[0], "memory.oom_control", "oom_kill");
-        pidmax = keyed(cg->path[1], "pids.events", "max");
-    } else {
-        oom = keyed(cg->path[0], "memory.events", "oom_kill");
-        pidmax = keyed(cg->path[0], "pids.events", "max");
-    }
+    struct sbx_cgroup_events ev;
+    sbx_cgroup_events(cg, &ev);
+    long long oom = ev.oom_kills, pidmax = ev.pids_max;
     out[0] = '\0';
     if (oom > 0)
         snprintf(out, outsz, "out of memory (%lld OOM kill%s)", oom, oom > 1 ? "s" : "");

@@ -46,6 +46,19 @@ int sbx_cgroup_delegate(sbx_cgroup_t *cg, uid_t uid, int dirfds[SBX_CGROUP_MAX_D
 void sbx_cgroups_keep(sbx_cgroups_t *cgs, pid_t pid);
 /* Human-readable reason for a death, from the cgroup's counters ("" when none). */
 void sbx_cgroup_explain(sbx_cgroup_t *cg, char *out, size_t outsz);
+/* Its limit hits since it was made: OOM kills and forks refused at the pid limit. */
+struct sbx_cgroup_events {
+    long long oom_kills, pids_max;
+};
+void sbx_cgroup_events(const sbx_cgroup_t *cg, struct sbx_cgroup_events *ret);
+/* What its processes use: memory now, in bytes (v1 memory.usage_in_bytes, v2 memory.current),
+ * and CPU time so far, in ns (v1 cpuacct.usage, where the cpu hierarchy has the cpuacct
+ * controller too; v2 cpu.stat usage_usec); -1 for what the host does not account. A few
+ * small reads, for metrics at scrape time. */
+struct sbx_cgroup_usage {
+    long long mem_bytes, cpu_ns;
+};
+void sbx_cgroup_usage(const sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret);
 /* Kills anything left and removes the cgroup. */
 void sbx_cgroup_destroy(sbx_cgroup_t **cg);
 
