@@ -18,6 +18,7 @@ static void on_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         return;
     }
     kernel_touch(c->k);
+    kernel__count_msg(c->k, KMGR_TO_CLIENT, &m);
     c->ops->reply(c->user, c, chan, &m, &h);
 }
 
@@ -73,7 +74,10 @@ int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m)
     if (chan == JCHAN_IOPUB || (unsigned)chan >= JCHAN_N)
         return -EINVAL;
     kernel_touch(c->k);
-    return kz_send_jmsg(&c->z[chan], c->k->sign, m);
+    int r = kz_send_jmsg(&c->z[chan], c->k->sign, m);
+    if (r >= 0)
+        kernel__count_msg(c->k, KMGR_TO_KERNEL, m);
+    return r;
 }
 
 kernel_t *kconn_kernel(const kconn_t *c)

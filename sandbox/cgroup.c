@@ -289,6 +289,11 @@ const char *sbx_cgroups_version(const sbx_cgroups_t *cgs)
     return cgs->version == 1 ? "v1" : "v2";
 }
 
+bool sbx_cgroups_cpu_accounted(const sbx_cgroups_t *cgs)
+{
+    return cgs->version == 2 || cgs->cpuacct;
+}
+
 sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
                              long long pids, long long cpu_millis)
 {

@@ -21,6 +21,8 @@ void sbx_cgroups_remove_stale(const char *instance);
  * alive (for instances that died under another runtime directory or before their sweep). */
 void sbx_cgroups_sweep(bool (*alive)(const char *instance, void *data), void *data);
 const char *sbx_cgroups_version(const sbx_cgroups_t *cgs); /* "v1" or "v2" */
+/* Whether sbx_cgroup_usage() can report CPU time on this host. */
+bool sbx_cgroups_cpu_accounted(const sbx_cgroups_t *cgs);
 
 sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
                              long long pids, long long cpu_millis);
