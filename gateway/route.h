@@ -28,6 +28,7 @@ enum route_id {
     ROUTE_SELF_IDENTIFY,
     ROUTE_LIVENESS,
     ROUTE_OPENAPI,
+    ROUTE_METRICS,
 };
 
 enum {
