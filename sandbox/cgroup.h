@@ -55,12 +55,13 @@ struct sbx_cgroup_events {
 void sbx_cgroup_events(const sbx_cgroup_t *cg, struct sbx_cgroup_events *ret);
 /* What its processes use: memory now, in bytes (v1 memory.usage_in_bytes, v2 memory.current),
  * and CPU time so far, in ns (v1 cpuacct.usage, where the cpu hierarchy has the cpuacct
- * controller too; v2 cpu.stat usage_usec); -1 for what the host does not account. A few
- * small reads, for metrics at scrape time. */
+ * controller too; v2 cpu.stat usage_usec); -1 for what the host does not account. For
+ * metrics at scrape time: the two files stay open once read (one pread each next time, under
+ * a microsecond), until sbx_cgroup_destroy. */
 struct sbx_cgroup_usage {
     long long mem_bytes, cpu_ns;
 };
-void sbx_cgroup_usage(const sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret);
+void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret);
 /* Kills anything left and removes the cgroup. */
 void sbx_cgroup_destroy(sbx_cgroup_t **cg);
 
