@@ -43,6 +43,7 @@ static const struct {
     {ROUTE_SELF_IDENTIFY, "/self_identify"},
     {ROUTE_LIVENESS, "/check_liveness"},
     {ROUTE_OPENAPI, "/openapi.json"},
+    {ROUTE_METRICS, "/metrics"},
 };
 
 static regex_t re_id, re_name;

@@ -41,6 +41,7 @@ static const struct {
     {"/self_identify", ROUTE_SELF_IDENTIFY, HTTP_M_GET, "", ""},
     {"/check_liveness", ROUTE_LIVENESS, HTTP_M_GET, "", ""},
     {"/openapi.json", ROUTE_OPENAPI, HTTP_M_GET, "", ""},
+    {"/metrics", ROUTE_METRICS, HTTP_M_GET, "", ""},
 };
 
 static void test_good_routes(void)
