@@ -1,6 +1,7 @@
 #include "common/hist.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 void hist_init(hist_t *h, const double *bounds, size_t n)
@@ -9,6 +10,8 @@ void hist_init(hist_t *h, const double *bounds, size_t n)
     memset(h, 0, sizeof(*h));
     h->bounds = bounds;
     h->nbounds = n;
+    for (size_t i = 0; i < n; i++)
+        snprintf(h->le[i], sizeof(h->le[i]), "%.15g", bounds[i]);
 }
 
 void hist_observe(hist_t *h, double v)

@@ -9,9 +9,12 @@
 
 #define HIST_MAX_BOUNDS 16
 
+#define HIST_LE_MAX 24 /* bytes of a bound as text */
+
 typedef struct hist {
     const double *bounds;                 /* ascending upper bounds (static storage) */
     size_t nbounds;
+    char le[HIST_MAX_BOUNDS][HIST_LE_MAX]; /* the bounds as text ("%.15g"), made once */
     uint64_t counts[HIST_MAX_BOUNDS + 1]; /* per bucket, not cumulative; the last: above all */
     uint64_t count;
     double sum;

@@ -29,17 +29,15 @@ static void put_str(promtext_t *p, const char *s)
 /* s with the characters of esc replaced by a backslash and their letter in with. */
 static void put_escaped(promtext_t *p, const char *s, const char *esc, const char *with)
 {
-    const char *run = s;
-    for (; *s; s++) {
-        const char *e = strchr(esc, *s);
-        if (!e)
-            continue;
-        put(p, run, (size_t)(s - run));
-        char two[2] = {'\\', with[e - esc]};
+    for (;;) {
+        size_t n = strcspn(s, esc);
+        put(p, s, n);
+        if (!s[n])
+            return;
+        char two[2] = {'\\', with[strchr(esc, s[n]) - esc]};
         put(p, two, 2);
-        run = s + 1;
+        s += n + 1;
     }
-    put(p, run, (size_t)(s - run));
 }
 
 void promtext_family(promtext_t *p, const char *name, const char *type, const char *help)
@@ -85,9 +83,12 @@ static void put_double(promtext_t *p, double v)
 
 static void put_uint(promtext_t *p, uint64_t v)
 {
-    char num[24];
-    int n = snprintf(num, sizeof(num), "%llu", (unsigned long long)v);
-    put(p, num, (size_t)n);
+    char num[24], *d = num + sizeof(num);
+    do {
+        *--d = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    put(p, d, (size_t)(num + sizeof(num) - d));
 }
 
 void promtext_uint(promtext_t *p, const char *name, const struct promtext_label *labels,
@@ -117,7 +118,7 @@ void promtext_hist(promtext_t *p, const char *name, const struct promtext_label 
         put_head(p, name, "_bucket", labels, nl);
         put_str(p, nl ? ",le=\"" : "{le=\"");
         if (i < h->nbounds)
-            put_double(p, h->bounds[i]);
+            put_str(p, h->le[i]);
         else
             put_str(p, "+Inf");
         put_str(p, "\"} ");
