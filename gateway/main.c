@@ -428,9 +428,11 @@ static const struct lws_protocols protocols[] = {
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
-/* The --metrics-port listener: HTTP only (http.c answers GET /metrics and 404 otherwise). */
+/* The --metrics-port listener: HTTP only (http.c answers GET /metrics and 404 otherwise). Its
+ * buffer size is also what lws sends at once (else 4 KiB: an answer would take a loop turn per
+ * 4 KiB). */
 static const struct lws_protocols metrics_protocols[] = {
-    {"kgw-metrics", callback, sizeof(struct gw_pss), 0, 0, NULL, 0},
+    {"kgw-metrics", callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
