@@ -4,13 +4,14 @@
 Starts kgw (sandboxed, fork server on, --pool python3=0, --metrics-port, --log-level debug so
 that it logs the time it takes to render each scrape), starts --kernels kernels (64), then
 alternates --scrapes (200) scrapes of the metrics listener with as many GET /api on the main
-listener (the floor: the same HTTP round trip, an authenticated route with a tiny answer), on
-one keep-alive connection each. Prints the medians of
+listener (the floor: the same HTTP round trip, an authenticated route with a tiny answer), in
+blocks of 50, on one keep-alive connection each. Prints the medians of
 
   - render: the server's own time to produce the text (kgw's "metrics: N bytes rendered in X
     us" debug lines), the part a scrape adds to the loop beyond any request;
-  - loop CPU per request: CPU time of kgw's main thread (the loop; schedstat) over the
-    scrapes and over the floor requests, divided by their number;
+  - loop CPU per request: CPU time of kgw's main thread (the loop; schedstat) over the blocks
+    of scrapes and over the blocks of floor requests, each read once the loop has gone back
+    to sleep, divided by their number;
   - client latency of both, and their ratio.
 
     /usr/bin/python3 bench/scrape.py [--kernels 64] [--scrapes 200] [--kgw build/kgw]
@@ -32,10 +33,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
 RENDER_RE = re.compile(r"metrics: (\d+) bytes rendered in (\d+) us")
+BLOCK = 50
 
 
 def loop_cpu(pid):
-    """CPU seconds of kgw's main thread: the event loop."""
+    """CPU seconds of kgw's main thread, the event loop, once it sleeps again (a running
+    thread's figure is brought up to date when it stops)."""
+    time.sleep(0.02)
     with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
         return int(f.read().split()[0]) / 1e9
 
@@ -91,16 +95,21 @@ def main():
             log_start = f.seek(0, os.SEEK_END)
 
         scrape, floor, cpu_scrape, cpu_floor = [], [], 0.0, 0.0
-        for _ in range(args.scrapes):
+        done = 0
+        while done < args.scrapes:
+            n = min(BLOCK, args.scrapes - done)
             c0 = loop_cpu(gw.pid)
-            t, body = timed_get(mconn, "/metrics", {})
+            for _ in range(n):
+                t, body = timed_get(mconn, "/metrics", {})
+                scrape.append(t)
             c1 = loop_cpu(gw.pid)
-            scrape.append(t)
-            t, _ = timed_get(aconn, "/api", auth)
+            for _ in range(n):
+                t, _ = timed_get(aconn, "/api", auth)
+                floor.append(t)
             c2 = loop_cpu(gw.pid)
-            floor.append(t)
             cpu_scrape += c1 - c0
             cpu_floor += c2 - c1
+            done += n
         time.sleep(0.2)
         with open(gw.log_path, "rb") as f:
             f.seek(log_start)
@@ -113,7 +122,7 @@ def main():
         n = args.scrapes
         lines = body.count(b"\n")
         print(f"scrape of {len(body)} bytes ({lines} lines), {args.kernels} kernels, "
-              f"{n} scrapes alternating with {n} GET /api")
+              f"{n} scrapes alternating with {n} GET /api in blocks of {BLOCK}")
         print(f"  render (kgw's own time)       median {statistics.median(us):7.0f} us   "
               f"p90 {us[int(len(us) * 0.9)]:6.0f} us   max {us[-1]:6.0f} us")
         print(f"  loop CPU per request          /metrics {cpu_scrape / n * 1e6:6.0f} us   "
