@@ -687,8 +687,10 @@ int main(int argc, char **argv)
         mi.iface = G.cfg.metrics_ip[0] ? G.cfg.metrics_ip : G.cfg.ip;
         mi.protocols = metrics_protocols;
         mi.vhost_name = "kgw-metrics";
-        mi.ssl_cert_filepath = NULL;
+        mi.ssl_cert_filepath = NULL; /* plain even when --port serves TLS */
         mi.ssl_private_key_filepath = NULL;
+        mi.options &= ~(uint64_t)(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
+                                  LWS_SERVER_OPTION_CREATE_VHOST_SSL_CTX);
         if (!(G.metrics_vhost = lws_create_vhost(G.ctx, &mi))) {
             log_error("cannot listen on %s:%lld (--metrics-port): %s", mi.iface,
                       G.cfg.metrics_port, strerror(errno));

@@ -180,6 +180,42 @@ def test_metrics_port_options(tmp_path):
     assert "--metrics-port" in r.stdout and "--metrics-ip" in r.stdout
 
 
+def test_metrics_listener_is_plain_http_beside_tls(tmp_path):
+    """With --certfile the main listener speaks TLS; the metrics listener stays plain HTTP."""
+    import ssl
+    from conftest import KGW_BIN
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
+                   timeout=60)
+    port, mport = free_port(), free_port()
+    log = open(tmp_path / "kgw.log", "w")
+    proc = subprocess.Popen([KGW_BIN, "--ip", "127.0.0.1", "--port", str(port), "--api-key", "k",
+                             "--certfile", str(cert), "--keyfile", str(key), "--metrics-port",
+                             str(mport), "--pool", "python3=0", "--no-fork-server"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert wait_for(lambda: _status(f"http://127.0.0.1:{mport}/metrics") == 200), \
+            (tmp_path / "kgw.log").read_text()
+        ctx = ssl.create_default_context(cafile=str(cert))
+        req = urllib.request.Request(f"https://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": "token k"})
+        with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
+            assert r.status == 200 and b"kgw_build_info" in r.read()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        log.close()
+
+
+def _status(url):
+    try:
+        return get(url)[0]
+    except OSError:
+        return None
+
+
 # ------------------------------------------------------------------ the numbers
 
 def test_counters_follow_what_happens(mgw):
