@@ -127,6 +127,7 @@ int auth_request(gw_t *g, struct lws *wsi, struct gw_caller *out, int *retry_aft
         log_info("auth: %s is over its failed-login limit (%d s left)", out->addr, *retry_after);
         audit_event("rate_limited", "s:s, s:s, s:i", "addr", out->addr, "limit", "auth_failures",
                     "retry_after", *retry_after);
+        g->stats.refused[GW_REFUSED_LOCKOUT]++;
         return 429;
     }
     bool has = presented_key(wsi, v, sizeof(v), &key);
@@ -144,6 +145,7 @@ int auth_request(gw_t *g, struct lws *wsi, struct gw_caller *out, int *retry_aft
         if (reached)
             audit_event("rate_limited", "s:s, s:s", "addr", out->addr, "limit",
                         "auth_failures reached");
+        g->stats.refused[GW_REFUSED_AUTH]++;
         return 401;
     }
     sodium_memzero(v, sizeof(v));
@@ -155,6 +157,7 @@ int auth_request(gw_t *g, struct lws *wsi, struct gw_caller *out, int *retry_aft
         log_info("auth: tenant %s over its request rate", tenant);
         audit_event("rate_limited", "s:s, s:s, s:s", "addr", out->addr, "tenant", tenant,
                     "limit", "request_rate");
+        g->stats.refused[GW_REFUSED_RATE_LIMIT]++;
         return 429;
     }
     return 0;

@@ -148,6 +148,7 @@ static void reply_error(chconn_t *c, const char *rid, enum rpc_err type, const c
 static void violation(chconn_t *c, const char *rid, const rpc_error_t *e)
 {
     c->violations++;
+    c->g->stats.refused[GW_REFUSED_BAD_INPUT]++;
     log_warn("channel: %s: refused call: %s: %s (%d so far)", c->who, rpc_err_name(e->type),
              e->message, c->violations);
     audit_event("rpc_refused", "s:s, s:s, s:s, s:o, s:i", "tenant", c->tenant, "addr", c->addr,
@@ -1031,6 +1032,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     conns = c;
     pss->ch = c;
     g->connections++;
+    g->stats.websockets[GW_FACE_CHANNEL]++;
     log_info("channel: %s opened", c->who);
     return 0;
 }
@@ -1057,6 +1059,7 @@ static void on_closed(gw_t *g, struct gw_pss *pss)
         client_free(cl);
     }
     g->connections--;
+    g->stats.websockets[GW_FACE_CHANNEL]--;
     wsq_fini(&c->out);
     buf_fini(&c->in);
     log_info("channel: %s closed", c->who);
@@ -1073,6 +1076,7 @@ static int on_receive(chconn_t *c, const void *in, size_t len)
     }
     if (buf_append(&c->in, in, len) < 0) {
         log_warn("channel: %s: message over %d bytes; closing", c->who, RPC_MAX_MESSAGE_BYTES);
+        c->g->stats.refused[GW_REFUSED_BAD_INPUT]++;
         lws_close_reason(c->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE,
                          (unsigned char *)"message too large", 17);
         return -1;

@@ -234,6 +234,7 @@ int conns_accept(conns_t *c, const struct lws_filter_network_conn_args *a)
     if (addr[0]) {
         int ci = rl_conn_open(c->g->rl, addr);
         if (refused(ci)) {
+            c->g->stats.refused[GW_REFUSED_CONNECTION_CAP]++;
             if (ci == RL_REFUSED) {
                 log_info("connection from %s refused: %lld connections from that address are "
                          "open (further refusals are not logged until it has room again)",
@@ -244,6 +245,7 @@ int conns_accept(conns_t *c, const struct lws_filter_network_conn_args *a)
         }
         int hi = rl_hdr_open(c->g->rl, addr);
         if (refused(hi)) {
+            c->g->stats.refused[GW_REFUSED_CONNECTION_CAP]++;
             if (ci >= 0)
                 rl_conn_close(c->g->rl, ci);
             if (hi == RL_REFUSED) {

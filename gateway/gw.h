@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/hist.h"
 #include "common/keyfile.h"
 #include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
@@ -80,6 +81,29 @@ struct gw_config {
     bool fork_server;
     const char *fork_server_preload;
     long long drain_timeout;
+    const char *metrics_ip;
+    long long metrics_port;
+};
+
+/* Why the gateway refused a request (kgw_requests_refused_total). */
+enum gw_refused {
+    GW_REFUSED_AUTH,           /* no or a wrong API key (401) */
+    GW_REFUSED_LOCKOUT,        /* the address is over its failed-login limit (429) */
+    GW_REFUSED_RATE_LIMIT,     /* the tenant is over its request rate (429) */
+    GW_REFUSED_QUOTA,          /* a tenant quota (403) */
+    GW_REFUSED_CONNECTION_CAP, /* connections per address, or websockets at once (503) */
+    GW_REFUSED_BAD_INPUT,      /* malformed or oversized (400, 411, 413, ...); refused RPC calls */
+    GW_REFUSED_KERNEL_LIMIT,   /* --max-kernels or --max-workspaces (503) */
+    GW_REFUSED_N
+};
+/* The two websocket faces: /api/kernels/{id}/channels and /channel. */
+enum gw_face { GW_FACE_CHANNELS, GW_FACE_CHANNEL, GW_FACE_N };
+
+/* What the gateway counts itself; metrics.c writes it out with the kernel manager's. */
+struct gw_stats {
+    uint64_t refused[GW_REFUSED_N];
+    int websockets[GW_FACE_N]; /* open now */
+    hist_t loop_lag;           /* seconds the loop's 1 s tick ran late */
 };
 
 /* drain.c: where a graceful shutdown is */
@@ -117,10 +141,12 @@ typedef struct gw {
     struct gsess *sessions; /* /api/sessions */
     bool stopping;
     char instance_id[GW_INSTANCE_ID_MAX + 1]; /* GET /self_identify, X-KGW-Self-Identify */
-    evl_timer_t *tick;                           /* loop responsiveness (/check_liveness) */
-    uint64_t tick_ms;                            /* when the tick last ran (monotonic) */
+    evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */
+    uint64_t tick_us;                            /* when the tick last ran (monotonic) */
     uint64_t loop_lag_ms;                        /* how late it ran then */
     struct fxfer *xfers;                         /* files.c: transfers in progress */
+    struct lws_vhost *metrics_vhost;             /* --metrics-port: GET /metrics only, no key */
+    struct gw_stats stats;
     struct gw_drain drain;
 } gw_t;
 
@@ -202,7 +228,8 @@ bool http_uri_decodable(struct lws *wsi, const char *path, size_t len);
  * tenant's alike, so ids cannot be probed. */
 kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant);
 bool gw_owns(const kernel_t *k, const char *tenant);
-/* The audit event of a kernel start request (rc: kmgr_start's result). */
+/* The audit event of a kernel start request (rc: kmgr_start's result); counts its refusal
+ * (quota, kernel limit). */
 void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,
                     kernel_t *k);
 
@@ -248,6 +275,12 @@ void drain_signal(gw_t *g, int signo);
 /* A drain has begun (no new kernels); closing: websockets and kernels are going. */
 bool drain_active(const gw_t *g);
 bool drain_closing(const gw_t *g);
+
+/* metrics.c: GET /metrics, the Prometheus text format (docs/metrics.md) */
+#define METRICS_MAX_BYTES (4 << 20)
+void metrics_init(gw_t *g);
+/* Appends every metric to out: 0 or -errno (-EMSGSIZE over out's limit). */
+int metrics_render(gw_t *g, buf_t *out);
 
 /* files.c: ends every transfer's use of its workspace (before the kernel manager goes). */
 void files_shutdown(gw_t *g);

@@ -148,6 +148,10 @@ static const struct cfg_option options[] = {
     I("drain-timeout", drain_timeout, "30", 0, 86400,
       "on SIGTERM, seconds the executions running may take to finish before websockets are "
       "closed and kernels shut down (0 = no wait; a second SIGTERM stops waiting)"),
+    S("metrics-ip", metrics_ip, "", "address of the --metrics-port listener ('' = --ip)"),
+    I("metrics-port", metrics_port, "0", 0, 65535,
+      "serve GET /metrics (Prometheus) without the API key on this port, and nothing else, "
+      "for scrapers (0 = off; GET /metrics on --port needs the key)"),
 };
 
 #define POOL_SPECS_MAX 32
@@ -322,7 +326,9 @@ static int confirm_upgrade(struct lws *wsi)
     struct route rt;
     struct gw_refusal no = {0};
     int st, n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
-    if (n > 0 && !http_uri_decodable(wsi, uri, (size_t)n))
+    if (G.metrics_vhost && lws_get_vhost(wsi) == G.metrics_vhost) /* GET /metrics only */
+        st = gw_refuse(&no, 404, 0, "not found");
+    else if (n > 0 && !http_uri_decodable(wsi, uri, (size_t)n))
         st = gw_refuse(&no, 400, 0, HTTP_UNDECODABLE_MESSAGE);
     else if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0)
         st = gw_refuse(&no, 404, 0, "not found");
@@ -334,8 +340,10 @@ static int confirm_upgrade(struct lws *wsi)
         st = gw_refuse(&no, 400, 0, "this endpoint does not accept a websocket upgrade");
     if (!st && drain_closing(&G))
         st = gw_refuse(&no, 503, DRAIN_RETRY_AFTER_S, DRAIN_CLOSE_REASON);
-    if (!st && G.connections >= G.cfg.max_connections) /* the descriptor budget's share */
+    if (!st && G.connections >= G.cfg.max_connections) { /* the descriptor budget's share */
         st = gw_refuse(&no, 503, 5, "too many websocket connections; retry later");
+        G.stats.refused[GW_REFUSED_CONNECTION_CAP]++;
+    }
     if (!st)
         st = choose_subprotocol(wsi, &no);
     if (st) {
@@ -418,6 +426,14 @@ static const struct lws_protocols protocols[] = {
     /* websockets that offered only subprotocols kgw does not speak: legacy, none selected */
     {fallback_name, callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
     {LWSLOOP_PROTOCOL, lwsloop_callback, 0, 0, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+/* The --metrics-port listener: HTTP only (http.c answers GET /metrics and 404 otherwise). Its
+ * buffer size is also what lws sends at once (else 4 KiB: an answer would take a loop turn per
+ * 4 KiB). */
+static const struct lws_protocols metrics_protocols[] = {
+    {"kgw-metrics", callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -552,6 +568,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "kgw: --certfile and --keyfile go together\n");
         return 2;
     }
+    if (G.cfg.metrics_port == G.cfg.port) {
+        fprintf(stderr, "kgw: --metrics-port must differ from --port\n");
+        return 2;
+    }
+    metrics_init(&G);
     int ar = audit_open(G.cfg.audit_log);
     if (ar < 0) {
         fprintf(stderr, "kgw: --audit-log %s: %s\n", G.cfg.audit_log, strerror(-ar));
@@ -653,6 +674,24 @@ int main(int argc, char **argv)
     if (!vh) {
         log_error("cannot listen on %s:%lld: %s", G.cfg.ip, G.cfg.port, strerror(errno));
         goto out;
+    }
+    if (G.cfg.metrics_port > 0) { /* plain HTTP, on the same loop */
+        struct lws_context_creation_info mi = info;
+        mi.port = (int)G.cfg.metrics_port;
+        mi.iface = G.cfg.metrics_ip[0] ? G.cfg.metrics_ip : G.cfg.ip;
+        mi.protocols = metrics_protocols;
+        mi.vhost_name = "kgw-metrics";
+        mi.ssl_cert_filepath = NULL; /* plain even when --port serves TLS */
+        mi.ssl_private_key_filepath = NULL;
+        mi.options &= ~(uint64_t)(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
+                                  LWS_SERVER_OPTION_CREATE_VHOST_SSL_CTX);
+        if (!(G.metrics_vhost = lws_create_vhost(G.ctx, &mi))) {
+            log_error("cannot listen on %s:%lld (--metrics-port): %s", mi.iface,
+                      G.cfg.metrics_port, strerror(errno));
+            goto out;
+        }
+        log_info("metrics: GET /metrics without a key on http://%s:%lld/metrics", mi.iface,
+                 G.cfg.metrics_port);
     }
     lwsloop_init(&G.loop, G.ctx, vh);
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);

@@ -29,6 +29,7 @@ enum route_id {
     ROUTE_LIVENESS,
     ROUTE_READY,
     ROUTE_OPENAPI,
+    ROUTE_METRICS,
 };
 
 enum {

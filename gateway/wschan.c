@@ -445,6 +445,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     kernel_connections(k, 1);
     kernel_touch(k);
     g->connections++;
+    g->stats.websockets[GW_FACE_CHANNELS]++;
     log_info("ws: connected to kernel=%s session %s (%s)", kernel_id(k), sid,
              ws->proto == WSPROTO_V1 ? WSMSG_V1_NAME : "legacy");
     return 0;
@@ -494,6 +495,7 @@ static int on_receive(struct wsconn *ws, const void *in, size_t len)
     if (buf_append(&ws->in, in, len) < 0) {
         log_warn("ws: session %s: message over %lld bytes; closing",
                  ws->sess ? ws->sess->id : "?", ws->g->cfg.max_ws_message_bytes);
+        ws->g->stats.refused[GW_REFUSED_BAD_INPUT]++;
         lws_close_reason(ws->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE,
                          (unsigned char *)"message too large", 17);
         return -1;
@@ -521,6 +523,7 @@ static void on_closed(gw_t *g, struct gw_pss *pss)
         g->loop.evl.timer_arm(&g->loop.evl, s->linger, (uint64_t)g->cfg.session_linger * 1000);
     }
     g->connections--;
+    g->stats.websockets[GW_FACE_CHANNELS]--;
     wsq_fini(&ws->out);
     buf_fini(&ws->in);
     free(ws);

@@ -18,6 +18,7 @@ static void on_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         return;
     }
     kernel_touch(c->k);
+    kernel__count_msg(c->k, KMGR_TO_CLIENT, &m);
     c->ops->reply(c->user, c, chan, &m, &h);
 }
 
@@ -79,6 +80,8 @@ int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m)
         memmem(m->part[JPART_HEADER].p, m->part[JPART_HEADER].n, "execute_request", 15) &&
         jhdr_parse(m->part[JPART_HEADER], &h) == 0 && !strcmp(h.msg_type, "execute_request"))
         kernel__exec_sent(c->k, h.msg_id);
+    if (r >= 0)
+        kernel__count_msg(c->k, KMGR_TO_KERNEL, m);
     return r;
 }
 

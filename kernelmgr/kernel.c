@@ -27,6 +27,7 @@ static void start_process(kernel_t *k);
 static void on_exit_io(void *data);
 static void env_send(kernel_t *k);
 static void setup_end(kernel_t *k);
+static int restart(kernel_t *k);
 
 /* The gateway hears of a kernel only once it has left the warm pool. */
 static void emit(kernel_t *k, enum kernel_event ev, const char *detail)
@@ -197,11 +198,21 @@ static void exec_audit(kernel_t *k, const char *status)
     audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s", "tenant", k->ws->tenant, "kernel",
                 k->id, "msg_id", audit_str(k->exec_id, strlen(k->exec_id)), "code_sha256",
                 k->exec_sha, "duration_ms", ms, "status",
-                status ? status : k->exec_error ? "error" : "ok");
+                status            ? status
+                : k->exec_stage   ? "timeout" /* interrupted for its wall time */
+                : k->exec_error   ? "error"
+                                  : "ok");
 }
 
-static void exec_end(kernel_t *k)
+/* The execution in progress, if any, is over (how: its status in the statistics; the gateway's
+ * own execution of a pooled kernel's environment is not counted). */
+static void exec_end(kernel_t *k, enum kmgr_exec how)
 {
+    if (k->exec_id[0] && strcmp(k->exec_id, k->env_id) != 0) {
+        k->m->stats.executions[how]++;
+        hist_observe(&k->m->stats.exec_seconds,
+                     (double)(util_now_us() - k->exec_start_us) / 1e6);
+    }
     k->m->evl->timer_disarm(k->m->evl, k->exec_timer);
     if (k->exec_id[0])
         memcpy(k->exec_last, k->exec_id, sizeof(k->exec_last));
@@ -217,7 +228,7 @@ static void exec_end(kernel_t *k)
 
 static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
 {
-    exec_end(k);
+    exec_end(k, KMGR_EXEC_ABORTED); /* its idle never came */
     snprintf(k->exec_id, sizeof(k->exec_id), "%s", msg_id);
     k->exec_parent = strndup(parent.p, parent.n);
     k->exec_start_us = util_now_us();
@@ -241,9 +252,11 @@ static void on_exec_timer(void *data)
     }
     notice(k, "the kernel ignored the interrupt: restarting it");
     exec_audit(k, "timeout");
-    exec_end(k);
-    if (kernel_restart(k) == 0)
+    exec_end(k, KMGR_EXEC_TIMEOUT);
+    if (restart(k) == 0) {
+        k->m->stats.restarts[KMGR_RESTART_AUTO]++;
         emit(k, KERNEL_EV_RESTARTING, "execution wall-time limit");
+    }
 }
 
 void kernel__exec_sent(kernel_t *k, const char *msg_id)
@@ -298,7 +311,9 @@ static void update_exec_state(kernel_t *k, const jmsg_t *m)
                 exec_begin(k, ph.msg_id, m->part[JPART_PARENT]);
             else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id)) {
                 exec_audit(k, NULL);
-                exec_end(k);
+                exec_end(k, k->exec_stage   ? KMGR_EXEC_TIMEOUT
+                            : k->exec_error ? KMGR_EXEC_ERROR
+                                            : KMGR_EXEC_OK);
                 changed = true;
             } else {
                 changed = false;
@@ -310,16 +325,16 @@ static void update_exec_state(kernel_t *k, const jmsg_t *m)
     json_decref(c);
 }
 
-/* For the audit log: the code of the execution in progress (execute_input) and whether it
- * failed (error). */
+/* Whether the execution in progress failed (error), for the statistics and the audit log, and
+ * its code (execute_input), for the audit log. */
 static void track_exec(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
     jhdr_t ph;
-    if (!k->exec_id[0] || !audit_enabled() ||
-        (strcmp(h->msg_type, "execute_input") && strcmp(h->msg_type, "error")) ||
+    bool error = !strcmp(h->msg_type, "error");
+    if (!k->exec_id[0] || (!error && (!audit_enabled() || strcmp(h->msg_type, "execute_input"))) ||
         jhdr_parse(m->part[JPART_PARENT], &ph) < 0 || strcmp(ph.msg_id, k->exec_id) != 0)
         return;
-    if (!strcmp(h->msg_type, "error")) {
+    if (error) {
         k->exec_error = true;
         return;
     }
@@ -360,6 +375,47 @@ static bool over_output_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
     return true;
 }
 
+/* A client's start is over: ready, counted by how it started and how long it took... */
+static void start_ok(kernel_t *k)
+{
+    if (!k->req_us)
+        return;
+    enum kmgr_start_path p = k->req_pool ? KMGR_START_POOL
+                             : k->forked ? KMGR_START_FORK
+                                         : KMGR_START_EXEC;
+    k->m->stats.starts[p]++;
+    hist_observe(&k->m->stats.start_seconds[p], (double)(util_now_us() - k->req_us) / 1e6);
+    k->req_us = 0;
+}
+
+/* ... or failed, counted by why. */
+static void start_failed(kernel_t *k, enum kmgr_start_fail why)
+{
+    if (!k->req_us)
+        return;
+    k->m->stats.start_failures[why]++;
+    k->req_us = 0;
+}
+
+void kernel__start_begin(kernel_t *k, uint64_t since_us, bool pooled)
+{
+    k->req_us = since_us ? since_us : 1;
+    k->req_pool = pooled;
+    if (k->state == KERNEL_RUNNING)
+        start_ok(k);
+}
+
+void kernel__count_msg(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < 4; i++)
+        n += m->part[i].n;
+    for (size_t i = 0; i < m->nbuf; i++)
+        n += m->buf[i].n;
+    k->m->stats.messages[dir]++;
+    k->m->stats.message_bytes[dir] += n;
+}
+
 /* Starting -> running: the start (or the hand-out of a pooled kernel) is complete. */
 static void set_running(kernel_t *k)
 {
@@ -371,6 +427,7 @@ static void set_running(kernel_t *k)
     k->state = KERNEL_RUNNING;
     kzygote__take_back(k->m, k); /* its proxy has moved in long ago */
     snprintf(k->exec_state, sizeof(k->exec_state), "idle");
+    start_ok(k);
     emit(k, KERNEL_EV_STARTED, NULL);
     complete(k, 0);
     kpool__kick(k->m); /* one start fewer in flight */
@@ -456,6 +513,7 @@ static void env_fail(kernel_t *k, const char *why)
              k->id, why);
     free(k->env_code);
     k->env_code = NULL;
+    k->req_pool = false; /* the client's start goes the cold way now */
     k->state = KERNEL_RESTARTING;
     k->stop_stage = 1; /* on exit: start again */
     kernel__signal(k, SIGKILL);
@@ -550,8 +608,10 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     }
     if (over_output_cap(k, &m, &h))
         return;
-    if (k->m->h.iopub && !k->pool)
+    if (k->m->h.iopub && !k->pool) {
+        kernel__count_msg(k, KMGR_TO_CLIENT, &m);
         k->m->h.iopub(k->m->h.user, k, &m, &h);
+    }
 }
 
 static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
@@ -666,6 +726,7 @@ static void on_hb_timer(void *data)
     if (k->hb_outstanding && ++k->hb_missed >= k->m->o.hb_misses) {
         log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, k->hb_missed);
         k->exit_status = -ETIMEDOUT;
+        k->hb_killed = true;
         kernel__signal(k, SIGKILL);
         return;
     }
@@ -792,8 +853,10 @@ static void free_strv(char **v)
     free(v);
 }
 
-static void set_dead(kernel_t *k, const char *why)
+/* fail: why, if a client's start was in progress. */
+static void set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
 {
+    start_failed(k, fail);
     k->state = KERNEL_DEAD;
     evl_t *l = k->m->evl;
     l->timer_disarm(l, k->nudge);
@@ -946,7 +1009,7 @@ static void start_process(kernel_t *k)
         snprintf(msg, sizeof(msg), "could not start the kernel process: %s",
                  why[0] ? why : strerror(-r));
         k->pid = 0;
-        set_dead(k, msg);
+        set_dead(k, msg, KMGR_FAIL_SPAWN);
         return;
     }
     if (k->pidfd >= 0)
@@ -957,6 +1020,7 @@ static void start_process(kernel_t *k)
     k->hb_outstanding = false;
     k->hb_missed = 0;
     k->exit_status = 0;
+    k->hb_killed = false;
     k->stop_stage = 0;
     log_debug("kernel=%s: spawned pid %d", k->id, (int)k->pid);
     on_nudge(k);
@@ -971,6 +1035,47 @@ static void describe_exit(int st, char *out, size_t outsz)
         snprintf(out, outsz, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
         snprintf(out, outsz, "ended (status 0x%x)", st);
+}
+
+/* Why a process ended that nobody asked to end (setup_failed: its sandbox's set-up report
+ * says a step failed). Also notes the cgroup's counters, so a later death is not put down to
+ * an earlier OOM kill. */
+static enum kmgr_death death_cause(kernel_t *k, int st, bool setup_failed)
+{
+    bool oom = false, pids = false;
+    if (k->cgroup) {
+        struct sbx_cgroup_events ev;
+        sbx_cgroup_events(k->cgroup, &ev);
+        oom = ev.oom_kills > k->oom_seen;
+        pids = ev.pids_max > k->pids_seen;
+        k->oom_seen = ev.oom_kills;
+        k->pids_seen = ev.pids_max;
+    }
+    if (setup_failed)
+        return KMGR_DEATH_SANDBOX;
+    if (k->exit_status == -ETIMEDOUT)
+        return k->hb_killed ? KMGR_DEATH_HEARTBEAT : KMGR_DEATH_TIMEOUT;
+    if (oom)
+        return KMGR_DEATH_OOM;
+    if (pids)
+        return KMGR_DEATH_PIDS;
+    /* a sandboxed kernel's proxy exits with 128 + the signal that ended the kernel (sbx.c) */
+    if (WIFSIGNALED(st) ||
+        (k->m->o.sandbox && WIFEXITED(st) && WEXITSTATUS(st) > 128 && WEXITSTATUS(st) <= 128 + 64))
+        return KMGR_DEATH_SIGNAL;
+    return KMGR_DEATH_EXIT;
+}
+
+static enum kmgr_start_fail start_fail_of(enum kmgr_death d)
+{
+    switch (d) {
+    case KMGR_DEATH_SANDBOX:
+        return KMGR_FAIL_SANDBOX;
+    case KMGR_DEATH_TIMEOUT:
+        return KMGR_FAIL_TIMEOUT;
+    default:
+        return KMGR_FAIL_DIED;
+    }
 }
 
 static void on_exit_io(void *data)
@@ -1004,9 +1109,16 @@ static void on_exit_io(void *data)
     l->timer_disarm(l, k->hb_timer);
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
-    exec_end(k);
+    exec_end(k, KMGR_EXEC_ABORTED);
     k->nsent = 0; /* what the process had been sent died with it */
     kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
+    bool setup_failed = k->setup_why[0] != '\0';
+    bool asked = k->state == KERNEL_TERMINATING ||
+                 (k->state == KERNEL_RESTARTING && k->stop_stage > 0);
+    enum kmgr_death death = death_cause(k, st, setup_failed);
+    k->m->stats.sandbox_setup_failures += setup_failed;
+    if (!asked)
+        k->m->stats.deaths[death]++;
     describe_exit(st, why, sizeof(why));
     if (k->setup_why[0]) {
         snprintf(why, sizeof(why), "could not start the kernel process: %s", k->setup_why);
@@ -1047,6 +1159,7 @@ static void on_exit_io(void *data)
         if (k->m->o.autorestart && k->restarts < k->m->o.max_restarts &&
             k->state != KERNEL_STARTING) {
             k->restarts++;
+            k->m->stats.restarts[KMGR_RESTART_AUTO]++;
             log_warn("kernel=%s: %s; restarting (%d/%d)", k->id, why, k->restarts,
                      k->m->o.max_restarts);
             k->state = KERNEL_RESTARTING;
@@ -1054,7 +1167,7 @@ static void on_exit_io(void *data)
             start_process(k);
             return;
         }
-        set_dead(k, why);
+        set_dead(k, why, start_fail_of(death));
         return;
     default:
         return;
@@ -1072,10 +1185,11 @@ static void stop_process(kernel_t *k, bool restart)
     k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
 }
 
-int kernel_restart(kernel_t *k)
+static int restart(kernel_t *k)
 {
     if (k->state == KERNEL_TERMINATING || k->state == KERNEL_RESTARTING)
         return -EBUSY;
+    k->req_us = 0; /* a client's start in progress is neither ready nor failed: superseded */
     k->restarts = 0;
     if (k->state == KERNEL_DEAD || k->pid <= 0) {
         k->m->evl->timer_disarm(k->m->evl, k->linger);
@@ -1088,10 +1202,19 @@ int kernel_restart(kernel_t *k)
     return 0;
 }
 
+int kernel_restart(kernel_t *k)
+{
+    int r = restart(k);
+    if (r == 0)
+        k->m->stats.restarts[KMGR_RESTART_REQUESTED]++;
+    return r;
+}
+
 int kernel_shutdown(kernel_t *k)
 {
     if (k->state == KERNEL_TERMINATING)
         return -EALREADY;
+    k->req_us = 0; /* a client's start in progress: cancelled, neither ready nor failed */
     k->state = KERNEL_TERMINATING;
     if (k->pid <= 0) {
         /* nothing to wait for: finish on the next turn, outside the caller's stack */
@@ -1334,6 +1457,12 @@ void kernel__free(kernel_t *k)
     }
     if (k->root_dir[0])
         rmdir(k->root_dir);
+    if (k->cgroup) { /* what it used stays in the CPU time of all kernels (kmgr_usage) */
+        struct sbx_cgroup_usage u;
+        sbx_cgroup_usage(k->cgroup, &u);
+        if (u.cpu_ns > 0)
+            k->m->stats.cpu_ns_gone += (uint64_t)u.cpu_ns;
+    }
     sbx_cgroup_destroy(&k->cgroup);
     if (k->ws)
         wspace__detach(k->ws);

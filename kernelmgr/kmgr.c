@@ -20,6 +20,12 @@
 #include "protocol/kcallmsg.h"
 
 #define PY_MAX_FILES 64
+/* seconds: a start from the pool (ms), forked (tens of ms), exec'd (0.5 s and more) */
+static const double start_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                      1,     2.5,  5,     10,   30,  60};
+/* seconds: from 1+1 to the default wall-time limit (an hour) */
+static const double exec_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                     2.5,   5,    10,    30,   60,  300,  1800, 3600};
 #define PY_MAX_BYTES (1024 * 1024)
 #define PY_TMPFS_OPTS "size=8m,nr_inodes=128,mode=0755"
 #define KGW_MS_NOSYMFOLLOW 256 /* MS_NOSYMFOLLOW, Linux 5.10 */
@@ -376,6 +382,9 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
     m->zyg.fd = -1;
     m->o = *o;
     m->h = *h;
+    for (int i = 0; i < KMGR_START_N; i++)
+        hist_init(&m->stats.start_seconds[i], start_bounds, UTIL_ARRAY_SIZE(start_bounds));
+    hist_init(&m->stats.exec_seconds, exec_bounds, UTIL_ARRAY_SIZE(exec_bounds));
     if (m->o.max_workspaces <= 0)
         m->o.max_workspaces = m->o.max_kernels > 0 ? 2 * m->o.max_kernels : 1024;
     if (m->o.workspace_grace_s < 0)
@@ -641,11 +650,19 @@ static int tenant_quota(const kmgr_t *m, const char *tenant, long long new_ws_by
     return 0;
 }
 
+/* A client's start that failed before a kernel existed: counted, and returned. */
+static int refuse(kmgr_t *m, enum kmgr_start_fail why, int r)
+{
+    m->stats.start_failures[why]++;
+    return r;
+}
+
 int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
 {
     const struct kmgr_limits *lim = req->lim;
     const char *tenant = req->tenant ? req->tenant : "";
     wspace_t *ws = NULL;
+    uint64_t t0 = util_now_us();
     int r;
     if (m->draining)
         return -ESHUTDOWN;
@@ -672,26 +689,27 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
             return -ESRCH;
     }
     if (m->sandbox_error[0])
-        return -EPERM;
+        return refuse(m, KMGR_FAIL_SANDBOX, -EPERM);
     if (m->o.max_kernels > 0 && m->n >= (size_t)m->o.max_kernels)
-        return -EAGAIN;
+        return refuse(m, KMGR_FAIL_LIMIT, -EAGAIN);
     long long new_ws_bytes = ws                                ? -1 /* shares one */
                              : lim && lim->workspace_bytes > 0 ? lim->workspace_bytes
                              : m->o.sandbox                    ? m->o.sandbox->lim.workspace_bytes
                                                                : 0;
     if ((r = tenant_quota(m, tenant, new_ws_bytes)) < 0)
-        return r;
+        return refuse(m, KMGR_FAIL_QUOTA, r);
     if (grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
-        return -ENOMEM;
+        return refuse(m, KMGR_FAIL_SPAWN, -ENOMEM);
     kernel_t *k = kpool__take(m, spec, req);
     if (k) {
         if ((r = kernel__adopt(k, req->env, lim)) < 0) {
             kpool__drop(m, k);
-            return r;
+            return refuse(m, KMGR_FAIL_SPAWN, r);
         }
         snprintf(k->ws->tenant, sizeof(k->ws->tenant), "%s", tenant);
         m->v[m->n++] = k;
         log_info("kernel=%s: %s taken from the pool, workspace=%s", k->id, spec->name, k->ws->id);
+        kernel__start_begin(k, t0, true);
         *ret = k;
         return 0;
     }
@@ -703,13 +721,14 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
                          : m->o.sandbox                  ? m->o.sandbox->lim.workspace_bytes
                                                          : 0;
         if ((r = kmgr__new_workspace(m, tenant, size, false, &ws)) < 0)
-            return r;
+            return refuse(m, r == -EAGAIN ? KMGR_FAIL_LIMIT : KMGR_FAIL_SPAWN, r);
     }
     k = kernel__new(m, spec, req->env, lim, ws, NULL);
     if (!k)
-        return -errno;
+        return refuse(m, KMGR_FAIL_SPAWN, -errno);
     m->v[m->n++] = k;
     log_info("kernel=%s: starting %s in workspace=%s", k->id, spec->name, ws->id);
+    kernel__start_begin(k, t0, false);
     *ret = k;
     return 0;
 }
@@ -821,4 +840,37 @@ size_t kmgr_executions(const kmgr_t *m)
     for (size_t i = 0; i < m->n; i++)
         n += kernel_executions(m->v[i]);
     return n;
+}
+
+const struct kmgr_stats *kmgr_stats(const kmgr_t *m)
+{
+    return &m->stats;
+}
+
+/* Adds a cgroup's usage to the sums (-1 stays -1: not accounted). */
+static void add_usage(const kernel_t *k, struct kmgr_usage *sum)
+{
+    struct sbx_cgroup_usage u;
+    if (!k->cgroup)
+        return;
+    sbx_cgroup_usage(k->cgroup, &u);
+    if (sum->mem_bytes >= 0 && u.mem_bytes > 0)
+        sum->mem_bytes += u.mem_bytes;
+    if (sum->cpu_ns >= 0 && u.cpu_ns > 0)
+        sum->cpu_ns += u.cpu_ns;
+}
+
+void kmgr_usage(const kmgr_t *m, struct kmgr_usage *ret)
+{
+    struct kmgr_usage sum = {-1, -1};
+    if (m->cgroups) {
+        sum.mem_bytes = 0;
+        if (sbx_cgroups_cpu_accounted(m->cgroups))
+            sum.cpu_ns = (long long)m->stats.cpu_ns_gone;
+        for (size_t i = 0; i < m->n; i++)
+            add_usage(m->v[i], &sum);
+        for (size_t i = 0; i < m->pn; i++)
+            add_usage(m->pv[i], &sum);
+    }
+    *ret = sum;
 }

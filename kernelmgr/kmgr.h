@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/evl.h"
+#include "common/hist.h"
 #include "kernelmgr/kernel.h"
 #include "kernelmgr/kspec.h"
 #include "kernelmgr/wspace.h"
@@ -160,5 +161,74 @@ size_t kmgr_executions(const kmgr_t *m);
 /* Warm pool state: {"python3": {"size", "target", "ready", "starting", "handouts",
  * "misses"}, ...}. New reference. */
 json_t *kmgr_pool_model(const kmgr_t *m);
+
+/* ---- statistics (for metrics): counted where the events happen, read by the gateway ---- */
+
+/* How a kernel a client asked for (kmgr_start) was started. */
+enum kmgr_start_path { KMGR_START_POOL, KMGR_START_FORK, KMGR_START_EXEC, KMGR_START_N };
+/* Why a kernel a client asked for did not start. */
+enum kmgr_start_fail {
+    KMGR_FAIL_SANDBOX, /* the sandbox is unavailable, or its set-up failed */
+    KMGR_FAIL_TIMEOUT, /* no answer within start_timeout_ms */
+    KMGR_FAIL_DIED,    /* the process ended while starting */
+    KMGR_FAIL_SPAWN,   /* it could not be made or spawned */
+    KMGR_FAIL_LIMIT,   /* max_kernels or max_workspaces */
+    KMGR_FAIL_QUOTA,   /* a quota of its tenant */
+    KMGR_FAIL_N
+};
+/* Why a kernel process (a pooled one's too) ended without the manager being asked to end it. */
+enum kmgr_death {
+    KMGR_DEATH_EXIT,      /* it exited */
+    KMGR_DEATH_SIGNAL,    /* a signal that was not the manager's (sandboxed: status 128 + N) */
+    KMGR_DEATH_OOM,       /* its cgroup's memory limit: an OOM kill */
+    KMGR_DEATH_PIDS,      /* it ended after forks were refused at its cgroup's pid limit */
+    KMGR_DEATH_TIMEOUT,   /* killed: no answer within start_timeout_ms */
+    KMGR_DEATH_HEARTBEAT, /* killed: hb_misses heartbeats missed */
+    KMGR_DEATH_SANDBOX,   /* the sandbox's set-up failed */
+    KMGR_DEATH_N
+};
+/* auto: after a death, or an execution over its wall time; requested: kernel_restart(). */
+enum kmgr_restart { KMGR_RESTART_AUTO, KMGR_RESTART_REQUESTED, KMGR_RESTART_N };
+/* How an execution (iopub busy for an execute_request to its idle) ended: an error message
+ * came; aborted: the process ended, or another execution began, first; timeout: it went over
+ * its wall-time limit (interrupted, or the kernel restarted). */
+enum kmgr_exec { KMGR_EXEC_OK, KMGR_EXEC_ERROR, KMGR_EXEC_ABORTED, KMGR_EXEC_TIMEOUT, KMGR_EXEC_N };
+/* Jupyter messages relayed: to a kernel for a client (kconn_send), from a kernel for clients
+ * (iopub handed to the hook, once however many clients watch; replies to a kconn). */
+enum kmgr_dir { KMGR_TO_KERNEL, KMGR_TO_CLIENT, KMGR_DIR_N };
+
+/* Since kmgr_new; every counter only grows. */
+struct kmgr_stats {
+    uint64_t starts[KMGR_START_N];
+    hist_t start_seconds[KMGR_START_N]; /* kmgr_start to ready */
+    uint64_t start_failures[KMGR_FAIL_N];
+    uint64_t deaths[KMGR_DEATH_N];
+    uint64_t restarts[KMGR_RESTART_N];
+    uint64_t executions[KMGR_EXEC_N];
+    hist_t exec_seconds; /* each execution counted in executions */
+    uint64_t messages[KMGR_DIR_N];
+    uint64_t message_bytes[KMGR_DIR_N]; /* header, parent header, metadata, content, buffers */
+    uint64_t fork_server_restarts;      /* starts of the fork server after its first */
+    uint64_t sandbox_setup_failures;    /* kernel processes whose sandbox set-up failed */
+    uint64_t cpu_ns_gone;               /* CPU time of kernels' cgroups already removed */
+};
+const struct kmgr_stats *kmgr_stats(const kmgr_t *m);
+
+/* The kernels' cgroups (listed and pooled kernels) together, read now: memory in use (bytes)
+ * and CPU time since kmgr_new (ns; kernels gone included). -1 for what is not accounted (no
+ * sandbox; CPU on a cgroup v1 host whose cpu hierarchy lacks cpuacct). */
+struct kmgr_usage {
+    long long mem_bytes, cpu_ns;
+};
+void kmgr_usage(const kmgr_t *m, struct kmgr_usage *ret);
+
+/* The warm pools: kmgr_pool_at(m, i) for i < kmgr_pool_count(m). */
+struct kmgr_pool_info {
+    const char *spec_name;
+    int target;          /* kernels it aims to hold now (size..2*size) */
+    int ready, starting; /* kernels in it: ready to hand out; still starting */
+};
+size_t kmgr_pool_count(const kmgr_t *m);
+void kmgr_pool_at(const kmgr_t *m, size_t i, struct kmgr_pool_info *ret);
 
 #endif

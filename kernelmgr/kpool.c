@@ -412,3 +412,16 @@ json_t *kmgr_pool_model(const kmgr_t *m)
     }
     return o;
 }
+
+size_t kmgr_pool_count(const kmgr_t *m)
+{
+    return m->npools;
+}
+
+void kmgr_pool_at(const kmgr_t *m, size_t i, struct kmgr_pool_info *ret)
+{
+    const struct kpool *p = &m->pools[i];
+    ret->spec_name = p->spec->name;
+    ret->target = p->target;
+    count(m, p, &ret->ready, &ret->starting);
+}

@@ -208,6 +208,8 @@ static int spawn(kmgr_t *m)
         sbx_cgroups_keep(m->cgroups, pid);
     z->ready = false;
     z->forks = 0;
+    if (z->starts++ > 0)
+        m->stats.fork_server_restarts++;
     z->started_ms = util_now_ms();
     if (!(z->io = m->evl->io_add(m->evl, z->fd, on_io, m))) {
         int err = errno;

@@ -31,6 +31,7 @@ struct kzygote {
     evl_io_t *io;
     bool ready;
     int forks, fails;
+    int starts;          /* processes started (the first, then restarts) */
     uint64_t started_ms;
     evl_timer_t *respawn;
     sbx_cgroup_t *next_cg; /* the cgroup it moved into for the next kernel (kzygote__adopt) */
@@ -67,6 +68,7 @@ struct kmgr {
     uint64_t next_call_id; /* callback ids are unique in the gateway */
     char pydir[PATH_MAX];  /* kgw_tools for kernels ("": none); sandboxed: a copy in rundir */
     bool draining;         /* kmgr_drain: no new kernels, no warm pool */
+    struct kmgr_stats stats;
 };
 
 /* A watched ZeroMQ socket. ZMQ_FD is edge-triggered: after every send on the socket the
@@ -176,6 +178,10 @@ struct kernel {
     char setup_why[256]; /* why the sandbox's set-up failed */
     bool forked;         /* this process came from the fork server */
     int exit_status;
+    bool hb_killed;      /* exit_status -ETIMEDOUT: for missed heartbeats, not the start's */
+    long long oom_seen, pids_seen; /* the cgroup's events at the last exit (deaths' causes) */
+    uint64_t req_us;     /* a client's start in progress (kmgr_start): since when (0: none) */
+    bool req_pool;       /* ... with a kernel from the warm pool */
 
     kzsock_t iopub, shell, control, hb;
     evl_timer_t *nudge, *deadline, *hb_timer, *linger;
@@ -244,6 +250,11 @@ int kernel__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim);
 void kernel__free(kernel_t *k);
 /* A client's execute_request was sent to the kernel (kconn_send). */
 void kernel__exec_sent(kernel_t *k, const char *msg_id);
+/* A client's start of k (kmgr_start, at since_us) is in progress: it is counted in the
+ * statistics once ready, or as a failure (at once if k is ready already). */
+void kernel__start_begin(kernel_t *k, uint64_t since_us, bool pooled);
+/* Counts a message relayed between clients and k (kmgr_stats.messages). */
+void kernel__count_msg(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m);
 /* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
 void kernel__signal(kernel_t *k, int sig);
 /* Reaps the kernel's process if it has exited (SIGCHLD path). */

@@ -21,11 +21,13 @@ struct sbx_cgroups {
     int version;
     char base[NCTL][PATH_MAX]; /* v1: one per controller; v2: base[0] only */
     pid_t keep;                /* never killed by a cgroup's removal (sbx_cgroups_keep) */
+    bool cpuacct;              /* v1: cpuacct shares the cpu hierarchy (cpuacct.usage) */
 };
 
 struct sbx_cgroup {
     sbx_cgroups_t *cgs;
     char path[NCTL][PATH_MAX];
+    int mem_fd, cpu_fd; /* sbx_cgroup_usage's files, held open once read (-1: not yet) */
 };
 
 static int write_file(const char *dir, const char *file, const char *value)
@@ -160,6 +162,9 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
                 goto fail;
             }
         }
+        char usage[PATH_MAX + 16];
+        snprintf(usage, sizeof(usage), "%s/cpuacct.usage", cgs->base[2]);
+        cgs->cpuacct = access(usage, R_OK) == 0;
         return cgs;
     }
     if (own_cgroup("", own, sizeof(own))) {
@@ -285,6 +290,11 @@ const char *sbx_cgroups_version(const sbx_cgroups_t *cgs)
     return cgs->version == 1 ? "v1" : "v2";
 }
 
+bool sbx_cgroups_cpu_accounted(const sbx_cgroups_t *cgs)
+{
+    return cgs->version == 2 || cgs->cpuacct;
+}
+
 sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
                              long long pids, long long cpu_millis)
 {
@@ -293,6 +303,7 @@ sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem
     if (!cg)
         return NULL;
     cg->cgs = cgs;
+    cg->mem_fd = cg->cpu_fd = -1;
     int n = cgs->version == 1 ? NCTL : 1;
     for (int i = 0; i < n; i++) {
         mkdir(cgs->base[i], 0755); /* a sweep by another instance may have removed it empty */
@@ -425,16 +436,56 @@ int sbx_cgroup_attach(sbx_cgroup_t *cg, pid_t pid)
     return 0;
 }
 
+void sbx_cgroup_events(const sbx_cgroup_t *cg, struct sbx_cgroup_events *ret)
+{
+    if (cg->cgs->version == 1) {
+        ret->oom_kills = keyed(cg->path[0], "memory.oom_control", "oom_kill");
+        ret->pids_max = keyed(cg->path[1], "pids.events", "max");
+    } else {
+        ret->oom_kills = keyed(cg->path[0], "memory.events", "oom_kill");
+        ret->pids_max = keyed(cg->path[0], "pids.events", "max");
+    }
+}
+
+/* Reads a file of the cgroup from its start, through a descriptor opened on first use and
+ * then kept (a pread costs a tenth of an open, read and close). Returns its length. */
+static int read_held(int *fd, const char *dir, const char *file, char *out, size_t outsz)
+{
+    if (*fd < 0) {
+        char p[PATH_MAX + 64];
+        snprintf(p, sizeof(p), "%s/%s", dir, file);
+        if ((*fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+            return -errno;
+    }
+    ssize_t n = pread(*fd, out, outsz - 1, 0);
+    if (n < 0)
+        return -errno;
+    out[n] = '\0';
+    return (int)n;
+}
+
+void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret)
+{
+    char buf[512];
+    bool v1 = cg->cgs->version == 1;
+    ret->mem_bytes = -1;
+    ret->cpu_ns = -1;
+    if (read_held(&cg->mem_fd, cg->path[0], v1 ? "memory.usage_in_bytes" : "memory.current", buf,
+                  sizeof(buf)) > 0)
+        ret->mem_bytes = atoll(buf);
+    if (v1 && cg->cgs->cpuacct &&
+        read_held(&cg->cpu_fd, cg->path[2], "cpuacct.usage", buf, sizeof(buf)) > 0)
+        ret->cpu_ns = atoll(buf);
+    else if (!v1 && read_held(&cg->cpu_fd, cg->path[0], "cpu.stat", buf, sizeof(buf)) > 0 &&
+             !strncmp(buf, "usage_usec ", 11)) /* the first line (kernel/cgroup/rstat.c) */
+        ret->cpu_ns = atoll(buf + 11) * 1000;
+}
+
 void sbx_cgroup_explain(sbx_cgroup_t *cg, char *out, size_t outsz)
 {
-    long long oom, pidmax;
-    if (cg->cgs->version == 1) {
-        oom = keyed(cg->path[0], "memory.oom_control", "oom_kill");
-        pidmax = keyed(cg->path[1], "pids.events", "max");
-    } else {
-        oom = keyed(cg->path[0], "memory.events", "oom_kill");
-        pidmax = keyed(cg->path[0], "pids.events", "max");
-    }
+    struct sbx_cgroup_events ev;
+    sbx_cgroup_events(cg, &ev);
+    long long oom = ev.oom_kills, pidmax = ev.pids_max;
     out[0] = '\0';
     if (oom > 0)
         snprintf(out, outsz, "out of memory (%lld OOM kill%s)", oom, oom > 1 ? "s" : "");
@@ -448,6 +499,10 @@ void sbx_cgroup_destroy(sbx_cgroup_t **pcg)
     sbx_cgroup_t *cg = *pcg;
     if (!cg)
         return;
+    if (cg->mem_fd >= 0)
+        close(cg->mem_fd);
+    if (cg->cpu_fd >= 0)
+        close(cg->cpu_fd);
     for (int i = 0; i < NCTL; i++)
         if (cg->path[i][0])
             kill_and_rmdir(cg->path[i], cg->cgs->keep);

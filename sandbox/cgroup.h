@@ -21,6 +21,8 @@ void sbx_cgroups_remove_stale(const char *instance);
  * alive (for instances that died under another runtime directory or before their sweep). */
 void sbx_cgroups_sweep(bool (*alive)(const char *instance, void *data), void *data);
 const char *sbx_cgroups_version(const sbx_cgroups_t *cgs); /* "v1" or "v2" */
+/* Whether sbx_cgroup_usage() can report CPU time on this host. */
+bool sbx_cgroups_cpu_accounted(const sbx_cgroups_t *cgs);
 
 sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
                              long long pids, long long cpu_millis);
@@ -46,6 +48,20 @@ int sbx_cgroup_delegate(sbx_cgroup_t *cg, uid_t uid, int dirfds[SBX_CGROUP_MAX_D
 void sbx_cgroups_keep(sbx_cgroups_t *cgs, pid_t pid);
 /* Human-readable reason for a death, from the cgroup's counters ("" when none). */
 void sbx_cgroup_explain(sbx_cgroup_t *cg, char *out, size_t outsz);
+/* Its limit hits since it was made: OOM kills and forks refused at the pid limit. */
+struct sbx_cgroup_events {
+    long long oom_kills, pids_max;
+};
+void sbx_cgroup_events(const sbx_cgroup_t *cg, struct sbx_cgroup_events *ret);
+/* What its processes use: memory now, in bytes (v1 memory.usage_in_bytes, v2 memory.current),
+ * and CPU time so far, in ns (v1 cpuacct.usage, where the cpu hierarchy has the cpuacct
+ * controller too; v2 cpu.stat usage_usec); -1 for what the host does not account. For
+ * metrics at scrape time: the two files stay open once read (one pread each next time, under
+ * a microsecond), until sbx_cgroup_destroy. */
+struct sbx_cgroup_usage {
+    long long mem_bytes, cpu_ns;
+};
+void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret);
 /* Kills anything left and removes the cgroup. */
 void sbx_cgroup_destroy(sbx_cgroup_t **cg);
 

@@ -44,6 +44,7 @@ static const struct {
     {ROUTE_LIVENESS, "/check_liveness"},
     {ROUTE_READY, "/check_ready"},
     {ROUTE_OPENAPI, "/openapi.json"},
+    {ROUTE_METRICS, "/metrics"},
 };
 
 static regex_t re_id, re_name;

@@ -237,6 +237,17 @@ static void basic(evl_poll_t *lp, kmgr_t *m)
     CHECK(evl_poll_run(lp, is_ready, NULL, 60000));
     CHECK(S.status == 0);
     CHECK(kernel_state(k) == KERNEL_RUNNING);
+    /* the statistics: one exec'd start (the unknown kernelspec is no start failure) */
+    const struct kmgr_stats *st = kmgr_stats(m);
+    CHECK(st->starts[KMGR_START_EXEC] == 1 && st->starts[KMGR_START_FORK] == 0 &&
+          st->starts[KMGR_START_POOL] == 0);
+    CHECK(st->start_seconds[KMGR_START_EXEC].count == 1);
+    CHECK(st->start_seconds[KMGR_START_EXEC].sum > 0 && st->start_seconds[KMGR_START_EXEC].sum < 60);
+    for (int i = 0; i < KMGR_FAIL_N; i++)
+        CHECK(st->start_failures[i] == 0);
+    struct kmgr_usage u;
+    kmgr_usage(m, &u);
+    CHECK(u.mem_bytes == -1 && u.cpu_ns == -1); /* no sandbox: no cgroups */
     /* readiness means iopub is proven live: the first request loses none of its iopub
      * messages (executed waits for its stream and its idle status) */
 
@@ -259,6 +270,10 @@ static void basic(evl_poll_t *lp, kmgr_t *m)
     CHECK(kernel_executions(k) == 1 && kmgr_executions(m) == 1);
     CHECK(evl_poll_run(lp, executed, NULL, 30000));
     CHECK(kernel_executions(k) == 0);
+    CHECK(st->executions[KMGR_EXEC_OK] == 1 && st->exec_seconds.count == 1);
+    CHECK(st->messages[KMGR_TO_KERNEL] == 1); /* the iopub one was refused */
+    CHECK(st->message_bytes[KMGR_TO_KERNEL] > strlen(content));
+    CHECK(st->messages[KMGR_TO_CLIENT] >= 4); /* reply; busy, execute_input, stream, idle */
 
     /* queued executions count too, each until its own idle */
     char first[64];
@@ -283,6 +298,9 @@ static void basic(evl_poll_t *lp, kmgr_t *m)
     CHECK(kernel_shutdown(k) == 0);
     CHECK(evl_poll_run(lp, is_gone, NULL, 30000));
     CHECK(kmgr_count(m) == 0);
+    for (int i = 0; i < KMGR_DEATH_N; i++) /* asked to end: no death */
+        CHECK(st->deaths[i] == 0);
+    CHECK(st->restarts[KMGR_RESTART_AUTO] == 0 && st->restarts[KMGR_RESTART_REQUESTED] == 0);
 }
 
 #define TIMEOUT_MS 2000
@@ -299,6 +317,9 @@ static void callbacks(evl_poll_t *lp, kmgr_t *m, bool sandboxed, const char *cwd
     CHECK(kernel_wait(k, on_done, NULL, &w) == 0);
     CHECK(evl_poll_run(lp, is_ready, NULL, 60000));
     CHECK(S.status == 0);
+    struct kmgr_usage u;
+    kmgr_usage(m, &u); /* sandboxed: what the kernel's cgroup holds */
+    CHECK(sandboxed ? u.mem_bytes > (1 << 20) : u.mem_bytes == -1);
     static const struct kconn_ops ops = {.reply = on_reply};
     kconn_t *c = kconn_new(k, "test-session", &ops, NULL);
     CHECK(c);

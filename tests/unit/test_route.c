@@ -42,6 +42,7 @@ static const struct {
     {"/check_liveness", ROUTE_LIVENESS, HTTP_M_GET, "", ""},
     {"/check_ready", ROUTE_READY, HTTP_M_GET, "", ""},
     {"/openapi.json", ROUTE_OPENAPI, HTTP_M_GET, "", ""},
+    {"/metrics", ROUTE_METRICS, HTTP_M_GET, "", ""},
 };
 
 static void test_good_routes(void)
