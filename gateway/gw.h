@@ -77,6 +77,7 @@ struct gw_config {
     long long pool_min_available;
     bool fork_server;
     const char *fork_server_preload;
+    const char *fork_server_exe;
 };
 
 typedef struct gw {

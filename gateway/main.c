@@ -94,7 +94,9 @@ static const struct cfg_option options[] = {
       "client connections; also the most websockets open at once (more: 503)"),
     B("sandbox", sandbox, "true",
       "run every kernel in a sandbox (--no-sandbox: unsandboxed, for development only)"),
-    S("sandbox-init", sandbox_init, "", "path of kgw-sandbox-init (default: next to kgw)"),
+    S("sandbox-init", sandbox_init, "",
+      "path of kgw-sandbox-init (default: " KGW_LIBEXECDIR "/kgw-sandbox-init, or next to kgw "
+      "in its build tree)"),
     I("sandbox-uid-base", sandbox_uid_base, "200000", 1000, 4000000000LL,
       "first host uid of sandboxes (two per workspace: its kernels share them)"),
     I("mem-limit", mem_limit, "2147483648", 67108864, 1099511627776LL,
@@ -129,17 +131,21 @@ static const struct cfg_option options[] = {
     I("callback-timeout", callback_timeout, "60", 1, 86400,
       "seconds a client has to answer a kernel's callback (then TimeoutError in the kernel)"),
     S("python-path", python_path, "",
-      "directory of kgw_tools.py, importable in every kernel (default: python/ next to kgw)"),
+      "directory of kgw_tools.py, importable in every kernel (default: " KGW_DATADIR "/python, "
+      "or python/ next to kgw in its build tree)"),
     {"pool", CFG_STR, &G.cfg.pool, "python3=2", 0, 0, CFG_REPEAT,
      "warm pool: NAME=N keeps N started kernels of kernelspec NAME ready (repeatable or "
      "comma-separated; NAME=0 or '' = none; grows to 2N under demand)"},
     I("pool-min-available", pool_min_available, "536870912", 0, 1099511627776LL,
       "the warm pool refills only while the host's MemAvailable is above this (bytes)"),
     B("fork-server", fork_server, "true",
-      "start ipykernel kernels (of --default-kernel) by forking a pre-loaded Python (kgw-zygote "
-      "next to kgw) into the same sandbox instead of exec (--no-fork-server: always exec)"),
+      "start ipykernel kernels (of --default-kernel) by forking a pre-loaded Python "
+      "(kgw-zygote) into the same sandbox instead of exec (--no-fork-server: always exec)"),
     S("fork-server-preload", fork_server_preload, "",
       "extra modules the fork server imports once, comma-separated (e.g. numpy,pandas)"),
+    S("fork-server-exe", fork_server_exe, "",
+      "path of kgw-zygote, the fork server (default: " KGW_LIBEXECDIR "/kgw-zygote, or next to "
+      "kgw in its build tree)"),
 };
 
 #define POOL_SPECS_MAX 32
@@ -186,29 +192,50 @@ static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n,
     return 0;
 }
 
-/* kgw-sandbox-init (and kgw-zygote) in a sealed memfd: every sandbox's pid 1 is exec'd from
- * it, so its /proc/1/exe names no host path. */
-static int load_exe(const char *path, const char *name, char *why, size_t whysz)
+/* Where a helper is: the option's path when set; else next to the kgw executable when it is
+ * there (the build tree, where meson puts kgw, its helpers and python/ side by side); else the
+ * installed directory (meson's libexecdir/kgw or datadir/kgw/python). The directory of kgw is as
+ * trusted as kgw itself: whoever can write there can replace kgw. NULL when the path of kgw
+ * cannot be read. */
+static const char *helper_path(const char *opt, const char *rel, const char *probe,
+                               const char *installed, char *buf, size_t sz)
 {
-    char self[PATH_MAX], def[PATH_MAX + 32];
-    if (!path || !path[0]) {
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n < 0) {
-            snprintf(why, whysz, "cannot find kgw's own path: %s", strerror(errno));
-            return -errno;
-        }
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = '\0';
-        snprintf(def, sizeof(def), "%s/%s", self, name);
-        path = def;
+    char self[PATH_MAX], p[PATH_MAX + 64];
+    if (opt && opt[0])
+        return opt;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n < 0)
+        return NULL;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(p, sizeof(p), "%s/%s%s", self, rel, probe);
+    if (access(p, F_OK) == 0)
+        snprintf(buf, sz, "%s/%s", self, rel);
+    else
+        snprintf(buf, sz, "%s/%s", installed, rel);
+    return buf;
+}
+
+/* kgw-sandbox-init (and kgw-zygote) in a sealed memfd: every sandbox's pid 1 is exec'd from
+ * it, so its /proc/1/exe names no host path. opt: --sandbox-init or --fork-server-exe. */
+static int load_exe(const char *opt, const char *name, char *why, size_t whysz)
+{
+    char def[PATH_MAX + 64];
+    const char *path = helper_path(opt, name, "", KGW_LIBEXECDIR, def, sizeof(def));
+    if (!path) {
+        int err = errno;
+        snprintf(why, whysz, "cannot find kgw's own path: %s", strerror(err));
+        return -err;
     }
     int src = open(path, O_RDONLY | O_CLOEXEC);
     if (src < 0) {
-        snprintf(why, whysz, "cannot open %s: %s", path, strerror(errno));
-        return -errno;
+        int err = errno;
+        snprintf(why, whysz, "cannot open %s: %s", path, strerror(err));
+        return -err;
     }
+    log_debug("%s: %s", name, path);
     int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     struct stat st;
     if (mfd < 0 || fstat(src, &st) < 0 ||
@@ -266,21 +293,11 @@ static void connection_closed(struct lws *wsi)
     }
 }
 
-/* --python-path, or python/ next to the kgw executable (where the build puts kgw_tools.py). */
+/* --python-path; or python/ next to the kgw executable in the build tree; or the installed
+ * datadir/kgw/python: the directory of kgw_tools.py. */
 static const char *python_dir(char *buf, size_t sz)
 {
-    char self[PATH_MAX];
-    if (G.cfg.python_path && G.cfg.python_path[0])
-        return G.cfg.python_path;
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n < 0)
-        return NULL;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    snprintf(buf, sz, "%s/python", self);
-    return buf;
+    return helper_path(G.cfg.python_path, "python", "/kgw_tools.py", KGW_DATADIR, buf, sz);
 }
 
 /* A client that offers only subprotocols kgw does not speak is answered, as jupyter_server
@@ -720,7 +737,8 @@ int main(int argc, char **argv)
             goto out;
         }
         if (G.cfg.fork_server) {
-            sb.zygote_fd = zygote_fd = load_exe(NULL, "kgw-zygote", why, sizeof(why));
+            sb.zygote_fd = zygote_fd = load_exe(G.cfg.fork_server_exe, "kgw-zygote", why,
+                                                  sizeof(why));
             if (zygote_fd < 0)
                 log_warn("fork server: %s; kernels start with exec", why);
             sb.zygote_spec = G.cfg.default_kernel;

@@ -1,0 +1,72 @@
+"""kgw as installed: where a kgw outside its build tree finds its helpers (meson's libexecdir/kgw
+and datadir/kgw/python, or the options that relocate them), the man page generated from the
+option table, and the service manager's readiness protocol (sd_notify)."""
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import KGW_BIN, free_port
+
+pytestmark = [pytest.mark.kgw_only, pytest.mark.needs_sandbox]
+
+BUILD = os.path.dirname(os.path.abspath(KGW_BIN))
+
+
+def installed_dirs():
+    """The installed helper directories kgw was configured with, from its --help text."""
+    text = subprocess.run([KGW_BIN, "--help"], capture_output=True, text=True, check=True).stdout
+    libexec = re.search(r"default: (/\S+)/kgw-sandbox-init", text).group(1)
+    python = re.search(r"kgw_tools.py, importable in every kernel \(default: (/\S+),", text)
+    return libexec, python.group(1)
+
+
+def run_until(argv, pred, tmp_path, timeout=60, env=None):
+    """Starts argv, waits until pred(log) or its exit; returns (log, exit status or None)."""
+    log_path = tmp_path / "kgw.log"
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            log = log_path.read_text(errors="replace")
+            if pred(log) or proc.poll() is not None or time.monotonic() > deadline:
+                return log_path.read_text(errors="replace"), proc.poll()
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_outside_the_build_tree_helpers_come_from_the_installed_dirs(tmp_path):
+    libexec, _ = installed_dirs()
+    if os.path.exists(os.path.join(libexec, "kgw-sandbox-init")):
+        pytest.skip(f"kgw is installed in {libexec} on this machine")
+    exe = tmp_path / "kgw"
+    shutil.copy(KGW_BIN, exe)
+    log, rc = run_until([str(exe), "--port", str(free_port()), "--api-key", "k", "--pool",
+                         "python3=0"], lambda s: "listening" in s, tmp_path)
+    assert rc not in (None, 0), log
+    assert f"cannot open {libexec}/kgw-sandbox-init: No such file or directory" in log, log
+
+
+def test_relocated_helpers_by_option(tmp_path):
+    """A copy of kgw away from its build tree runs with every helper given by an option, as an
+    install unpacked elsewhere than its prefix does."""
+    exe = tmp_path / "bin" / "kgw"
+    exe.parent.mkdir()
+    shutil.copy(KGW_BIN, exe)
+    env = dict(os.environ, KGW_SANDBOX_INIT=os.path.join(BUILD, "kgw-sandbox-init"),
+               KGW_PYTHON_PATH=os.path.join(BUILD, "python"))
+    env.pop("KGW_API_KEY", None)
+    argv = [str(exe), "--port", str(free_port()), "--api-key", "k", "--pool", "python3=0",
+            "--fork-server-exe", os.path.join(BUILD, "kgw-zygote")]
+    log, rc = run_until(argv, lambda s: "fork server: ready" in s, tmp_path,
+                        env=env)
+    assert rc is None and "fork server: ready" in log, log
+    assert "cannot open" not in log and "sandbox: enabled" in log, log
