@@ -70,3 +70,30 @@ def test_relocated_helpers_by_option(tmp_path):
                         env=env)
     assert rc is None and "fork server: ready" in log, log
     assert "cannot open" not in log and "sandbox: enabled" in log, log
+
+
+def test_man_page_is_the_option_table():
+    """kgw.1 (built by kgw --help-man) documents exactly the options --help lists, each with its
+    environment variable, and the build's copy is current."""
+    help_text = subprocess.run([KGW_BIN, "--help"], capture_output=True, text=True,
+                               check=True).stdout
+    man = subprocess.run([KGW_BIN, "--help-man"], capture_output=True, text=True,
+                         check=True).stdout
+    flags = set(re.findall(r"^  --([a-z0-9-]+)", help_text, re.M)) - {"help", "version"}
+    man_flags = {m.replace("\\-", "-") for m in
+                 re.findall(r"^\\fB\\-\\-((?:[a-z0-9]|\\-)+)\\fR", man, re.M)}
+    assert flags and flags == man_flags - {"help", "version"}, flags ^ man_flags
+    for f in flags:
+        env = "KGW_" + f.upper().replace("-", "_")
+        assert f"Environment: \\fB{env}\\fR" in man, env
+    for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "COMMANDS", "SIGNALS",
+                    "ENVIRONMENT", "FILES", "SEE ALSO"):
+        assert f"\n.SH {section}\n" in man, section
+    assert "help-man" not in help_text
+    with open(os.path.join(BUILD, "kgw.1")) as f:
+        assert f.read() == man
+    if shutil.which("man"):  # what lintian checks: groff has nothing to warn about
+        r = subprocess.run(["man", "--warnings", "-E", "UTF-8", "-l", "-Tutf8", "-Z",
+                            os.path.join(BUILD, "kgw.1")], capture_output=True, text=True,
+                           env=dict(os.environ, LC_ALL="C.UTF-8", MANWIDTH="80"))
+        assert r.returncode == 0 and not r.stderr.strip(), r.stderr
