@@ -25,6 +25,7 @@
 #include "gateway/gw.h"
 #include "gateway/reqguard.h"
 #include "gateway/route.h"
+#include "gateway/sdnotify.h"
 #include "protocol/wsmsg.h"
 
 static gw_t G;
@@ -458,6 +459,8 @@ static void on_signal(void *data)
             auth_reload(&G);
         } else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
             log_info("signal %d: shutting down", (int)si.ssi_signo);
+            if (!G.stopping)
+                sdnotify_stopping();
             G.stopping = true;
             lws_cancel_service(G.ctx);
         }
@@ -892,6 +895,9 @@ int main(int argc, char **argv)
     if (generated)
         printf("API key (generated; pass it as 'Authorization: token KEY'): %s\n", G.cfg.api_key);
     fflush(stdout);
+    char status[128];
+    snprintf(status, sizeof(status), "listening on %.64s port %lld", G.cfg.ip, G.cfg.port);
+    sdnotify_ready(status);
 
     while (!G.stopping)
         if (lws_service(G.ctx, 0) < 0)

@@ -97,3 +97,42 @@ def test_man_page_is_the_option_table():
                             os.path.join(BUILD, "kgw.1")], capture_output=True, text=True,
                            env=dict(os.environ, LC_ALL="C.UTF-8", MANWIDTH="80"))
         assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+
+
+def test_sd_notify_ready_and_stopping(tmp_path):
+    """As a systemd Type=notify service: READY=1 once kgw listens (its pool filling), STOPPING=1
+    at SIGTERM. A kgw built without libsystemd sends nothing (the unit then says Type=exec)."""
+    import signal
+    import socket
+    linked = "libsystemd" in subprocess.run(["ldd", KGW_BIN], capture_output=True,
+                                            text=True).stdout
+    path = str(tmp_path / "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(30 if linked else 3)
+    log_path = tmp_path / "kgw.log"
+    port = free_port()
+    env = dict(os.environ, NOTIFY_SOCKET=path)
+    env.pop("KGW_API_KEY", None)
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen([KGW_BIN, "--port", str(port), "--api-key", "k"], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        if not linked:
+            with pytest.raises(socket.timeout):
+                sock.recv(4096)
+            return
+        ready = sock.recv(4096).decode()
+        assert ready.split("\n")[0] == "READY=1", ready
+        assert f"STATUS=listening on 127.0.0.1 port {port}" in ready, ready
+        log = log_path.read_text(errors="replace")
+        assert "listening on" in log and "pool: 2 warm python3 kernels" in log, log
+        proc.send_signal(signal.SIGTERM)
+        stopping = sock.recv(4096).decode()
+        assert stopping.split("\n")[0] == "STOPPING=1", stopping
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sock.close()
