@@ -25,22 +25,28 @@ def installed_dirs():
 
 
 def run_until(argv, pred, tmp_path, timeout=60, env=None):
-    """Starts argv, waits until pred(log) or its exit; returns (log, exit status or None)."""
+    """Starts argv with --port on a free port, waits until pred(log) or its exit; returns (log,
+    exit status, None if it was still running). A port taken meanwhile by another process is
+    tried again."""
     log_path = tmp_path / "kgw.log"
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            log = log_path.read_text(errors="replace")
-            if pred(log) or proc.poll() is not None or time.monotonic() > deadline:
-                return log_path.read_text(errors="replace"), proc.poll()
-            time.sleep(0.05)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
+    for _ in range(5):
+        with open(log_path, "wb") as out:
+            proc = subprocess.Popen([*argv, "--port", str(free_port())], stdout=out,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while not (pred(log_path.read_text(errors="replace")) or proc.poll() is not None or
+                       time.monotonic() > deadline):
+                time.sleep(0.05)
+            rc = proc.poll()
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+        log = log_path.read_text(errors="replace")
+        if "Address already in use" not in log:
+            break
+    return log, rc
 
 
 def test_outside_the_build_tree_helpers_come_from_the_installed_dirs(tmp_path):
@@ -49,8 +55,8 @@ def test_outside_the_build_tree_helpers_come_from_the_installed_dirs(tmp_path):
         pytest.skip(f"kgw is installed in {libexec} on this machine")
     exe = tmp_path / "kgw"
     shutil.copy(KGW_BIN, exe)
-    log, rc = run_until([str(exe), "--port", str(free_port()), "--api-key", "k", "--pool",
-                         "python3=0"], lambda s: "listening" in s, tmp_path)
+    log, rc = run_until([str(exe), "--api-key", "k", "--pool", "python3=0"],
+                        lambda s: "listening" in s, tmp_path)
     assert rc not in (None, 0), log
     assert f"cannot open {libexec}/kgw-sandbox-init: No such file or directory" in log, log
 
@@ -64,7 +70,7 @@ def test_relocated_helpers_by_option(tmp_path):
     env = dict(os.environ, KGW_SANDBOX_INIT=os.path.join(BUILD, "kgw-sandbox-init"),
                KGW_PYTHON_PATH=os.path.join(BUILD, "python"))
     env.pop("KGW_API_KEY", None)
-    argv = [str(exe), "--port", str(free_port()), "--api-key", "k", "--pool", "python3=0",
+    argv = [str(exe), "--api-key", "k", "--pool", "python3=0",
             "--fork-server-exe", os.path.join(BUILD, "kgw-zygote")]
     log, rc = run_until(argv, lambda s: "fork server: ready" in s, tmp_path,
                         env=env)
@@ -111,12 +117,18 @@ def test_sd_notify_ready_and_stopping(tmp_path):
     sock.bind(path)
     sock.settimeout(30 if linked else 3)
     log_path = tmp_path / "kgw.log"
-    port = free_port()
     env = dict(os.environ, NOTIFY_SOCKET=path)
     env.pop("KGW_API_KEY", None)
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen([KGW_BIN, "--port", str(port), "--api-key", "k"], stdout=out,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    for _ in range(5):  # a port taken meanwhile by another process is tried again
+        port = free_port()
+        with open(log_path, "wb") as out:
+            proc = subprocess.Popen([KGW_BIN, "--port", str(port), "--api-key", "k"],
+                                    stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        while proc.poll() is None and "listening on" not in log_path.read_text(errors="replace"):
+            time.sleep(0.05)
+        if "Address already in use" not in log_path.read_text(errors="replace"):
+            break
     try:
         if not linked:
             with pytest.raises(socket.timeout):
