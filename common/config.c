@@ -180,3 +180,59 @@ void cfg_help(FILE *out, const struct cfg_option *opts, size_t n)
         fputc('\n', out);
     }
 }
+
+void cfg_roff(FILE *out, const char *s)
+{
+    if (*s == '.' || *s == '\'')
+        fputs("\\&", out);
+    for (; *s; s++) {
+        if (*s == '\\')
+            fputs("\\e", out);
+        else if (*s == '-')
+            fputs("\\-", out);
+        else if (*s == ',')
+            fputs(",\\:", out); /* a line may break after it (long comma-separated defaults) */
+        else
+            fputc(*s, out);
+    }
+}
+
+void cfg_man(FILE *out, const struct cfg_option *opts, size_t n)
+{
+    char ename[96];
+    for (size_t i = 0; i < n; i++) {
+        const struct cfg_option *o = &opts[i];
+        env_name(ename, sizeof(ename), o->name);
+        fputs(".TP\n\\fB", out);
+        cfg_roff(out, "--");
+        cfg_roff(out, o->name);
+        fputs("\\fR", out);
+        if (o->type == CFG_BOOL) {
+            fputs(", \\fB", out);
+            cfg_roff(out, "--no-");
+            cfg_roff(out, o->name);
+            fputs("\\fR", out);
+        } else {
+            fputs(o->type == CFG_INT ? " \\fIN\\fR" : " \\fIVALUE\\fR", out);
+        }
+        fputc('\n', out);
+        cfg_roff(out, o->help);
+        size_t hl = strlen(o->help);
+        fputs(hl && o->help[hl - 1] == '.' ? "\n.br\n" : ".\n.br\n", out);
+        fputs("Environment: \\fB", out);
+        cfg_roff(out, ename);
+        fputs("\\fR", out);
+        if (o->def && !(o->flags & CFG_SECRET)) {
+            fputs("; default: ", out);
+            cfg_roff(out, o->def[0] ? o->def : "(empty)");
+        }
+        if (o->type == CFG_INT) {
+            char range[64];
+            snprintf(range, sizeof(range), "; range: %lld..%lld", o->min, o->max);
+            cfg_roff(out, range);
+        }
+        if (o->flags & CFG_REPEAT)
+            fputs("; may be given more than once", out);
+        fputs(".\n", out);
+    }
+}

@@ -1,6 +1,6 @@
 /* Table-driven configuration: one static table per program gives every setting's name, type,
  * default, bounds and help. Values come from defaults, then KGW_* environment variables, then
- * --flags; the same table prints --help. */
+ * --flags; the same table prints --help and the man page's OPTIONS. */
 #ifndef KGW_COMMON_CONFIG_H
 #define KGW_COMMON_CONFIG_H
 
@@ -32,5 +32,11 @@ struct cfg_option {
 int cfg_parse(const struct cfg_option *opts, size_t n, int argc, char **argv, char *err,
               size_t errsz);
 void cfg_help(FILE *out, const struct cfg_option *opts, size_t n);
+/* The same table as roff (man(7)) for a man page's OPTIONS section: one .TP entry per option
+ * with its help, environment variable, default and range. */
+void cfg_man(FILE *out, const struct cfg_option *opts, size_t n);
+/* s as roff text: backslashes and hyphens escaped (an option name must copy as an ASCII '-'),
+ * a leading '.' or '\'' kept from reading as a request, a break point after each comma. */
+void cfg_roff(FILE *out, const char *s);
 
 #endif

@@ -83,6 +83,7 @@ struct gw_config {
     long long drain_timeout;
     const char *metrics_ip;
     long long metrics_port;
+    const char *fork_server_exe;
 };
 
 /* Why the gateway refused a request (kgw_requests_refused_total). */

@@ -24,6 +24,7 @@
 #include "gateway/gw.h"
 #include "gateway/reqguard.h"
 #include "gateway/route.h"
+#include "gateway/sdnotify.h"
 #include "protocol/wsmsg.h"
 
 static gw_t G;
@@ -99,7 +100,9 @@ static const struct cfg_option options[] = {
       "client connections; also the most websockets open at once (more: 503)"),
     B("sandbox", sandbox, "true",
       "run every kernel in a sandbox (--no-sandbox: unsandboxed, for development only)"),
-    S("sandbox-init", sandbox_init, "", "path of kgw-sandbox-init (default: next to kgw)"),
+    S("sandbox-init", sandbox_init, "",
+      "path of kgw-sandbox-init (default: " KGW_LIBEXECDIR "/kgw-sandbox-init, or next to kgw "
+      "in its build tree)"),
     I("sandbox-uid-base", sandbox_uid_base, "200000", 1000, 4000000000LL,
       "first host uid of sandboxes (two per workspace: its kernels share them)"),
     I("mem-limit", mem_limit, "2147483648", 67108864, 1099511627776LL,
@@ -134,15 +137,16 @@ static const struct cfg_option options[] = {
     I("callback-timeout", callback_timeout, "60", 1, 86400,
       "seconds a client has to answer a kernel's callback (then TimeoutError in the kernel)"),
     S("python-path", python_path, "",
-      "directory of kgw_tools.py, importable in every kernel (default: python/ next to kgw)"),
+      "directory of kgw_tools.py, importable in every kernel (default: " KGW_DATADIR "/python, "
+      "or python/ next to kgw in its build tree)"),
     {"pool", CFG_STR, &G.cfg.pool, "python3=2", 0, 0, CFG_REPEAT,
      "warm pool: NAME=N keeps N started kernels of kernelspec NAME ready (repeatable or "
      "comma-separated; NAME=0 or '' = none; grows to 2N under demand)"},
     I("pool-min-available", pool_min_available, "536870912", 0, 1099511627776LL,
       "the warm pool refills only while the host's MemAvailable is above this (bytes)"),
     B("fork-server", fork_server, "true",
-      "start ipykernel kernels (of --default-kernel) by forking a pre-loaded Python (kgw-zygote "
-      "next to kgw) into the same sandbox instead of exec (--no-fork-server: always exec)"),
+      "start ipykernel kernels (of --default-kernel) by forking a pre-loaded Python "
+      "(kgw-zygote) into the same sandbox instead of exec (--no-fork-server: always exec)"),
     S("fork-server-preload", fork_server_preload, "",
       "extra modules the fork server imports once, comma-separated (e.g. numpy,pandas)"),
     I("drain-timeout", drain_timeout, "30", 0, 86400,
@@ -152,6 +156,9 @@ static const struct cfg_option options[] = {
     I("metrics-port", metrics_port, "0", 0, 65535,
       "serve GET /metrics (Prometheus) without the API key on this port, and nothing else, "
       "for scrapers (0 = off; GET /metrics on --port needs the key)"),
+    S("fork-server-exe", fork_server_exe, "",
+      "path of kgw-zygote, the fork server (default: " KGW_LIBEXECDIR "/kgw-zygote, or next to "
+      "kgw in its build tree)"),
 };
 
 #define POOL_SPECS_MAX 32
@@ -198,29 +205,50 @@ static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n,
     return 0;
 }
 
-/* kgw-sandbox-init (and kgw-zygote) in a sealed memfd: every sandbox's pid 1 is exec'd from
- * it, so its /proc/1/exe names no host path. */
-static int load_exe(const char *path, const char *name, char *why, size_t whysz)
+/* Where a helper is: the option's path when set; else next to the kgw executable when it is
+ * there (the build tree, where meson puts kgw, its helpers and python/ side by side); else the
+ * installed directory (meson's libexecdir/kgw or datadir/kgw/python). The directory of kgw is as
+ * trusted as kgw itself: whoever can write there can replace kgw. NULL when the path of kgw
+ * cannot be read. */
+static const char *helper_path(const char *opt, const char *rel, const char *probe,
+                               const char *installed, char *buf, size_t sz)
 {
-    char self[PATH_MAX], def[PATH_MAX + 32];
-    if (!path || !path[0]) {
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n < 0) {
-            snprintf(why, whysz, "cannot find kgw's own path: %s", strerror(errno));
-            return -errno;
-        }
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = '\0';
-        snprintf(def, sizeof(def), "%s/%s", self, name);
-        path = def;
+    char self[PATH_MAX], p[PATH_MAX + 64];
+    if (opt && opt[0])
+        return opt;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n < 0)
+        return NULL;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(p, sizeof(p), "%s/%s%s", self, rel, probe);
+    if (access(p, F_OK) == 0)
+        snprintf(buf, sz, "%s/%s", self, rel);
+    else
+        snprintf(buf, sz, "%s/%s", installed, rel);
+    return buf;
+}
+
+/* kgw-sandbox-init (and kgw-zygote) in a sealed memfd: every sandbox's pid 1 is exec'd from
+ * it, so its /proc/1/exe names no host path. opt: --sandbox-init or --fork-server-exe. */
+static int load_exe(const char *opt, const char *name, char *why, size_t whysz)
+{
+    char def[PATH_MAX + 64];
+    const char *path = helper_path(opt, name, "", KGW_LIBEXECDIR, def, sizeof(def));
+    if (!path) {
+        int err = errno;
+        snprintf(why, whysz, "cannot find kgw's own path: %s", strerror(err));
+        return -err;
     }
     int src = open(path, O_RDONLY | O_CLOEXEC);
     if (src < 0) {
-        snprintf(why, whysz, "cannot open %s: %s", path, strerror(errno));
-        return -errno;
+        int err = errno;
+        snprintf(why, whysz, "cannot open %s: %s", path, strerror(err));
+        return -err;
     }
+    log_debug("%s: %s", name, path);
     int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     struct stat st;
     if (mfd < 0 || fstat(src, &st) < 0 ||
@@ -260,21 +288,11 @@ void gw_trim_soon(gw_t *g)
     g->loop.evl.timer_arm(&g->loop.evl, trim_timer, TRIM_SOON_MS);
 }
 
-/* --python-path, or python/ next to the kgw executable (where the build puts kgw_tools.py). */
+/* --python-path; or python/ next to the kgw executable in the build tree; or the installed
+ * datadir/kgw/python: the directory of kgw_tools.py. */
 static const char *python_dir(char *buf, size_t sz)
 {
-    char self[PATH_MAX];
-    if (G.cfg.python_path && G.cfg.python_path[0])
-        return G.cfg.python_path;
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n < 0)
-        return NULL;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    snprintf(buf, sz, "%s/python", self);
-    return buf;
+    return helper_path(G.cfg.python_path, "python", "/kgw_tools.py", KGW_DATADIR, buf, sz);
 }
 
 /* A client that offers only subprotocols kgw does not speak is answered, as jupyter_server
@@ -447,6 +465,8 @@ static void on_signal(void *data)
         } else if (si.ssi_signo == SIGHUP) {
             auth_reload(&G);
         } else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
+            if (!drain_active(&G))
+                sdnotify_stopping();
             drain_signal(&G, (int)si.ssi_signo);
         }
     }
@@ -481,6 +501,134 @@ static void usage(FILE *out)
     cfg_help(out, options, UTIL_ARRAY_SIZE(options));
     fprintf(out, "  %-28s %s\n  %-28s %s\n", "--help", "show this text", "--version",
             "print the version");
+}
+
+/* kgw(1), from the option table --help prints (kgw --help-man, run by the build). Written as
+ * roff: "\\-" is a hyphen that copies as '-' (every option name and path needs it). */
+static void man_page(FILE *out)
+{
+    fprintf(out, ".TH KGW 1 \"\" \"kgw %s\" \"User Commands\"\n", KGW_VERSION);
+    fputs(".\\\" generated by kgw --help-man from its option table (gateway/main.c)\n"
+          ".ad l\n" /* long paths and option names: no stretched lines, no hyphenated paths */
+          ".nh\n"
+          ".SH NAME\n"
+          "kgw \\- Jupyter kernel gateway: sandboxed kernels over HTTP and websockets\n"
+          ".SH SYNOPSIS\n"
+          ".B kgw\n"
+          "[\\fIOPTION\\fR...]\n"
+          ".br\n"
+          ".B kgw keygen \\-\\-tenant\n"
+          ".I NAME\n"
+          ".br\n"
+          ".B kgw \\-\\-help\n"
+          "|\n"
+          ".B \\-\\-version\n"
+          ".SH DESCRIPTION\n"
+          "\\fBkgw\\fR starts Jupyter kernels on demand and relays their ZeroMQ messages to "
+          "clients over HTTP and websockets.\n"
+          "It speaks the Jupyter Kernel Gateway REST and websocket API, so JupyterLab and "
+          "Notebook (through \\fBjupyter server \\-\\-gateway\\-url\\fR) and plain websocket "
+          "clients work with it unchanged, and serves a code-interpreter RPC on \\fB/channel\\fR "
+          "and workspace files.\n"
+          ".PP\n"
+          "Every kernel runs in a sandbox: its own user, pid, mount, network, IPC, UTS and "
+          "cgroup namespaces, a read-only minimal root, seccomp, and cgroup limits on memory, "
+          "processes and CPU.\n"
+          "kgw needs root (or equivalent delegated rights) to build it; if the host cannot, kgw "
+          "refuses to start kernels and says why.\n"
+          ".PP\n"
+          "Every request except \\fBGET /api\\fR and \\fBGET /check_liveness\\fR needs an API "
+          "key, given as \\fBAuthorization: token\\fR \\fIKEY\\fR.\n"
+          "Keys belong to tenants (\\fB\\-\\-key\\-file\\fR); when neither "
+          "\\fB\\-\\-api\\-key\\fR nor \\fB\\-\\-key\\-file\\fR is set, kgw generates a key and "
+          "prints it once.\n"
+          ".SH OPTIONS\n"
+          "Every option is also read from the environment variable named with it; a flag on the "
+          "command line wins over the environment.\n"
+          "A boolean option takes no value (\\fB\\-\\-no\\-\\fR\\fINAME\\fR turns it off); its "
+          "variable takes true, false, yes, no, on, off, 1 or 0.\n"
+          "Values may also be given as \\fB\\-\\-\\fR\\fINAME\\fR\\fB=\\fR\\fIVALUE\\fR.\n",
+          out);
+    cfg_man(out, options, UTIL_ARRAY_SIZE(options));
+    fputs(".TP\n"
+          "\\fB\\-\\-help\\fR, \\fB\\-h\\fR\n"
+          "Print the options with their variables, defaults and ranges, and exit.\n"
+          ".TP\n"
+          "\\fB\\-\\-version\\fR\n"
+          "Print the version and exit.\n"
+          ".SH COMMANDS\n"
+          ".TP\n"
+          "\\fBkgw keygen \\-\\-tenant\\fR \\fINAME\\fR\n"
+          "Print a new API key on the first line and, on the second, the line to add to the "
+          "\\fB\\-\\-key\\-file\\fR for it (\\fINAME\\fR and a hash of the key; the file never "
+          "holds a key).\n"
+          "Give the key to the tenant's clients, add the line to the file and send "
+          "\\fBSIGHUP\\fR.\n"
+          ".SH SIGNALS\n"
+          ".TP\n"
+          ".B SIGHUP\n"
+          "Reload the \\fB\\-\\-key\\-file\\fR.\n"
+          "Open connections stay; a file that cannot be read or parsed keeps the old keys "
+          "(logged).\n"
+          ".TP\n"
+          ".B SIGTERM\n"
+          "Drain: kgw starts no new kernels (503 with Retry-After; /check_ready says so), lets the "
+          "executions running finish for up to \\fB\\-\\-drain\\-timeout\\fR seconds while "
+          "clients keep their websockets, then closes them (1001), shuts its kernels down, removes "
+          "their cgroups and directories and exits with status 0.\n"
+          "A second SIGTERM stops waiting.\n"
+          ".TP\n"
+          ".B SIGINT\n"
+          "The same without waiting for executions.\n"
+          ".SH ENVIRONMENT\n"
+          ".TP\n"
+          ".B KGW_*\n"
+          "Every option, as listed under OPTIONS.\n"
+          ".TP\n"
+          ".B NOTIFY_SOCKET\n"
+          "Set by systemd for a \\fBType=notify\\fR service: kgw reports \\fBREADY=1\\fR once it "
+          "listens and its warm pool is filling, and \\fBSTOPPING=1\\fR when it begins to stop "
+          "(when built with libsystemd).\n"
+          ".TP\n"
+          ".B XDG_RUNTIME_DIR\n"
+          "The default runtime directory is \\fI$XDG_RUNTIME_DIR/kgw\\fR when it is set.\n"
+          ".TP\n"
+          ".B JUPYTER_PATH\n"
+          "Kernelspecs are also looked for in its directories' \\fIkernels/\\fR.\n"
+          ".SH EXIT STATUS\n"
+          "0 after a stop by signal; 1 when kgw cannot start (listen, runtime directory, "
+          "sandbox helpers); 2 for an invalid option, value or key file.\n"
+          ".SH FILES\n",
+          out);
+    static const char *const files[][2] = {
+        {KGW_LIBEXECDIR "/kgw-sandbox-init", "pid 1 of every sandbox (--sandbox-init)"},
+        {KGW_LIBEXECDIR "/kgw-zygote", "the fork server (--fork-server-exe)"},
+        {KGW_DATADIR "/python/kgw_tools.py",
+         "the module kernels import to call their clients (--python-path)"},
+        {"/etc/default/kgw", "the KGW_* settings of the kgw systemd service"},
+        {"/etc/kgw/keys", "the service's key file (KGW_KEY_FILE), 'TENANT HASH' lines"},
+        {"/run/kgw", "the runtime directory when run as root (--runtime-dir)"},
+        {"/usr/share/jupyter/kernels", "kernelspecs, with /usr/local/share/jupyter/kernels, "
+                                       "~/.local/share/jupyter/kernels and $JUPYTER_PATH"},
+    };
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(files); i++) {
+        fputs(".TP\n.I ", out);
+        cfg_roff(out, files[i][0]);
+        fputc('\n', out);
+        cfg_roff(out, files[i][1]);
+        fputs(".\n", out);
+    }
+    fputs(".SH SEE ALSO\n"
+          ".BR systemctl (1),\n"
+          ".BR systemd.exec (5),\n"
+          ".BR namespaces (7),\n"
+          ".BR user_namespaces (7),\n"
+          ".BR cgroups (7),\n"
+          ".BR seccomp (2)\n"
+          ".PP\n"
+          "The README and \\fIdocs/\\fR of the source (\\fI/usr/share/doc/kgw/\\fR when "
+          "packaged): the API, the security model and operations.\n",
+          out);
 }
 
 /* kgw keygen --tenant NAME: a new key (first line) and its key-file line (second line). */
@@ -531,6 +679,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--version")) {
             printf("kgw %s\n", KGW_VERSION);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--help-man")) { /* not in --help: the build makes kgw.1 with it */
+            man_page(stdout);
             return 0;
         }
     }
@@ -759,7 +911,8 @@ int main(int argc, char **argv)
             goto out;
         }
         if (G.cfg.fork_server) {
-            sb.zygote_fd = zygote_fd = load_exe(NULL, "kgw-zygote", why, sizeof(why));
+            sb.zygote_fd = zygote_fd = load_exe(G.cfg.fork_server_exe, "kgw-zygote", why,
+                                                  sizeof(why));
             if (zygote_fd < 0)
                 log_warn("fork server: %s; kernels start with exec", why);
             sb.zygote_spec = G.cfg.default_kernel;
@@ -788,6 +941,9 @@ int main(int argc, char **argv)
     if (generated)
         printf("API key (generated; pass it as 'Authorization: token KEY'): %s\n", G.cfg.api_key);
     fflush(stdout);
+    char status[128];
+    snprintf(status, sizeof(status), "listening on %.64s port %lld", G.cfg.ip, G.cfg.port);
+    sdnotify_ready(status);
 
     while (!G.stopping)
         if (lws_service(G.ctx, 0) < 0)

@@ -349,6 +349,35 @@ static void test_help(void)
     free(text);
 }
 
+/* The man page's OPTIONS: roff, every '-' escaped, the same facts as --help. */
+static void test_man(void)
+{
+    static const char *o_list;
+    static const struct cfg_option mopts[] = {
+        {"list", CFG_STR, &o_list, "a,b", 0, 0, CFG_REPEAT, ".leading dot, back\\slash"},
+    };
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK_CASE("man");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    cfg_man(f, opts, NOPTS);
+    cfg_man(f, mopts, 1);
+    fclose(f);
+    CHECK(strstr(text, ".TP\n\\fB\\-\\-port\\fR \\fIN\\fR\nlisten port.\n.br\n"
+                       "Environment: \\fBKGW_PORT\\fR; default: 8888; range: 1..65535.\n") != NULL);
+    CHECK(strstr(text, "\\fB\\-\\-verbose\\fR, \\fB\\-\\-no\\-verbose\\fR\n") != NULL);
+    CHECK(strstr(text, "\\fB\\-\\-ip\\fR \\fIVALUE\\fR\n") != NULL);
+    CHECK(strstr(text, "range: \\-1..1000.") != NULL);
+    CHECK(strstr(text, "Environment: \\fBKGW_AUTH_TOKEN\\fR.\n") != NULL); /* secret */
+    CHECK(strstr(text, "\n\\&.leading dot,\\: back\\eslash.\n") != NULL);
+    CHECK(strstr(text, "default: a,\\:b; may be given more than once.\n") != NULL);
+    CHECK(strstr(text, "KGW_MAX\\-KERNELS") == NULL && strstr(text, "KGW_MAX_KERNELS") != NULL);
+    free(text);
+}
+
 /* CFG_REPEAT: the first flag replaces default and environment; later ones are appended. */
 static void test_repeat(void)
 {
@@ -388,6 +417,7 @@ int main(void)
     test_unknown();
     test_bad_default();
     test_help();
+    test_man();
     clear_env();
     CHECK_DONE();
 }

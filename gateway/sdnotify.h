@@ -1,0 +1,22 @@
+/* Readiness for a service manager (systemd's Type=notify, through $NOTIFY_SOCKET): READY=1
+ * once kgw listens and its pool is filling, STOPPING=1 when it begins to stop. Built without
+ * libsystemd, the calls compile to nothing; outside a service (no $NOTIFY_SOCKET) they do
+ * nothing. */
+#ifndef KGW_GATEWAY_SDNOTIFY_H
+#define KGW_GATEWAY_SDNOTIFY_H
+
+#ifdef KGW_HAVE_LIBSYSTEMD
+/* status: one line for `systemctl status` */
+void sdnotify_ready(const char *status);
+void sdnotify_stopping(void);
+#else
+static inline void sdnotify_ready(const char *status)
+{
+    (void)status;
+}
+static inline void sdnotify_stopping(void)
+{
+}
+#endif
+
+#endif
