@@ -17,9 +17,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import uuid
 
-import websockets
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_run import free_port, one_plus_one  # noqa: E402  the same 1+1 as the run check
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEADLINE_S = 120
@@ -29,12 +29,6 @@ def fail(msg, log_path=None):
     if log_path:
         msg += "\n--- kgw's log ---\n" + open(log_path, errors="replace").read()
     sys.exit("smoke_installed: " + msg)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url, key=None, method="GET", body=None):
@@ -48,30 +42,6 @@ def get(url, key=None, method="GET", body=None):
             return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers, e.read()
-
-
-async def one_plus_one(ws_url, key, kid):
-    session = uuid.uuid4().hex
-    url = f"{ws_url}/api/kernels/{kid}/channels?session_id={session}"
-    async with websockets.connect(url, extra_headers={"Authorization": f"token {key}"},
-                                  max_size=None) as ws:
-        msg_id = uuid.uuid4().hex
-        await ws.send(json.dumps({
-            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "ci",
-                       "session": session, "date": "", "version": "5.3"},
-            "parent_header": {}, "metadata": {}, "channel": "shell",
-            "content": {"code": "1+1", "silent": False, "store_history": True,
-                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
-        result, reply = None, None
-        while result is None or reply is None:
-            m = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            if m.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if m["msg_type"] == "execute_result":
-                result = m["content"]["data"]["text/plain"]
-            elif m["msg_type"] == "execute_reply":
-                reply = m["content"]["status"]
-        return result, reply
 
 
 def keygen(kgw, tenant):
