@@ -901,10 +901,8 @@ int main(int argc, char **argv)
         .zygote_fd = -1,
     };
     if (G.cfg.sandbox) {
-        /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
-         * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
-        if (unshare(CLONE_NEWNS) == 0)
-            mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
+        /* the helpers first: after the unshare below, /proc/self/exe may name kgw by a path
+         * relative to a bind mount the new namespace cannot reach (its directory is lost) */
         sb.init_fd = init_fd = load_exe(G.cfg.sandbox_init, "kgw-sandbox-init", why, sizeof(why));
         if (sb.init_fd < 0) {
             log_error("sandbox: %s", why);
@@ -918,6 +916,10 @@ int main(int argc, char **argv)
             sb.zygote_spec = G.cfg.default_kernel;
             sb.zygote_preload = G.cfg.fork_server_preload;
         }
+        /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
+         * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
+        if (unshare(CLONE_NEWNS) == 0)
+            mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
         ko.sandbox = &sb;
     } else {
         log_warn("**********************************************************************");
