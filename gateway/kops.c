@@ -1,0 +1,189 @@
+/* Kernel operations behind every face, and the one table of their errors. */
+#include "gateway/kops.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/audit.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "gateway/route.h"
+
+/* What a row's message names after its head. */
+enum kops_arg {
+    ARG_NONE,
+    ARG_SPEC,        /* the spec name, quoted */
+    ARG_SANDBOX,     /* ": " and why the sandbox is unavailable, when known */
+    ARG_MAX_KERNELS, /* " (N)" */
+    ARG_ERRNO,       /* strerror of the code */
+};
+
+struct kops_row {
+    enum kops_op op;
+    int code; /* 0: any other code (the op's last row) */
+    int status;
+    enum rpc_err exc;
+    int retry_after;
+    const char *head;
+    enum kops_arg arg;
+};
+
+/* One row per (operation, error); each operation ends with its catch-all row. */
+static const struct kops_row rows[] = {
+    {KOPS_START, -ENOENT, 404, RPC_ERR_KEY, 0, "No such kernel spec ", ARG_SPEC},
+    {KOPS_START, -ESRCH, 404, RPC_ERR_KEY, 0, "No such workspace", ARG_NONE},
+    {KOPS_START, -EDQUOT, 403, RPC_ERR_RUNTIME, 0,
+     "quota reached: this key's tenant may not have more kernels, workspaces or workspace bytes",
+     ARG_NONE},
+    {KOPS_START, -ERANGE, 400, RPC_ERR_VALUE, 0,
+     "limits: a requested limit is above the gateway's cap", ARG_NONE},
+    {KOPS_START, -EPERM, 503, RPC_ERR_RUNTIME, 0,
+     "kernels cannot be started: the sandbox is unavailable", ARG_SANDBOX},
+    {KOPS_START, -EAGAIN, 503, RPC_ERR_RUNTIME, 0, "kernel limit reached", ARG_MAX_KERNELS},
+    {KOPS_START, -ESHUTDOWN, 503, RPC_ERR_RUNTIME, DRAIN_RETRY_AFTER_S, DRAIN_MESSAGE, ARG_NONE},
+    {KOPS_START, 0, 500, RPC_ERR_RUNTIME, 0, "cannot start a kernel: ", ARG_ERRNO},
+    {KOPS_INTERRUPT, -EAGAIN, 0, RPC_ERR_RUNTIME, 0, "cannot interrupt: the kernel is not running",
+     ARG_NONE},
+    {KOPS_INTERRUPT, 0, 500, RPC_ERR_RUNTIME, 0, "cannot interrupt: ", ARG_ERRNO},
+    {KOPS_RESTART, -EBUSY, 0, RPC_ERR_RUNTIME, 0,
+     "cannot restart: another restart or shutdown is in progress", ARG_NONE},
+    {KOPS_RESTART, 0, 500, RPC_ERR_RUNTIME, 0, "cannot restart: ", ARG_ERRNO},
+    {KOPS_SHUTDOWN, 0, 500, RPC_ERR_RUNTIME, 0, "cannot shut down: ", ARG_ERRNO},
+};
+
+void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
+                     struct kops_error *ret)
+{
+    const struct kops_row *row = NULL;
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(rows) && !row; i++)
+        if (rows[i].op == op && (rows[i].code == code || rows[i].code == 0))
+            row = &rows[i];
+    if (!row) /* every op has a catch-all row */
+        row = &rows[UTIL_ARRAY_SIZE(rows) - 1];
+    char arg[RPC_ERROR_MAX] = "";
+    const char *spec = ctx && ctx->spec_name ? ctx->spec_name : "";
+    switch (row->arg) {
+    case ARG_SPEC:
+        log_quote(arg, 96, spec, strlen(spec));
+        break;
+    case ARG_SANDBOX:
+        if (ctx && ctx->sandbox_why)
+            snprintf(arg, sizeof(arg), ": %s", ctx->sandbox_why);
+        break;
+    case ARG_MAX_KERNELS:
+        snprintf(arg, sizeof(arg), " (%lld)", ctx ? ctx->max_kernels : -1);
+        break;
+    case ARG_ERRNO:
+        snprintf(arg, sizeof(arg), "%s", strerror(-code));
+        break;
+    case ARG_NONE:
+        break;
+    }
+    ret->code = code;
+    ret->status = row->status;
+    ret->exc = row->exc;
+    ret->retry_after = row->retry_after;
+    snprintf(ret->message, sizeof(ret->message), "%s%s", row->head, arg);
+}
+
+static int fail(gw_t *g, enum kops_op op, int code, const char *spec, struct kops_error *err)
+{
+    struct kops_context ctx = {.spec_name = spec,
+                               .sandbox_why = kmgr_sandbox_error(g->km),
+                               .max_kernels = g->cfg.max_kernels};
+    kops_error_make(op, code, &ctx, err);
+    return code;
+}
+
+/* A bad start request: 400 / ValueError. */
+static int bad_request(struct kops_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int bad_request(struct kops_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    err->code = -EINVAL;
+    err->status = 400;
+    err->exc = RPC_ERR_VALUE;
+    err->retry_after = 0;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+static void audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,
+                        kernel_t *k)
+{
+    if (rc == -EDQUOT)
+        g->stats.refused[GW_REFUSED_QUOTA]++;
+    else if (rc == -EAGAIN)
+        g->stats.refused[GW_REFUSED_KERNEL_LIMIT]++;
+    if (!audit_enabled())
+        return;
+    audit_event("kernel_start", "s:s, s:s, s:o, s:o, s:o, s:s", "tenant", who->tenant, "addr",
+                who->addr, "kernel", k ? json_string(kernel_id(k)) : json_null(), "name",
+                audit_str(st->spec_name, strlen(st->spec_name)), "workspace",
+                k ? json_string(wspace_id(kernel_workspace(k))) : json_null(), "result",
+                rc == 0 ? "ok" : rc == -ESHUTDOWN ? "draining" : strerror(-rc));
+}
+
+int kops_start(gw_t *g, const struct gw_caller *who, json_t *req, kernel_t **ret_k,
+               struct kops_error *err)
+{
+    json_t *jname = json_object_get(req, "name");
+    json_t *env = json_object_get(req, "env");
+    json_t *jws = json_object_get(req, "workspace");
+    const char *name = g->cfg.default_kernel;
+    if (jname && !json_is_null(jname)) {
+        if (!json_is_string(jname))
+            return bad_request(err, "\"name\" must be a string");
+        name = json_string_value(jname);
+    }
+    if (env && !json_is_null(env) && !json_is_object(env))
+        return bad_request(err, "\"env\" must be an object");
+    struct kmgr_limits lim;
+    char why[200];
+    if (kmgr_limits_parse(json_object_get(req, "limits"), &lim, why, sizeof(why)) < 0)
+        return bad_request(err, "%s", why);
+    if (jws && !json_is_null(jws) &&
+        (!json_is_string(jws) || !route_is_id(json_string_value(jws), json_string_length(jws))))
+        return bad_request(err, "\"workspace\" must be a workspace id");
+    struct kmgr_start st = {.spec_name = name,
+                            .env = json_is_object(env) ? env : NULL,
+                            .lim = &lim,
+                            .workspace = json_is_string(jws) ? json_string_value(jws) : NULL,
+                            .tenant = who->tenant};
+    kernel_t *k;
+    int rc = kmgr_start(g->km, &st, &k);
+    audit_start(g, who, &st, rc, rc == 0 ? k : NULL);
+    if (rc < 0)
+        return fail(g, KOPS_START, rc, name, err);
+    *ret_k = k;
+    return 0;
+}
+
+int kops_interrupt(gw_t *g, kernel_t *k, struct kops_error *err)
+{
+    int rc = kernel_interrupt(k);
+    return rc < 0 ? fail(g, KOPS_INTERRUPT, rc, NULL, err) : 0;
+}
+
+int kops_restart(gw_t *g, kernel_t *k, struct kops_error *err)
+{
+    int rc = kernel_restart(k);
+    if (rc < 0)
+        return fail(g, KOPS_RESTART, rc, NULL, err);
+    wschan_kernel_restarting(g, k);
+    return 0;
+}
+
+int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err)
+{
+    int rc = kernel_shutdown(k);
+    if (rc == -EALREADY) /* another shutdown is in progress: wait for it too */
+        return 0;
+    return rc < 0 ? fail(g, KOPS_SHUTDOWN, rc, NULL, err) : 0;
+}

@@ -1,0 +1,57 @@
+/* Kernel operations behind every face (REST, sessions, /channel RPC): start, interrupt, restart
+ * and shut down, with one table that turns their errors into an HTTP status, an RPC exception
+ * and one message, so the faces answer alike. */
+#ifndef KGW_GATEWAY_KOPS_H
+#define KGW_GATEWAY_KOPS_H
+
+#include <jansson.h>
+
+#include "gateway/gw.h"
+#include "kernelmgr/kernel.h"
+#include "protocol/rpc.h"
+
+enum kops_op {
+    KOPS_START,
+    KOPS_INTERRUPT,
+    KOPS_RESTART,
+    KOPS_SHUTDOWN,
+    KOPS_N
+};
+
+/* Why an operation failed, for every face. */
+struct kops_error {
+    int code;       /* the -errno */
+    int status;     /* HTTP status; 0: REST goes on as if it succeeded (nothing to interrupt;
+                       a restart or shutdown in progress is waited for) */
+    enum rpc_err exc; /* the RPC exception */
+    int retry_after;  /* seconds for Retry-After; 0: none */
+    char message[RPC_ERROR_MAX];
+};
+
+/* What a message may name besides the code. */
+struct kops_context {
+    const char *spec_name;   /* KOPS_START: the kernel spec asked for */
+    const char *sandbox_why; /* kmgr_sandbox_error(), or NULL */
+    long long max_kernels;   /* --max-kernels */
+};
+
+/* Fills ret from the one error table (pure: no gateway state). code < 0. */
+void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
+                     struct kops_error *ret);
+
+/* Starts a kernel from a start request {"name", "env", "limits", "workspace"} (all optional;
+ * name defaults to --default-kernel) for who's tenant; writes the audit event kernel_start and
+ * counts a refusal (quota, kernel limit). 0 with *ret_k "starting" (wait for it with
+ * kernel_wait), or -errno with err filled: -EINVAL for a bad request (400, ValueError; not
+ * audited), else kmgr_start's codes. */
+int kops_start(gw_t *g, const struct gw_caller *who, json_t *req, kernel_t **ret_k,
+               struct kops_error *err);
+/* -EAGAIN: not running (err->status 0). */
+int kops_interrupt(gw_t *g, kernel_t *k, struct kops_error *err);
+/* Tells the kernel's websockets it is restarting; -EBUSY while another restart or shutdown
+ * runs (err->status 0). */
+int kops_restart(gw_t *g, kernel_t *k, struct kops_error *err);
+/* 0 also when a shutdown is already in progress. */
+int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err);
+
+#endif

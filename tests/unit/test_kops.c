@@ -1,0 +1,78 @@
+/* gateway/kops.c: the one table of kernel-operation errors, row by row as docs/rpc.md and the
+ * REST API document them. */
+#include <errno.h>
+#include <string.h>
+
+#include "check.h"
+
+#include "gateway/kops.h"
+
+static const struct {
+    enum kops_op op;
+    int code;
+    int status; /* 0: REST goes on as if it succeeded */
+    enum rpc_err exc;
+    int retry_after;
+    const char *message;
+} rows[] = {
+    {KOPS_START, -ENOENT, 404, RPC_ERR_KEY, 0, "No such kernel spec \"nope\""},
+    {KOPS_START, -ESRCH, 404, RPC_ERR_KEY, 0, "No such workspace"},
+    {KOPS_START, -EDQUOT, 403, RPC_ERR_RUNTIME, 0,
+     "quota reached: this key's tenant may not have more kernels, workspaces or workspace bytes"},
+    {KOPS_START, -ERANGE, 400, RPC_ERR_VALUE, 0,
+     "limits: a requested limit is above the gateway's cap"},
+    {KOPS_START, -EPERM, 503, RPC_ERR_RUNTIME, 0,
+     "kernels cannot be started: the sandbox is unavailable: no user namespaces"},
+    {KOPS_START, -EAGAIN, 503, RPC_ERR_RUNTIME, 0, "kernel limit reached (7)"},
+    {KOPS_START, -ESHUTDOWN, 503, RPC_ERR_RUNTIME, DRAIN_RETRY_AFTER_S, DRAIN_MESSAGE},
+    {KOPS_START, -ENOMEM, 500, RPC_ERR_RUNTIME, 0, "cannot start a kernel: Cannot allocate memory"},
+    {KOPS_START, -EINVAL, 500, RPC_ERR_RUNTIME, 0, "cannot start a kernel: Invalid argument"},
+    {KOPS_INTERRUPT, -EAGAIN, 0, RPC_ERR_RUNTIME, 0, "cannot interrupt: the kernel is not running"},
+    {KOPS_INTERRUPT, -EIO, 500, RPC_ERR_RUNTIME, 0, "cannot interrupt: Input/output error"},
+    {KOPS_RESTART, -EBUSY, 0, RPC_ERR_RUNTIME, 0,
+     "cannot restart: another restart or shutdown is in progress"},
+    {KOPS_RESTART, -ENOENT, 500, RPC_ERR_RUNTIME, 0,
+     "cannot restart: No such file or directory"},
+    {KOPS_SHUTDOWN, -EIO, 500, RPC_ERR_RUNTIME, 0, "cannot shut down: Input/output error"},
+    /* a start's codes mean nothing special to the other operations */
+    {KOPS_SHUTDOWN, -EAGAIN, 500, RPC_ERR_RUNTIME, 0,
+     "cannot shut down: Resource temporarily unavailable"},
+};
+
+int main(void)
+{
+    const struct kops_context ctx = {
+        .spec_name = "nope", .sandbox_why = "no user namespaces", .max_kernels = 7};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        struct kops_error e;
+        CHECK_CASE(rows[i].message);
+        memset(&e, 0xa5, sizeof(e));
+        kops_error_make(rows[i].op, rows[i].code, &ctx, &e);
+        CHECK_INT(e.code, rows[i].code);
+        CHECK_INT(e.status, rows[i].status);
+        CHECK_INT(e.exc, rows[i].exc);
+        CHECK_INT(e.retry_after, rows[i].retry_after);
+        CHECK_STR(e.message, rows[i].message);
+    }
+
+    /* the sandbox's reason when it has one; the spec name quoted, control bytes replaced */
+    struct kops_error e;
+    const struct kops_context bare = {.spec_name = "a\"b\nc"};
+    CHECK_CASE("context");
+    kops_error_make(KOPS_START, -EPERM, &bare, &e);
+    CHECK_STR(e.message, "kernels cannot be started: the sandbox is unavailable");
+    kops_error_make(KOPS_START, -ENOENT, &bare, &e);
+    CHECK_STR(e.message, "No such kernel spec \"a?b?c\"");
+    kops_error_make(KOPS_START, -ENOENT, NULL, &e);
+    CHECK_STR(e.message, "No such kernel spec \"\"");
+    /* an RPC exception message: printable ASCII within RPC_ERROR_MAX */
+    char longname[400];
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    const struct kops_context lng = {.spec_name = longname, .sandbox_why = longname};
+    kops_error_make(KOPS_START, -ENOENT, &lng, &e);
+    CHECK(strlen(e.message) < 120 && strstr(e.message, "...\""));
+    kops_error_make(KOPS_START, -EPERM, &lng, &e);
+    CHECK(strlen(e.message) == RPC_ERROR_MAX - 1);
+    CHECK_DONE();
+}
