@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
+#include "gateway/kops.h"
 #include "gateway/route.h"
 #include "gateway/wsq.h"
 #include "kernelmgr/kconn.h"
@@ -522,85 +523,57 @@ static void await_kernel(chconn_t *c, const rpc_call_t *rc, enum rpc_method meth
 
 static void do_start_kernel(chconn_t *c, const rpc_call_t *rc, const rpc_args_t *a)
 {
-    gw_t *g = c->g;
     const rpc_val_t *name = rpc_args_get(a, "kernel_name");
     const rpc_val_t *env = rpc_args_get(a, "env");
     const rpc_val_t *ws = rpc_args_get(a, "workspace");
     const rpc_val_t *lims = rpc_args_get(a, "limits");
-    struct kmgr_limits lim;
-    char err[200];
-    kernel_t *k;
-    if (kmgr_limits_parse(lims->type == RPC_T_DICT ? lims->d : NULL, &lim, err, sizeof(err)) < 0)
-        return reply_error(c, rc->request_id, RPC_ERR_VALUE, "%s", err);
-    struct kmgr_start st = {
-        .spec_name = name->type == RPC_T_STR ? name->s : g->cfg.default_kernel,
-        .env = env->type == RPC_T_DICT ? env->d : NULL,
-        .lim = &lim,
-        .workspace = ws->type == RPC_T_STR ? ws->s : NULL,
-        .tenant = c->tenant,
-    };
-    int r = kmgr_start(g->km, &st, &k);
+    /* the start request REST takes, from the checked arguments */
+    json_t *req = json_object();
+    if (req && name->type == RPC_T_STR)
+        json_object_set_new(req, "name", json_string(name->s));
+    if (req && env->type == RPC_T_DICT)
+        json_object_set(req, "env", env->d);
+    if (req && ws->type == RPC_T_STR)
+        json_object_set_new(req, "workspace", json_string(ws->s));
+    if (req && lims->type == RPC_T_DICT)
+        json_object_set(req, "limits", lims->d);
+    if (!req)
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "out of memory");
     struct gw_caller who;
     snprintf(who.tenant, sizeof(who.tenant), "%s", c->tenant);
     snprintf(who.addr, sizeof(who.addr), "%s", c->addr);
-    gw_audit_start(g, &who, &st, r, r == 0 ? k : NULL);
-    switch (r) {
-    case 0:
-        kernel_touch(k);
-        return await_kernel(c, rc, RPC_MKM_START_KERNEL, k);
-    case -ENOENT:
-        return reply_error(c, rc->request_id, RPC_ERR_KEY, "No such kernel named %s",
-                           st.spec_name);
-    case -ESRCH:
-        return reply_error(c, rc->request_id, RPC_ERR_KEY, "No such workspace");
-    case -EDQUOT:
-        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME,
-                           "quota reached: this key's tenant may not have more kernels, "
-                           "workspaces or workspace bytes");
-    case -ERANGE:
-        return reply_error(c, rc->request_id, RPC_ERR_VALUE,
-                           "a requested limit is above the gateway's cap");
-    case -EPERM:
-        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME,
-                           "kernels cannot be started: the sandbox is unavailable");
-    case -EAGAIN:
-        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "kernel limit reached");
-    case -ESHUTDOWN:
-        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "%s", DRAIN_MESSAGE);
-    default:
-        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot start a kernel: %s",
-                           strerror(-r));
-    }
+    struct kops_error err;
+    kernel_t *k;
+    int r = kops_start(c->g, &who, req, &k, &err);
+    json_decref(req);
+    if (r < 0)
+        return reply_error(c, rc->request_id, err.exc, "%s", err.message);
+    kernel_touch(k);
+    await_kernel(c, rc, RPC_MKM_START_KERNEL, k);
 }
 
 /* interrupt / restart / shutdown, for both manager objects */
 static void do_kernel_op(chconn_t *c, const rpc_call_t *rc, const rpc_args_t *a, kernel_t *k)
 {
     const rpc_val_t *restart = rpc_args_get(a, "restart");
-    int r;
+    struct kops_error err;
     switch (a->method) {
     case RPC_MKM_INTERRUPT_KERNEL:
     case RPC_KM_INTERRUPT_KERNEL:
-        r = kernel_interrupt(k);
-        if (r < 0)
-            return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot interrupt: %s",
-                               strerror(-r));
+        if (kops_interrupt(c->g, k, &err) < 0)
+            return reply_error(c, rc->request_id, err.exc, "%s", err.message);
         return reply_value(c, rc->request_id, json_null());
     case RPC_MKM_SHUTDOWN_KERNEL:
     case RPC_KM_SHUTDOWN_KERNEL:
         if (!(restart && restart->b)) {
-            if ((r = kernel_shutdown(k)) < 0 && r != -EALREADY)
-                return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot shut down: %s",
-                                   strerror(-r));
+            if (kops_shutdown(c->g, k, &err) < 0)
+                return reply_error(c, rc->request_id, err.exc, "%s", err.message);
             return await_kernel(c, rc, a->method, k);
         }
         __attribute__((fallthrough)); /* shutdown_kernel(restart=True) is a restart */
     default:
-        if ((r = kernel_restart(k)) < 0)
-            return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot restart: %s",
-                               r == -EBUSY ? "another restart or shutdown is in progress"
-                                           : strerror(-r));
-        wschan_kernel_restarting(c->g, k);
+        if (kops_restart(c->g, k, &err) < 0)
+            return reply_error(c, rc->request_id, err.exc, "%s", err.message);
         return await_kernel(c, rc, a->method, k);
     }
 }

@@ -229,10 +229,6 @@ bool http_uri_decodable(struct lws *wsi, const char *path, size_t len);
  * tenant's alike, so ids cannot be probed. */
 kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant);
 bool gw_owns(const kernel_t *k, const char *tenant);
-/* The audit event of a kernel start request (rc: kmgr_start's result); counts its refusal
- * (quota, kernel limit). */
-void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,
-                    kernel_t *k);
 
 /* http.c: the instance's identity; 0, or -EINVAL when id is not 1 to GW_INSTANCE_ID_MAX
  * bytes of [A-Za-z0-9._:-] (it goes into a response header). Empty: a random UUID. */

@@ -13,6 +13,7 @@
 #include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/kops.h"
 #include "gateway/openapi.h"
 #include "gateway/reqguard.h"
 #include "protocol/promtext.h"
@@ -299,22 +300,6 @@ int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no)
     return 1;
 }
 
-void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,
-                    kernel_t *k)
-{
-    if (rc == -EDQUOT)
-        g->stats.refused[GW_REFUSED_QUOTA]++;
-    else if (rc == -EAGAIN)
-        g->stats.refused[GW_REFUSED_KERNEL_LIMIT]++;
-    if (!audit_enabled())
-        return;
-    audit_event("kernel_start", "s:s, s:s, s:o, s:o, s:o, s:s", "tenant", who->tenant, "addr",
-                who->addr, "kernel", k ? json_string(kernel_id(k)) : json_null(), "name",
-                audit_str(st->spec_name, strlen(st->spec_name)), "workspace",
-                k ? json_string(wspace_id(kernel_workspace(k))) : json_null(), "result",
-                rc == 0 ? "ok" : rc == -ESHUTDOWN ? "draining" : strerror(-rc));
-}
-
 bool gw_owns(const kernel_t *k, const char *tenant)
 {
     return k && tenant && !strcmp(wspace_tenant(kernel_workspace(k)), tenant);
@@ -519,78 +504,15 @@ static void on_started(struct gw_req *r, kernel_t *k, int status)
     reply_model(r, k, 201);
 }
 
-/* Starts a kernel from a request body {"name", "env"}; calls done when it is ready. */
+/* Starts a kernel from a request body (kops_start); calls done when it is ready. */
 int http_start_kernel(struct gw_req *r, json_t *body,
                       void (*done)(struct gw_req *, kernel_t *, int))
 {
-    gw_t *g = r->g;
-    json_t *jname = json_object_get(body, "name");
-    json_t *env = json_object_get(body, "env");
-    const char *name = g->cfg.default_kernel;
+    struct kops_error err;
     kernel_t *k;
-    if (jname && !json_is_null(jname)) {
-        if (!json_is_string(jname)) {
-            req_error(r, 400, "\"name\" must be a string");
-            return -EINVAL;
-        }
-        name = json_string_value(jname);
-    }
-    if (env && !json_is_null(env) && !json_is_object(env)) {
-        req_error(r, 400, "\"env\" must be an object");
-        return -EINVAL;
-    }
-    struct kmgr_limits lim;
-    char err[200];
-    if (kmgr_limits_parse(json_object_get(body, "limits"), &lim, err, sizeof(err)) < 0) {
-        req_error(r, 400, "%s", err);
-        return -EINVAL;
-    }
-    json_t *jws = json_object_get(body, "workspace");
-    if (jws && !json_is_null(jws) &&
-        (!json_is_string(jws) || !route_is_id(json_string_value(jws), json_string_length(jws)))) {
-        req_error(r, 400, "\"workspace\" must be a workspace id");
-        return -EINVAL;
-    }
-    struct kmgr_start st = {.spec_name = name,
-                            .env = json_is_object(env) ? env : NULL,
-                            .lim = &lim,
-                            .workspace = json_is_string(jws) ? json_string_value(jws) : NULL,
-                            .tenant = r->caller.tenant};
-    int rc = kmgr_start(g->km, &st, &k);
-    gw_audit_start(g, &r->caller, &st, rc, rc == 0 ? k : NULL);
-    if (rc == -ESRCH) {
-        req_error(r, 404, "No such workspace");
-        return rc;
-    }
-    if (rc == -EDQUOT) {
-        req_error(r, 403, "quota reached: this key's tenant may not have more kernels, "
-                          "workspaces or workspace bytes");
-        return rc;
-    }
-    if (rc == -ERANGE) {
-        req_error(r, 400, "limits: a requested limit is above the gateway's cap");
-        return rc;
-    }
-    if (rc == -ENOENT) {
-        char q[96];
-        req_error(r, 404, "No such kernel spec %s", log_quote(q, sizeof(q), name, strlen(name)));
-        return rc;
-    }
-    if (rc == -EPERM) {
-        req_error(r, 503, "kernels cannot be started: the sandbox is unavailable: %s",
-                  kmgr_sandbox_error(g->km));
-        return rc;
-    }
-    if (rc == -EAGAIN) {
-        req_error(r, 503, "kernel limit reached (%lld)", g->cfg.max_kernels);
-        return rc;
-    }
-    if (rc == -ESHUTDOWN) {
-        req_error_draining(r);
-        return rc;
-    }
+    int rc = kops_start(r->g, &r->caller, body, &k, &err);
     if (rc < 0) {
-        req_error(r, 500, "cannot start kernel: %s", strerror(-rc));
+        req_error_retry(r, err.status, err.retry_after, "%s", err.message);
         return rc;
     }
     if (req_wait_kernel(r, k, done) < 0)
@@ -632,7 +554,7 @@ static void on_restarted(struct gw_req *r, kernel_t *k, int status)
 static void handle_kernel(struct gw_req *r)
 {
     kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
-    int rc;
+    struct kops_error err;
     if (!k || (kernel_state(k) == KERNEL_TERMINATING && r->route.id != ROUTE_KERNEL))
         return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
     switch (r->route.id) {
@@ -642,21 +564,17 @@ static void handle_kernel(struct gw_req *r)
                 return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
             return reply_model(r, k, 200);
         }
-        kernel_shutdown(k); /* -EALREADY: another DELETE is in progress; wait for it too */
+        kops_shutdown(r->g, k, &err); /* as before: whatever it says, wait for the kernel */
         if (req_wait_kernel(r, k, on_deleted) < 0)
             req_reply(r, 204, NULL);
         return;
     case ROUTE_KERNEL_INTERRUPT:
-        rc = kernel_interrupt(k);
-        if (rc < 0 && rc != -EAGAIN)
-            return req_error(r, 500, "interrupt failed: %s", strerror(-rc));
+        if (kops_interrupt(r->g, k, &err) < 0 && err.status)
+            return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
         return req_reply(r, 204, NULL);
     case ROUTE_KERNEL_RESTART:
-        rc = kernel_restart(k);
-        if (rc < 0 && rc != -EBUSY)
-            return req_error(r, 500, "restart failed: %s", strerror(-rc));
-        if (rc == 0)
-            wschan_kernel_restarting(r->g, k);
+        if (kops_restart(r->g, k, &err) < 0 && err.status)
+            return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
         if (req_wait_kernel(r, k, on_restarted) < 0)
             reply_model(r, k, 200);
         return;

@@ -8,6 +8,7 @@
 #include "common/util.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
+#include "gateway/kops.h"
 
 #define SESSIONS_MAX 4096
 #define FIELD_MAX    1024
@@ -245,8 +246,9 @@ int sessions_handle(gw_t *g, struct gw_req *r)
     } else { /* DELETE: the session's kernel goes with it, as in jupyter_server */
         kernel_t *k = kmgr_find(g->km, s->kernel_id);
         unlink_free(g, s);
+        struct kops_error err;
         if (k)
-            kernel_shutdown(k);
+            kops_shutdown(g, k, &err); /* answered 204 whatever it says, as DELETE /api/kernels */
         req_reply(r, 204, NULL);
     }
     return 0;

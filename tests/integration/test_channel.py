@@ -105,6 +105,34 @@ def test_start_kernel_returns_its_id_and_shutdown_removes_it(gateway):
     run(go(), timeout=120)
 
 
+def test_start_errors_match_rest(gateway_factory):
+    """REST and RPC refuse a start alike: one table (gateway/kops.c) gives both the message."""
+    gw = gateway_factory("--max-kernels=1")
+
+    async def go():
+        ch = await connect(gw)
+        try:
+            status, body, _ = gw.request("POST", "/api/kernels", {"name": "no-such-spec"})
+            assert status == 404, body
+            e = await raises(ch.mkm.start_kernel(kernel_name="no-such-spec"), "KeyError")
+            assert e.message == body["message"] == 'No such kernel spec "no-such-spec"', e
+            status, body, _ = gw.request("POST", "/api/kernels", {"workspace": "not-an-id"})
+            assert status == 400, body
+            e = await raises(ch.mkm.start_kernel(workspace="not-an-id"), "ValueError")
+            assert e.message == body["message"] == '"workspace" must be a workspace id', e
+            kid = await ch.mkm.start_kernel()
+            try:
+                status, body, _ = gw.request("POST", "/api/kernels", {})
+                assert status == 503 and body["message"] == "kernel limit reached (1)", body
+                e = await raises(ch.mkm.start_kernel(), "RuntimeError")
+                assert e.message == body["message"], e
+            finally:
+                await ch.mkm.shutdown_kernel(kid)
+        finally:
+            await ch.close()
+    run(go(), timeout=120)
+
+
 @pytest.mark.needs_sandbox
 def test_start_kernel_errors(gateway):
     async def go():
