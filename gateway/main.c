@@ -27,9 +27,15 @@
 #include "gateway/sdnotify.h"
 #include "protocol/wsmsg.h"
 
-static gw_t G;
+static gw_t G = {.cfg = {.km = {.hb_misses = 3, .dead_linger_s = 60},
+                          .sb = {.init_fd = -1, .zygote_fd = -1}}};
 
 #define I(name, field, def, min, max, help) {name, CFG_INT, &G.cfg.field, def, min, max, 0, help}
+/* the same for an int field, and for seconds kept as milliseconds */
+#define I32(name, field, def, min, max, help)                                                      \
+    {name, CFG_INT32, &G.cfg.field, def, min, max, 0, help}
+#define MS(name, field, def, min, max, help)                                                       \
+    {name, CFG_SECONDS_AS_MS, &G.cfg.field, def, min, max, 0, help}
 #define S(name, field, def, help)           {name, CFG_STR, &G.cfg.field, def, 0, 0, 0, help}
 #define B(name, field, def, help)           {name, CFG_BOOL, &G.cfg.field, def, 0, 0, 0, help}
 
@@ -40,13 +46,14 @@ static const struct cfg_option options[] = {
      "API key clients must present, tenant 'default' (generated and printed once when neither "
      "it nor --key-file is set)"},
     S("key-file", key_file, "", "file of 'TENANT HASH' lines (kgw keygen); reloaded on SIGHUP"),
-    I("auth-fail-limit", auth_fail_limit, "10", 0, 1000000,
+    I32("auth-fail-limit", rl.auth_fail_limit, "10", 0, 1000000,
       "failed logins per client address per window, then 429 (0 = no limit)"),
-    I("auth-fail-window", auth_fail_window, "3600", 1, 604800,
+    I32("auth-fail-window", rl.auth_fail_window_s, "3600", 1, 604800,
       "seconds of the failed-login window"),
-    I("rate-limit", rate_limit, "200", 0, 1000000,
-      "requests, websocket messages and RPC calls per second per tenant (0 = no limit)"),
-    I("rate-burst", rate_burst, "1000", 1, 100000000, "burst allowed above --rate-limit"),
+    {"rate-limit", CFG_INT_AS_DOUBLE, &G.cfg.rl.rate, "200", 0, 1000000, 0,
+     "requests, websocket messages and RPC calls per second per tenant (0 = no limit)"},
+    {"rate-burst", CFG_INT_AS_DOUBLE, &G.cfg.rl.burst, "1000", 1, 100000000, 0,
+     "burst allowed above --rate-limit"},
     S("trusted-proxies", trusted_proxies, "",
       "comma-separated proxy addresses whose X-Forwarded-For is believed"),
     S("audit-log", audit_log, "", "audit events as JSON lines: a file, or - for stderr "
@@ -58,27 +65,29 @@ static const struct cfg_option options[] = {
       "then 408 and close; a kept-alive connection's next request alike, closed unanswered"),
     I("http-timeout", http_timeout, "30", 1, 3600,
       "seconds a request body may stall, and an idle keep-alive connection is kept"),
-    I("max-connections-per-address", max_connections_per_address, "256", 1, 1000000,
+    I32("max-connections-per-address", rl.conns_per_addr, "256", 1, 1000000,
       "open connections per client address (the socket peer)"),
-    I("max-header-connections-per-address", max_header_connections_per_address, "32", 1,
+    I32("max-header-connections-per-address", rl.hdr_conns_per_addr, "32", 1,
       1000000, "connections per client address (the socket peer) still sending their request "
                "headers; more are refused at accept"),
     S("default-kernel", default_kernel, "python3", "kernelspec used when a request names none"),
     S("log-level", log_level, "info", "error, warn, info or debug"),
     S("allow-origin", allow_origin, "", "CORS origin allowed to call the API ('' = none)"),
-    S("runtime-dir", runtime_dir, "", "directory for kernels' private runtime directories "
-                                      "(default: $XDG_RUNTIME_DIR/kgw, /run/kgw as root, else /tmp)"),
-    I("max-kernels", max_kernels, "64", 1, 100000, "most kernels at once"),
-    I("cull-idle-timeout", cull_idle_timeout, "0", 0, 31536000,
+    S("runtime-dir", km.runtime_dir, "",
+      "directory for kernels' private runtime directories "
+      "(default: $XDG_RUNTIME_DIR/kgw, /run/kgw as root, else /tmp)"),
+    I32("max-kernels", km.max_kernels, "64", 1, 100000, "most kernels at once"),
+    I32("cull-idle-timeout", km.cull_idle_timeout_s, "0", 0, 31536000,
       "shut down kernels idle this many seconds (0 = never)"),
-    I("cull-interval", cull_interval, "300", 1, 86400, "seconds between idle checks"),
-    B("cull-connected", cull_connected, "false", "also cull idle kernels with open websockets"),
-    B("autorestart", autorestart, "true", "restart kernels that die unexpectedly"),
-    I("max-restarts", max_restarts, "5", 0, 1000, "automatic restarts in a row before 'dead'"),
-    I("start-timeout", start_timeout, "60", 1, 3600, "seconds a kernel has to answer at start"),
-    I("shutdown-grace-ms", shutdown_grace_ms, "5000", 0, 600000,
+    I32("cull-interval", km.cull_interval_s, "300", 1, 86400, "seconds between idle checks"),
+    B("cull-connected", km.cull_connected, "false", "also cull idle kernels with open websockets"),
+    B("autorestart", km.autorestart, "true", "restart kernels that die unexpectedly"),
+    I32("max-restarts", km.max_restarts, "5", 0, 1000, "automatic restarts in a row before 'dead'"),
+    MS("start-timeout", km.start_timeout_ms, "60", 1, 3600,
+       "seconds a kernel has to answer at start"),
+    I32("shutdown-grace-ms", km.shutdown_grace_ms, "5000", 0, 600000,
       "wait after shutdown_request before SIGTERM"),
-    I("hb-interval-ms", hb_interval_ms, "3000", 0, 600000,
+    I32("hb-interval-ms", km.hb_interval_ms, "3000", 0, 600000,
       "heartbeat period (0 = off); 3 missed beats mean the kernel hung"),
     I("max-body-bytes", max_body_bytes, "1048576", 1024, 1073741824, "largest REST request body"),
     I("max-upload-bytes", max_upload_bytes, "1073741824", 0, 1099511627776LL,
@@ -103,38 +112,39 @@ static const struct cfg_option options[] = {
     S("sandbox-init", sandbox_init, "",
       "path of kgw-sandbox-init (default: " KGW_LIBEXECDIR "/kgw-sandbox-init, or next to kgw "
       "in its build tree)"),
-    I("sandbox-uid-base", sandbox_uid_base, "200000", 1000, 4000000000LL,
-      "first host uid of sandboxes (two per workspace: its kernels share them)"),
-    I("mem-limit", mem_limit, "2147483648", 67108864, 1099511627776LL,
+    {"sandbox-uid-base", CFG_UINT32, &G.cfg.sb.uid_base, "200000", 1000, 4000000000LL, 0,
+     "first host uid of sandboxes (two per workspace: its kernels share them)"},
+    I("mem-limit", sb.lim.mem_bytes, "2147483648", 67108864, 1099511627776LL,
       "memory per kernel in bytes, tmpfs files included (cgroup)"),
-    I("cpu-limit", cpu_limit, "1000", 10, 1024000, "CPU per kernel in thousandths of a core"),
-    I("pids-limit", pids_limit, "512", 16, 1000000, "processes and threads per kernel"),
-    I("workspace-size", workspace_size, "1073741824", 1048576, 1099511627776LL,
+    I("cpu-limit", sb.lim.cpu_millis, "1000", 10, 1024000,
+      "CPU per kernel in thousandths of a core"),
+    I("pids-limit", sb.lim.pids, "512", 16, 1000000, "processes and threads per kernel"),
+    I("workspace-size", sb.lim.workspace_bytes, "1073741824", 1048576, 1099511627776LL,
       "size of a new workspace (a kernel's /mnt/data) in bytes"),
-    I("max-workspaces", max_workspaces, "0", 0, 100000,
+    I32("max-workspaces", km.max_workspaces, "0", 0, 100000,
       "workspaces, with or without kernels (0: twice --max-kernels)"),
-    I("tenant-max-kernels", tenant_max_kernels, "0", 0, 100000,
+    I32("tenant-max-kernels", km.tenant_max_kernels, "0", 0, 100000,
       "kernels per tenant (0 = only --max-kernels)"),
-    I("tenant-max-workspaces", tenant_max_workspaces, "0", 0, 100000,
+    I32("tenant-max-workspaces", km.tenant_max_workspaces, "0", 0, 100000,
       "workspaces per tenant, with or without kernels (0 = no quota)"),
-    I("tenant-max-bytes", tenant_max_bytes, "0", 0, 1125899906842624LL,
+    I("tenant-max-bytes", km.tenant_max_bytes, "0", 0, 1125899906842624LL,
       "bytes a tenant's workspaces may hold together (sum of their sizes; 0 = no quota)"),
-    I("workspace-grace", workspace_grace, "600", 0, 604800,
+    I32("workspace-grace", km.workspace_grace_s, "600", 0, 604800,
       "seconds a workspace outlives its last kernel, for downloads"),
-    I("tmp-size", tmp_size, "268435456", 1048576, 1099511627776LL,
+    I("tmp-size", sb.lim.tmp_bytes, "268435456", 1048576, 1099511627776LL,
       "size of a kernel's /tmp and of its home, each, in bytes"),
-    I("fsize-limit", fsize_limit, "1073741824", 1048576, 1099511627776LL,
+    I("fsize-limit", sb.lim.fsize_bytes, "1073741824", 1048576, 1099511627776LL,
       "largest file a kernel may write (RLIMIT_FSIZE), bytes"),
-    I("nofile-limit", nofile_limit, "1024", 64, 1048576, "open files per kernel process"),
-    I("exec-timeout", exec_timeout, "3600", 0, 604800,
+    I("nofile-limit", sb.lim.nofile, "1024", 64, 1048576, "open files per kernel process"),
+    MS("exec-timeout", km.exec_timeout_ms, "3600", 0, 604800,
       "wall-time seconds per execution: then interrupt, and restart if ignored (0 = none)"),
-    I("output-cap", output_cap, "134217728", 0, 1099511627776LL,
+    I("output-cap", km.output_cap, "134217728", 0, 1099511627776LL,
       "iopub output bytes per execution; beyond it output is cut with a notice (0 = none)"),
-    S("callbacks", callbacks, KMGR_CALLBACKS_DEFAULT,
+    S("callbacks", km.callbacks, KMGR_CALLBACKS_DEFAULT,
       "callbacks code in a kernel may make to its client, comma-separated ('' = none)"),
-    I("callback-max-bytes", callback_max_bytes, "4194304", 1024, 1073741824,
+    I("callback-max-bytes", km.callback_max_bytes, "4194304", 1024, 1073741824,
       "largest callback request from a kernel, and reply to it, in JSON bytes"),
-    I("callback-timeout", callback_timeout, "60", 1, 86400,
+    MS("callback-timeout", km.callback_timeout_ms, "60", 1, 86400,
       "seconds a client has to answer a kernel's callback (then TimeoutError in the kernel)"),
     S("python-path", python_path, "",
       "directory of kgw_tools.py, importable in every kernel (default: " KGW_DATADIR "/python, "
@@ -142,12 +152,12 @@ static const struct cfg_option options[] = {
     {"pool", CFG_STR, &G.cfg.pool, "python3=2", 0, 0, CFG_REPEAT,
      "warm pool: NAME=N keeps N started kernels of kernelspec NAME ready (repeatable or "
      "comma-separated; NAME=0 or '' = none; grows to 2N under demand)"},
-    I("pool-min-available", pool_min_available, "536870912", 0, 1099511627776LL,
+    I("pool-min-available", km.pool_min_available, "536870912", 0, 1099511627776LL,
       "the warm pool refills only while the host's MemAvailable is above this (bytes)"),
     B("fork-server", fork_server, "true",
       "start ipykernel kernels (of --default-kernel) by forking a pre-loaded Python "
       "(kgw-zygote) into the same sandbox instead of exec (--no-fork-server: always exec)"),
-    S("fork-server-preload", fork_server_preload, "",
+    S("fork-server-preload", sb.zygote_preload, "",
       "extra modules the fork server imports once, comma-separated (e.g. numpy,pandas)"),
     I("drain-timeout", drain_timeout, "30", 0, 86400,
       "on SIGTERM, seconds the executions running may take to finish before websockets are "
@@ -668,7 +678,6 @@ int main(int argc, char **argv)
     char err[256], rundir[512], keybuf[65], pydir[PATH_MAX + 8];
     int rc = 1;
     evl_io_t *sig_io = NULL;
-    int init_fd = -1, zygote_fd = -1;
 
     if (argc > 1 && !strcmp(argv[1], "keygen"))
         return keygen(argc - 1, argv + 1);
@@ -730,13 +739,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "kgw: --audit-log %s: %s\n", G.cfg.audit_log, strerror(-ar));
         return 2;
     }
-    struct rl_opts rlo = {.auth_fail_limit = (int)G.cfg.auth_fail_limit,
-                          .auth_fail_window_s = (int)G.cfg.auth_fail_window,
-                          .rate = (double)G.cfg.rate_limit,
-                          .burst = (double)G.cfg.rate_burst,
-                          .conns_per_addr = (int)G.cfg.max_connections_per_address,
-                          .hdr_conns_per_addr = (int)G.cfg.max_header_connections_per_address};
-    if (!(G.rl = rl_new(&rlo))) {
+    if (!(G.rl = rl_new(&G.cfg.rl))) {
         fprintf(stderr, "kgw: out of memory\n");
         return 1;
     }
@@ -745,8 +748,8 @@ int main(int argc, char **argv)
                 GW_INSTANCE_ID_MAX);
         return 2;
     }
-    if (!G.cfg.runtime_dir[0])
-        G.cfg.runtime_dir = default_runtime_dir(rundir, sizeof(rundir));
+    if (!G.cfg.km.runtime_dir[0])
+        G.cfg.km.runtime_dir = default_runtime_dir(rundir, sizeof(rundir));
     util_uuid(G.server_session);
     G.started_us = G.last_activity_us = util_wall_us();
 
@@ -754,7 +757,7 @@ int main(int argc, char **argv)
      * websocket costs about 10 (its socket; shell, control and stdin DEALERs: each a mailbox,
      * an ipc connection and the watched ZMQ_FD), a kernel about 40. */
     struct rlimit rl;
-    rlim_t want = 12 * (rlim_t)G.cfg.max_connections + 64 * (rlim_t)G.cfg.max_kernels + 256;
+    rlim_t want = 12 * (rlim_t)G.cfg.max_connections + 64 * (rlim_t)G.cfg.km.max_kernels + 256;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         if (rl.rlim_max < want) { /* root may raise the hard limit */
             struct rlimit raised = {want, want};
@@ -767,8 +770,8 @@ int main(int argc, char **argv)
             log_warn("open files limited to %llu (wanted %llu for --max-connections and "
                      "--max-kernels): about %llu kernel websockets fit",
                      (unsigned long long)rl.rlim_cur, (unsigned long long)want,
-                     (unsigned long long)(rl.rlim_cur > 64 * (rlim_t)G.cfg.max_kernels + 256
-                                              ? (rl.rlim_cur - 64 * (rlim_t)G.cfg.max_kernels -
+                     (unsigned long long)(rl.rlim_cur > 64 * (rlim_t)G.cfg.km.max_kernels + 256
+                                              ? (rl.rlim_cur - 64 * (rlim_t)G.cfg.km.max_kernels -
                                                  256) / 12
                                               : 0));
     }
@@ -858,69 +861,30 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    struct kmgr_opts ko = {
-        .runtime_dir = G.cfg.runtime_dir,
-        .kernel_cwd = NULL,
-        .max_kernels = (int)G.cfg.max_kernels,
-        .start_timeout_ms = (int)G.cfg.start_timeout * 1000,
-        .shutdown_grace_ms = (int)G.cfg.shutdown_grace_ms,
-        .autorestart = G.cfg.autorestart,
-        .max_restarts = (int)G.cfg.max_restarts,
-        .hb_interval_ms = (int)G.cfg.hb_interval_ms,
-        .hb_misses = 3,
-        .cull_idle_timeout_s = (int)G.cfg.cull_idle_timeout,
-        .cull_interval_s = (int)G.cfg.cull_interval,
-        .cull_connected = G.cfg.cull_connected,
-        .dead_linger_s = 60,
-        .exec_timeout_ms = (int)G.cfg.exec_timeout * 1000,
-        .output_cap = G.cfg.output_cap,
-        .max_workspaces = (int)G.cfg.max_workspaces,
-        .workspace_grace_s = (int)G.cfg.workspace_grace,
-        .tenant_max_kernels = (int)G.cfg.tenant_max_kernels,
-        .tenant_max_workspaces = (int)G.cfg.tenant_max_workspaces,
-        .tenant_max_bytes = G.cfg.tenant_max_bytes,
-        .callbacks = G.cfg.callbacks,
-        .callback_max_bytes = G.cfg.callback_max_bytes,
-        .callback_timeout_ms = (int)G.cfg.callback_timeout * 1000,
-        .python_dir = python_dir(pydir, sizeof(pydir)),
-        .pool = pools,
-        .npool = npools,
-        .pool_min_available = G.cfg.pool_min_available,
-    };
+    G.cfg.km.python_dir = python_dir(pydir, sizeof(pydir));
+    G.cfg.km.pool = pools;
+    G.cfg.km.npool = npools;
     char why[256];
-    struct kmgr_sandbox sb = {
-        .lim = {.mem_bytes = G.cfg.mem_limit,
-                .pids = G.cfg.pids_limit,
-                .cpu_millis = G.cfg.cpu_limit,
-                .workspace_bytes = G.cfg.workspace_size,
-                .tmp_bytes = G.cfg.tmp_size,
-                .fsize_bytes = G.cfg.fsize_limit,
-                .nofile = G.cfg.nofile_limit},
-        .uid_base = (unsigned)G.cfg.sandbox_uid_base,
-        .init_fd = -1,
-        .zygote_fd = -1,
-    };
     if (G.cfg.sandbox) {
         /* the helpers first: after the unshare below, /proc/self/exe may name kgw by a path
          * relative to a bind mount the new namespace cannot reach (its directory is lost) */
-        sb.init_fd = init_fd = load_exe(G.cfg.sandbox_init, "kgw-sandbox-init", why, sizeof(why));
-        if (sb.init_fd < 0) {
+        struct kmgr_sandbox *sb = &G.cfg.sb;
+        sb->init_fd = load_exe(G.cfg.sandbox_init, "kgw-sandbox-init", why, sizeof(why));
+        if (sb->init_fd < 0) {
             log_error("sandbox: %s", why);
             goto out;
         }
         if (G.cfg.fork_server) {
-            sb.zygote_fd = zygote_fd = load_exe(G.cfg.fork_server_exe, "kgw-zygote", why,
-                                                  sizeof(why));
-            if (zygote_fd < 0)
+            sb->zygote_fd = load_exe(G.cfg.fork_server_exe, "kgw-zygote", why, sizeof(why));
+            if (sb->zygote_fd < 0)
                 log_warn("fork server: %s; kernels start with exec", why);
-            sb.zygote_spec = G.cfg.default_kernel;
-            sb.zygote_preload = G.cfg.fork_server_preload;
+            sb->zygote_spec = G.cfg.default_kernel;
         }
         /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
          * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
         if (unshare(CLONE_NEWNS) == 0)
             mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
-        ko.sandbox = &sb;
+        G.cfg.km.sandbox = sb;
     } else {
         log_warn("**********************************************************************");
         log_warn("--no-sandbox: kernels run UNSANDBOXED with the gateway's privileges.");
@@ -932,7 +896,7 @@ int main(int argc, char **argv)
                             .event = wschan_event,
                             .notice = wschan_notice,
                             .call = channel_call};
-    G.km = kmgr_new(&G.loop.evl, &ko, &kh);
+    G.km = kmgr_new(&G.loop.evl, &G.cfg.km, &kh);
     if (!G.km) {
         log_error("cannot start the kernel manager: %s", strerror(errno));
         goto out;
@@ -952,11 +916,11 @@ int main(int argc, char **argv)
             break;
     rc = 0;
 out:
-    if (init_fd >= 0)
-        close(init_fd);
+    if (G.cfg.sb.init_fd >= 0)
+        close(G.cfg.sb.init_fd);
     files_shutdown(&G);
-    if (zygote_fd >= 0)
-        close(zygote_fd);
+    if (G.cfg.sb.zygote_fd >= 0)
+        close(G.cfg.sb.zygote_fd);
     kmgr_destroy(&G.km);
     drain_fini(&G);
     http_stop_tick(&G);
