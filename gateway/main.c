@@ -5,15 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <malloc.h>
-#include <sched.h>
-#include <sys/mman.h>
-#include <sys/mount.h>
-#include <sys/resource.h>
-#include <sys/sendfile.h>
-#include <sys/stat.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -25,6 +17,7 @@
 #include "gateway/reqguard.h"
 #include "gateway/route.h"
 #include "gateway/sdnotify.h"
+#include "gateway/setup.h"
 #include "protocol/wsmsg.h"
 
 static gw_t G = {.cfg = {.km = {.hb_misses = 3, .dead_linger_s = 60},
@@ -215,66 +208,6 @@ static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n,
     return 0;
 }
 
-/* Where a helper is: the option's path when set; else next to the kgw executable when it is
- * there (the build tree, where meson puts kgw, its helpers and python/ side by side); else the
- * installed directory (meson's libexecdir/kgw or datadir/kgw/python). The directory of kgw is as
- * trusted as kgw itself: whoever can write there can replace kgw. NULL when the path of kgw
- * cannot be read. */
-static const char *helper_path(const char *opt, const char *rel, const char *probe,
-                               const char *installed, char *buf, size_t sz)
-{
-    char self[PATH_MAX], p[PATH_MAX + 64];
-    if (opt && opt[0])
-        return opt;
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n < 0)
-        return NULL;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    snprintf(p, sizeof(p), "%s/%s%s", self, rel, probe);
-    if (access(p, F_OK) == 0)
-        snprintf(buf, sz, "%s/%s", self, rel);
-    else
-        snprintf(buf, sz, "%s/%s", installed, rel);
-    return buf;
-}
-
-/* kgw-sandbox-init (and kgw-zygote) in a sealed memfd: every sandbox's pid 1 is exec'd from
- * it, so its /proc/1/exe names no host path. opt: --sandbox-init or --fork-server-exe. */
-static int load_exe(const char *opt, const char *name, char *why, size_t whysz)
-{
-    char def[PATH_MAX + 64];
-    const char *path = helper_path(opt, name, "", KGW_LIBEXECDIR, def, sizeof(def));
-    if (!path) {
-        int err = errno;
-        snprintf(why, whysz, "cannot find kgw's own path: %s", strerror(err));
-        return -err;
-    }
-    int src = open(path, O_RDONLY | O_CLOEXEC);
-    if (src < 0) {
-        int err = errno;
-        snprintf(why, whysz, "cannot open %s: %s", path, strerror(err));
-        return -err;
-    }
-    log_debug("%s: %s", name, path);
-    int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    struct stat st;
-    if (mfd < 0 || fstat(src, &st) < 0 ||
-        sendfile(mfd, src, NULL, (size_t)st.st_size) != st.st_size ||
-        fchmod(mfd, 0555) < 0 ||
-        fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
-        snprintf(why, whysz, "cannot load %s: %s", path, strerror(errno));
-        close(src);
-        if (mfd >= 0)
-            close(mfd);
-        return -EIO;
-    }
-    close(src);
-    return mfd;
-}
-
 /* Memory that bursts of clients needed (header tables, replay buffers, queues) goes back to
  * the system once they are gone, instead of staying in the allocator's free lists. */
 #define TRIM_INTERVAL_MS 30000
@@ -296,13 +229,6 @@ void gw_trim_soon(gw_t *g)
         return; /* due sooner anyway: re-arming would only put it off */
     trim_due_ms = now + TRIM_SOON_MS;
     g->loop.evl.timer_arm(&g->loop.evl, trim_timer, TRIM_SOON_MS);
-}
-
-/* --python-path; or python/ next to the kgw executable in the build tree; or the installed
- * datadir/kgw/python: the directory of kgw_tools.py. */
-static const char *python_dir(char *buf, size_t sz)
-{
-    return helper_path(G.cfg.python_path, "python", "/kgw_tools.py", KGW_DATADIR, buf, sz);
 }
 
 /* A client that offers only subprotocols kgw does not speak is answered, as jupyter_server
@@ -480,14 +406,6 @@ static void on_signal(void *data)
             drain_signal(&G, (int)si.ssi_signo);
         }
     }
-}
-
-static void lws_logger(int level, const char *line)
-{
-    size_t n = strlen(line);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        n--;
-    log_debug("lws: %.*s", (int)n, line);
 }
 
 static const char *default_runtime_dir(char *buf, size_t sz)
@@ -673,14 +591,9 @@ static int keygen(int argc, char **argv)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* --help, --version, --help-man: the exit status after printing, or -1 for none of them. */
+static int info_flag(int argc, char **argv)
 {
-    char err[256], rundir[512], keybuf[65], pydir[PATH_MAX + 8];
-    int rc = 1;
-    evl_io_t *sig_io = NULL;
-
-    if (argc > 1 && !strcmp(argv[1], "keygen"))
-        return keygen(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -695,13 +608,25 @@ int main(int argc, char **argv)
             return 0;
         }
     }
+    return -1;
+}
+
+/* The options into G.cfg, checked, and what they set up before anything listens: logging,
+ * keys, the audit log, the rate limiter. 0, or the exit status (2 for an invalid option, value
+ * or key file) with the reason written. ret_generated: the API key was made up. */
+static int configure(int argc, char **argv, bool *ret_generated)
+{
+    /* what G.cfg points to, for as long as the program runs */
+    static char err[256], rundir[512], keybuf[65];
+    static struct kmgr_pool_size pools[POOL_SPECS_MAX];
+    bool generated = false;
+
     if (cfg_parse(options, UTIL_ARRAY_SIZE(options), argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "kgw: %s\n", err);
         return 2;
     }
-    struct kmgr_pool_size pools[POOL_SPECS_MAX];
-    size_t npools = 0;
-    if (parse_pools(G.cfg.pool, pools, &npools, err, sizeof(err)) < 0) {
+    G.cfg.km.pool = pools;
+    if (parse_pools(G.cfg.pool, pools, &G.cfg.km.npool, err, sizeof(err)) < 0) {
         fprintf(stderr, "kgw: %s\n", err);
         return 2;
     }
@@ -715,7 +640,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "kgw: libsodium failed to initialise\n");
         return 1;
     }
-    bool generated = false;
     if ((!G.cfg.api_key || !G.cfg.api_key[0]) && !G.cfg.key_file[0]) {
         util_random_hex(keybuf, 32);
         G.cfg.api_key = keybuf;
@@ -752,170 +676,35 @@ int main(int argc, char **argv)
         G.cfg.km.runtime_dir = default_runtime_dir(rundir, sizeof(rundir));
     util_uuid(G.server_session);
     G.started_us = G.last_activity_us = util_wall_us();
+    *ret_generated = generated;
+    return 0;
+}
 
-    /* Kernels and clients need descriptors; lws sizes its tables from this limit. A kernel
-     * websocket costs about 10 (its socket; shell, control and stdin DEALERs: each a mailbox,
-     * an ipc connection and the watched ZMQ_FD), a kernel about 40. */
-    struct rlimit rl;
-    rlim_t want = 12 * (rlim_t)G.cfg.max_connections + 64 * (rlim_t)G.cfg.km.max_kernels + 256;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        if (rl.rlim_max < want) { /* root may raise the hard limit */
-            struct rlimit raised = {want, want};
-            if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
-                rl = raised;
-        }
-        rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-        if (rl.rlim_cur < want)
-            log_warn("open files limited to %llu (wanted %llu for --max-connections and "
-                     "--max-kernels): about %llu kernel websockets fit",
-                     (unsigned long long)rl.rlim_cur, (unsigned long long)want,
-                     (unsigned long long)(rl.rlim_cur > 64 * (rlim_t)G.cfg.km.max_kernels + 256
-                                              ? (rl.rlim_cur - 64 * (rlim_t)G.cfg.km.max_kernels -
-                                                 256) / 12
-                                              : 0));
-    }
-
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGHUP);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (sfd < 0) {
-        log_error("signalfd: %s", strerror(errno));
-        return 1;
-    }
-
-    lws_set_log_level(LLL_ERR | LLL_WARN | (lvl >= LOG_LVL_DEBUG ? LLL_NOTICE : 0), lws_logger);
-    struct lws_context_creation_info info;
-    memset(&info, 0, sizeof(info));
-    info.port = (int)G.cfg.port;
-    info.iface = G.cfg.ip;
-    info.protocols = protocols;
-    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
-    /* A connection holds a header table (16 KiB) from accept until its request headers are
-     * complete; lws allocates one when it is taken and frees it when it is given back, so a
-     * pool as large as the connections costs nothing up front. Its timer on a table held
-     * (timeout_secs_ah_idle) is --header-timeout: conns.c answers fresh connections a
-     * moment before it, and it times a kept-alive connection's next request. */
-    info.max_http_header_data = 16384;
-    info.max_http_header_pool2 = (unsigned)G.cfg.max_connections;
-    info.timeout_secs_ah_idle = (unsigned)G.cfg.header_timeout;
-    info.fd_limit_per_thread = (unsigned)rl.rlim_cur;
-    if (reqguard_init((size_t)rl.rlim_cur) < 0) {
-        log_error("out of memory");
-        goto out;
-    }
-    /* bodies and answers that do not complete in time are dropped; idle keep-alive
-     * connections go after keepalive_timeout */
-    info.timeout_secs = (unsigned)G.cfg.http_timeout;
-    info.keepalive_timeout = (int)G.cfg.http_timeout;
-    info.vhost_name = "kgw";
-    if (G.cfg.certfile[0]) {
-        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-        info.ssl_cert_filepath = G.cfg.certfile;
-        info.ssl_private_key_filepath = G.cfg.keyfile;
-    }
-    G.ctx = lws_create_context(&info);
-    if (!G.ctx) {
-        log_error("cannot create the server context");
-        goto out;
-    }
-    struct lws_vhost *vh = lws_create_vhost(G.ctx, &info);
-    if (!vh) {
-        log_error("cannot listen on %s:%lld: %s", G.cfg.ip, G.cfg.port, strerror(errno));
-        goto out;
-    }
-    if (G.cfg.metrics_port > 0) { /* plain HTTP, on the same loop */
-        struct lws_context_creation_info mi = info;
-        mi.port = (int)G.cfg.metrics_port;
-        mi.iface = G.cfg.metrics_ip[0] ? G.cfg.metrics_ip : G.cfg.ip;
-        mi.protocols = metrics_protocols;
-        mi.vhost_name = "kgw-metrics";
-        mi.ssl_cert_filepath = NULL; /* plain even when --port serves TLS */
-        mi.ssl_private_key_filepath = NULL;
-        mi.options &= ~(uint64_t)(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
-                                  LWS_SERVER_OPTION_CREATE_VHOST_SSL_CTX);
-        if (!(G.metrics_vhost = lws_create_vhost(G.ctx, &mi))) {
-            log_error("cannot listen on %s:%lld (--metrics-port): %s", mi.iface,
-                      G.cfg.metrics_port, strerror(errno));
-            goto out;
-        }
-        log_info("metrics: GET /metrics without a key on http://%s:%lld/metrics", mi.iface,
-                 G.cfg.metrics_port);
-    }
-    lwsloop_init(&G.loop, G.ctx, vh);
-    sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io || http_start_tick(&G) < 0 || drain_init(&G) < 0)
-        goto out;
+static int trim_start(void)
+{
     if (!(trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, NULL)))
-        goto out;
+        return -ENOMEM;
     trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
     G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
-    if (!(G.conns = conns_new(&G, (size_t)rl.rlim_cur))) {
-        log_error("cannot track client connections: %s", strerror(errno));
-        goto out;
-    }
+    return 0;
+}
 
-    G.cfg.km.python_dir = python_dir(pydir, sizeof(pydir));
-    G.cfg.km.pool = pools;
-    G.cfg.km.npool = npools;
-    char why[256];
-    if (G.cfg.sandbox) {
-        /* the helpers first: after the unshare below, /proc/self/exe may name kgw by a path
-         * relative to a bind mount the new namespace cannot reach (its directory is lost) */
-        struct kmgr_sandbox *sb = &G.cfg.sb;
-        sb->init_fd = load_exe(G.cfg.sandbox_init, "kgw-sandbox-init", why, sizeof(why));
-        if (sb->init_fd < 0) {
-            log_error("sandbox: %s", why);
-            goto out;
-        }
-        if (G.cfg.fork_server) {
-            sb->zygote_fd = load_exe(G.cfg.fork_server_exe, "kgw-zygote", why, sizeof(why));
-            if (sb->zygote_fd < 0)
-                log_warn("fork server: %s; kernels start with exec", why);
-            sb->zygote_spec = G.cfg.default_kernel;
-        }
-        /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
-         * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
-        if (unshare(CLONE_NEWNS) == 0)
-            mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
-        G.cfg.km.sandbox = sb;
-    } else {
-        log_warn("**********************************************************************");
-        log_warn("--no-sandbox: kernels run UNSANDBOXED with the gateway's privileges.");
-        log_warn("Anyone who can run code in a kernel owns this host. Development only.");
-        log_warn("**********************************************************************");
-    }
-    struct kmgr_hooks kh = {.user = &G,
-                            .iopub = wschan_iopub,
-                            .event = wschan_event,
-                            .notice = wschan_notice,
-                            .call = channel_call};
-    G.km = kmgr_new(&G.loop.evl, &G.cfg.km, &kh);
-    if (!G.km) {
-        log_error("cannot start the kernel manager: %s", strerror(errno));
-        goto out;
-    }
-
+/* The address on stdout (and the API key when kgw made it up), and readiness to systemd. */
+static void announce(bool generated)
+{
+    char status[128];
     printf("kgw %s listening on http://%s:%lld/ (instance %s)\n", KGW_VERSION, G.cfg.ip,
            G.cfg.port, G.instance_id);
     if (generated)
         printf("API key (generated; pass it as 'Authorization: token KEY'): %s\n", G.cfg.api_key);
     fflush(stdout);
-    char status[128];
     snprintf(status, sizeof(status), "listening on %.64s port %lld", G.cfg.ip, G.cfg.port);
     sdnotify_ready(status);
+}
 
-    while (!G.stopping)
-        if (lws_service(G.ctx, 0) < 0)
-            break;
-    rc = 0;
-out:
+/* Undoes what main() set up, whichever step it reached. */
+static void teardown(evl_io_t *sig_io, int sfd)
+{
     if (G.cfg.sb.init_fd >= 0)
         close(G.cfg.sb.init_fd);
     files_shutdown(&G);
@@ -935,5 +724,49 @@ out:
     rl_destroy(&G.rl);
     reqguard_fini();
     audit_close();
+}
+
+int main(int argc, char **argv)
+{
+    bool generated = false;
+    evl_io_t *sig_io = NULL;
+    int rc;
+
+    if (argc > 1 && !strcmp(argv[1], "keygen"))
+        return keygen(argc - 1, argv + 1);
+    if ((rc = info_flag(argc, argv)) >= 0)
+        return rc;
+    if ((rc = configure(argc, argv, &generated)) != 0)
+        return rc;
+    size_t fds = setup_nofile(&G);
+    int sfd = setup_signals();
+    if (sfd < 0) {
+        log_error("signalfd: %s", strerror(-sfd));
+        return 1;
+    }
+    rc = 1;
+    if (reqguard_init(fds) < 0) {
+        log_error("out of memory");
+        goto out;
+    }
+    if (setup_listen(&G, protocols, metrics_protocols, fds) < 0)
+        goto out;
+    sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
+    if (!sig_io || http_start_tick(&G) < 0 || drain_init(&G) < 0 || trim_start() < 0)
+        goto out;
+    if (!(G.conns = conns_new(&G, fds))) {
+        log_error("cannot track client connections: %s", strerror(errno));
+        goto out;
+    }
+    if (setup_kernels(&G) < 0)
+        goto out;
+    announce(generated);
+
+    while (!G.stopping)
+        if (lws_service(G.ctx, 0) < 0)
+            break;
+    rc = 0;
+out:
+    teardown(sig_io, sfd);
     return rc;
 }
