@@ -118,6 +118,10 @@ typedef struct gw {
     struct lws_vhost *metrics_vhost;             /* --metrics-port: GET /metrics only, no key */
     struct gw_stats stats;
     struct gw_drain drain;
+    struct chconn *ch_conns; /* channel.c: the open /channel websockets */
+    size_t replay_bytes;     /* wschan.c: output held for every detached session together */
+    evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
+    uint64_t trim_due_ms;    /* when it runs next */
 } gw_t;
 
 /* per-connection data of every lws protocol: only a pointer to our object */

@@ -212,23 +212,22 @@ static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n,
  * the system once they are gone, instead of staying in the allocator's free lists. */
 #define TRIM_INTERVAL_MS 30000
 #define TRIM_SOON_MS     1000
-static evl_timer_t *trim_timer;
-static uint64_t trim_due_ms;
 
 static void on_trim(void *data)
 {
+    gw_t *g = data;
     malloc_trim(0);
-    trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
-    G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
+    g->trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
+    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_INTERVAL_MS);
 }
 
 void gw_trim_soon(gw_t *g)
 {
     uint64_t now = util_now_ms();
-    if (!trim_timer || trim_due_ms <= now + TRIM_SOON_MS)
+    if (!g->trim_timer || g->trim_due_ms <= now + TRIM_SOON_MS)
         return; /* due sooner anyway: re-arming would only put it off */
-    trim_due_ms = now + TRIM_SOON_MS;
-    g->loop.evl.timer_arm(&g->loop.evl, trim_timer, TRIM_SOON_MS);
+    g->trim_due_ms = now + TRIM_SOON_MS;
+    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_SOON_MS);
 }
 
 /* A client that offers only subprotocols kgw does not speak is answered, as jupyter_server
@@ -682,10 +681,10 @@ static int configure(int argc, char **argv, bool *ret_generated)
 
 static int trim_start(void)
 {
-    if (!(trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, NULL)))
+    if (!(G.trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, &G)))
         return -ENOMEM;
-    trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
-    G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
+    G.trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
+    G.loop.evl.timer_arm(&G.loop.evl, G.trim_timer, TRIM_INTERVAL_MS);
     return 0;
 }
 
