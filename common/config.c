@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -29,6 +30,44 @@ static int parse_bool(const char *v, bool *ret)
     return -EINVAL;
 }
 
+bool cfg_type_is_int(enum cfg_type t)
+{
+    return t != CFG_STR && t != CFG_BOOL;
+}
+
+/* x (in the option's range) into the option's field, converted to its unit and width. */
+static int store_int(const struct cfg_option *o, long long x, const char *origin, char *err,
+                     size_t errsz)
+{
+    switch (o->type) {
+    case CFG_INT:
+        *(long long *)o->target = x;
+        return 0;
+    case CFG_INT32:
+        if (x < INT_MIN || x > INT_MAX)
+            break;
+        *(int *)o->target = (int)x;
+        return 0;
+    case CFG_UINT32:
+        if (x < 0 || (unsigned long long)x > UINT_MAX)
+            break;
+        *(unsigned *)o->target = (unsigned)x;
+        return 0;
+    case CFG_SECONDS_AS_MS:
+        if (x < INT_MIN / 1000 || x > INT_MAX / 1000)
+            break;
+        *(int *)o->target = (int)x * 1000;
+        return 0;
+    case CFG_INT_AS_DOUBLE:
+        *(double *)o->target = (double)x;
+        return 0;
+    default:
+        break;
+    }
+    snprintf(err, errsz, "%s: %lld does not fit the setting's field", origin, x);
+    return -EINVAL;
+}
+
 static int apply(const struct cfg_option *o, const char *v, const char *origin, char *err,
                  size_t errsz)
 {
@@ -42,7 +81,11 @@ static int apply(const struct cfg_option *o, const char *v, const char *origin, 
             return -EINVAL;
         }
         return 0;
-    case CFG_INT: {
+    case CFG_INT:
+    case CFG_INT32:
+    case CFG_UINT32:
+    case CFG_SECONDS_AS_MS:
+    case CFG_INT_AS_DOUBLE: {
         char *end;
         errno = 0;
         long long x = strtoll(v, &end, 10);
@@ -54,8 +97,7 @@ static int apply(const struct cfg_option *o, const char *v, const char *origin, 
             snprintf(err, errsz, "%s: %lld is outside [%lld, %lld]", origin, x, o->min, o->max);
             return -EINVAL;
         }
-        *(long long *)o->target = x;
-        return 0;
+        return store_int(o, x, origin, err, errsz);
     }
     }
     return -EINVAL;
@@ -170,12 +212,12 @@ void cfg_help(FILE *out, const struct cfg_option *opts, size_t n)
         const struct cfg_option *o = &opts[i];
         env_name(ename, sizeof(ename), o->name);
         snprintf(flag, sizeof(flag), "--%s%s", o->name,
-                 o->type == CFG_BOOL ? "" : o->type == CFG_INT ? " N" : " VALUE");
+                 o->type == CFG_BOOL ? "" : cfg_type_is_int(o->type) ? " N" : " VALUE");
         fprintf(out, "  %-28s %s\n", flag, o->help);
         fprintf(out, "  %-28s env %s", "", ename);
         if (o->def && !(o->flags & CFG_SECRET))
             fprintf(out, "; default %s", o->def[0] ? o->def : "(empty)");
-        if (o->type == CFG_INT)
+        if (cfg_type_is_int(o->type))
             fprintf(out, "; range %lld..%lld", o->min, o->max);
         fputc('\n', out);
     }
@@ -213,7 +255,7 @@ void cfg_man(FILE *out, const struct cfg_option *opts, size_t n)
             cfg_roff(out, o->name);
             fputs("\\fR", out);
         } else {
-            fputs(o->type == CFG_INT ? " \\fIN\\fR" : " \\fIVALUE\\fR", out);
+            fputs(cfg_type_is_int(o->type) ? " \\fIN\\fR" : " \\fIVALUE\\fR", out);
         }
         fputc('\n', out);
         cfg_roff(out, o->help);
@@ -226,7 +268,7 @@ void cfg_man(FILE *out, const struct cfg_option *opts, size_t n)
             fputs("; default: ", out);
             cfg_roff(out, o->def[0] ? o->def : "(empty)");
         }
-        if (o->type == CFG_INT) {
+        if (cfg_type_is_int(o->type)) {
             char range[64];
             snprintf(range, sizeof(range), "; range: %lld..%lld", o->min, o->max);
             cfg_roff(out, range);

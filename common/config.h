@@ -8,7 +8,19 @@
 #include <stddef.h>
 #include <stdio.h>
 
-enum cfg_type { CFG_STR, CFG_INT, CFG_BOOL };
+/* Integer types differ in the field they write (the option reads an integer in the table's
+ * range either way): CFG_INT a long long, CFG_INT32 an int, CFG_UINT32 an unsigned,
+ * CFG_SECONDS_AS_MS an int holding the value given (seconds) times 1000, CFG_INT_AS_DOUBLE a
+ * double. A value that does not fit its field is refused like one outside the range. */
+enum cfg_type {
+    CFG_STR,
+    CFG_INT,
+    CFG_BOOL,
+    CFG_INT32,
+    CFG_UINT32,
+    CFG_SECONDS_AS_MS,
+    CFG_INT_AS_DOUBLE,
+};
 
 enum {
     CFG_SECRET = 1 << 0,
@@ -19,7 +31,7 @@ enum {
 struct cfg_option {
     const char *name; /* "max-kernels": flag --max-kernels, env KGW_MAX_KERNELS */
     enum cfg_type type;
-    void *target; /* const char **, long long *, bool * */
+    void *target; /* const char **, bool *, or the integer type's field */
     const char *def;
     long long min, max;
     unsigned flags;
@@ -31,6 +43,8 @@ struct cfg_option {
  * allocated and live as long as the program. */
 int cfg_parse(const struct cfg_option *opts, size_t n, int argc, char **argv, char *err,
               size_t errsz);
+/* True for the integer types (they take N and have a range). */
+bool cfg_type_is_int(enum cfg_type t);
 void cfg_help(FILE *out, const struct cfg_option *opts, size_t n);
 /* The same table as roff (man(7)) for a man page's OPTIONS section: one .TP entry per option
  * with its help, environment variable, default and range. */

@@ -108,7 +108,6 @@ struct chconn {
     chconn_t *next; /* every /channel connection of the gateway */
 };
 
-static chconn_t *conns;
 
 /* ---- replies ---- */
 
@@ -854,7 +853,7 @@ void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, j
 {
     gw_t *g = user;
     chclient_t *owner = NULL;
-    for (chconn_t *c = conns; c && !owner && exec_msg_id[0]; c = c->next)
+    for (chconn_t *c = g->ch_conns; c && !owner && exec_msg_id[0]; c = c->next)
         for (chclient_t *cl = c->clients; cl && !owner; cl = cl->next)
             for (unsigned i = 0; cl->k == k && i < CH_EXEC_IDS && !owner; i++)
                 if (!strcmp(cl->exec_ids[i], exec_msg_id))
@@ -1001,8 +1000,8 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     auth_peer(g, wsi, c->addr);
     snprintf(c->who, sizeof(c->who), "connection from %s", c->addr);
     wsq_init(&c->out, wsi, (size_t)g->cfg.max_ws_queue_bytes, c->who);
-    c->next = conns;
-    conns = c;
+    c->next = g->ch_conns;
+    g->ch_conns = c;
     pss->ch = c;
     g->connections++;
     g->stats.websockets[GW_FACE_CHANNEL]++;
@@ -1016,7 +1015,7 @@ static void on_closed(gw_t *g, struct gw_pss *pss)
     if (!c)
         return;
     pss->ch = NULL;
-    for (chconn_t **pp = &conns; *pp; pp = &(*pp)->next)
+    for (chconn_t **pp = &g->ch_conns; *pp; pp = &(*pp)->next)
         if (*pp == c) {
             *pp = c->next;
             break;
@@ -1086,7 +1085,7 @@ int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
 void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
     json_t *msg = NULL;
-    for (chconn_t *c = conns; c; c = c->next)
+    for (chconn_t *c = g->ch_conns; c; c = c->next)
         for (chclient_t *cl = c->clients; cl; cl = cl->next) {
             if (cl->k != k || !cl->started)
                 continue;
@@ -1102,13 +1101,13 @@ void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 
 void channel_close_all(gw_t *g, int code, const char *reason)
 {
-    for (chconn_t *c = conns; c; c = c->next)
+    for (chconn_t *c = g->ch_conns; c; c = c->next)
         wsq_close(&c->out, code, reason, true);
 }
 
 void channel_kernel_gone(gw_t *g, kernel_t *k)
 {
-    for (chconn_t *c = conns; c; c = c->next)
+    for (chconn_t *c = g->ch_conns; c; c = c->next)
         for (chclient_t *cl = c->clients; cl; cl = cl->next)
             if (cl->k == k) {
                 kernel_connections(k, -1);

@@ -236,9 +236,9 @@ int conns_accept(conns_t *c, const struct lws_filter_network_conn_args *a)
         if (refused(ci)) {
             c->g->stats.refused[GW_REFUSED_CONNECTION_CAP]++;
             if (ci == RL_REFUSED) {
-                log_info("connection from %s refused: %lld connections from that address are "
+                log_info("connection from %s refused: %d connections from that address are "
                          "open (further refusals are not logged until it has room again)",
-                         addr, c->g->cfg.max_connections_per_address);
+                         addr, c->g->cfg.rl.conns_per_addr);
                 audit_event("rate_limited", "s:s, s:s", "addr", addr, "limit", "connections");
             }
             return 1;
@@ -249,10 +249,10 @@ int conns_accept(conns_t *c, const struct lws_filter_network_conn_args *a)
             if (ci >= 0)
                 rl_conn_close(c->g->rl, ci);
             if (hi == RL_REFUSED) {
-                log_info("connection from %s refused: %lld connections from that address are "
+                log_info("connection from %s refused: %d connections from that address are "
                          "still sending their request headers (further refusals are not "
                          "logged until it has room again)",
-                         addr, c->g->cfg.max_header_connections_per_address);
+                         addr, c->g->cfg.rl.hdr_conns_per_addr);
                 audit_event("rate_limited", "s:s, s:s", "addr", addr, "limit",
                             "header_connections");
             }

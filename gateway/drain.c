@@ -43,7 +43,7 @@ static void close_all(gw_t *g, bool forced)
 {
     size_t n = kmgr_count(g->km);
     g->drain.phase = GW_CLOSING;
-    g->drain.deadline_ms = util_now_ms() + (uint64_t)g->cfg.shutdown_grace_ms + DRAIN_CLOSE_MS;
+    g->drain.deadline_ms = util_now_ms() + (uint64_t)g->cfg.km.shutdown_grace_ms + DRAIN_CLOSE_MS;
     log_info("drain: closing %d websocket%s (1001) and shutting down %zu kernel%s", g->connections,
              g->connections == 1 ? "" : "s", n, n == 1 ? "" : "s");
     wschan_close_all(g, 1001, DRAIN_CLOSE_REASON);
@@ -87,7 +87,7 @@ static void on_tick(void *data)
         if (now >= g->drain.deadline_ms) {
             log_warn("drain: %zu kernel%s and %d websocket%s still open after %lld ms; stopping", n,
                      n == 1 ? "" : "s", g->connections, g->connections == 1 ? "" : "s",
-                     g->cfg.shutdown_grace_ms + DRAIN_CLOSE_MS);
+                     (long long)g->cfg.km.shutdown_grace_ms + DRAIN_CLOSE_MS);
             return finish(g);
         }
     } else {

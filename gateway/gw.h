@@ -16,36 +16,22 @@
 
 #define GW_INSTANCE_ID_MAX 128
 
+/* The settings, written by main.c's option table: the gateway's own, and the kernel manager's,
+ * the sandbox's and the rate limiter's in the structs those take (each setting once). */
 struct gw_config {
     const char *ip;
     long long port;
     const char *api_key;
     const char *key_file;
-    long long auth_fail_limit;
-    long long auth_fail_window;
-    long long rate_limit;
-    long long rate_burst;
     const char *trusted_proxies;
     const char *audit_log;
     const char *certfile;
     const char *keyfile;
-    long long max_connections_per_address;
-    long long max_header_connections_per_address;
     long long http_timeout;
     long long header_timeout;
     const char *default_kernel;
     const char *log_level;
     const char *allow_origin;
-    const char *runtime_dir;
-    long long max_kernels;
-    long long cull_idle_timeout;
-    long long cull_interval;
-    bool cull_connected;
-    bool autorestart;
-    long long max_restarts;
-    long long start_timeout;
-    long long shutdown_grace_ms;
-    long long hb_interval_ms;
     long long max_body_bytes;
     long long max_upload_bytes;
     long long max_download_bytes;
@@ -57,33 +43,16 @@ struct gw_config {
     long long max_connections;
     bool sandbox;
     const char *sandbox_init;
-    long long sandbox_uid_base;
-    long long mem_limit;
-    long long cpu_limit;
-    long long pids_limit;
-    long long workspace_size;
-    long long max_workspaces;
-    long long workspace_grace;
-    long long tenant_max_kernels;
-    long long tenant_max_workspaces;
-    long long tenant_max_bytes;
-    long long tmp_size;
-    long long fsize_limit;
-    long long nofile_limit;
-    long long exec_timeout;
-    long long output_cap;
-    const char *callbacks;
-    long long callback_max_bytes;
-    long long callback_timeout;
     const char *python_path;
     const char *pool;
-    long long pool_min_available;
     bool fork_server;
-    const char *fork_server_preload;
     long long drain_timeout;
     const char *metrics_ip;
     long long metrics_port;
     const char *fork_server_exe;
+    struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
+    struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */
+    struct rl_opts rl;
 };
 
 /* Why the gateway refused a request (kgw_requests_refused_total). */
@@ -149,6 +118,10 @@ typedef struct gw {
     struct lws_vhost *metrics_vhost;             /* --metrics-port: GET /metrics only, no key */
     struct gw_stats stats;
     struct gw_drain drain;
+    struct chconn *ch_conns; /* channel.c: the open /channel websockets */
+    size_t replay_bytes;     /* wschan.c: output held for every detached session together */
+    evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
+    uint64_t trim_due_ms;    /* when it runs next */
 } gw_t;
 
 /* per-connection data of every lws protocol: only a pointer to our object */

@@ -668,8 +668,8 @@ static void handle_readiness(struct gw_req *r)
                  (unsigned long long)g->loop_lag_ms);
     else if (kmgr_sandbox_error(g->km))
         snprintf(why, sizeof(why), "kernels cannot be started: the sandbox is unavailable");
-    else if ((long long)kmgr_count(g->km) >= g->cfg.max_kernels)
-        snprintf(why, sizeof(why), "kernel limit reached (%lld)", g->cfg.max_kernels);
+    else if ((long long)kmgr_count(g->km) >= g->cfg.km.max_kernels)
+        snprintf(why, sizeof(why), "kernel limit reached (%d)", g->cfg.km.max_kernels);
     else if (kmgr_memory_short(g->km))
         snprintf(why, sizeof(why), "host memory is short (MemAvailable below "
                                    "--pool-min-available)");

@@ -92,7 +92,7 @@ static int fail(gw_t *g, enum kops_op op, int code, const char *spec, struct kop
 {
     struct kops_context ctx = {.spec_name = spec,
                                .sandbox_why = kmgr_sandbox_error(g->km),
-                               .max_kernels = g->cfg.max_kernels};
+                               .max_kernels = g->cfg.km.max_kernels};
     kops_error_make(op, code, &ctx, err);
     return code;
 }

@@ -5,15 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <malloc.h>
-#include <sched.h>
-#include <sys/mman.h>
-#include <sys/mount.h>
-#include <sys/resource.h>
-#include <sys/sendfile.h>
-#include <sys/stat.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -25,11 +17,18 @@
 #include "gateway/reqguard.h"
 #include "gateway/route.h"
 #include "gateway/sdnotify.h"
+#include "gateway/setup.h"
 #include "protocol/wsmsg.h"
 
-static gw_t G;
+static gw_t G = {.cfg = {.km = {.hb_misses = 3, .dead_linger_s = 60},
+                          .sb = {.init_fd = -1, .zygote_fd = -1}}};
 
 #define I(name, field, def, min, max, help) {name, CFG_INT, &G.cfg.field, def, min, max, 0, help}
+/* the same for an int field, and for seconds kept as milliseconds */
+#define I32(name, field, def, min, max, help)                                                      \
+    {name, CFG_INT32, &G.cfg.field, def, min, max, 0, help}
+#define MS(name, field, def, min, max, help)                                                       \
+    {name, CFG_SECONDS_AS_MS, &G.cfg.field, def, min, max, 0, help}
 #define S(name, field, def, help)           {name, CFG_STR, &G.cfg.field, def, 0, 0, 0, help}
 #define B(name, field, def, help)           {name, CFG_BOOL, &G.cfg.field, def, 0, 0, 0, help}
 
@@ -40,13 +39,14 @@ static const struct cfg_option options[] = {
      "API key clients must present, tenant 'default' (generated and printed once when neither "
      "it nor --key-file is set)"},
     S("key-file", key_file, "", "file of 'TENANT HASH' lines (kgw keygen); reloaded on SIGHUP"),
-    I("auth-fail-limit", auth_fail_limit, "10", 0, 1000000,
+    I32("auth-fail-limit", rl.auth_fail_limit, "10", 0, 1000000,
       "failed logins per client address per window, then 429 (0 = no limit)"),
-    I("auth-fail-window", auth_fail_window, "3600", 1, 604800,
+    I32("auth-fail-window", rl.auth_fail_window_s, "3600", 1, 604800,
       "seconds of the failed-login window"),
-    I("rate-limit", rate_limit, "200", 0, 1000000,
-      "requests, websocket messages and RPC calls per second per tenant (0 = no limit)"),
-    I("rate-burst", rate_burst, "1000", 1, 100000000, "burst allowed above --rate-limit"),
+    {"rate-limit", CFG_INT_AS_DOUBLE, &G.cfg.rl.rate, "200", 0, 1000000, 0,
+     "requests, websocket messages and RPC calls per second per tenant (0 = no limit)"},
+    {"rate-burst", CFG_INT_AS_DOUBLE, &G.cfg.rl.burst, "1000", 1, 100000000, 0,
+     "burst allowed above --rate-limit"},
     S("trusted-proxies", trusted_proxies, "",
       "comma-separated proxy addresses whose X-Forwarded-For is believed"),
     S("audit-log", audit_log, "", "audit events as JSON lines: a file, or - for stderr "
@@ -58,27 +58,29 @@ static const struct cfg_option options[] = {
       "then 408 and close; a kept-alive connection's next request alike, closed unanswered"),
     I("http-timeout", http_timeout, "30", 1, 3600,
       "seconds a request body may stall, and an idle keep-alive connection is kept"),
-    I("max-connections-per-address", max_connections_per_address, "256", 1, 1000000,
+    I32("max-connections-per-address", rl.conns_per_addr, "256", 1, 1000000,
       "open connections per client address (the socket peer)"),
-    I("max-header-connections-per-address", max_header_connections_per_address, "32", 1,
+    I32("max-header-connections-per-address", rl.hdr_conns_per_addr, "32", 1,
       1000000, "connections per client address (the socket peer) still sending their request "
                "headers; more are refused at accept"),
     S("default-kernel", default_kernel, "python3", "kernelspec used when a request names none"),
     S("log-level", log_level, "info", "error, warn, info or debug"),
     S("allow-origin", allow_origin, "", "CORS origin allowed to call the API ('' = none)"),
-    S("runtime-dir", runtime_dir, "", "directory for kernels' private runtime directories "
-                                      "(default: $XDG_RUNTIME_DIR/kgw, /run/kgw as root, else /tmp)"),
-    I("max-kernels", max_kernels, "64", 1, 100000, "most kernels at once"),
-    I("cull-idle-timeout", cull_idle_timeout, "0", 0, 31536000,
+    S("runtime-dir", km.runtime_dir, "",
+      "directory for kernels' private runtime directories "
+      "(default: $XDG_RUNTIME_DIR/kgw, /run/kgw as root, else /tmp)"),
+    I32("max-kernels", km.max_kernels, "64", 1, 100000, "most kernels at once"),
+    I32("cull-idle-timeout", km.cull_idle_timeout_s, "0", 0, 31536000,
       "shut down kernels idle this many seconds (0 = never)"),
-    I("cull-interval", cull_interval, "300", 1, 86400, "seconds between idle checks"),
-    B("cull-connected", cull_connected, "false", "also cull idle kernels with open websockets"),
-    B("autorestart", autorestart, "true", "restart kernels that die unexpectedly"),
-    I("max-restarts", max_restarts, "5", 0, 1000, "automatic restarts in a row before 'dead'"),
-    I("start-timeout", start_timeout, "60", 1, 3600, "seconds a kernel has to answer at start"),
-    I("shutdown-grace-ms", shutdown_grace_ms, "5000", 0, 600000,
+    I32("cull-interval", km.cull_interval_s, "300", 1, 86400, "seconds between idle checks"),
+    B("cull-connected", km.cull_connected, "false", "also cull idle kernels with open websockets"),
+    B("autorestart", km.autorestart, "true", "restart kernels that die unexpectedly"),
+    I32("max-restarts", km.max_restarts, "5", 0, 1000, "automatic restarts in a row before 'dead'"),
+    MS("start-timeout", km.start_timeout_ms, "60", 1, 3600,
+       "seconds a kernel has to answer at start"),
+    I32("shutdown-grace-ms", km.shutdown_grace_ms, "5000", 0, 600000,
       "wait after shutdown_request before SIGTERM"),
-    I("hb-interval-ms", hb_interval_ms, "3000", 0, 600000,
+    I32("hb-interval-ms", km.hb_interval_ms, "3000", 0, 600000,
       "heartbeat period (0 = off); 3 missed beats mean the kernel hung"),
     I("max-body-bytes", max_body_bytes, "1048576", 1024, 1073741824, "largest REST request body"),
     I("max-upload-bytes", max_upload_bytes, "1073741824", 0, 1099511627776LL,
@@ -103,38 +105,39 @@ static const struct cfg_option options[] = {
     S("sandbox-init", sandbox_init, "",
       "path of kgw-sandbox-init (default: " KGW_LIBEXECDIR "/kgw-sandbox-init, or next to kgw "
       "in its build tree)"),
-    I("sandbox-uid-base", sandbox_uid_base, "200000", 1000, 4000000000LL,
-      "first host uid of sandboxes (two per workspace: its kernels share them)"),
-    I("mem-limit", mem_limit, "2147483648", 67108864, 1099511627776LL,
+    {"sandbox-uid-base", CFG_UINT32, &G.cfg.sb.uid_base, "200000", 1000, 4000000000LL, 0,
+     "first host uid of sandboxes (two per workspace: its kernels share them)"},
+    I("mem-limit", sb.lim.mem_bytes, "2147483648", 67108864, 1099511627776LL,
       "memory per kernel in bytes, tmpfs files included (cgroup)"),
-    I("cpu-limit", cpu_limit, "1000", 10, 1024000, "CPU per kernel in thousandths of a core"),
-    I("pids-limit", pids_limit, "512", 16, 1000000, "processes and threads per kernel"),
-    I("workspace-size", workspace_size, "1073741824", 1048576, 1099511627776LL,
+    I("cpu-limit", sb.lim.cpu_millis, "1000", 10, 1024000,
+      "CPU per kernel in thousandths of a core"),
+    I("pids-limit", sb.lim.pids, "512", 16, 1000000, "processes and threads per kernel"),
+    I("workspace-size", sb.lim.workspace_bytes, "1073741824", 1048576, 1099511627776LL,
       "size of a new workspace (a kernel's /mnt/data) in bytes"),
-    I("max-workspaces", max_workspaces, "0", 0, 100000,
+    I32("max-workspaces", km.max_workspaces, "0", 0, 100000,
       "workspaces, with or without kernels (0: twice --max-kernels)"),
-    I("tenant-max-kernels", tenant_max_kernels, "0", 0, 100000,
+    I32("tenant-max-kernels", km.tenant_max_kernels, "0", 0, 100000,
       "kernels per tenant (0 = only --max-kernels)"),
-    I("tenant-max-workspaces", tenant_max_workspaces, "0", 0, 100000,
+    I32("tenant-max-workspaces", km.tenant_max_workspaces, "0", 0, 100000,
       "workspaces per tenant, with or without kernels (0 = no quota)"),
-    I("tenant-max-bytes", tenant_max_bytes, "0", 0, 1125899906842624LL,
+    I("tenant-max-bytes", km.tenant_max_bytes, "0", 0, 1125899906842624LL,
       "bytes a tenant's workspaces may hold together (sum of their sizes; 0 = no quota)"),
-    I("workspace-grace", workspace_grace, "600", 0, 604800,
+    I32("workspace-grace", km.workspace_grace_s, "600", 0, 604800,
       "seconds a workspace outlives its last kernel, for downloads"),
-    I("tmp-size", tmp_size, "268435456", 1048576, 1099511627776LL,
+    I("tmp-size", sb.lim.tmp_bytes, "268435456", 1048576, 1099511627776LL,
       "size of a kernel's /tmp and of its home, each, in bytes"),
-    I("fsize-limit", fsize_limit, "1073741824", 1048576, 1099511627776LL,
+    I("fsize-limit", sb.lim.fsize_bytes, "1073741824", 1048576, 1099511627776LL,
       "largest file a kernel may write (RLIMIT_FSIZE), bytes"),
-    I("nofile-limit", nofile_limit, "1024", 64, 1048576, "open files per kernel process"),
-    I("exec-timeout", exec_timeout, "3600", 0, 604800,
+    I("nofile-limit", sb.lim.nofile, "1024", 64, 1048576, "open files per kernel process"),
+    MS("exec-timeout", km.exec_timeout_ms, "3600", 0, 604800,
       "wall-time seconds per execution: then interrupt, and restart if ignored (0 = none)"),
-    I("output-cap", output_cap, "134217728", 0, 1099511627776LL,
+    I("output-cap", km.output_cap, "134217728", 0, 1099511627776LL,
       "iopub output bytes per execution; beyond it output is cut with a notice (0 = none)"),
-    S("callbacks", callbacks, KMGR_CALLBACKS_DEFAULT,
+    S("callbacks", km.callbacks, KMGR_CALLBACKS_DEFAULT,
       "callbacks code in a kernel may make to its client, comma-separated ('' = none)"),
-    I("callback-max-bytes", callback_max_bytes, "4194304", 1024, 1073741824,
+    I("callback-max-bytes", km.callback_max_bytes, "4194304", 1024, 1073741824,
       "largest callback request from a kernel, and reply to it, in JSON bytes"),
-    I("callback-timeout", callback_timeout, "60", 1, 86400,
+    MS("callback-timeout", km.callback_timeout_ms, "60", 1, 86400,
       "seconds a client has to answer a kernel's callback (then TimeoutError in the kernel)"),
     S("python-path", python_path, "",
       "directory of kgw_tools.py, importable in every kernel (default: " KGW_DATADIR "/python, "
@@ -142,12 +145,12 @@ static const struct cfg_option options[] = {
     {"pool", CFG_STR, &G.cfg.pool, "python3=2", 0, 0, CFG_REPEAT,
      "warm pool: NAME=N keeps N started kernels of kernelspec NAME ready (repeatable or "
      "comma-separated; NAME=0 or '' = none; grows to 2N under demand)"},
-    I("pool-min-available", pool_min_available, "536870912", 0, 1099511627776LL,
+    I("pool-min-available", km.pool_min_available, "536870912", 0, 1099511627776LL,
       "the warm pool refills only while the host's MemAvailable is above this (bytes)"),
     B("fork-server", fork_server, "true",
       "start ipykernel kernels (of --default-kernel) by forking a pre-loaded Python "
       "(kgw-zygote) into the same sandbox instead of exec (--no-fork-server: always exec)"),
-    S("fork-server-preload", fork_server_preload, "",
+    S("fork-server-preload", sb.zygote_preload, "",
       "extra modules the fork server imports once, comma-separated (e.g. numpy,pandas)"),
     I("drain-timeout", drain_timeout, "30", 0, 86400,
       "on SIGTERM, seconds the executions running may take to finish before websockets are "
@@ -205,94 +208,26 @@ static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n,
     return 0;
 }
 
-/* Where a helper is: the option's path when set; else next to the kgw executable when it is
- * there (the build tree, where meson puts kgw, its helpers and python/ side by side); else the
- * installed directory (meson's libexecdir/kgw or datadir/kgw/python). The directory of kgw is as
- * trusted as kgw itself: whoever can write there can replace kgw. NULL when the path of kgw
- * cannot be read. */
-static const char *helper_path(const char *opt, const char *rel, const char *probe,
-                               const char *installed, char *buf, size_t sz)
-{
-    char self[PATH_MAX], p[PATH_MAX + 64];
-    if (opt && opt[0])
-        return opt;
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n < 0)
-        return NULL;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    snprintf(p, sizeof(p), "%s/%s%s", self, rel, probe);
-    if (access(p, F_OK) == 0)
-        snprintf(buf, sz, "%s/%s", self, rel);
-    else
-        snprintf(buf, sz, "%s/%s", installed, rel);
-    return buf;
-}
-
-/* kgw-sandbox-init (and kgw-zygote) in a sealed memfd: every sandbox's pid 1 is exec'd from
- * it, so its /proc/1/exe names no host path. opt: --sandbox-init or --fork-server-exe. */
-static int load_exe(const char *opt, const char *name, char *why, size_t whysz)
-{
-    char def[PATH_MAX + 64];
-    const char *path = helper_path(opt, name, "", KGW_LIBEXECDIR, def, sizeof(def));
-    if (!path) {
-        int err = errno;
-        snprintf(why, whysz, "cannot find kgw's own path: %s", strerror(err));
-        return -err;
-    }
-    int src = open(path, O_RDONLY | O_CLOEXEC);
-    if (src < 0) {
-        int err = errno;
-        snprintf(why, whysz, "cannot open %s: %s", path, strerror(err));
-        return -err;
-    }
-    log_debug("%s: %s", name, path);
-    int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    struct stat st;
-    if (mfd < 0 || fstat(src, &st) < 0 ||
-        sendfile(mfd, src, NULL, (size_t)st.st_size) != st.st_size ||
-        fchmod(mfd, 0555) < 0 ||
-        fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
-        snprintf(why, whysz, "cannot load %s: %s", path, strerror(errno));
-        close(src);
-        if (mfd >= 0)
-            close(mfd);
-        return -EIO;
-    }
-    close(src);
-    return mfd;
-}
-
 /* Memory that bursts of clients needed (header tables, replay buffers, queues) goes back to
  * the system once they are gone, instead of staying in the allocator's free lists. */
 #define TRIM_INTERVAL_MS 30000
 #define TRIM_SOON_MS     1000
-static evl_timer_t *trim_timer;
-static uint64_t trim_due_ms;
 
 static void on_trim(void *data)
 {
+    gw_t *g = data;
     malloc_trim(0);
-    trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
-    G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
+    g->trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
+    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_INTERVAL_MS);
 }
 
 void gw_trim_soon(gw_t *g)
 {
     uint64_t now = util_now_ms();
-    if (!trim_timer || trim_due_ms <= now + TRIM_SOON_MS)
+    if (!g->trim_timer || g->trim_due_ms <= now + TRIM_SOON_MS)
         return; /* due sooner anyway: re-arming would only put it off */
-    trim_due_ms = now + TRIM_SOON_MS;
-    g->loop.evl.timer_arm(&g->loop.evl, trim_timer, TRIM_SOON_MS);
-}
-
-/* --python-path; or python/ next to the kgw executable in the build tree; or the installed
- * datadir/kgw/python: the directory of kgw_tools.py. */
-static const char *python_dir(char *buf, size_t sz)
-{
-    return helper_path(G.cfg.python_path, "python", "/kgw_tools.py", KGW_DATADIR, buf, sz);
+    g->trim_due_ms = now + TRIM_SOON_MS;
+    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_SOON_MS);
 }
 
 /* A client that offers only subprotocols kgw does not speak is answered, as jupyter_server
@@ -470,14 +405,6 @@ static void on_signal(void *data)
             drain_signal(&G, (int)si.ssi_signo);
         }
     }
-}
-
-static void lws_logger(int level, const char *line)
-{
-    size_t n = strlen(line);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        n--;
-    log_debug("lws: %.*s", (int)n, line);
 }
 
 static const char *default_runtime_dir(char *buf, size_t sz)
@@ -663,15 +590,9 @@ static int keygen(int argc, char **argv)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* --help, --version, --help-man: the exit status after printing, or -1 for none of them. */
+static int info_flag(int argc, char **argv)
 {
-    char err[256], rundir[512], keybuf[65], pydir[PATH_MAX + 8];
-    int rc = 1;
-    evl_io_t *sig_io = NULL;
-    int init_fd = -1, zygote_fd = -1;
-
-    if (argc > 1 && !strcmp(argv[1], "keygen"))
-        return keygen(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -686,13 +607,25 @@ int main(int argc, char **argv)
             return 0;
         }
     }
+    return -1;
+}
+
+/* The options into G.cfg, checked, and what they set up before anything listens: logging,
+ * keys, the audit log, the rate limiter. 0, or the exit status (2 for an invalid option, value
+ * or key file) with the reason written. ret_generated: the API key was made up. */
+static int configure(int argc, char **argv, bool *ret_generated)
+{
+    /* what G.cfg points to, for as long as the program runs */
+    static char err[256], rundir[512], keybuf[65];
+    static struct kmgr_pool_size pools[POOL_SPECS_MAX];
+    bool generated = false;
+
     if (cfg_parse(options, UTIL_ARRAY_SIZE(options), argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "kgw: %s\n", err);
         return 2;
     }
-    struct kmgr_pool_size pools[POOL_SPECS_MAX];
-    size_t npools = 0;
-    if (parse_pools(G.cfg.pool, pools, &npools, err, sizeof(err)) < 0) {
+    G.cfg.km.pool = pools;
+    if (parse_pools(G.cfg.pool, pools, &G.cfg.km.npool, err, sizeof(err)) < 0) {
         fprintf(stderr, "kgw: %s\n", err);
         return 2;
     }
@@ -706,7 +639,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "kgw: libsodium failed to initialise\n");
         return 1;
     }
-    bool generated = false;
     if ((!G.cfg.api_key || !G.cfg.api_key[0]) && !G.cfg.key_file[0]) {
         util_random_hex(keybuf, 32);
         G.cfg.api_key = keybuf;
@@ -730,13 +662,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "kgw: --audit-log %s: %s\n", G.cfg.audit_log, strerror(-ar));
         return 2;
     }
-    struct rl_opts rlo = {.auth_fail_limit = (int)G.cfg.auth_fail_limit,
-                          .auth_fail_window_s = (int)G.cfg.auth_fail_window,
-                          .rate = (double)G.cfg.rate_limit,
-                          .burst = (double)G.cfg.rate_burst,
-                          .conns_per_addr = (int)G.cfg.max_connections_per_address,
-                          .hdr_conns_per_addr = (int)G.cfg.max_header_connections_per_address};
-    if (!(G.rl = rl_new(&rlo))) {
+    if (!(G.rl = rl_new(&G.cfg.rl))) {
         fprintf(stderr, "kgw: out of memory\n");
         return 1;
     }
@@ -745,218 +671,44 @@ int main(int argc, char **argv)
                 GW_INSTANCE_ID_MAX);
         return 2;
     }
-    if (!G.cfg.runtime_dir[0])
-        G.cfg.runtime_dir = default_runtime_dir(rundir, sizeof(rundir));
+    if (!G.cfg.km.runtime_dir[0])
+        G.cfg.km.runtime_dir = default_runtime_dir(rundir, sizeof(rundir));
     util_uuid(G.server_session);
     G.started_us = G.last_activity_us = util_wall_us();
+    *ret_generated = generated;
+    return 0;
+}
 
-    /* Kernels and clients need descriptors; lws sizes its tables from this limit. A kernel
-     * websocket costs about 10 (its socket; shell, control and stdin DEALERs: each a mailbox,
-     * an ipc connection and the watched ZMQ_FD), a kernel about 40. */
-    struct rlimit rl;
-    rlim_t want = 12 * (rlim_t)G.cfg.max_connections + 64 * (rlim_t)G.cfg.max_kernels + 256;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        if (rl.rlim_max < want) { /* root may raise the hard limit */
-            struct rlimit raised = {want, want};
-            if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
-                rl = raised;
-        }
-        rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-        if (rl.rlim_cur < want)
-            log_warn("open files limited to %llu (wanted %llu for --max-connections and "
-                     "--max-kernels): about %llu kernel websockets fit",
-                     (unsigned long long)rl.rlim_cur, (unsigned long long)want,
-                     (unsigned long long)(rl.rlim_cur > 64 * (rlim_t)G.cfg.max_kernels + 256
-                                              ? (rl.rlim_cur - 64 * (rlim_t)G.cfg.max_kernels -
-                                                 256) / 12
-                                              : 0));
-    }
+static int trim_start(void)
+{
+    if (!(G.trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, &G)))
+        return -ENOMEM;
+    G.trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
+    G.loop.evl.timer_arm(&G.loop.evl, G.trim_timer, TRIM_INTERVAL_MS);
+    return 0;
+}
 
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGHUP);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (sfd < 0) {
-        log_error("signalfd: %s", strerror(errno));
-        return 1;
-    }
-
-    lws_set_log_level(LLL_ERR | LLL_WARN | (lvl >= LOG_LVL_DEBUG ? LLL_NOTICE : 0), lws_logger);
-    struct lws_context_creation_info info;
-    memset(&info, 0, sizeof(info));
-    info.port = (int)G.cfg.port;
-    info.iface = G.cfg.ip;
-    info.protocols = protocols;
-    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
-    /* A connection holds a header table (16 KiB) from accept until its request headers are
-     * complete; lws allocates one when it is taken and frees it when it is given back, so a
-     * pool as large as the connections costs nothing up front. Its timer on a table held
-     * (timeout_secs_ah_idle) is --header-timeout: conns.c answers fresh connections a
-     * moment before it, and it times a kept-alive connection's next request. */
-    info.max_http_header_data = 16384;
-    info.max_http_header_pool2 = (unsigned)G.cfg.max_connections;
-    info.timeout_secs_ah_idle = (unsigned)G.cfg.header_timeout;
-    info.fd_limit_per_thread = (unsigned)rl.rlim_cur;
-    if (reqguard_init((size_t)rl.rlim_cur) < 0) {
-        log_error("out of memory");
-        goto out;
-    }
-    /* bodies and answers that do not complete in time are dropped; idle keep-alive
-     * connections go after keepalive_timeout */
-    info.timeout_secs = (unsigned)G.cfg.http_timeout;
-    info.keepalive_timeout = (int)G.cfg.http_timeout;
-    info.vhost_name = "kgw";
-    if (G.cfg.certfile[0]) {
-        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
-        info.ssl_cert_filepath = G.cfg.certfile;
-        info.ssl_private_key_filepath = G.cfg.keyfile;
-    }
-    G.ctx = lws_create_context(&info);
-    if (!G.ctx) {
-        log_error("cannot create the server context");
-        goto out;
-    }
-    struct lws_vhost *vh = lws_create_vhost(G.ctx, &info);
-    if (!vh) {
-        log_error("cannot listen on %s:%lld: %s", G.cfg.ip, G.cfg.port, strerror(errno));
-        goto out;
-    }
-    if (G.cfg.metrics_port > 0) { /* plain HTTP, on the same loop */
-        struct lws_context_creation_info mi = info;
-        mi.port = (int)G.cfg.metrics_port;
-        mi.iface = G.cfg.metrics_ip[0] ? G.cfg.metrics_ip : G.cfg.ip;
-        mi.protocols = metrics_protocols;
-        mi.vhost_name = "kgw-metrics";
-        mi.ssl_cert_filepath = NULL; /* plain even when --port serves TLS */
-        mi.ssl_private_key_filepath = NULL;
-        mi.options &= ~(uint64_t)(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
-                                  LWS_SERVER_OPTION_CREATE_VHOST_SSL_CTX);
-        if (!(G.metrics_vhost = lws_create_vhost(G.ctx, &mi))) {
-            log_error("cannot listen on %s:%lld (--metrics-port): %s", mi.iface,
-                      G.cfg.metrics_port, strerror(errno));
-            goto out;
-        }
-        log_info("metrics: GET /metrics without a key on http://%s:%lld/metrics", mi.iface,
-                 G.cfg.metrics_port);
-    }
-    lwsloop_init(&G.loop, G.ctx, vh);
-    sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io || http_start_tick(&G) < 0 || drain_init(&G) < 0)
-        goto out;
-    if (!(trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, NULL)))
-        goto out;
-    trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
-    G.loop.evl.timer_arm(&G.loop.evl, trim_timer, TRIM_INTERVAL_MS);
-    if (!(G.conns = conns_new(&G, (size_t)rl.rlim_cur))) {
-        log_error("cannot track client connections: %s", strerror(errno));
-        goto out;
-    }
-
-    struct kmgr_opts ko = {
-        .runtime_dir = G.cfg.runtime_dir,
-        .kernel_cwd = NULL,
-        .max_kernels = (int)G.cfg.max_kernels,
-        .start_timeout_ms = (int)G.cfg.start_timeout * 1000,
-        .shutdown_grace_ms = (int)G.cfg.shutdown_grace_ms,
-        .autorestart = G.cfg.autorestart,
-        .max_restarts = (int)G.cfg.max_restarts,
-        .hb_interval_ms = (int)G.cfg.hb_interval_ms,
-        .hb_misses = 3,
-        .cull_idle_timeout_s = (int)G.cfg.cull_idle_timeout,
-        .cull_interval_s = (int)G.cfg.cull_interval,
-        .cull_connected = G.cfg.cull_connected,
-        .dead_linger_s = 60,
-        .exec_timeout_ms = (int)G.cfg.exec_timeout * 1000,
-        .output_cap = G.cfg.output_cap,
-        .max_workspaces = (int)G.cfg.max_workspaces,
-        .workspace_grace_s = (int)G.cfg.workspace_grace,
-        .tenant_max_kernels = (int)G.cfg.tenant_max_kernels,
-        .tenant_max_workspaces = (int)G.cfg.tenant_max_workspaces,
-        .tenant_max_bytes = G.cfg.tenant_max_bytes,
-        .callbacks = G.cfg.callbacks,
-        .callback_max_bytes = G.cfg.callback_max_bytes,
-        .callback_timeout_ms = (int)G.cfg.callback_timeout * 1000,
-        .python_dir = python_dir(pydir, sizeof(pydir)),
-        .pool = pools,
-        .npool = npools,
-        .pool_min_available = G.cfg.pool_min_available,
-    };
-    char why[256];
-    struct kmgr_sandbox sb = {
-        .lim = {.mem_bytes = G.cfg.mem_limit,
-                .pids = G.cfg.pids_limit,
-                .cpu_millis = G.cfg.cpu_limit,
-                .workspace_bytes = G.cfg.workspace_size,
-                .tmp_bytes = G.cfg.tmp_size,
-                .fsize_bytes = G.cfg.fsize_limit,
-                .nofile = G.cfg.nofile_limit},
-        .uid_base = (unsigned)G.cfg.sandbox_uid_base,
-        .init_fd = -1,
-        .zygote_fd = -1,
-    };
-    if (G.cfg.sandbox) {
-        /* the helpers first: after the unshare below, /proc/self/exe may name kgw by a path
-         * relative to a bind mount the new namespace cannot reach (its directory is lost) */
-        sb.init_fd = init_fd = load_exe(G.cfg.sandbox_init, "kgw-sandbox-init", why, sizeof(why));
-        if (sb.init_fd < 0) {
-            log_error("sandbox: %s", why);
-            goto out;
-        }
-        if (G.cfg.fork_server) {
-            sb.zygote_fd = zygote_fd = load_exe(G.cfg.fork_server_exe, "kgw-zygote", why,
-                                                  sizeof(why));
-            if (zygote_fd < 0)
-                log_warn("fork server: %s; kernels start with exec", why);
-            sb.zygote_spec = G.cfg.default_kernel;
-            sb.zygote_preload = G.cfg.fork_server_preload;
-        }
-        /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
-         * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
-        if (unshare(CLONE_NEWNS) == 0)
-            mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
-        ko.sandbox = &sb;
-    } else {
-        log_warn("**********************************************************************");
-        log_warn("--no-sandbox: kernels run UNSANDBOXED with the gateway's privileges.");
-        log_warn("Anyone who can run code in a kernel owns this host. Development only.");
-        log_warn("**********************************************************************");
-    }
-    struct kmgr_hooks kh = {.user = &G,
-                            .iopub = wschan_iopub,
-                            .event = wschan_event,
-                            .notice = wschan_notice,
-                            .call = channel_call};
-    G.km = kmgr_new(&G.loop.evl, &ko, &kh);
-    if (!G.km) {
-        log_error("cannot start the kernel manager: %s", strerror(errno));
-        goto out;
-    }
-
+/* The address on stdout (and the API key when kgw made it up), and readiness to systemd. */
+static void announce(bool generated)
+{
+    char status[128];
     printf("kgw %s listening on http://%s:%lld/ (instance %s)\n", KGW_VERSION, G.cfg.ip,
            G.cfg.port, G.instance_id);
     if (generated)
         printf("API key (generated; pass it as 'Authorization: token KEY'): %s\n", G.cfg.api_key);
     fflush(stdout);
-    char status[128];
     snprintf(status, sizeof(status), "listening on %.64s port %lld", G.cfg.ip, G.cfg.port);
     sdnotify_ready(status);
+}
 
-    while (!G.stopping)
-        if (lws_service(G.ctx, 0) < 0)
-            break;
-    rc = 0;
-out:
-    if (init_fd >= 0)
-        close(init_fd);
+/* Undoes what main() set up, whichever step it reached. */
+static void teardown(evl_io_t *sig_io, int sfd)
+{
+    if (G.cfg.sb.init_fd >= 0)
+        close(G.cfg.sb.init_fd);
     files_shutdown(&G);
-    if (zygote_fd >= 0)
-        close(zygote_fd);
+    if (G.cfg.sb.zygote_fd >= 0)
+        close(G.cfg.sb.zygote_fd);
     kmgr_destroy(&G.km);
     drain_fini(&G);
     http_stop_tick(&G);
@@ -971,5 +723,49 @@ out:
     rl_destroy(&G.rl);
     reqguard_fini();
     audit_close();
+}
+
+int main(int argc, char **argv)
+{
+    bool generated = false;
+    evl_io_t *sig_io = NULL;
+    int rc;
+
+    if (argc > 1 && !strcmp(argv[1], "keygen"))
+        return keygen(argc - 1, argv + 1);
+    if ((rc = info_flag(argc, argv)) >= 0)
+        return rc;
+    if ((rc = configure(argc, argv, &generated)) != 0)
+        return rc;
+    size_t fds = setup_nofile(&G);
+    int sfd = setup_signals();
+    if (sfd < 0) {
+        log_error("signalfd: %s", strerror(-sfd));
+        return 1;
+    }
+    rc = 1;
+    if (reqguard_init(fds) < 0) {
+        log_error("out of memory");
+        goto out;
+    }
+    if (setup_listen(&G, protocols, metrics_protocols, fds) < 0)
+        goto out;
+    sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
+    if (!sig_io || http_start_tick(&G) < 0 || drain_init(&G) < 0 || trim_start() < 0)
+        goto out;
+    if (!(G.conns = conns_new(&G, fds))) {
+        log_error("cannot track client connections: %s", strerror(errno));
+        goto out;
+    }
+    if (setup_kernels(&G) < 0)
+        goto out;
+    announce(generated);
+
+    while (!G.stopping)
+        if (lws_service(G.ctx, 0) < 0)
+            break;
+    rc = 0;
+out:
+    teardown(sig_io, sfd);
     return rc;
 }

@@ -65,16 +65,12 @@ struct khub {
 
 /* ---- kernel -> clients ---- */
 
-/* Bytes held for replay by every detached session together: many clients that connect and
- * go away must not add up to more than --max-replay-bytes. */
-static size_t replay_bytes;
-
 static void buf_clear(wsess_t *s)
 {
     for (size_t i = 0; i < s->nbuf; i++)
         blob_unref(&s->buf[i]);
     free(s->buf);
-    replay_bytes -= s->buf_bytes;
+    s->hub->g->replay_bytes -= s->buf_bytes;
     s->buf = NULL;
     s->nbuf = s->cap = s->buf_bytes = 0;
 }
@@ -87,7 +83,9 @@ static void buf_add(wsess_t *s, blob_t *b)
         return;
     if (s->nbuf == SESSION_BUFFER_MAX ||
         s->buf_bytes + b->len > (size_t)s->hub->g->cfg.max_ws_queue_bytes ||
-        replay_bytes + b->len > (size_t)s->hub->g->cfg.max_replay_bytes) {
+        /* every detached session together: many clients that connect and go away must not
+         * add up to more than --max-replay-bytes */
+        s->hub->g->replay_bytes + b->len > (size_t)s->hub->g->cfg.max_replay_bytes) {
         log_warn("ws: session %s: too much output while disconnected; not replaying it", s->id);
         buf_clear(s);
         s->buffering = false;
@@ -106,7 +104,7 @@ static void buf_add(wsess_t *s, blob_t *b)
     }
     s->buf[s->nbuf++] = blob_ref(b);
     s->buf_bytes += b->len;
-    replay_bytes += b->len;
+    s->hub->g->replay_bytes += b->len;
 }
 
 static void deliver(wsess_t *s, blob_t **enc, enum jchan chan, const jmsg_t *m, const jhdr_t *h)

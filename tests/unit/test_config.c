@@ -405,8 +405,108 @@ static void test_repeat(void)
     unsetenv("KGW_POOL");
 }
 
+/* The integer types that write other fields than a long long: their width and unit. */
+static int u_timeout_ms;
+static int u_count;
+static unsigned u_uid;
+static double u_rate;
+
+static const struct cfg_option units[] = {
+    {"timeout", CFG_SECONDS_AS_MS, &u_timeout_ms, "60", 0, 604800, 0, "seconds to wait"},
+    {"count", CFG_INT32, &u_count, "-5", -10, 100000, 0, "how many"},
+    {"uid", CFG_UINT32, &u_uid, "200000", 1000, 4000000000LL, 0, "first uid"},
+    {"rate", CFG_INT_AS_DOUBLE, &u_rate, "200", 0, 1000000, 0, "per second"},
+    {"wide", CFG_INT32, &u_count, "0", 0, 4000000000LL, 0, "a range wider than its field"},
+};
+
+static int parse_units(char *err, size_t errsz, const char *const *args, size_t n)
+{
+    char *argv[8];
+    int argc = 0;
+    argv[argc++] = (char *)"kgw";
+    for (; *args && argc < 7; args++)
+        argv[argc++] = (char *)*args;
+    argv[argc] = NULL;
+    err[0] = '\0';
+    u_timeout_ms = u_count = -99;
+    u_uid = 99;
+    u_rate = -1;
+    return cfg_parse(units, n, argc, argv, err, errsz);
+}
+
+#define PARSE_UNITS(n, ...)                                                                        \
+    parse_units(err, sizeof(err), (const char *const[]){__VA_ARGS__, NULL}, n)
+
+static void test_units(void)
+{
+    char err[256];
+    unsetenv("KGW_TIMEOUT");
+    unsetenv("KGW_COUNT");
+    unsetenv("KGW_UID");
+    unsetenv("KGW_RATE");
+    unsetenv("KGW_WIDE");
+
+    CHECK_CASE("defaults land in their fields, seconds as milliseconds");
+    CHECK_INT(PARSE_UNITS(4, NULL), 0);
+    CHECK_INT(u_timeout_ms, 60000);
+    CHECK_INT(u_count, -5);
+    CHECK(u_uid == 200000u);
+    CHECK(u_rate == 200.0);
+
+    CHECK_CASE("flags and environment alike");
+    setenv("KGW_TIMEOUT", "3", 1);
+    CHECK_INT(PARSE_UNITS(4, "--count=7", "--uid", "4000000000", "--rate=0"), 0);
+    CHECK_INT(u_timeout_ms, 3000);
+    CHECK_INT(u_count, 7);
+    CHECK(u_uid == 4000000000u);
+    CHECK(u_rate == 0.0);
+    unsetenv("KGW_TIMEOUT");
+
+    CHECK_CASE("the largest seconds fit as milliseconds");
+    CHECK_INT(PARSE_UNITS(4, "--timeout=604800"), 0);
+    CHECK_INT(u_timeout_ms, 604800000);
+    CHECK_INT(PARSE_UNITS(4, "--timeout=0"), 0);
+    CHECK_INT(u_timeout_ms, 0);
+
+    CHECK_CASE("the range is in the unit given (seconds), not the one stored");
+    CHECK_INT(PARSE_UNITS(4, "--timeout=604801"), -EINVAL);
+    CHECK(strstr(err, "outside [0, 604800]") != NULL);
+    CHECK_INT(PARSE_UNITS(4, "--count=-11"), -EINVAL);
+    CHECK_INT(PARSE_UNITS(4, "--uid=999"), -EINVAL);
+    CHECK_INT(PARSE_UNITS(4, "--rate=x"), -EINVAL);
+    CHECK(strstr(err, "not an integer") != NULL);
+
+    CHECK_CASE("a value in range that does not fit the field is refused");
+    CHECK_INT(PARSE_UNITS(5, "--wide=3000000000"), -EINVAL);
+    CHECK(strstr(err, "--wide") != NULL && strstr(err, "does not fit") != NULL);
+    CHECK_INT(u_count, 0); /* its default stays: the refused value is not written */
+    CHECK_INT(PARSE_UNITS(5, "--wide=2147483647"), 0);
+    CHECK_INT(u_count, 2147483647);
+
+    CHECK_CASE("help and man show them as integers, in the unit given");
+    char *buf = NULL;
+    size_t sz = 0;
+    FILE *f = open_memstream(&buf, &sz);
+    cfg_help(f, units, 4);
+    fclose(f);
+    CHECK(strstr(buf, "--timeout N") != NULL);
+    CHECK(strstr(buf, "default 60; range 0..604800") != NULL);
+    CHECK(strstr(buf, "--uid N") != NULL);
+    CHECK(strstr(buf, "range 1000..4000000000") != NULL);
+    CHECK(strstr(buf, "--rate N") != NULL);
+    free(buf);
+    buf = NULL;
+    f = open_memstream(&buf, &sz);
+    cfg_man(f, units, 4);
+    fclose(f);
+    CHECK(strstr(buf, "\\fB\\-\\-timeout\\fR \\fIN\\fR") != NULL);
+    CHECK(strstr(buf, "range: 0..604800") != NULL);
+    free(buf);
+}
+
 int main(void)
 {
+    test_units();
     test_repeat();
     test_defaults();
     test_env_then_flags();

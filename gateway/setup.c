@@ -1,0 +1,246 @@
+#include "gateway/setup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+size_t setup_nofile(const gw_t *g)
+{
+    /* Kernels and clients need descriptors; lws sizes its tables from this limit. A kernel
+     * websocket costs about 10 (its socket; shell, control and stdin DEALERs: each a mailbox,
+     * an ipc connection and the watched ZMQ_FD), a kernel about 40. */
+    rlim_t want = 12 * (rlim_t)g->cfg.max_connections + 64 * (rlim_t)g->cfg.km.max_kernels + 256;
+    struct rlimit rl = {want, want}; /* what is assumed should getrlimit fail */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_max < want) { /* root may raise the hard limit */
+            struct rlimit raised = {want, want};
+            if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+                rl = raised;
+        }
+        rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < want)
+            log_warn("open files limited to %llu (wanted %llu for --max-connections and "
+                     "--max-kernels): about %llu kernel websockets fit",
+                     (unsigned long long)rl.rlim_cur, (unsigned long long)want,
+                     (unsigned long long)(rl.rlim_cur > 64 * (rlim_t)g->cfg.km.max_kernels + 256
+                                              ? (rl.rlim_cur - 64 * (rlim_t)g->cfg.km.max_kernels -
+                                                 256) / 12
+                                              : 0));
+    }
+    return (size_t)rl.rlim_cur;
+}
+
+int setup_signals(void)
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0)
+        return -errno;
+    return sfd;
+}
+
+static void lws_logger(int level, const char *line)
+{
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        n--;
+    log_debug("lws: %.*s", (int)n, line);
+}
+
+
+int setup_listen(gw_t *g, const struct lws_protocols *protocols,
+                 const struct lws_protocols *metrics_protocols, size_t fd_limit)
+{
+    lws_set_log_level(LLL_ERR | LLL_WARN | (log__level >= LOG_LVL_DEBUG ? LLL_NOTICE : 0),
+                      lws_logger);
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof(info));
+    info.port = (int)g->cfg.port;
+    info.iface = g->cfg.ip;
+    info.protocols = protocols;
+    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+    /* A connection holds a header table (16 KiB) from accept until its request headers are
+     * complete; lws allocates one when it is taken and frees it when it is given back, so a
+     * pool as large as the connections costs nothing up front. Its timer on a table held
+     * (timeout_secs_ah_idle) is --header-timeout: conns.c answers fresh connections a
+     * moment before it, and it times a kept-alive connection's next request. */
+    info.max_http_header_data = 16384;
+    info.max_http_header_pool2 = (unsigned)g->cfg.max_connections;
+    info.timeout_secs_ah_idle = (unsigned)g->cfg.header_timeout;
+    info.fd_limit_per_thread = (unsigned)fd_limit;
+    /* bodies and answers that do not complete in time are dropped; idle keep-alive
+     * connections go after keepalive_timeout */
+    info.timeout_secs = (unsigned)g->cfg.http_timeout;
+    info.keepalive_timeout = (int)g->cfg.http_timeout;
+    info.vhost_name = "kgw";
+    if (g->cfg.certfile[0]) {
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = g->cfg.certfile;
+        info.ssl_private_key_filepath = g->cfg.keyfile;
+    }
+    g->ctx = lws_create_context(&info);
+    if (!g->ctx) {
+        log_error("cannot create the server context");
+        return -EIO;
+    }
+    struct lws_vhost *vh = lws_create_vhost(g->ctx, &info);
+    if (!vh) {
+        int err = errno;
+        log_error("cannot listen on %s:%lld: %s", g->cfg.ip, g->cfg.port, strerror(err));
+        return err > 0 ? -err : -EIO;
+    }
+    if (g->cfg.metrics_port > 0) { /* plain HTTP, on the same loop */
+        struct lws_context_creation_info mi = info;
+        mi.port = (int)g->cfg.metrics_port;
+        mi.iface = g->cfg.metrics_ip[0] ? g->cfg.metrics_ip : g->cfg.ip;
+        mi.protocols = metrics_protocols;
+        mi.vhost_name = "kgw-metrics";
+        mi.ssl_cert_filepath = NULL; /* plain even when --port serves TLS */
+        mi.ssl_private_key_filepath = NULL;
+        mi.options &= ~(uint64_t)(LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
+                                  LWS_SERVER_OPTION_CREATE_VHOST_SSL_CTX);
+        if (!(g->metrics_vhost = lws_create_vhost(g->ctx, &mi))) {
+            int err = errno;
+            log_error("cannot listen on %s:%lld (--metrics-port): %s", mi.iface,
+                      g->cfg.metrics_port, strerror(err));
+            return err > 0 ? -err : -EIO;
+        }
+        log_info("metrics: GET /metrics without a key on http://%s:%lld/metrics", mi.iface,
+                 g->cfg.metrics_port);
+    }
+    lwsloop_init(&g->loop, g->ctx, vh);
+    return 0;
+}
+
+/* Where a helper is: the option's path when set; else next to the kgw executable when it is
+ * there (the build tree, where meson puts kgw, its helpers and python/ side by side); else the
+ * installed directory (meson's libexecdir/kgw or datadir/kgw/python). The directory of kgw is as
+ * trusted as kgw itself: whoever can write there can replace kgw. NULL when the path of kgw
+ * cannot be read. */
+static const char *helper_path(const char *opt, const char *rel, const char *probe,
+                               const char *installed, char *buf, size_t sz)
+{
+    char self[PATH_MAX], p[PATH_MAX + 64];
+    if (opt && opt[0])
+        return opt;
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n < 0)
+        return NULL;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(p, sizeof(p), "%s/%s%s", self, rel, probe);
+    if (access(p, F_OK) == 0)
+        snprintf(buf, sz, "%s/%s", self, rel);
+    else
+        snprintf(buf, sz, "%s/%s", installed, rel);
+    return buf;
+}
+
+/* kgw-sandbox-init (and kgw-zygote) in a sealed memfd: every sandbox's pid 1 is exec'd from
+ * it, so its /proc/1/exe names no host path. opt: --sandbox-init or --fork-server-exe. */
+static int load_exe(const char *opt, const char *name, char *why, size_t whysz)
+{
+    char def[PATH_MAX + 64];
+    const char *path = helper_path(opt, name, "", KGW_LIBEXECDIR, def, sizeof(def));
+    if (!path) {
+        int err = errno;
+        snprintf(why, whysz, "cannot find kgw's own path: %s", strerror(err));
+        return -err;
+    }
+    int src = open(path, O_RDONLY | O_CLOEXEC);
+    if (src < 0) {
+        int err = errno;
+        snprintf(why, whysz, "cannot open %s: %s", path, strerror(err));
+        return -err;
+    }
+    log_debug("%s: %s", name, path);
+    int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    struct stat st;
+    if (mfd < 0 || fstat(src, &st) < 0 ||
+        sendfile(mfd, src, NULL, (size_t)st.st_size) != st.st_size ||
+        fchmod(mfd, 0555) < 0 ||
+        fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
+        snprintf(why, whysz, "cannot load %s: %s", path, strerror(errno));
+        close(src);
+        if (mfd >= 0)
+            close(mfd);
+        return -EIO;
+    }
+    close(src);
+    return mfd;
+}
+
+/* --python-path; or python/ next to the kgw executable in the build tree; or the installed
+ * datadir/kgw/python: the directory of kgw_tools.py. */
+static const char *python_dir(const gw_t *g, char *buf, size_t sz)
+{
+    return helper_path(g->cfg.python_path, "python", "/kgw_tools.py", KGW_DATADIR, buf, sz);
+}
+
+int setup_kernels(gw_t *g)
+{
+    static char pydir[PATH_MAX + 8]; /* the kernel manager's for as long as it runs */
+    char why[256];
+    g->cfg.km.python_dir = python_dir(g, pydir, sizeof(pydir));
+    if (g->cfg.sandbox) {
+        /* the helpers first: after the unshare below, /proc/self/exe may name kgw by a path
+         * relative to a bind mount the new namespace cannot reach (its directory is lost) */
+        struct kmgr_sandbox *sb = &g->cfg.sb;
+        sb->init_fd = load_exe(g->cfg.sandbox_init, "kgw-sandbox-init", why, sizeof(why));
+        if (sb->init_fd < 0) {
+            log_error("sandbox: %s", why);
+            return sb->init_fd;
+        }
+        if (g->cfg.fork_server) {
+            sb->zygote_fd = load_exe(g->cfg.fork_server_exe, "kgw-zygote", why, sizeof(why));
+            if (sb->zygote_fd < 0)
+                log_warn("fork server: %s; kernels start with exec", why);
+            sb->zygote_spec = g->cfg.default_kernel;
+        }
+        /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
+         * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
+        if (unshare(CLONE_NEWNS) == 0)
+            mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
+        g->cfg.km.sandbox = sb;
+    } else {
+        log_warn("**********************************************************************");
+        log_warn("--no-sandbox: kernels run UNSANDBOXED with the gateway's privileges.");
+        log_warn("Anyone who can run code in a kernel owns this host. Development only.");
+        log_warn("**********************************************************************");
+    }
+    struct kmgr_hooks kh = {.user = g,
+                            .iopub = wschan_iopub,
+                            .event = wschan_event,
+                            .notice = wschan_notice,
+                            .call = channel_call};
+    g->km = kmgr_new(&g->loop.evl, &g->cfg.km, &kh);
+    if (!g->km) {
+        int err = errno;
+        log_error("cannot start the kernel manager: %s", strerror(err));
+        return err > 0 ? -err : -ENOMEM;
+    }
+    return 0;
+}

@@ -1,0 +1,26 @@
+/* The gateway's bootstrap, one step per function, in the order main() calls them: descriptor
+ * limit, signals, listeners, then the kernel manager (sandbox helpers, private mount namespace). */
+#ifndef KGW_GATEWAY_SETUP_H
+#define KGW_GATEWAY_SETUP_H
+
+#include <stddef.h>
+
+#include "gateway/gw.h"
+
+/* Raises RLIMIT_NOFILE for --max-connections and --max-kernels (logged when the hard limit is
+ * lower); returns the descriptor limit in force. */
+size_t setup_nofile(const gw_t *g);
+/* Blocks SIGINT, SIGTERM, SIGCHLD and SIGHUP for a signalfd, which it returns (non-blocking,
+ * close-on-exec), and ignores SIGPIPE. -errno on failure. */
+int setup_signals(void);
+/* The lws context, the --ip/--port vhost (TLS with --certfile) serving protocols, and the
+ * --metrics-port vhost (plain) serving metrics_protocols; starts g->loop on them. fd_limit:
+ * setup_nofile's. 0, or -errno with the reason logged. */
+int setup_listen(gw_t *g, const struct lws_protocols *protocols,
+                 const struct lws_protocols *metrics_protocols, size_t fd_limit);
+/* The kernel manager on g->loop with g->cfg.km: kgw_tools.py's directory; unless --no-sandbox,
+ * the sandbox helpers in memfds (g->cfg.sb's fds; the caller closes them) and a private mount
+ * namespace. 0, or -errno with the reason logged. */
+int setup_kernels(gw_t *g);
+
+#endif
