@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/audit.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/openapi.h"
@@ -547,7 +548,8 @@ int http_start_kernel(struct gw_req *r, json_t *body,
     }
     json_t *jws = json_object_get(body, "workspace");
     if (jws && !json_is_null(jws) &&
-        (!json_is_string(jws) || !route_is_id(json_string_value(jws), json_string_length(jws)))) {
+        (!json_is_string(jws) ||
+         !ident_ok(json_string_value(jws), json_string_length(jws), IDENT_UUIDISH))) {
         req_error(r, 400, "\"workspace\" must be a workspace id");
         return -EINVAL;
     }
