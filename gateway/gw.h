@@ -9,12 +9,13 @@
 
 #include "common/buf.h"
 #include "common/hist.h"
+#include "common/ident.h"
 #include "common/keyfile.h"
 #include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
 #include "kernelmgr/kmgr.h"
 
-#define GW_INSTANCE_ID_MAX 128
+#define GW_INSTANCE_ID_MAX IDENT_INSTANCE_MAX /* an IDENT_INSTANCE name */
 
 struct gw_config {
     const char *ip;
@@ -234,8 +235,9 @@ bool gw_owns(const kernel_t *k, const char *tenant);
 void gw_audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_start *st, int rc,
                     kernel_t *k);
 
-/* http.c: the instance's identity; 0, or -EINVAL when id is not 1 to GW_INSTANCE_ID_MAX
- * bytes of [A-Za-z0-9._:-] (it goes into a response header). Empty: a random UUID. */
+/* http.c: the instance's identity; 0, or -EINVAL when id is not an IDENT_INSTANCE name (1 to
+ * GW_INSTANCE_ID_MAX bytes of [A-Za-z0-9._:-]: it goes into a response header). Empty: a
+ * random UUID. */
 int http_set_instance_id(gw_t *g, const char *id);
 /* Starts the loop tick that /check_liveness and /check_ready watch. */
 int http_start_tick(gw_t *g);

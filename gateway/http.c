@@ -687,11 +687,9 @@ int http_set_instance_id(gw_t *g, const char *id)
         util_uuid(g->instance_id);
         return 0;
     }
-    size_t n = strlen(id);
-    if (n > GW_INSTANCE_ID_MAX ||
-        strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") != n)
+    if (!ident_str_ok(id, IDENT_INSTANCE))
         return -EINVAL;
-    memcpy(g->instance_id, id, n + 1);
+    memcpy(g->instance_id, id, strlen(id) + 1);
     return 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include "common/blob.h"
 #include "common/audit.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
@@ -22,7 +23,7 @@
 #include "protocol/wsmsg.h"
 
 #define WS_MAX_BAD     16  /* malformed frames tolerated before the connection is closed */
-#define SESSION_ID_MAX 100
+#define SESSION_ID_MAX IDENT_TOKEN_MAX /* session ids are IDENT_TOKEN names */
 
 typedef struct khub khub_t;
 typedef struct wsess wsess_t;
@@ -318,17 +319,6 @@ void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *det
 
 /* ---- websocket callbacks ---- */
 
-static bool session_id_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > SESSION_ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
-            return false;
-    return true;
-}
-
 /* The kernel of the channels URL, if it is the caller's tenant's and usable. */
 static kernel_t *kernel_of(gw_t *g, struct lws *wsi, const char *tenant)
 {
@@ -374,7 +364,7 @@ int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no)
     if (!kernel_of(g, wsi, who.tenant))
         return gw_refuse(no, 404, 0, "Kernel does not exist");
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sid, sizeof(sid));
-    if (s && *s && !session_id_ok(s))
+    if (s && *s && !ident_str_ok(s, IDENT_TOKEN))
         return gw_refuse(no, 400, 0, "invalid session_id");
     return 0;
 }
@@ -387,7 +377,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     if (!k)
         return -1;
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sidbuf, sizeof(sidbuf));
-    if (s && *s && session_id_ok(s))
+    if (s && *s && ident_str_ok(s, IDENT_TOKEN))
         snprintf(sid, sizeof(sid), "%s", s);
     else
         util_uuid(sid);
