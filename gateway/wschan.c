@@ -14,6 +14,7 @@
 #include "common/blob.h"
 #include "common/audit.h"
 #include "common/ident.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
@@ -53,7 +54,7 @@ struct wsess {
     enum wsproto buf_proto;
     blob_t **buf;
     size_t nbuf, cap, buf_bytes;
-    wsess_t *next;
+    struct list link; /* on hub->sessions */
 };
 
 #define SESSION_BUFFER_MAX 10000 /* messages */
@@ -61,7 +62,7 @@ struct wsess {
 struct khub {
     gw_t *g;
     kernel_t *k;
-    wsess_t *sessions;
+    struct list sessions; /* wsess_t.link, newest first */
 };
 
 /* ---- kernel -> clients ---- */
@@ -155,8 +156,11 @@ static void sess_attach(wsess_t *s, struct wsconn *ws)
 static void broadcast(khub_t *hub, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
 {
     blob_t *enc[WSPROTO_N] = {0};
-    for (wsess_t *s = hub->sessions; s; s = s->next)
+    wsess_t *s;
+    list_for_each(s, &hub->sessions, link)
+    {
         deliver(s, enc, chan, m, h);
+    }
     for (int i = 0; i < WSPROTO_N; i++)
         blob_unref(&enc[i]);
 }
@@ -237,11 +241,7 @@ void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
 static void sess_destroy(wsess_t *s)
 {
     khub_t *hub = s->hub;
-    for (wsess_t **pp = &hub->sessions; *pp; pp = &(*pp)->next)
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
+    list_remove(&s->link);
     if (s->ws)
         s->ws->sess = NULL;
     buf_clear(s);
@@ -267,14 +267,15 @@ static khub_t *hub_get(gw_t *g, kernel_t *k)
         return NULL;
     hub->g = g;
     hub->k = k;
+    list_init(&hub->sessions);
     kernel_set_user(k, hub);
     return hub;
 }
 
 static void hub_close_all(khub_t *hub, int code, const char *reason)
 {
-    while (hub->sessions) {
-        wsess_t *s = hub->sessions;
+    while (!list_empty(&hub->sessions)) {
+        wsess_t *s = list_first(&hub->sessions, wsess_t, link);
         if (s->ws)
             wsq_close(&s->ws->out, code, reason, true);
         sess_destroy(s);
@@ -395,10 +396,14 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     ws->proto = p && p->name && !strcmp(p->name, WSMSG_V1_NAME) ? WSPROTO_V1 : WSPROTO_LEGACY;
     buf_init(&ws->in, (size_t)g->cfg.max_ws_message_bytes);
 
-    wsess_t *sess;
-    for (sess = hub->sessions; sess; sess = sess->next)
-        if (!strcmp(sess->id, sid))
+    wsess_t *sess = NULL, *it;
+    list_for_each(it, &hub->sessions, link)
+    {
+        if (!strcmp(it->id, sid)) {
+            sess = it;
             break;
+        }
+    }
     if (sess && sess->ws) {
         log_info("ws: replacing stale connection for session %s on kernel=%s", sid, kernel_id(k));
         struct wsconn *old = sess->ws;
@@ -412,6 +417,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
         if (!sess)
             goto fail;
         sess->hub = hub;
+        list_init(&sess->link);
         snprintf(sess->id, sizeof(sess->id), "%s", sid);
         sess->linger = g->loop.evl.timer_new(&g->loop.evl, on_linger, sess);
         sess->kc = kconn_new(k, sid, &sess_ops, sess);
@@ -423,8 +429,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
             free(sess);
             goto fail;
         }
-        sess->next = hub->sessions;
-        hub->sessions = sess;
+        list_prepend(&hub->sessions, &sess->link);
     }
     g->loop.evl.timer_disarm(&g->loop.evl, sess->linger);
     ws->sess = sess;
@@ -541,9 +546,14 @@ void wschan_close_all(gw_t *g, int code, const char *reason)
 {
     for (size_t i = 0; i < kmgr_count(g->km); i++) {
         khub_t *hub = kernel_user(kmgr_at(g->km, i));
-        for (wsess_t *s = hub ? hub->sessions : NULL; s; s = s->next)
+        wsess_t *s;
+        if (!hub)
+            continue;
+        list_for_each(s, &hub->sessions, link)
+        {
             if (s->ws)
                 wsq_close(&s->ws->out, code, reason, true);
+        }
     }
 }
 
