@@ -11,6 +11,7 @@
 #include "common/hist.h"
 #include "common/ident.h"
 #include "common/keyfile.h"
+#include "common/list.h"
 #include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
 #include "kernelmgr/kmgr.h"
@@ -140,7 +141,7 @@ typedef struct gw {
     int64_t started_us;
     int64_t last_activity_us;
     int connections;
-    struct gsess *sessions; /* /api/sessions */
+    struct list sessions;   /* /api/sessions: gsess_t.link, newest first (sessions_init) */
     bool stopping;
     char instance_id[GW_INSTANCE_ID_MAX + 1]; /* GET /self_identify, X-KGW-Self-Identify */
     evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */
@@ -321,6 +322,7 @@ void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, j
                   json_t *kwargs, const char *exec_msg_id);
 
 /* sessions.c */
+void sessions_init(gw_t *g);
 int sessions_handle(gw_t *g, struct gw_req *r);
 void sessions_kernel_gone(gw_t *g, const char *kernel_id);
 void sessions_free_all(gw_t *g);

@@ -671,6 +671,7 @@ int main(int argc, char **argv)
     evl_io_t *sig_io = NULL;
     int init_fd = -1, zygote_fd = -1;
 
+    sessions_init(&G);
     if (argc > 1 && !strcmp(argv[1], "keygen"))
         return keygen(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
