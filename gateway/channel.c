@@ -105,10 +105,11 @@ struct chconn {
     size_t ncalls;
     struct chcb cbs[CH_MAX_CALLBACKS];
     size_t ncbs;
-    chconn_t *next; /* every /channel connection of the gateway */
+    struct list link; /* on conns */
 };
 
-static chconn_t *conns;
+/* every /channel connection of the gateway, newest first */
+static struct list conns = {&conns, &conns};
 
 /* ---- replies ---- */
 
@@ -880,11 +881,16 @@ void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, j
 {
     gw_t *g = user;
     chclient_t *owner = NULL;
-    for (chconn_t *c = conns; c && !owner && exec_msg_id[0]; c = c->next)
-        for (chclient_t *cl = c->clients; cl && !owner; cl = cl->next)
+    chconn_t *conn;
+    list_for_each(conn, &conns, link)
+    {
+        if (owner || !exec_msg_id[0])
+            break;
+        for (chclient_t *cl = conn->clients; cl && !owner; cl = cl->next)
             for (unsigned i = 0; cl->k == k && i < CH_EXEC_IDS && !owner; i++)
                 if (!strcmp(cl->exec_ids[i], exec_msg_id))
                     owner = cl;
+    }
     if (!owner || owner->c->out.closing) {
         log_info("channel: kernel=%s: callback %s refused: no /channel client runs this "
                  "execution", kernel_id(k), name);
@@ -1028,8 +1034,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     auth_peer(g, wsi, c->addr);
     snprintf(c->who, sizeof(c->who), "connection from %s", c->addr);
     wsq_init(&c->out, wsi, (size_t)g->cfg.max_ws_queue_bytes, c->who);
-    c->next = conns;
-    conns = c;
+    list_prepend(&conns, &c->link);
     pss->ch = c;
     g->connections++;
     g->stats.websockets[GW_FACE_CHANNEL]++;
@@ -1043,11 +1048,7 @@ static void on_closed(gw_t *g, struct gw_pss *pss)
     if (!c)
         return;
     pss->ch = NULL;
-    for (chconn_t **pp = &conns; *pp; pp = &(*pp)->next)
-        if (*pp == c) {
-            *pp = c->next;
-            break;
-        }
+    list_remove(&c->link);
     callbacks_drop(c);
     while (!list_empty(&c->calls))
         call_free(list_first(&c->calls, chcall_t, link));
@@ -1113,7 +1114,9 @@ int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
 void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
     json_t *msg = NULL;
-    for (chconn_t *c = conns; c; c = c->next)
+    chconn_t *c;
+    list_for_each(c, &conns, link)
+    {
         for (chclient_t *cl = c->clients; cl; cl = cl->next) {
             if (cl->k != k || !cl->started)
                 continue;
@@ -1124,21 +1127,28 @@ void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
             }
             client_deliver(cl, Q_IOPUB, msg);
         }
+    }
     json_decref(msg);
 }
 
 void channel_close_all(gw_t *g, int code, const char *reason)
 {
-    for (chconn_t *c = conns; c; c = c->next)
+    chconn_t *c;
+    list_for_each(c, &conns, link)
+    {
         wsq_close(&c->out, code, reason, true);
+    }
 }
 
 void channel_kernel_gone(gw_t *g, kernel_t *k)
 {
-    for (chconn_t *c = conns; c; c = c->next)
+    chconn_t *c;
+    list_for_each(c, &conns, link)
+    {
         for (chclient_t *cl = c->clients; cl; cl = cl->next)
             if (cl->k == k) {
                 kernel_connections(k, -1);
                 client_detach(cl, "the kernel has been shut down");
             }
+    }
 }
