@@ -141,7 +141,7 @@ typedef struct gw {
     int64_t started_us;
     int64_t last_activity_us;
     int connections;
-    struct list sessions;   /* /api/sessions: gsess_t.link, newest first (sessions_init) */
+    struct list sessions; /* /api/sessions: gsess_t.link, newest first (sessions_init) */
     bool stopping;
     char instance_id[GW_INSTANCE_ID_MAX + 1]; /* GET /self_identify, X-KGW-Self-Identify */
     evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */

@@ -136,7 +136,6 @@ int kcallmsg_err_set(kcallmsg_err_t *e, const char *type, const char *fmt, ...)
     return -EINVAL;
 }
 
-
 static bool allowed(const char *const *allow, const char *name)
 {
     for (; allow && *allow; allow++)
