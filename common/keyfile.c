@@ -6,20 +6,9 @@
 
 #include "common/keyfile.h"
 
-#define B2_PREFIX "blake2b:"
+#include "common/ident.h"
 
-bool keyfile_tenant_ok(const char *s, size_t n)
-{
-    if (n == 0 || n > KEYFILE_TENANT_MAX || s[0] == '.' || s[0] == '-')
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
-}
+#define B2_PREFIX "blake2b:"
 
 static void hash_key(unsigned char out[32], const char *key, size_t len)
 {
@@ -52,7 +41,7 @@ int keyfile_parse_line(const char *line, size_t len, struct keyfile_entry *out, 
         i++;
     if (i != len || h0 == h1)
         return snprintf(err, errsz, "expected \"TENANT HASH\""), -EINVAL;
-    if (!keyfile_tenant_ok(line + t0, t1 - t0))
+    if (!ident_ok(line + t0, t1 - t0, IDENT_TENANT))
         return snprintf(err, errsz, "invalid tenant name (1-%d of [A-Za-z0-9._-])",
                         KEYFILE_TENANT_MAX),
                -EINVAL;
@@ -217,7 +206,7 @@ int keyfile_generate(const char *tenant, char *key, size_t keysz, char *line, si
 {
     unsigned char raw[KEYFILE_GEN_BYTES], h[32];
     char hex[65];
-    if (!keyfile_tenant_ok(tenant, strlen(tenant)))
+    if (!ident_str_ok(tenant, IDENT_TENANT))
         return -EINVAL;
     if (keysz < 2 * KEYFILE_GEN_BYTES + 1)
         return -ENOSPC;

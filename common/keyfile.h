@@ -10,7 +10,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define KEYFILE_TENANT_MAX 64     /* [A-Za-z0-9._-], not starting with '.' or '-' */
+#include "common/ident.h"
+
+#define KEYFILE_TENANT_MAX IDENT_TENANT_MAX /* tenants are IDENT_TENANT names */
 #define KEYFILE_LINE_MAX   512
 #define KEYFILE_MAX_KEYS   10000
 #define KEYFILE_KEY_MAX    256    /* bytes of a key a client presents */
@@ -44,6 +46,5 @@ void keyfile_free(keyfile_t **kf);
 const char *keyfile_lookup(keyfile_t *kf, const char *key, size_t len);
 /* A new random key (hex, NUL-terminated, 2*KEYFILE_GEN_BYTES+1 bytes) and its key-file line. */
 int keyfile_generate(const char *tenant, char *key, size_t keysz, char *line, size_t linesz);
-bool keyfile_tenant_ok(const char *s, size_t n);
 
 #endif

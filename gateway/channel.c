@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/audit.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
@@ -78,7 +79,7 @@ struct chcall {
     char info_id[40];      /* wait_for_ready: its kernel_info_request */
     int stage;             /* wait_for_ready: 0 kernel starting, 1 asked, 2 flushing */
     bool idle_seen;        /* wait_for_ready: its iopub idle came before its reply */
-    chcall_t *next;
+    struct list link;      /* on c->calls */
 };
 
 /* a kernel's callback waiting for this connection's answer */
@@ -101,11 +102,11 @@ struct chconn {
     struct chref refs[CH_MAX_REFS];
     size_t nrefs;
     chclient_t *clients;
-    chcall_t *calls;
+    struct list calls; /* chcall_t.link, in call order */
     size_t ncalls;
     struct chcb cbs[CH_MAX_CALLBACKS];
     size_t ncbs;
-    chconn_t *next; /* every /channel connection of the gateway */
+    struct list link; /* on gw_t.ch_conns */
 };
 
 
@@ -208,12 +209,8 @@ static void call_free(chcall_t *call)
 {
     chconn_t *c = call->c;
     evl_t *l = &c->g->loop.evl;
-    for (chcall_t **pp = &c->calls; *pp; pp = &(*pp)->next)
-        if (*pp == call) {
-            *pp = call->next;
-            c->ncalls--;
-            break;
-        }
+    list_remove(&call->link);
+    c->ncalls--;
     kwait_cancel(&call->wait);
     evl_timer_destroy(l, &call->timer);
     evl_timer_destroy(l, &call->flush);
@@ -243,10 +240,7 @@ static chcall_t *call_new(chconn_t *c, const rpc_call_t *rc, enum rpc_method met
     if (timeout_s > 0)
         l->timer_arm(l, call->timer, (uint64_t)ceil(timeout_s * 1000.0));
     /* appended: waiters on one queue are served in call order */
-    chcall_t **pp = &c->calls;
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = call;
+    list_append(&c->calls, &call->link);
     c->ncalls++;
     return call;
 }
@@ -309,8 +303,9 @@ static bool kernel_usable(const kernel_t *k)
 static void client_fail_waiters(chclient_t *cl, const char *why)
 {
     chconn_t *c = cl->c;
-    for (chcall_t *call = c->calls, *next; call; call = next) {
-        next = call->next;
+    chcall_t *call, *next;
+    list_for_each_safe(call, next, &c->calls, link)
+    {
         if (call->cl == cl) {
             reply_error(c, call->rid, RPC_ERR_RUNTIME, "%s", why);
             call_free(call);
@@ -392,7 +387,9 @@ static void on_flush(void *data)
 static void client_deliver(chclient_t *cl, int qi, json_t *msg)
 {
     chconn_t *c = cl->c;
-    for (chcall_t *call = c->calls; call; call = call->next) {
+    chcall_t *call;
+    list_for_each(call, &c->calls, link)
+    {
         if (call->cl != cl || call->method != RPC_KC_WAIT_FOR_READY || call->stage == 0)
             continue;
         /* wait_for_ready consumes its own kernel_info_reply and waits for iopub to settle */
@@ -415,12 +412,14 @@ static void client_deliver(chclient_t *cl, int qi, json_t *msg)
     }
     static const enum rpc_method getter[Q_N] = {RPC_KC_GET_IOPUB_MSG, RPC_KC_GET_SHELL_MSG,
                                                 RPC_KC_GET_STDIN_MSG};
-    for (chcall_t *call = c->calls; call; call = call->next)
+    list_for_each(call, &c->calls, link)
+    {
         if (call->cl == cl && call->method == getter[qi]) {
             reply_value(c, call->rid, json_incref(msg));
             call_free(call);
             return;
         }
+    }
     int r = q_push(&cl->q[qi], msg);
     if (r == -ENOBUFS) {
         log_warn("channel: %s: client %s has %d unread messages; closing", c->who, cl->ref,
@@ -853,11 +852,16 @@ void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, j
 {
     gw_t *g = user;
     chclient_t *owner = NULL;
-    for (chconn_t *c = g->ch_conns; c && !owner && exec_msg_id[0]; c = c->next)
-        for (chclient_t *cl = c->clients; cl && !owner; cl = cl->next)
+    chconn_t *conn;
+    list_for_each(conn, &g->ch_conns, link)
+    {
+        if (owner || !exec_msg_id[0])
+            break;
+        for (chclient_t *cl = conn->clients; cl && !owner; cl = cl->next)
             for (unsigned i = 0; cl->k == k && i < CH_EXEC_IDS && !owner; i++)
                 if (!strcmp(cl->exec_ids[i], exec_msg_id))
                     owner = cl;
+    }
     if (!owner || owner->c->out.closing) {
         log_info("channel: kernel=%s: callback %s refused: no /channel client runs this "
                  "execution", kernel_id(k), name);
@@ -962,6 +966,11 @@ static void on_message(chconn_t *c)
 
 /* ---- websocket ---- */
 
+void channel_init(gw_t *g)
+{
+    list_init(&g->ch_conns);
+}
+
 bool channel_is_channel(struct lws *wsi)
 {
     char uri[ROUTE_MAX_PATH + 1];
@@ -995,13 +1004,13 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     }
     c->g = g;
     c->wsi = wsi;
+    list_init(&c->calls);
     snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
     buf_init(&c->in, RPC_MAX_MESSAGE_BYTES);
     auth_peer(g, wsi, c->addr);
     snprintf(c->who, sizeof(c->who), "connection from %s", c->addr);
     wsq_init(&c->out, wsi, (size_t)g->cfg.max_ws_queue_bytes, c->who);
-    c->next = g->ch_conns;
-    g->ch_conns = c;
+    list_prepend(&g->ch_conns, &c->link);
     pss->ch = c;
     g->connections++;
     g->stats.websockets[GW_FACE_CHANNEL]++;
@@ -1015,14 +1024,10 @@ static void on_closed(gw_t *g, struct gw_pss *pss)
     if (!c)
         return;
     pss->ch = NULL;
-    for (chconn_t **pp = &g->ch_conns; *pp; pp = &(*pp)->next)
-        if (*pp == c) {
-            *pp = c->next;
-            break;
-        }
+    list_remove(&c->link);
     callbacks_drop(c);
-    while (c->calls)
-        call_free(c->calls);
+    while (!list_empty(&c->calls))
+        call_free(list_first(&c->calls, chcall_t, link));
     while (c->clients) {
         chclient_t *cl = c->clients;
         c->clients = cl->next;
@@ -1085,7 +1090,9 @@ int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
 void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
     json_t *msg = NULL;
-    for (chconn_t *c = g->ch_conns; c; c = c->next)
+    chconn_t *c;
+    list_for_each(c, &g->ch_conns, link)
+    {
         for (chclient_t *cl = c->clients; cl; cl = cl->next) {
             if (cl->k != k || !cl->started)
                 continue;
@@ -1096,21 +1103,28 @@ void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
             }
             client_deliver(cl, Q_IOPUB, msg);
         }
+    }
     json_decref(msg);
 }
 
 void channel_close_all(gw_t *g, int code, const char *reason)
 {
-    for (chconn_t *c = g->ch_conns; c; c = c->next)
+    chconn_t *c;
+    list_for_each(c, &g->ch_conns, link)
+    {
         wsq_close(&c->out, code, reason, true);
+    }
 }
 
 void channel_kernel_gone(gw_t *g, kernel_t *k)
 {
-    for (chconn_t *c = g->ch_conns; c; c = c->next)
+    chconn_t *c;
+    list_for_each(c, &g->ch_conns, link)
+    {
         for (chclient_t *cl = c->clients; cl; cl = cl->next)
             if (cl->k == k) {
                 kernel_connections(k, -1);
                 client_detach(cl, "the kernel has been shut down");
             }
+    }
 }

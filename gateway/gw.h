@@ -9,12 +9,14 @@
 
 #include "common/buf.h"
 #include "common/hist.h"
+#include "common/ident.h"
 #include "common/keyfile.h"
+#include "common/list.h"
 #include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
 #include "kernelmgr/kmgr.h"
 
-#define GW_INSTANCE_ID_MAX 128
+#define GW_INSTANCE_ID_MAX IDENT_INSTANCE_MAX /* an IDENT_INSTANCE name */
 
 /* The settings, written by main.c's option table: the gateway's own, and the kernel manager's,
  * the sandbox's and the rate limiter's in the structs those take (each setting once). */
@@ -108,7 +110,7 @@ typedef struct gw {
     int64_t started_us;
     int64_t last_activity_us;
     int connections;
-    struct gsess *sessions; /* /api/sessions */
+    struct list sessions; /* /api/sessions: gsess_t.link, newest first (sessions_init) */
     bool stopping;
     char instance_id[GW_INSTANCE_ID_MAX + 1]; /* GET /self_identify, X-KGW-Self-Identify */
     evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */
@@ -118,7 +120,7 @@ typedef struct gw {
     struct lws_vhost *metrics_vhost;             /* --metrics-port: GET /metrics only, no key */
     struct gw_stats stats;
     struct gw_drain drain;
-    struct chconn *ch_conns; /* channel.c: the open /channel websockets */
+    struct list ch_conns;  /* channel.c: the open /channel websockets, newest first */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
     uint64_t trim_due_ms;    /* when it runs next */
@@ -203,8 +205,9 @@ bool http_uri_decodable(struct lws *wsi, const char *path, size_t len);
 kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant);
 bool gw_owns(const kernel_t *k, const char *tenant);
 
-/* http.c: the instance's identity; 0, or -EINVAL when id is not 1 to GW_INSTANCE_ID_MAX
- * bytes of [A-Za-z0-9._:-] (it goes into a response header). Empty: a random UUID. */
+/* http.c: the instance's identity; 0, or -EINVAL when id is not an IDENT_INSTANCE name (1 to
+ * GW_INSTANCE_ID_MAX bytes of [A-Za-z0-9._:-]: it goes into a response header). Empty: a
+ * random UUID. */
 int http_set_instance_id(gw_t *g, const char *id);
 /* Starts the loop tick that /check_liveness and /check_ready watch. */
 int http_start_tick(gw_t *g);
@@ -274,6 +277,8 @@ void wschan_kernel_restarting(gw_t *g, kernel_t *k);
 bool wschan_origin_ok(gw_t *g, struct lws *wsi);
 
 /* channel.c: the /channel RPC websocket */
+/* Once, before anything else: the empty list of connections. */
+void channel_init(gw_t *g);
 bool channel_is_channel(struct lws *wsi);
 /* Checks a /channel upgrade request: 0 proceed, else the HTTP status of the refusal in no. */
 int channel_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
@@ -288,6 +293,7 @@ void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, j
                   json_t *kwargs, const char *exec_msg_id);
 
 /* sessions.c */
+void sessions_init(gw_t *g);
 int sessions_handle(gw_t *g, struct gw_req *r);
 void sessions_kernel_gone(gw_t *g, const char *kernel_id);
 void sessions_free_all(gw_t *g);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/audit.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/kops.h"
@@ -603,11 +604,9 @@ int http_set_instance_id(gw_t *g, const char *id)
         util_uuid(g->instance_id);
         return 0;
     }
-    size_t n = strlen(id);
-    if (n > GW_INSTANCE_ID_MAX ||
-        strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") != n)
+    if (!ident_str_ok(id, IDENT_INSTANCE))
         return -EINVAL;
-    memcpy(g->instance_id, id, n + 1);
+    memcpy(g->instance_id, id, strlen(id) + 1);
     return 0;
 }
 

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "common/audit.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "gateway/route.h"
 
 /* What a row's message names after its head. */
 enum kops_arg {
@@ -149,7 +149,8 @@ int kops_start(gw_t *g, const struct gw_caller *who, json_t *req, kernel_t **ret
     if (kmgr_limits_parse(json_object_get(req, "limits"), &lim, why, sizeof(why)) < 0)
         return bad_request(err, "%s", why);
     if (jws && !json_is_null(jws) &&
-        (!json_is_string(jws) || !route_is_id(json_string_value(jws), json_string_length(jws))))
+        (!json_is_string(jws) ||
+         !ident_ok(json_string_value(jws), json_string_length(jws), IDENT_UUIDISH)))
         return bad_request(err, "\"workspace\" must be a workspace id");
     struct kmgr_start st = {.spec_name = name,
                             .env = json_is_object(env) ? env : NULL,

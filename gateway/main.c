@@ -11,6 +11,7 @@
 
 #include "common/audit.h"
 #include "common/config.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
@@ -193,7 +194,7 @@ static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n,
             memcpy(num, eq + 1, vl);
             num[vl] = '\0';
             long v = strtol(num, &e, 10);
-            if (*e || v < 0 || v > 1000 || !kspec_name_ok(names[n])) {
+            if (*e || v < 0 || v > 1000 || !ident_str_ok(names[n], IDENT_KSPEC)) {
                 snprintf(why, whysz, "--pool: '%.*s' is not NAME=N with N in 0..1000",
                          (int)(len > 64 ? 64 : len), s);
                 return -EINVAL;
@@ -731,6 +732,8 @@ int main(int argc, char **argv)
     evl_io_t *sig_io = NULL;
     int rc;
 
+    sessions_init(&G);
+    channel_init(&G);
     if (argc > 1 && !strcmp(argv[1], "keygen"))
         return keygen(argc - 1, argv + 1);
     if ((rc = info_flag(argc, argv)) >= 0)

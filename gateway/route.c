@@ -4,7 +4,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernelmgr/kspec.h"
+#include "common/ident.h"
 
 /* See struct route_def for the pattern syntax. */
 static const struct route_def routes[] = {
@@ -44,32 +44,6 @@ const struct route_def *route_at(size_t i)
     return i < route_count() ? &routes[i] : NULL;
 }
 
-static int is_word(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-}
-
-int route_is_id(const char *s, size_t n)
-{
-    int groups = 1;
-    size_t run = 0;
-    if (n == 0 || n > 128)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '-') {
-            if (run == 0)
-                return 0;
-            groups++;
-            run = 0;
-        } else if (is_word(s[i])) {
-            run++;
-        } else {
-            return 0;
-        }
-    }
-    return groups == 5 && run > 0;
-}
-
 /* Next segment of p (after a leading '/'); returns its length or -1 at the end. */
 static int next_seg(const char **p, const char *end, const char **seg)
 {
@@ -106,7 +80,7 @@ static int try_match(const char *pattern, const char *path, size_t len, struct r
             char tmp[ROUTE_ARG_MAX];
             memcpy(tmp, seg, (size_t)n);
             tmp[n] = '\0';
-            bool ok = pseg[1] == 'i' ? route_is_id(tmp, (size_t)n) : kspec_name_ok(tmp);
+            bool ok = ident_ok(tmp, (size_t)n, pseg[1] == 'i' ? IDENT_UUIDISH : IDENT_KSPEC);
             if (!ok)
                 return -ENOENT;
             memcpy(out->arg[nargs++], tmp, (size_t)n + 1);

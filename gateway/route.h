@@ -75,7 +75,5 @@ int route_match(const char *path, size_t len, struct route *out);
 /* The table itself, for documentation checks: route_at(i) for i < route_count(). */
 size_t route_count(void);
 const struct route_def *route_at(size_t i);
-/* True for jupyter_server's kernel/session id shape: \w+-\w+-\w+-\w+-\w+ (bounded). */
-int route_is_id(const char *s, size_t n);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
@@ -17,7 +18,7 @@ typedef struct gsess {
     char id[40];
     char kernel_id[40];
     json_t *fields; /* path, name, type */
-    struct gsess *next;
+    struct list link; /* on g->sessions */
 } gsess_t;
 
 /* A session belongs to the tenant of its kernel. */
@@ -28,19 +29,18 @@ static bool visible(gw_t *g, const gsess_t *s, const char *tenant)
 
 static gsess_t *find(gw_t *g, const char *id, const char *tenant)
 {
-    for (gsess_t *s = g->sessions; s; s = s->next)
+    gsess_t *s;
+    list_for_each(s, &g->sessions, link)
+    {
         if (!strcmp(s->id, id))
             return !tenant || visible(g, s, tenant) ? s : NULL;
+    }
     return NULL;
 }
 
 static void unlink_free(gw_t *g, gsess_t *s)
 {
-    for (gsess_t **pp = &g->sessions; *pp; pp = &(*pp)->next)
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
+    list_remove(&s->link);
     json_decref(s->fields);
     free(s);
 }
@@ -96,8 +96,7 @@ static void on_kernel_ready(struct gw_req *r, kernel_t *k, int status)
     snprintf(s->kernel_id, sizeof(s->kernel_id), "%s", kernel_id(k));
     gsess_t *existing = find(g, s->id, NULL);
     if (!existing) {
-        s->next = g->sessions;
-        g->sessions = s;
+        list_prepend(&g->sessions, &s->link);
     } else { /* PATCH that changed the kernel */
         snprintf(existing->kernel_id, sizeof(existing->kernel_id), "%s", kernel_id(k));
         json_decref(existing->fields);
@@ -142,6 +141,7 @@ static gsess_t *sess_new(const char *id, json_t *fields)
     gsess_t *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
+    list_init(&s->link);
     if (id)
         snprintf(s->id, sizeof(s->id), "%s", id);
     else
@@ -154,8 +154,11 @@ static void create(struct gw_req *r, json_t *body)
 {
     gw_t *g = r->g;
     size_t n = 0;
-    for (gsess_t *s = g->sessions; s; s = s->next)
+    gsess_t *it;
+    list_for_each(it, &g->sessions, link)
+    {
         n++;
+    }
     if (n >= SESSIONS_MAX)
         return req_error(r, 503, "too many sessions");
     json_t *nb = json_object_get(body, "notebook");
@@ -169,13 +172,17 @@ static void create(struct gw_req *r, json_t *body)
     }
     /* jupyter_server returns the existing session for a path that already has one */
     const char *path = json_string_value(json_object_get(fields, "path"));
-    for (gsess_t *s = g->sessions; s && path[0]; s = s->next)
-        if (!strcmp(json_string_value(json_object_get(s->fields, "path")), path) &&
-            visible(g, s, r->caller.tenant)) {
-            json_decref(fields);
-            snprintf(r->location, sizeof(r->location), "/api/sessions/%s", s->id);
-            return req_reply(r, 201, model(g, s));
+    if (path[0]) {
+        list_for_each(it, &g->sessions, link)
+        {
+            if (!strcmp(json_string_value(json_object_get(it->fields, "path")), path) &&
+                visible(g, it, r->caller.tenant)) {
+                json_decref(fields);
+                snprintf(r->location, sizeof(r->location), "/api/sessions/%s", it->id);
+                return req_reply(r, 201, model(g, it));
+            }
         }
+    }
     gsess_t *s = sess_new(NULL, fields);
     if (!s) {
         json_decref(fields);
@@ -219,9 +226,12 @@ int sessions_handle(gw_t *g, struct gw_req *r)
     if (r->route.id == ROUTE_SESSIONS) {
         if (r->method == HTTP_M_GET) {
             json_t *a = json_array();
-            for (gsess_t *s = g->sessions; s; s = s->next)
+            gsess_t *s;
+            list_for_each(s, &g->sessions, link)
+            {
                 if (visible(g, s, r->caller.tenant))
                     json_array_append_new(a, model(g, s));
+            }
             req_reply(r, 200, a);
             return 0;
         }
@@ -256,17 +266,21 @@ int sessions_handle(gw_t *g, struct gw_req *r)
 
 void sessions_kernel_gone(gw_t *g, const char *kernel_id)
 {
-    gsess_t *s = g->sessions;
-    while (s) {
-        gsess_t *next = s->next;
+    gsess_t *s, *next;
+    list_for_each_safe(s, next, &g->sessions, link)
+    {
         if (!strcmp(s->kernel_id, kernel_id))
             unlink_free(g, s);
-        s = next;
     }
+}
+
+void sessions_init(gw_t *g)
+{
+    list_init(&g->sessions);
 }
 
 void sessions_free_all(gw_t *g)
 {
-    while (g->sessions)
-        unlink_free(g, g->sessions);
+    while (!list_empty(&g->sessions))
+        unlink_free(g, list_first(&g->sessions, gsess_t, link));
 }

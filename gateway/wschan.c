@@ -13,6 +13,8 @@
 
 #include "common/blob.h"
 #include "common/audit.h"
+#include "common/ident.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/gw.h"
@@ -22,7 +24,7 @@
 #include "protocol/wsmsg.h"
 
 #define WS_MAX_BAD     16  /* malformed frames tolerated before the connection is closed */
-#define SESSION_ID_MAX 100
+#define SESSION_ID_MAX IDENT_TOKEN_MAX /* session ids are IDENT_TOKEN names */
 
 typedef struct khub khub_t;
 typedef struct wsess wsess_t;
@@ -52,7 +54,7 @@ struct wsess {
     enum wsproto buf_proto;
     blob_t **buf;
     size_t nbuf, cap, buf_bytes;
-    wsess_t *next;
+    struct list link; /* on hub->sessions */
 };
 
 #define SESSION_BUFFER_MAX 10000 /* messages */
@@ -60,7 +62,7 @@ struct wsess {
 struct khub {
     gw_t *g;
     kernel_t *k;
-    wsess_t *sessions;
+    struct list sessions; /* wsess_t.link, newest first */
 };
 
 /* ---- kernel -> clients ---- */
@@ -152,8 +154,11 @@ static void sess_attach(wsess_t *s, struct wsconn *ws)
 static void broadcast(khub_t *hub, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
 {
     blob_t *enc[WSPROTO_N] = {0};
-    for (wsess_t *s = hub->sessions; s; s = s->next)
+    wsess_t *s;
+    list_for_each(s, &hub->sessions, link)
+    {
         deliver(s, enc, chan, m, h);
+    }
     for (int i = 0; i < WSPROTO_N; i++)
         blob_unref(&enc[i]);
 }
@@ -234,11 +239,7 @@ void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
 static void sess_destroy(wsess_t *s)
 {
     khub_t *hub = s->hub;
-    for (wsess_t **pp = &hub->sessions; *pp; pp = &(*pp)->next)
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
+    list_remove(&s->link);
     if (s->ws)
         s->ws->sess = NULL;
     buf_clear(s);
@@ -264,14 +265,15 @@ static khub_t *hub_get(gw_t *g, kernel_t *k)
         return NULL;
     hub->g = g;
     hub->k = k;
+    list_init(&hub->sessions);
     kernel_set_user(k, hub);
     return hub;
 }
 
 static void hub_close_all(khub_t *hub, int code, const char *reason)
 {
-    while (hub->sessions) {
-        wsess_t *s = hub->sessions;
+    while (!list_empty(&hub->sessions)) {
+        wsess_t *s = list_first(&hub->sessions, wsess_t, link);
         if (s->ws)
             wsq_close(&s->ws->out, code, reason, true);
         sess_destroy(s);
@@ -315,17 +317,6 @@ void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *det
 }
 
 /* ---- websocket callbacks ---- */
-
-static bool session_id_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > SESSION_ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
-            return false;
-    return true;
-}
 
 /* The kernel of the channels URL, if it is the caller's tenant's and usable. */
 static kernel_t *kernel_of(gw_t *g, struct lws *wsi, const char *tenant)
@@ -372,7 +363,7 @@ int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no)
     if (!kernel_of(g, wsi, who.tenant))
         return gw_refuse(no, 404, 0, "Kernel does not exist");
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sid, sizeof(sid));
-    if (s && *s && !session_id_ok(s))
+    if (s && *s && !ident_str_ok(s, IDENT_TOKEN))
         return gw_refuse(no, 400, 0, "invalid session_id");
     return 0;
 }
@@ -385,7 +376,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     if (!k)
         return -1;
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sidbuf, sizeof(sidbuf));
-    if (s && *s && session_id_ok(s))
+    if (s && *s && ident_str_ok(s, IDENT_TOKEN))
         snprintf(sid, sizeof(sid), "%s", s);
     else
         util_uuid(sid);
@@ -403,10 +394,14 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     ws->proto = p && p->name && !strcmp(p->name, WSMSG_V1_NAME) ? WSPROTO_V1 : WSPROTO_LEGACY;
     buf_init(&ws->in, (size_t)g->cfg.max_ws_message_bytes);
 
-    wsess_t *sess;
-    for (sess = hub->sessions; sess; sess = sess->next)
-        if (!strcmp(sess->id, sid))
+    wsess_t *sess = NULL, *it;
+    list_for_each(it, &hub->sessions, link)
+    {
+        if (!strcmp(it->id, sid)) {
+            sess = it;
             break;
+        }
+    }
     if (sess && sess->ws) {
         log_info("ws: replacing stale connection for session %s on kernel=%s", sid, kernel_id(k));
         struct wsconn *old = sess->ws;
@@ -420,6 +415,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
         if (!sess)
             goto fail;
         sess->hub = hub;
+        list_init(&sess->link);
         snprintf(sess->id, sizeof(sess->id), "%s", sid);
         sess->linger = g->loop.evl.timer_new(&g->loop.evl, on_linger, sess);
         sess->kc = kconn_new(k, sid, &sess_ops, sess);
@@ -431,8 +427,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
             free(sess);
             goto fail;
         }
-        sess->next = hub->sessions;
-        hub->sessions = sess;
+        list_prepend(&hub->sessions, &sess->link);
     }
     g->loop.evl.timer_disarm(&g->loop.evl, sess->linger);
     ws->sess = sess;
@@ -549,9 +544,14 @@ void wschan_close_all(gw_t *g, int code, const char *reason)
 {
     for (size_t i = 0; i < kmgr_count(g->km); i++) {
         khub_t *hub = kernel_user(kmgr_at(g->km, i));
-        for (wsess_t *s = hub ? hub->sessions : NULL; s; s = s->next)
+        wsess_t *s;
+        if (!hub)
+            continue;
+        list_for_each(s, &hub->sessions, link)
+        {
             if (s->ws)
                 wsq_close(&s->ws->out, code, reason, true);
+        }
     }
 }
 

@@ -48,8 +48,7 @@ kconn_t *kconn_new(kernel_t *k, const char *session_id, const struct kconn_ops *
         errno = -r;
         return NULL;
     }
-    c->next = k->conns;
-    k->conns = c;
+    list_prepend(&k->conns, &c->link);
     return c;
 }
 
@@ -58,11 +57,7 @@ void kconn_destroy(kconn_t **pc)
     kconn_t *c = *pc;
     if (!c)
         return;
-    for (kconn_t **pp = &c->k->conns; *pp; pp = &(*pp)->next)
-        if (*pp == c) {
-            *pp = c->next;
-            break;
-        }
+    list_remove(&c->link);
     for (int ch = 0; ch < JCHAN_N; ch++)
         kz_close(&c->z[ch]);
     free(c);

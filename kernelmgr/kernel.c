@@ -125,8 +125,7 @@ int kernel_wait(kernel_t *k, kernel_done_cb cb, void *data, kwait_t **ret)
     w->cb = cb;
     w->data = data;
     w->k = k;
-    w->next = k->waiters;
-    k->waiters = w;
+    list_prepend(&k->waiters, &w->link);
     *ret = w;
     return 0;
 }
@@ -136,22 +135,18 @@ void kwait_cancel(kwait_t **pw)
     kwait_t *w = *pw;
     if (!w)
         return;
-    for (kwait_t **pp = &w->k->waiters; *pp; pp = &(*pp)->next)
-        if (*pp == w) {
-            *pp = w->next;
-            break;
-        }
+    list_remove(&w->link);
     free(w);
     *pw = NULL;
 }
 
 static void complete(kernel_t *k, int status)
 {
-    kwait_t *list = k->waiters;
-    k->waiters = NULL;
-    while (list) {
-        kwait_t *w = list;
-        list = w->next;
+    struct list todo; /* these; a waiter added meanwhile waits for the next completion */
+    list_move(&todo, &k->waiters);
+    while (!list_empty(&todo)) {
+        kwait_t *w = list_first(&todo, kwait_t, link);
+        list_remove(&w->link);
         w->cb(w->data, k, status);
         free(w);
     }
@@ -1306,6 +1301,8 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     kernel_t *k = calloc(1, sizeof(*k));
     if (!k)
         return NULL;
+    list_init(&k->conns);
+    list_init(&k->waiters);
     k->m = m;
     k->spec = spec;
     k->pidfd = -1;
@@ -1411,12 +1408,12 @@ void kernel__free(kernel_t *k)
     if (!k)
         return;
     evl_t *l = k->m->evl;
-    while (k->waiters) {
-        kwait_t *w = k->waiters;
+    while (!list_empty(&k->waiters)) {
+        kwait_t *w = list_first(&k->waiters, kwait_t, link);
         kwait_cancel(&w);
     }
-    while (k->conns) {
-        kconn_t *c = k->conns;
+    while (!list_empty(&k->conns)) {
+        kconn_t *c = list_first(&k->conns, kconn_t, link);
         kconn_destroy(&c);
     }
     if (k->pid > 1) {

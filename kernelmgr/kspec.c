@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/ident.h"
 #include "common/log.h"
 
 #define KSPECS_MAX 256
@@ -18,20 +19,6 @@ struct kspecs {
     kspec_t *v[KSPECS_MAX];
     size_t n;
 };
-
-bool kspec_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 128 || s[0] == '.')
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
-}
 
 static void kspec_free(kspec_t *s)
 {
@@ -98,7 +85,7 @@ static void scan(kspecs_t *ks, const char *base)
     if (!d)
         return;
     while ((e = readdir(d)) && ks->n < KSPECS_MAX) {
-        if (!kspec_name_ok(e->d_name))
+        if (!ident_str_ok(e->d_name, IDENT_KSPEC))
             continue;
         char lname[256];
         snprintf(lname, sizeof(lname), "%s", e->d_name);
@@ -178,7 +165,7 @@ json_t *kspec_model(const kspec_t *s)
     struct dirent *e;
     char url[512];
     while (d && (e = readdir(d))) {
-        if (!kspec_name_ok(e->d_name))
+        if (!ident_str_ok(e->d_name, IDENT_KSPEC))
             continue;
         const char *f = e->d_name;
         if (strncmp(f, "logo-", 5) == 0) {
@@ -201,7 +188,7 @@ json_t *kspec_model(const kspec_t *s)
 int kspec_open_resource(const kspec_t *s, const char *file)
 {
     struct stat st;
-    if (!kspec_name_ok(file))
+    if (!ident_str_ok(file, IDENT_KSPEC))
         return -ENOENT;
     int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)

@@ -27,7 +27,5 @@ json_t *kspec_model(const kspec_t *s);
 /* Opens a resource file (a single file name inside the spec directory) read-only.
  * Returns an fd or -ENOENT / -errno. */
 int kspec_open_resource(const kspec_t *s, const char *file);
-/* True for names kernelspecs and resources may have: [A-Za-z0-9._-], not starting with '.'. */
-bool kspec_name_ok(const char *s);
 
 #endif

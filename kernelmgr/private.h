@@ -8,6 +8,7 @@
 #include <zmq.h>
 
 #include "common/evl.h"
+#include "common/list.h"
 #include "kernelmgr/kconn.h"
 #include "kernelmgr/kernel.h"
 #include "kernelmgr/kmgr.h"
@@ -117,14 +118,14 @@ struct kconn {
     kzsock_t z[JCHAN_N]; /* iopub unused */
     const struct kconn_ops *ops;
     void *user;
-    kconn_t *next;
+    struct list link; /* on k->conns */
 };
 
 struct kwait {
     kernel_done_cb cb;
     void *data;
     kernel_t *k;
-    kwait_t *next;
+    struct list link; /* on k->waiters */
 };
 
 struct kernel {
@@ -191,8 +192,8 @@ struct kernel {
     int hb_missed, restarts;
     bool hb_outstanding;
 
-    kconn_t *conns;
-    kwait_t *waiters;
+    struct list conns;   /* kconn_t.link, newest first */
+    struct list waiters; /* kwait_t.link, newest first */
     kcall_t *calls;      /* callbacks */
 
     struct kpool *pool;  /* while it waits in the warm pool (no hooks run): its pool */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ident.h"
 #include "common/util.h"
 #include "protocol/rpc.h"
 
@@ -135,20 +136,6 @@ int kcallmsg_err_set(kcallmsg_err_t *e, const char *type, const char *fmt, ...)
     return -EINVAL;
 }
 
-bool kcallmsg_name_ok(const char *s, size_t n)
-{
-    if (n == 0 || n > KCALLMSG_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_'))
-            return false;
-    }
-    return true;
-}
-
-
 static bool allowed(const char *const *allow, const char *name)
 {
     for (; allow && *allow; allow++)
@@ -217,7 +204,7 @@ int kcallmsg_parse(const char *p, size_t n, const char *const *allow, kcallmsg_r
     }
     const char *ns = json_string_value(name);
     size_t nlen = json_string_length(name);
-    if (!kcallmsg_name_ok(ns, nlen) || !allowed(allow, ns)) {
+    if (!ident_ok(ns, nlen, IDENT_PYNAME) || !allowed(allow, ns)) {
         list_allowed(allow, names, sizeof(names));
         rc = kcallmsg_err_set(ret_err, "PermissionError",
                               "callback %s is not allowed by the gateway (allowed: %s)",
@@ -297,7 +284,7 @@ char **kcallmsg_allow_new(const char *csv)
         while (len && (b[len - 1] == ' ' || b[len - 1] == '\t'))
             len--;
         if (len) {
-            if (!kcallmsg_name_ok(b, len)) {
+            if (!ident_ok(b, len, IDENT_PYNAME)) {
                 err = EINVAL;
                 goto fail;
             }
@@ -360,7 +347,7 @@ int kcallmsg_encode_error(const char *type, const char *message, char **ret, siz
 {
     char msg[KCALLMSG_MESSAGE_MAX + 1];
     size_t n = 0;
-    if (!type || !kcallmsg_name_ok(type, strlen(type)))
+    if (!type || !ident_str_ok(type, IDENT_PYNAME))
         type = "RuntimeError";
     for (const char *m = message ? message : ""; *m && n < KCALLMSG_MESSAGE_MAX; m++) {
         unsigned char c = (unsigned char)*m;

@@ -15,8 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/ident.h"
+
 #define KCALLMSG_HDR_BYTES   4
-#define KCALLMSG_NAME_MAX    64          /* callback names: [A-Za-z_][A-Za-z0-9_]* */
+#define KCALLMSG_NAME_MAX    IDENT_PYNAME_MAX /* callback names are IDENT_PYNAME names */
 #define KCALLMSG_PARENT_MAX  127         /* bytes of "parent", printable ASCII */
 #define KCALLMSG_MAX_DEPTH   32          /* nesting of arrays/objects in a request */
 #define KCALLMSG_MESSAGE_MAX 1024        /* bytes of an error message sent to the kernel */
@@ -85,9 +87,6 @@ void kcallmsg_req_fini(kcallmsg_req_t *r);
 /* Sets e (type must be a static string); returns -EINVAL. */
 int kcallmsg_err_set(kcallmsg_err_t *e, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* True for [A-Za-z_][A-Za-z0-9_]* of 1..KCALLMSG_NAME_MAX bytes. */
-bool kcallmsg_name_ok(const char *s, size_t n);
 
 /* A comma-separated list of callback names (spaces around names ignored, empty entries
  * skipped; "" allows nothing) as a NULL-terminated array. NULL + errno (EINVAL: a bad name). */

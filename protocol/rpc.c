@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -105,6 +106,7 @@ static const rpc_spec_t table[] = {
 };
 /* clang-format on */
 _Static_assert(UTIL_ARRAY_SIZE(table) == RPC_METHOD_N, "one table row per enum rpc_method");
+_Static_assert(RPC_KEY_MAX <= IDENT_ENVNAME_MAX, "env keys are bounded by RPC_KEY_MAX first");
 
 static const char *const obj_names[RPC_OBJ_N] = {"multi_kernel_manager", "kernel_manager",
                                                  "client"};
@@ -341,19 +343,6 @@ static const char *json_type_name(const json_t *v)
     }
 }
 
-#define ALNUM "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-
-/* s is NUL-terminated with no NUL inside (jansson refuses \u0000) */
-static bool name_ok(const char *s, size_t n)
-{
-    return n > 0 && s[0] != '.' && s[0] != '-' && strspn(s, ALNUM "._-") == n;
-}
-
-static bool envname_ok(const char *s, size_t n)
-{
-    return n > 0 && strspn(s, ALNUM "_") == n;
-}
-
 static bool in_list(const char *const *list, const char *s)
 {
     for (; *list; list++)
@@ -389,7 +378,8 @@ static int check(const rpc_spec_t *sp,
         if ((p->flags & RPC_P_PRINTABLE) && !util_printable(r.s, r.len))
             return rpc_error_set(err, RPC_ERR_VALUE, "%s() %s must be printable ASCII", sp->name,
                                  what);
-        if ((p->flags & RPC_P_NAME) && !name_ok(r.s, r.len))
+        assert(!(p->flags & RPC_P_NAME) || p->max <= IDENT_NAME_MAX);
+        if ((p->flags & RPC_P_NAME) && !ident_ok(r.s, r.len, IDENT_NAME))
             return rpc_error_set(err, RPC_ERR_VALUE, "%s() %s must be a name ([A-Za-z0-9._-])",
                                  sp->name, what);
         if (p->choices && !in_list(p->choices, r.s))
@@ -433,7 +423,7 @@ static int check(const rpc_spec_t *sp,
             rpc_quote(q, key, klen);
             if (klen == 0 || klen > RPC_KEY_MAX ||
                 (p->prefix && strncmp(key, p->prefix, strlen(p->prefix)) != 0) ||
-                ((p->flags & RPC_P_ENVNAME) && !envname_ok(key, klen)) ||
+                ((p->flags & RPC_P_ENVNAME) && !ident_ok(key, klen, IDENT_ENVNAME)) ||
                 (p->choices && !in_list(p->choices, key)))
                 return rpc_error_set(err, RPC_ERR_VALUE, "%s() %s: key %s is not allowed", sp->name,
                                      what, q);

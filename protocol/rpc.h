@@ -120,8 +120,8 @@ enum {
     RPC_P_NULLABLE = 1 << 1,  /* None is accepted */
     RPC_P_KWONLY = 1 << 2,    /* keyword only (after Python's '*'); after positional ones */
     RPC_P_PRINTABLE = 1 << 3, /* STR: bytes 0x20..0x7e */
-    RPC_P_NAME = 1 << 4,      /* STR: [A-Za-z0-9._-], not starting with '.' or '-' */
-    RPC_P_ENVNAME = 1 << 5,   /* DICT: keys are [A-Za-z0-9_] */
+    RPC_P_NAME = 1 << 4,      /* STR: an IDENT_NAME, [A-Za-z0-9._-] not starting with '.'/'-' */
+    RPC_P_ENVNAME = 1 << 5,   /* DICT: keys are IDENT_ENVNAME names, [A-Za-z0-9_] */
 };
 
 /* One parameter. Bounds are inclusive: INT/NUM the value, STR its length in bytes, DICT its

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ident.h"
 #include "protocol/kcallmsg.h"
 
 #define MAX_PAYLOAD 4096
@@ -58,7 +59,7 @@ static void check_request(const char *p, size_t n)
         int listed = 0;
         for (const char *const *a = allow; *a; a++)
             listed |= strcmp(*a, r.name) == 0;
-        FUZZ_CHECK(listed && kcallmsg_name_ok(r.name, strlen(r.name)));
+        FUZZ_CHECK(listed && ident_str_ok(r.name, IDENT_PYNAME));
         FUZZ_CHECK(json_is_array(r.args) && json_is_object(r.kwargs));
         FUZZ_CHECK(strlen(r.parent) <= KCALLMSG_PARENT_MAX && printable(r.parent));
         /* what the hook would get travels back unchanged in a reply */

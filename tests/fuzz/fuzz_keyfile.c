@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ident.h"
 #include "common/keyfile.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -19,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int r = keyfile_parse_line(line, size, &e, err, sizeof(err));
     FUZZ_CHECK(r == 1 || r == 0 || r == -EINVAL);
     if (r == 1) {
-        FUZZ_CHECK(keyfile_tenant_ok(e.tenant, strlen(e.tenant)));
+        FUZZ_CHECK(ident_str_ok(e.tenant, IDENT_TENANT));
         if (e.pw)
             FUZZ_CHECK(!strncmp(e.pwhash, "$argon2", 7) && memchr(e.pwhash, '\0',
                                                                  sizeof(e.pwhash)));

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "common/ident.h"
 #include "protocol/kcallmsg.h"
 
 static const char *const allow[] = {"display_chart_to_user", "display_dataframe_to_user", NULL};
@@ -266,9 +267,9 @@ static void test_allow(void)
     CHECK(a && a[0]);
     kcallmsg_allow_destroy(&a);
     kcallmsg_allow_destroy(&a); /* NULL is fine */
-    CHECK(kcallmsg_name_ok("_x9", 3));
-    CHECK(!kcallmsg_name_ok("9x", 2));
-    CHECK(!kcallmsg_name_ok("", 0));
+    CHECK(ident_ok("_x9", 3, IDENT_PYNAME));
+    CHECK(!ident_ok("9x", 2, IDENT_PYNAME));
+    CHECK(!ident_ok("", 0, IDENT_PYNAME));
 }
 
 static json_t *payload_json(const char *f, size_t n)
