@@ -50,7 +50,7 @@ unshare --mount --propagation private sh -eu -c '
     mkdir "$work/u" "$work/w" "$work/root"
     mount -t overlay overlay -o "lowerdir=/,upperdir=$work/u,workdir=$work/w" "$work/root"
     cp "$deb" "$work/root/root/kgw.deb"
-    cp "$4/.ci/smoke_installed.py" "$work/root/root/"
+    cp "$4/.ci/smoke_installed.py" "$4/.ci/check_run.py" "$work/root/root/"
     rm -f "$work/root/etc/machine-id" "$work/root/usr/sbin/policy-rc.d"
     exec systemd-nspawn -q -D "$work/root" --private-network --register=no --keep-unit \
         -M "$name" -b' container "$work" "$deb" "$name" "$repo" > "$work.log" 2>&1 < /dev/null &

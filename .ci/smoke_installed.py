@@ -142,7 +142,7 @@ def main():
             alerted = set(re.findall(r"\b(kgw_[a-z_]+?)(?:_bucket)?\b", f.read()))
         absent = sorted(m for m in alerted if m not in metrics)
         if absent:
-            print(f"smoke_installed: not (yet) in /metrics, named by the alert rules: {absent}")
+            fail(f"metrics the alert rules name are not in /metrics: {absent}", log_path)
 
         proc.send_signal(signal.SIGTERM)
         stopping = notify.recv(4096).decode()

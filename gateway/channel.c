@@ -461,7 +461,7 @@ static int client_send(chclient_t *cl, enum jchan chan, const char *msg_type, js
         m.part[JPART_PARENT] = (jspan_t){"{}", 2};
         m.part[JPART_METADATA] = (jspan_t){"{}", 2};
         m.part[JPART_CONTENT] = (jspan_t){body, strlen(body)};
-        r = kconn_send(cl->kc, chan, &m);
+        r = kconn_send(cl->kc, chan, &m, !strcmp(msg_type, "execute_request") ? msg_id_out : NULL);
     }
     free(hdr);
     free(body);

@@ -158,9 +158,11 @@ static void on_timer(void *data)
      * it, or lws's timers (which run in time order with ours) would close them first */
     while (c->head != NONE && c->c[c->head].deadline <= util_now_ms()) {
         struct conn *e = &c->c[c->head];
+        if (!e->wsi) { /* lws never made it (adopting it failed): no close will come */
+            settle(c, e);
+            continue;
+        }
         hdr_end(c, e);
-        if (!e->wsi)
-            continue; /* lws never made it (adopting it failed): nothing to close */
         peer_of(e->wsi, addr);
         if (!late++)
             memcpy(first, addr, sizeof(first));

@@ -91,54 +91,6 @@ static void count_refusal(gw_t *g, int status)
         g->stats.refused[GW_REFUSED_BAD_INPUT]++;
 }
 
-static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctype,
-                          const void *body, size_t len, const char *location, int retry_after)
-{
-    unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
-                                       *end = hdr + sizeof(hdr) - 1;
-    count_refusal(g, status);
-    if (lws_add_http_header_status(wsi, (unsigned)status, &p, end))
-        return -1;
-    if (reqguard_pipelined((int)lws_get_socket_fd(wsi)) &&
-        add_header(wsi, "connection:", "close", &p, end))
-        return -1;
-    if (ctype && len > 0 &&
-        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, (const unsigned char *)ctype,
-                                     (int)strlen(ctype), &p, end))
-        return -1;
-    if (location && add_header(wsi, "location:", location, &p, end))
-        return -1;
-    if (retry_after > 0) {
-        char ra[16];
-        snprintf(ra, sizeof(ra), "%d", retry_after);
-        if (add_header(wsi, "retry-after:", ra, &p, end))
-            return -1;
-    }
-    if (http_add_common_headers(g, wsi, &p, end))
-        return -1;
-    if (lws_add_http_header_content_length(wsi, len, &p, end) || lws_finalize_http_header(wsi, &p, end))
-        return -1;
-    if (lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
-        return -1;
-    if (len > 0) {
-        unsigned char *b = malloc(LWS_PRE + len);
-        if (!b)
-            return -1;
-        memcpy(b + LWS_PRE, body, len);
-        int w = lws_write(wsi, b + LWS_PRE, len, LWS_WRITE_HTTP_FINAL);
-        free(b);
-        if (w < 0)
-            return -1;
-    }
-    return transaction_done(wsi);
-}
-
-int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
-                   size_t len, const char *location)
-{
-    return write_response(g, wsi, status, ctype, body, len, location, 0);
-}
-
 static const char *reason_phrase(int status)
 {
     switch (status) {
@@ -173,6 +125,76 @@ static const char *reason_phrase(int status)
     default:
         return "Error";
     }
+}
+
+/* The head of an answer into [*p, end). upgrade: an upgrade refused inside
+ * LWS_CALLBACK_HTTP_CONFIRM_UPGRADE, where lws has not read the request's HTTP version yet (its
+ * status line would say HTTP/1.0, which websocket clients reject as unsupported): the status
+ * line is written here, the body goes out raw (put_body with LWS_WRITE_HTTP_HEADERS, outside
+ * lws's body accounting) and the connection closes after it. */
+static int put_head(gw_t *g, struct lws *wsi, int status, const char *ctype, size_t len,
+                    const char *location, int retry_after, bool upgrade, unsigned char **p,
+                    unsigned char *end)
+{
+    char num[24];
+    int rc;
+    count_refusal(g, status);
+    if (upgrade) {
+        char line[64];
+        int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s", status, reason_phrase(status));
+        rc = lws_add_http_header_by_name(wsi, NULL, (const unsigned char *)line, n, p, end);
+    } else {
+        rc = lws_add_http_header_status(wsi, (unsigned)status, p, end);
+    }
+    if (upgrade || reqguard_pipelined((int)lws_get_socket_fd(wsi)))
+        rc |= add_header(wsi, "connection:", "close", p, end);
+    if (ctype && len > 0)
+        rc |= add_header(wsi, "content-type:", ctype, p, end);
+    if (location)
+        rc |= add_header(wsi, "location:", location, p, end);
+    if (retry_after > 0) {
+        snprintf(num, sizeof(num), "%d", retry_after);
+        rc |= add_header(wsi, "retry-after:", num, p, end);
+    }
+    rc |= http_add_common_headers(g, wsi, p, end);
+    if (upgrade) {
+        snprintf(num, sizeof(num), "%zu", len);
+        rc |= add_header(wsi, "content-length:", num, p, end);
+    } else {
+        rc |= lws_add_http_header_content_length(wsi, len, p, end);
+    }
+    rc |= lws_finalize_http_header(wsi, p, end);
+    return rc ? -1 : 0;
+}
+
+static int put_body(struct lws *wsi, const void *body, size_t len, enum lws_write_protocol wp)
+{
+    unsigned char *b = malloc(LWS_PRE + len);
+    if (!b)
+        return -1;
+    memcpy(b + LWS_PRE, body, len);
+    int w = lws_write(wsi, b + LWS_PRE, len, wp);
+    free(b);
+    return w < 0 ? -1 : 0;
+}
+
+static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctype,
+                          const void *body, size_t len, const char *location, int retry_after)
+{
+    unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
+                                       *end = hdr + sizeof(hdr) - 1;
+    if (put_head(g, wsi, status, ctype, len, location, retry_after, false, &p, end) < 0 ||
+        lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
+        return -1;
+    if (len > 0 && put_body(wsi, body, len, LWS_WRITE_HTTP_FINAL) < 0)
+        return -1;
+    return transaction_done(wsi);
+}
+
+int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
+                   size_t len, const char *location)
+{
+    return write_response(g, wsi, status, ctype, body, len, location, 0);
 }
 
 static char *error_json(int status, const char *message, size_t *len)
@@ -261,44 +283,18 @@ int gw_refuse_auth(struct gw_refusal *no, int status, int retry_after)
     return gw_refuse(no, 401, 0, AUTH_401_MESSAGE);
 }
 
-/* libwebsockets asks to confirm an upgrade before it has read the request's HTTP version, so
- * its own status line would say HTTP/1.0, which websocket clients reject as unsupported: the
- * status line is written here, and the connection closes after the answer. */
 int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no)
 {
     unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
                                        *end = hdr + sizeof(hdr) - 1;
-    char line[64], num[24];
     size_t len;
     char *body = error_json(no->status, no->message, &len);
-    count_refusal(g, no->status);
-    int n = snprintf(line, sizeof(line), "HTTP/1.1 %d %s", no->status, reason_phrase(no->status));
-    int rc = lws_add_http_header_by_name(wsi, NULL, (const unsigned char *)line, n, &p, end);
-    rc |= add_header(wsi, "content-type:", "application/json", &p, end);
-    snprintf(num, sizeof(num), "%zu", len);
-    rc |= add_header(wsi, "content-length:", num, &p, end);
-    rc |= add_header(wsi, "connection:", "close", &p, end);
-    if (no->retry_after > 0) {
-        snprintf(num, sizeof(num), "%d", no->retry_after);
-        rc |= add_header(wsi, "retry-after:", num, &p, end);
-    }
-    rc |= http_add_common_headers(g, wsi, &p, end);
-    rc |= lws_finalize_http_header(wsi, &p, end);
-    if (!rc && body && (size_t)(end - p) >= len) { /* one write when the answer fits */
-        memcpy(p, body, len);
-        p += len;
-        len = 0;
-    }
-    if (!rc && lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) >= 0 && len) {
-        unsigned char *b = malloc(LWS_PRE + len);
-        if (b) {
-            memcpy(b + LWS_PRE, body, len);
-            lws_write(wsi, b + LWS_PRE, len, LWS_WRITE_HTTP_HEADERS);
-            free(b);
-        }
-    }
+    if (body && put_head(g, wsi, no->status, "application/json", len, NULL, no->retry_after,
+                         true, &p, end) == 0 &&
+        lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) >= 0)
+        put_body(wsi, body, len, LWS_WRITE_HTTP_HEADERS);
     free(body);
-    return 1;
+    return 1; /* answered: lws closes the connection */
 }
 
 bool gw_owns(const kernel_t *k, const char *tenant)

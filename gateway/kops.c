@@ -1,6 +1,7 @@
 /* Kernel operations behind every face, and the one table of their errors. */
 #include "gateway/kops.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,8 +61,7 @@ void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(rows) && !row; i++)
         if (rows[i].op == op && (rows[i].code == code || rows[i].code == 0))
             row = &rows[i];
-    if (!row) /* every op has a catch-all row */
-        row = &rows[UTIL_ARRAY_SIZE(rows) - 1];
+    assert(row); /* every op has a catch-all row */
     char arg[RPC_ERROR_MAX] = "";
     const char *spec = ctx && ctx->spec_name ? ctx->spec_name : "";
     switch (row->arg) {

@@ -15,7 +15,6 @@ enum kops_op {
     KOPS_INTERRUPT,
     KOPS_RESTART,
     KOPS_SHUTDOWN,
-    KOPS_N
 };
 
 /* Why an operation failed, for every face. */

@@ -77,13 +77,10 @@ static int try_match(const char *pattern, const char *path, size_t len, struct r
         if (pseg[0] == '{') {
             if (n == 0 || n >= ROUTE_ARG_MAX || nargs >= 2)
                 return -ENOENT;
-            char tmp[ROUTE_ARG_MAX];
-            memcpy(tmp, seg, (size_t)n);
-            tmp[n] = '\0';
-            bool ok = ident_ok(tmp, (size_t)n, pseg[1] == 'i' ? IDENT_UUIDISH : IDENT_KSPEC);
-            if (!ok)
+            if (!ident_ok(seg, (size_t)n, pseg[1] == 'i' ? IDENT_UUIDISH : IDENT_KSPEC))
                 return -ENOENT;
-            memcpy(out->arg[nargs++], tmp, (size_t)n + 1);
+            memcpy(out->arg[nargs], seg, (size_t)n);
+            out->arg[nargs++][n] = '\0';
         } else if (n != pn || memcmp(seg, pseg, (size_t)n) != 0) {
             return -ENOENT;
         }

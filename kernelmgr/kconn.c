@@ -64,17 +64,14 @@ void kconn_destroy(kconn_t **pc)
     *pc = NULL;
 }
 
-int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m)
+int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m, const char *exec_msg_id)
 {
     if (chan == JCHAN_IOPUB || (unsigned)chan >= JCHAN_N)
         return -EINVAL;
     kernel_touch(c->k);
     int r = kz_send_jmsg(&c->z[chan], c->k->sign, m);
-    jhdr_t h;
-    if (r == 0 && chan == JCHAN_SHELL &&
-        memmem(m->part[JPART_HEADER].p, m->part[JPART_HEADER].n, "execute_request", 15) &&
-        jhdr_parse(m->part[JPART_HEADER], &h) == 0 && !strcmp(h.msg_type, "execute_request"))
-        kernel__exec_sent(c->k, h.msg_id);
+    if (r == 0 && chan == JCHAN_SHELL && exec_msg_id)
+        kernel__exec_sent(c->k, exec_msg_id);
     if (r >= 0)
         kernel__count_msg(c->k, KMGR_TO_KERNEL, m);
     return r;

@@ -403,7 +403,7 @@ void kernel__start_begin(kernel_t *k, uint64_t since_us, bool pooled)
 void kernel__count_msg(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m)
 {
     size_t n = 0;
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i <= JPART_CONTENT; i++) /* header, parent, metadata, content */
         n += m->part[i].n;
     for (size_t i = 0; i < m->nbuf; i++)
         n += m->buf[i].n;

@@ -91,13 +91,6 @@ static void remove_tree(int parentfd, const char *name, int depth)
     unlinkat(parentfd, name, AT_REMOVEDIR);
 }
 
-/* Removes a dead instance's directory (<gw-dir>/<kernel-id>/..., zygote/..., the lock file).
- * Nothing is followed. */
-static void remove_instance_dir(int basefd, const char *name)
-{
-    remove_tree(basefd, name, 0);
-}
-
 #define STALE_UNLOCKED_S 600 /* an instance directory without its lock this old is stale */
 
 /* Each running gateway holds an exclusive lock on <its dir>/.lock; a directory whose lock can
@@ -122,14 +115,14 @@ static void sweep_stale(const char *runtime_dir)
             if (errno == ENOENT && fstatat(basefd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
                 S_ISDIR(st.st_mode) && st.st_mtime + STALE_UNLOCKED_S < time(NULL)) {
                 log_info("removing stale runtime directory %s/%s", runtime_dir, e->d_name);
-                remove_instance_dir(basefd, e->d_name);
+                remove_tree(basefd, e->d_name, 0); /* nothing in it is followed */
                 sbx_cgroups_remove_stale(e->d_name);
             }
             continue;
         }
         if (flock(lfd, LOCK_EX | LOCK_NB) == 0) {
             log_info("removing stale runtime directory %s/%s", runtime_dir, e->d_name);
-            remove_instance_dir(basefd, e->d_name);
+            remove_tree(basefd, e->d_name, 0); /* nothing in it is followed */
             sbx_cgroups_remove_stale(e->d_name);
         }
         close(lfd);

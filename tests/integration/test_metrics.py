@@ -171,8 +171,9 @@ def test_metrics_listener_serves_only_metrics(mgw):
 
 
 def test_metrics_port_options(tmp_path):
-    from conftest import KGW_BIN
-    r = subprocess.run([KGW_BIN, "--port", "18000", "--metrics-port", "18000"],
+    from conftest import KGW_BIN, free_port
+    p = str(free_port())  # were the check to regress, kgw would listen there (loopback only)
+    r = subprocess.run([KGW_BIN, "--ip", "127.0.0.1", "--port", p, "--metrics-port", p],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "--metrics-port must differ from --port" in r.stderr
     r = subprocess.run([KGW_BIN, "--help"], capture_output=True, text=True, timeout=30)
@@ -204,8 +205,15 @@ def test_metrics_listener_is_plain_http_beside_tls(tmp_path):
             assert r.status == 200 and b"kgw_build_info" in r.read()
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-        log.close()
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            log.close()
+    assert rc == 0
 
 
 def _status(url):

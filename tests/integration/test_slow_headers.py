@@ -333,7 +333,7 @@ def test_finished_connections_do_not_count_and_kept_alive_ones_are_timed(gateway
         assert HEADER_TIMEOUT - 0.1 < time.monotonic() - t0 < HEADER_TIMEOUT + 1
         data = hung_up(done[1], HEADER_TIMEOUT + 1)
         assert data is not None, "a kept-alive connection's slow request was not timed"
-        assert data == b"" or data.startswith(b"HTTP/1.1 408 "), data
+        assert data == b"", data  # lws's own timer: closed without an answer (conns.c)
         assert HEADER_TIMEOUT - 0.1 < time.monotonic() - t1 < HEADER_TIMEOUT + 1
         again = conn("127.0.0.50")
         again.sendall(b"GET /api HTTP/1.1\r\nHost: x\r\n")

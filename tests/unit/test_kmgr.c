@@ -179,7 +179,7 @@ static void send_execute(kconn_t *c, const char *code, char *ret_msg_id)
     msg.part[JPART_PARENT] = (jspan_t){"{}", 2};
     msg.part[JPART_METADATA] = (jspan_t){"{}", 2};
     msg.part[JPART_CONTENT] = (jspan_t){cs, strlen(cs)};
-    CHECK(kconn_send(c, JCHAN_SHELL, &msg) == 0);
+    CHECK(kconn_send(c, JCHAN_SHELL, &msg, ret_msg_id) == 0);
     free(hdr);
     free(cs);
 }
@@ -263,8 +263,8 @@ static void basic(evl_poll_t *lp, kmgr_t *m)
     msg.part[JPART_PARENT] = (jspan_t){"{}", 2};
     msg.part[JPART_METADATA] = (jspan_t){"{}", 2};
     msg.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
-    CHECK(kconn_send(c, JCHAN_IOPUB, &msg) == -EINVAL);
-    CHECK(kconn_send(c, JCHAN_SHELL, &msg) == 0);
+    CHECK(kconn_send(c, JCHAN_IOPUB, &msg, NULL) == -EINVAL);
+    CHECK(kconn_send(c, JCHAN_SHELL, &msg, S.exec_id) == 0);
     free(hdr);
     /* an execution counts from the moment it is sent (a drain waits for it) to its idle */
     CHECK(kernel_executions(k) == 1 && kmgr_executions(m) == 1);
