@@ -57,6 +57,7 @@ struct chclient {
     char exec_ids[CH_EXEC_IDS][JMSG_MSG_ID_MAX]; /* its recent executions */
     unsigned nexec;
     chclient_t *next;
+    struct list klink; /* on its kernel's list (kernel_data), while k */
 };
 
 struct chref {
@@ -318,11 +319,24 @@ static void client_detach(chclient_t *cl, const char *why)
 {
     client_fail_waiters(cl, why);
     kconn_destroy(&cl->kc);
+    list_remove(&cl->klink);
     cl->k = NULL;
+}
+
+/* The /channel clients of a kernel: a list kept as the listener's data on the kernel. */
+static struct list *kernel_clients(gw_t *g, kernel_t *k, bool make)
+{
+    struct list *head = kernel_data(k, g->ch_listener.slot);
+    if (!head && make && (head = malloc(sizeof(*head)))) {
+        list_init(head);
+        kernel_set_data(k, g->ch_listener.slot, head);
+    }
+    return head;
 }
 
 static void client_free(chclient_t *cl)
 {
+    list_remove(&cl->klink);
     for (int i = 0; i < Q_N; i++) {
         q_clear(&cl->q[i]);
         free(cl->q[i].v);
@@ -585,8 +599,14 @@ static void do_client(chconn_t *c, const rpc_call_t *rc, kernel_t *k)
     chclient_t *cl = calloc(1, sizeof(*cl));
     if (!cl)
         return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "out of memory");
+    struct list *peers = kernel_clients(c->g, k, true);
+    if (!peers) {
+        free(cl);
+        return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "out of memory");
+    }
     cl->c = c;
     cl->k = k;
+    list_init(&cl->klink);
     snprintf(cl->kernel_id, sizeof(cl->kernel_id), "%s", kernel_id(k));
     util_uuid(cl->ref);
     util_uuid(cl->session);
@@ -595,6 +615,7 @@ static void do_client(chconn_t *c, const rpc_call_t *rc, kernel_t *k)
         return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "cannot connect to the kernel: %s",
                            strerror(errno));
     }
+    list_append(peers, &cl->klink);
     struct chref *r = ref_add(c, RPC_OBJ_CLIENT, cl->ref);
     r->client = cl;
     cl->next = c->clients;
@@ -1087,22 +1108,23 @@ int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
 
 /* ---- kernel events ---- */
 
-void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+static void on_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
+    struct list *peers = kernel_clients(user, k, false);
     json_t *msg = NULL;
-    chconn_t *c;
-    list_for_each(c, &g->ch_conns, link)
+    chclient_t *cl;
+    if (!peers)
+        return;
+    list_for_each(cl, peers, klink)
     {
-        for (chclient_t *cl = c->clients; cl; cl = cl->next) {
-            if (cl->k != k || !cl->started)
-                continue;
-            if (!msg && !(msg = msg_dict(m, h, JCHAN_IOPUB))) {
-                log_warn("channel: kernel=%s: iopub message with invalid JSON dropped",
-                         kernel_id(k));
-                return;
-            }
-            client_deliver(cl, Q_IOPUB, msg);
+        if (!cl->started)
+            continue;
+        if (!msg && !(msg = msg_dict(m, h, JCHAN_IOPUB))) {
+            log_warn("channel: kernel=%s: iopub message with invalid JSON dropped",
+                     kernel_id(k));
+            return;
         }
+        client_deliver(cl, Q_IOPUB, msg);
     }
     json_decref(msg);
 }
@@ -1116,15 +1138,26 @@ void channel_close_all(gw_t *g, int code, const char *reason)
     }
 }
 
-void channel_kernel_gone(gw_t *g, kernel_t *k)
+static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
 {
-    chconn_t *c;
-    list_for_each(c, &g->ch_conns, link)
-    {
-        for (chclient_t *cl = c->clients; cl; cl = cl->next)
-            if (cl->k == k) {
-                kernel_connections(k, -1);
-                client_detach(cl, "the kernel has been shut down");
-            }
+    gw_t *g = user;
+    struct list *peers = kernel_clients(g, k, false);
+    (void)detail;
+    if (ev != KERNEL_EV_GONE || !peers)
+        return;
+    while (!list_empty(peers)) {
+        chclient_t *cl = list_first(peers, chclient_t, klink);
+        kernel_connections(k, -1);
+        client_detach(cl, "the kernel has been shut down");
     }
+    kernel_set_data(k, g->ch_listener.slot, NULL);
+    free(peers);
+}
+
+static const struct kmgr_listener_ops listener_ops = {.iopub = on_iopub, .event = on_event};
+
+int channel_listen(gw_t *g)
+{
+    kmgr_on_call(g->km, channel_call, g);
+    return kmgr_listen(g->km, &g->ch_listener, &listener_ops, g);
 }

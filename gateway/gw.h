@@ -121,6 +121,8 @@ typedef struct gw {
     struct gw_stats stats;
     struct gw_drain drain;
     struct list ch_conns;  /* channel.c: the open /channel websockets, newest first */
+    /* the faces' subscriptions to kernel events (setup_kernels) */
+    struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener;
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
     uint64_t trim_due_ms;    /* when it runs next */
@@ -265,14 +267,11 @@ int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
 /* Checks a channels upgrade request (route already matched): 0 proceed, else the HTTP status
  * of the refusal described in no. */
 int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
-void wschan_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
-void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail);
-/* A gateway notice to an execution's clients: an iopub stream (stderr) under its parent. */
-void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text);
+/* Subscribes the relay to kernel events (iopub to the kernels' websockets; notices as iopub
+ * stderr streams under their execution; statuses on restarts and deaths). */
+int wschan_listen(gw_t *g);
 /* Closes every kernel websocket with code and reason, after what is queued for it. */
 void wschan_close_all(gw_t *g, int code, const char *reason);
-/* Tells the kernel's clients a requested restart began (status "starting"). */
-void wschan_kernel_restarting(gw_t *g, kernel_t *k);
 /* Browsers send Origin: only the server's own or --allow-origin may open a websocket. */
 bool wschan_origin_ok(gw_t *g, struct lws *wsi);
 
@@ -284,8 +283,8 @@ bool channel_is_channel(struct lws *wsi);
 int channel_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
 int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
                      struct gw_pss *pss, void *in, size_t len);
-void channel_iopub(gw_t *g, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
-void channel_kernel_gone(gw_t *g, kernel_t *k);
+/* Subscribes /channel to kernel events, and makes it the handler of kernel callbacks. */
+int channel_listen(gw_t *g);
 /* Closes every /channel websocket with code and reason, after what is queued for it. */
 void channel_close_all(gw_t *g, int code, const char *reason);
 /* kmgr hook: a kernel calls its execution's /channel client (kgw_tools). */
@@ -295,7 +294,8 @@ void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, j
 /* sessions.c */
 void sessions_init(gw_t *g);
 int sessions_handle(gw_t *g, struct gw_req *r);
-void sessions_kernel_gone(gw_t *g, const char *kernel_id);
+/* Subscribes sessions to kernel events (a session ends with its kernel). */
+int sessions_listen(gw_t *g);
 void sessions_free_all(gw_t *g);
 
 #endif

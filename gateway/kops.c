@@ -175,10 +175,7 @@ int kops_interrupt(gw_t *g, kernel_t *k, struct kops_error *err)
 int kops_restart(gw_t *g, kernel_t *k, struct kops_error *err)
 {
     int rc = kernel_restart(k);
-    if (rc < 0)
-        return fail(g, KOPS_RESTART, rc, NULL, err);
-    wschan_kernel_restarting(g, k);
-    return 0;
+    return rc < 0 ? fail(g, KOPS_RESTART, rc, NULL, err) : 0;
 }
 
 int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err)
@@ -187,4 +184,23 @@ int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err)
     if (rc == -EALREADY) /* another shutdown is in progress: wait for it too */
         return 0;
     return rc < 0 ? fail(g, KOPS_SHUTDOWN, rc, NULL, err) : 0;
+}
+
+static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
+{
+    static const char *const names[KERNEL_EV_N] = {
+        [KERNEL_EV_RESTARTING] = "kernel_restarting", [KERNEL_EV_STARTED] = "kernel_started",
+        [KERNEL_EV_DIED] = "kernel_died", [KERNEL_EV_GONE] = "kernel_stopped"};
+    (void)user;
+    if (names[ev]) /* a client's restart: its new process is audited as kernel_started */
+        audit_event(names[ev], "s:s, s:s, s:o", "tenant", wspace_tenant(kernel_workspace(k)),
+                    "kernel", kernel_id(k), "reason",
+                    detail ? audit_str(detail, strlen(detail)) : json_null());
+}
+
+static const struct kmgr_listener_ops listener_ops = {.event = on_event};
+
+int kops_listen(gw_t *g)
+{
+    return kmgr_listen(g->km, &g->audit_listener, &listener_ops, g);
 }

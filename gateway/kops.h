@@ -52,5 +52,7 @@ int kops_interrupt(gw_t *g, kernel_t *k, struct kops_error *err);
 int kops_restart(gw_t *g, kernel_t *k, struct kops_error *err);
 /* 0 also when a shutdown is already in progress. */
 int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err);
+/* Subscribes the audit log to kernel events (restarting, started, died, stopped). */
+int kops_listen(gw_t *g);
 
 #endif

@@ -264,14 +264,25 @@ int sessions_handle(gw_t *g, struct gw_req *r)
     return 0;
 }
 
-void sessions_kernel_gone(gw_t *g, const char *kernel_id)
+static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
 {
+    gw_t *g = user;
     gsess_t *s, *next;
+    (void)detail;
+    if (ev != KERNEL_EV_GONE)
+        return;
     list_for_each_safe(s, next, &g->sessions, link)
     {
-        if (!strcmp(s->kernel_id, kernel_id))
+        if (!strcmp(s->kernel_id, kernel_id(k)))
             unlink_free(g, s);
     }
+}
+
+static const struct kmgr_listener_ops listener_ops = {.event = on_event};
+
+int sessions_listen(gw_t *g)
+{
+    return kmgr_listen(g->km, &g->sess_listener, &listener_ops, g);
 }
 
 void sessions_init(gw_t *g)

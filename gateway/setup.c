@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
+#include "gateway/kops.h"
 
 size_t setup_nofile(const gw_t *g)
 {
@@ -231,16 +233,22 @@ int setup_kernels(gw_t *g)
         log_warn("Anyone who can run code in a kernel owns this host. Development only.");
         log_warn("**********************************************************************");
     }
-    struct kmgr_hooks kh = {.user = g,
-                            .iopub = wschan_iopub,
-                            .event = wschan_event,
-                            .notice = wschan_notice,
-                            .call = channel_call};
-    g->km = kmgr_new(&g->loop.evl, &g->cfg.km, &kh);
+    g->km = kmgr_new(&g->loop.evl, &g->cfg.km);
     if (!g->km) {
         int err = errno;
         log_error("cannot start the kernel manager: %s", strerror(err));
         return err > 0 ? -err : -ENOMEM;
+    }
+    /* Each face subscribes itself to kernel events, in this order (the audit line of an event
+     * is written before clients hear of it). */
+    static int (*const faces[])(gw_t *) = {kops_listen, wschan_listen, channel_listen,
+                                           sessions_listen};
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(faces); i++) {
+        int rc = faces[i](g);
+        if (rc < 0) {
+            log_error("cannot subscribe to kernel events: %s", strerror(-rc));
+            return rc;
+        }
     }
     return 0;
 }

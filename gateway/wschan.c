@@ -163,10 +163,15 @@ static void broadcast(khub_t *hub, enum jchan chan, const jmsg_t *m, const jhdr_
         blob_unref(&enc[i]);
 }
 
-void wschan_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+/* The relay's data on a kernel: its hub, from the first websocket on. */
+static khub_t *hub_of(gw_t *g, kernel_t *k)
 {
-    khub_t *hub = kernel_user(k);
-    channel_iopub(user, k, m, h);
+    return kernel_data(k, g->ws_listener.slot);
+}
+
+static void on_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+{
+    khub_t *hub = hub_of(user, k);
     if (!hub)
         return;
     /* The legacy encoding splices the kernel's JSON parts into one document. */
@@ -219,9 +224,9 @@ static void broadcast_status(khub_t *hub, const char *state)
     broadcast_own(hub, "status", (jspan_t){"{}", 2}, content);
 }
 
-void wschan_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
+static void on_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
 {
-    khub_t *hub = kernel_user(k);
+    khub_t *hub = hub_of(user, k);
     char line[300];
     if (!hub || !jmsg_is_json_object(parent))
         return;
@@ -257,7 +262,7 @@ static void on_linger(void *data)
 
 static khub_t *hub_get(gw_t *g, kernel_t *k)
 {
-    khub_t *hub = kernel_user(k);
+    khub_t *hub = hub_of(g, k);
     if (hub)
         return hub;
     hub = calloc(1, sizeof(*hub));
@@ -266,7 +271,7 @@ static khub_t *hub_get(gw_t *g, kernel_t *k)
     hub->g = g;
     hub->k = k;
     list_init(&hub->sessions);
-    kernel_set_user(k, hub);
+    kernel_set_data(k, g->ws_listener.slot, hub);
     return hub;
 }
 
@@ -280,16 +285,11 @@ static void hub_close_all(khub_t *hub, int code, const char *reason)
     }
 }
 
-void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
+static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
 {
     gw_t *g = user;
-    khub_t *hub = kernel_user(k);
+    khub_t *hub = hub_of(g, k);
     char reason[100];
-    static const char *const names[] = {"kernel_restarting", "kernel_started", "kernel_died",
-                                        "kernel_stopped"};
-    audit_event(names[ev], "s:s, s:s, s:o", "tenant", wspace_tenant(kernel_workspace(k)),
-                "kernel", kernel_id(k), "reason",
-                detail ? audit_str(detail, strlen(detail)) : json_null());
     switch (ev) {
     case KERNEL_EV_RESTARTING:
         if (hub)
@@ -305,15 +305,27 @@ void wschan_event(void *user, kernel_t *k, enum kernel_event ev, const char *det
         }
         break;
     case KERNEL_EV_GONE:
-        channel_kernel_gone(g, k);
         if (hub) {
             hub_close_all(hub, 1001, "kernel shut down");
-            kernel_set_user(k, NULL);
+            kernel_set_data(k, g->ws_listener.slot, NULL);
             free(hub);
         }
-        sessions_kernel_gone(g, kernel_id(k));
+        break;
+    case KERNEL_EV_RESTART: /* a client's restart: "starting", as jupyter_server says */
+        if (hub)
+            broadcast_status(hub, "starting");
+        break;
+    case KERNEL_EV_N:
         break;
     }
+}
+
+static const struct kmgr_listener_ops listener_ops = {
+    .iopub = on_iopub, .event = on_event, .notice = on_notice};
+
+int wschan_listen(gw_t *g)
+{
+    return kmgr_listen(g->km, &g->ws_listener, &listener_ops, g);
 }
 
 /* ---- websocket callbacks ---- */
@@ -544,7 +556,7 @@ int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
 void wschan_close_all(gw_t *g, int code, const char *reason)
 {
     for (size_t i = 0; i < kmgr_count(g->km); i++) {
-        khub_t *hub = kernel_user(kmgr_at(g->km, i));
+        khub_t *hub = hub_of(g, kmgr_at(g->km, i));
         wsess_t *s;
         if (!hub)
             continue;
@@ -554,11 +566,4 @@ void wschan_close_all(gw_t *g, int code, const char *reason)
                 wsq_close(&s->ws->out, code, reason, true);
         }
     }
-}
-
-void wschan_kernel_restarting(gw_t *g, kernel_t *k)
-{
-    khub_t *hub = kernel_user(k);
-    if (hub)
-        broadcast_status(hub, "starting");
 }

@@ -1,6 +1,6 @@
 /* kcall: a kernel's callback socket. Code in the kernel (kgw_tools.call_function) connects to
  * <runtime dir>/callback, sends one request frame and waits for the reply; the gateway hands
- * allowed requests to kmgr_hooks.call and relays the answer given to kernel_call_reply().
+ * allowed requests to the manager's call handler (kmgr_on_call) and relays the answer given to kernel_call_reply().
  *
  * The kernel is untrusted. The gateway only ever accepts on this socket (it never connects,
  * so a kernel replacing the file with a symlink achieves nothing); peers must have the
@@ -290,7 +290,7 @@ static void dispatch(struct kcall_conn *c)
     log_debug("kernel=%s: callback %s (call %llu, execution %s)", k->id, c->req.name,
               (unsigned long long)c->call_id, k->exec_id[0] ? k->exec_id : "none");
     /* may answer (and even close c) before it returns; c stays allocated until the reap */
-    k->m->h.call(k->m->h.user, k, c->call_id, c->req.name, c->req.args, c->req.kwargs,
+    k->m->call_fn(k->m->call_user, k, c->call_id, c->req.name, c->req.args, c->req.kwargs,
                  k->exec_id);
     kcallmsg_req_fini(&c->req);
 }
@@ -320,7 +320,7 @@ static void on_frame(struct kcall_conn *c)
                opts(kc)->callback_max_calls);
         return;
     }
-    if (!k->m->h.call) {
+    if (!k->m->call_fn) {
         kcallmsg_req_fini(&req);
         refuse(c, false, "RuntimeError", "no client is connected to receive callbacks");
         return;

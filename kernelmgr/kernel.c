@@ -29,11 +29,9 @@ static void env_send(kernel_t *k);
 static void setup_end(kernel_t *k);
 static int restart(kernel_t *k);
 
-/* The gateway hears of a kernel only once it has left the warm pool. */
 static void emit(kernel_t *k, enum kernel_event ev, const char *detail)
 {
-    if (!k->pool && k->m->h.event)
-        k->m->h.event(k->m->h.user, k, ev, detail);
+    kmgr__emit(k->m, k, ev, detail);
 }
 
 void kernel__check_exit(kernel_t *k)
@@ -57,14 +55,15 @@ enum kernel_state kernel_state(const kernel_t *k)
     return k->state;
 }
 
-void kernel_set_user(kernel_t *k, void *user)
+void kernel_set_data(kernel_t *k, int slot, void *data)
 {
-    k->user = user;
+    if (slot >= 0 && slot < KMGR_LISTENERS_MAX)
+        k->data[slot] = data;
 }
 
-void *kernel_user(const kernel_t *k)
+void *kernel_data(const kernel_t *k, int slot)
 {
-    return k->user;
+    return slot >= 0 && slot < KMGR_LISTENERS_MAX ? k->data[slot] : NULL;
 }
 
 void kernel_touch(kernel_t *k)
@@ -180,8 +179,8 @@ static void notice(kernel_t *k, const char *fmt, ...)
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     log_info("kernel=%s: %s", k->id, text);
-    if (k->m->h.notice && k->exec_parent)
-        k->m->h.notice(k->m->h.user, k, (jspan_t){k->exec_parent, strlen(k->exec_parent)}, text);
+    if (k->exec_parent)
+        kmgr__emit_notice(k->m, k, (jspan_t){k->exec_parent, strlen(k->exec_parent)}, text);
 }
 
 /* The audit event of an execution that ended (idle, or the kernel was restarted). */
@@ -603,9 +602,9 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     }
     if (over_output_cap(k, &m, &h))
         return;
-    if (k->m->h.iopub && !k->pool) {
+    if (!k->pool) {
         kernel__count_msg(k, KMGR_TO_CLIENT, &m);
-        k->m->h.iopub(k->m->h.user, k, &m, &h);
+        kmgr__emit_iopub(k->m, k, &m, &h);
     }
 }
 
@@ -1200,8 +1199,10 @@ static int restart(kernel_t *k)
 int kernel_restart(kernel_t *k)
 {
     int r = restart(k);
-    if (r == 0)
+    if (r == 0) {
         k->m->stats.restarts[KMGR_RESTART_REQUESTED]++;
+        emit(k, KERNEL_EV_RESTART, NULL);
+    }
     return r;
 }
 

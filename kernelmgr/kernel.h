@@ -30,8 +30,9 @@ void kernel_touch(kernel_t *k);
 /* Its workspace (struct wspace, kernelmgr/wspace.h). */
 struct wspace *kernel_workspace(const kernel_t *k);
 void kernel_connections(kernel_t *k, int delta);
-void kernel_set_user(kernel_t *k, void *user);
-void *kernel_user(const kernel_t *k);
+/* Each listener's own pointer on the kernel (struct kmgr_listener.slot); NULL until set. */
+void kernel_set_data(kernel_t *k, int slot, void *data);
+void *kernel_data(const kernel_t *k, int slot);
 
 /* Waits for the transition in progress; -EALREADY when there is none. The callback never
  * runs if kwait_cancel() is called first. */
@@ -50,7 +51,7 @@ int kernel_restart(kernel_t *k);
 /* Shutdown for good; the kernel is freed after KERNEL_EV_GONE. */
 int kernel_shutdown(kernel_t *k);
 
-/* Answers a callback (kmgr_hooks.call): value on success (the reference is taken; NULL means
+/* Answers a callback (kmgr_call_fn): value on success (the reference is taken; NULL means
  * None), or err_type (a Python exception name such as "RuntimeError"; anything else that is
  * not a name becomes RuntimeError) and err_message on failure (value is then released). 0,
  * -ENOENT when the call is gone (answered, timed out, its connection closed, the kernel

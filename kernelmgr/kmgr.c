@@ -363,7 +363,79 @@ static void python_setup(kmgr_t *m, const char *src)
     snprintf(m->pydir, sizeof(m->pydir), "%s", dst);
 }
 
-kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks *h)
+/* ---- listeners ---- */
+
+int kmgr_listen(kmgr_t *m, struct kmgr_listener *l, const struct kmgr_listener_ops *ops,
+                void *user)
+{
+    int slot = 0;
+    while (slot < KMGR_LISTENERS_MAX && (m->slots_used & (1u << slot)))
+        slot++;
+    if (slot == KMGR_LISTENERS_MAX)
+        return -ENOSPC;
+    m->slots_used |= 1u << slot;
+    *l = (struct kmgr_listener){.ops = ops, .user = user, .slot = slot};
+    list_append(&m->listeners, &l->link);
+    return 0;
+}
+
+void kmgr_unlisten(kmgr_t *m, struct kmgr_listener *l)
+{
+    if (!l->ops)
+        return;
+    list_remove(&l->link);
+    m->slots_used &= ~(1u << l->slot);
+    for (size_t i = 0; i < m->n; i++)
+        kernel_set_data(m->v[i], l->slot, NULL);
+    l->ops = NULL;
+}
+
+void kmgr_on_call(kmgr_t *m, kmgr_call_fn fn, void *user)
+{
+    m->call_fn = fn;
+    m->call_user = user;
+}
+
+/* A listener may unlisten itself from its op: the next one is taken before the call. */
+#define EACH_LISTENER(m, l, tmp) list_for_each_safe(l, tmp, &(m)->listeners, link)
+
+void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail)
+{
+    struct kmgr_listener *l, *tmp;
+    if (k->pool)
+        return;
+    EACH_LISTENER(m, l, tmp)
+    {
+        if (l->ops->event)
+            l->ops->event(l->user, k, ev, detail);
+    }
+}
+
+void kmgr__emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
+{
+    struct kmgr_listener *l, *tmp;
+    if (k->pool)
+        return;
+    EACH_LISTENER(m, l, tmp)
+    {
+        if (l->ops->iopub)
+            l->ops->iopub(l->user, k, msg, h);
+    }
+}
+
+void kmgr__emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text)
+{
+    struct kmgr_listener *l, *tmp;
+    if (k->pool)
+        return;
+    EACH_LISTENER(m, l, tmp)
+    {
+        if (l->ops->notice)
+            l->ops->notice(l->user, k, parent, text);
+    }
+}
+
+kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
 {
     char tmpl[PATH_MAX];
     int max_sockets = 65536, io_threads = 1, err;
@@ -374,7 +446,7 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks 
     m->lockfd = -1;
     m->zyg.fd = -1;
     m->o = *o;
-    m->h = *h;
+    list_init(&m->listeners);
     for (int i = 0; i < KMGR_START_N; i++)
         hist_init(&m->stats.start_seconds[i], start_bounds, UTIL_ARRAY_SIZE(start_bounds));
     hist_init(&m->stats.exec_seconds, exec_bounds, UTIL_ARRAY_SIZE(exec_bounds));
@@ -479,8 +551,7 @@ void kmgr_destroy(kmgr_t **pm)
     }
     while (m->n > 0) {
         kernel_t *k = m->v[--m->n];
-        if (m->h.event)
-            m->h.event(m->h.user, k, KERNEL_EV_GONE, NULL);
+        kmgr__emit(m, k, KERNEL_EV_GONE, NULL);
         kernel__free(k);
     }
     while (m->nws > 0)

@@ -9,6 +9,7 @@
 
 #include "common/evl.h"
 #include "common/hist.h"
+#include "common/list.h"
 #include "kernelmgr/kernel.h"
 #include "kernelmgr/kspec.h"
 #include "kernelmgr/wspace.h"
@@ -97,33 +98,54 @@ enum kernel_event {
     KERNEL_EV_STARTED,    /* a (re)started kernel process answered kernel_info */
     KERNEL_EV_DIED,       /* dead for good (restart failed or disabled) */
     KERNEL_EV_GONE,       /* shut down; the kernel is freed after this returns */
+    KERNEL_EV_RESTART,    /* a client asked for a restart (kernel_restart): it is under way */
+    KERNEL_EV_N
 };
 
-struct kmgr_hooks {
-    void *user;
+/* A subscriber to the kernels' events: each face of the gateway (the Jupyter websocket relay,
+ * /channel, sessions, the execute API, metrics) registers one with kmgr_listen, as PipeWire's
+ * emitters keep listener lists. Any op may be NULL; listeners run in the order they were added.
+ * A kernel is heard of only once a client has it (never while it waits in the warm pool). */
+struct kmgr_listener_ops {
     /* One call per iopub message (signature verified), before any client sees it. */
     void (*iopub)(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h);
     void (*event)(void *user, kernel_t *k, enum kernel_event ev, const char *detail);
     /* A notice for the clients of an execution (output cut, wall time exceeded): parent is
      * the header of the execute_request it concerns. */
     void (*notice)(void *user, kernel_t *k, jspan_t parent, const char *text);
-    /* Code in the kernel called an allowed callback (kgw_tools.call_function). args (a list)
-     * and kwargs (an object) are borrowed for the duration of the hook. exec_msg_id is the
-     * msg_id of the execute_request the kernel is running as the gateway's own iopub tracking
-     * sees it ("" when none): the kernel's word is never taken for it. Answer with
-     * kernel_call_reply(), inside the hook or later; a call that is not answered within
-     * callback_timeout_ms fails in the kernel with TimeoutError. After KERNEL_EV_GONE the
-     * kernel is freed: forget its call ids. NULL: every call fails in the kernel ("no client
-     * is connected to receive callbacks"). */
-    void (*call)(void *user, kernel_t *k, uint64_t call_id, const char *name, json_t *args,
-                 json_t *kwargs, const char *exec_msg_id);
 };
+
+#define KMGR_LISTENERS_MAX 8
+
+struct kmgr_listener {
+    const struct kmgr_listener_ops *ops;
+    void *user;
+    int slot;         /* the listener's own per-kernel pointer: kernel_data(k, slot) */
+    struct list link; /* on the manager's list */
+};
+
+/* Code in the kernel called an allowed callback (kgw_tools.call_function). args (a list) and
+ * kwargs (an object) are borrowed for the duration of the call. exec_msg_id is the msg_id of
+ * the execute_request the kernel is running as the gateway's own iopub tracking sees it (""
+ * when none): the kernel's word is never taken for it. Answer with kernel_call_reply(), inside
+ * the handler or later; a call that is not answered within callback_timeout_ms fails in the
+ * kernel with TimeoutError. After KERNEL_EV_GONE the kernel is freed: forget its call ids. */
+typedef void (*kmgr_call_fn)(void *user, kernel_t *k, uint64_t call_id, const char *name,
+                             json_t *args, json_t *kwargs, const char *exec_msg_id);
 
 /* NULL + errno. With a sandbox configured, a complete dry run checks the host can create one;
  * if it cannot, kernels are refused (-EPERM) and kmgr_sandbox_error() says why. */
-kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o, const struct kmgr_hooks *h);
+kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o);
 /* Kills every kernel (shutdown_request is not awaited) and frees. */
 void kmgr_destroy(kmgr_t **m);
+/* Adds a listener (l is the caller's until kmgr_unlisten or kmgr_destroy). 0, or -ENOSPC past
+ * KMGR_LISTENERS_MAX. */
+int kmgr_listen(kmgr_t *m, struct kmgr_listener *l, const struct kmgr_listener_ops *ops,
+                void *user);
+void kmgr_unlisten(kmgr_t *m, struct kmgr_listener *l);
+/* The one handler of callbacks (NULL: every call fails in the kernel with "no client is
+ * connected to receive callbacks"). */
+void kmgr_on_call(kmgr_t *m, kmgr_call_fn fn, void *user);
 
 const kspecs_t *kmgr_kspecs(const kmgr_t *m);
 /* "disabled", "enabled (cgroup v1)", ...; and why sandboxed kernels cannot start (or NULL). */

@@ -42,7 +42,10 @@ struct kzygote {
 struct kmgr {
     evl_t *evl;
     struct kmgr_opts o;
-    struct kmgr_hooks h;
+    struct list listeners; /* struct kmgr_listener.link, in the order added */
+    unsigned slots_used;   /* listener slots taken (bits) */
+    kmgr_call_fn call_fn;
+    void *call_user;
     kspecs_t *specs;
     void *zctx;
     char rundir[PATH_MAX]; /* private directory of this gateway instance */
@@ -136,7 +139,7 @@ struct kernel {
     char exec_state[16];
     int64_t last_activity_us;
     int connections;
-    void *user;
+    void *data[KMGR_LISTENERS_MAX]; /* the listeners' (kernel_data) */
 
     char dir[PATH_MAX];  /* private runtime directory */
     char conn_file[PATH_MAX];
@@ -265,6 +268,10 @@ int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char 
 int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
                         char ret_msg_id[40]);
 void kmgr__remove(kmgr_t *m, kernel_t *k);
+/* Tells every listener (kernels out of the warm pool only). */
+void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail);
+void kmgr__emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
+void kmgr__emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text);
 /* for_pool: the warm pool's own start (it never shrinks the pool to make room). */
 int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_pool,
                         wspace_t **ret);

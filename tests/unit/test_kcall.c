@@ -484,9 +484,13 @@ static kmgr_t *new_mgr(const char *rundir, bool with_hook)
                           .callback_max_bytes = MAX_BYTES,
                           .callback_timeout_ms = TIMEOUT_MS,
                           .callback_max_calls = MAX_CALLS};
-    struct kmgr_hooks h = {.event = on_event, .call = with_hook ? on_call : NULL};
-    kmgr_t *m = kmgr_new(L, &o, &h);
+    static const struct kmgr_listener_ops ops = {.event = on_event};
+    static struct kmgr_listener listeners[2];
+    kmgr_t *m = kmgr_new(L, &o);
     CHECK(m != NULL);
+    CHECK_INT(kmgr_listen(m, &listeners[with_hook], &ops, NULL), 0);
+    if (with_hook)
+        kmgr_on_call(m, on_call, NULL);
     return m;
 }
 
@@ -528,9 +532,8 @@ int main(void)
 
     CHECK_CASE("a bad allowlist is refused");
     struct kmgr_opts bad = {.runtime_dir = rundir, .callbacks = "ok,os.system"};
-    struct kmgr_hooks nh = {0};
     errno = 0;
-    CHECK(kmgr_new(L, &bad, &nh) == NULL && errno == EINVAL);
+    CHECK(kmgr_new(L, &bad) == NULL && errno == EINVAL);
 
     kmgr_t *m = reap_m[0] = new_mgr(rundir, true);
     kernel_t *k = NULL;

@@ -434,6 +434,19 @@ static bool under_valgrind(void)
     return (p && strstr(p, "vgpreload")) || (x && strstr(x, "--no-sandbox"));
 }
 
+static const struct kmgr_listener_ops listener_ops = {.iopub = on_iopub, .event = on_event};
+static struct kmgr_listener listener;
+
+static kmgr_t *open_mgr(evl_t *evl, const struct kmgr_opts *o)
+{
+    kmgr_t *m = kmgr_new(evl, o);
+    if (m) {
+        CHECK(kmgr_listen(m, &listener, &listener_ops, NULL) == 0);
+        kmgr_on_call(m, on_call, NULL);
+    }
+    return m;
+}
+
 int main(void)
 {
     char rundir[] = "/tmp/kgw-test-kmgr-XXXXXX", ws[PATH_MAX];
@@ -455,8 +468,7 @@ int main(void)
                           .callback_max_bytes = 65536,
                           .callback_timeout_ms = TIMEOUT_MS,
                           .python_dir = pydir};
-    struct kmgr_hooks h = {.iopub = on_iopub, .event = on_event, .call = on_call};
-    kmgr_t *m = kmgr_new(evl_poll_evl(lp), &o, &h);
+    kmgr_t *m = open_mgr(evl_poll_evl(lp), &o);
     CHECK(m);
     if (!kspecs_find(kmgr_kspecs(m), "python3")) {
         fprintf(stderr, "no python3 kernelspec (install python3-ipykernel)\n");
@@ -478,7 +490,7 @@ int main(void)
         CHECK(mkdir(ws, 0700) == 0);
         o.kernel_cwd = ws;
         o.shutdown_grace_ms = 300; /* a kernel stuck in a call dies well before its timeout */
-        reap_m = m = kmgr_new(evl_poll_evl(lp), &o, &h);
+        reap_m = m = open_mgr(evl_poll_evl(lp), &o);
         CHECK(m);
         callbacks(lp, m, false, ws);
         kmgr_destroy(&m);
@@ -508,7 +520,7 @@ int main(void)
             };
             o.kernel_cwd = NULL;
             o.sandbox = &sb;
-            reap_m = m = kmgr_new(evl_poll_evl(lp), &o, &h);
+            reap_m = m = open_mgr(evl_poll_evl(lp), &o);
             CHECK(m);
             if (kmgr_sandbox_error(m))
                 fprintf(stderr, "sandboxed callbacks not tested: %s\n", kmgr_sandbox_error(m));
