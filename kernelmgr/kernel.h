@@ -17,6 +17,38 @@ enum kernel_state {
     KERNEL_DEAD,
 };
 
+/* How an execution ended: the execute API's "end" status, and for those that are not the
+ * kernel's own answer (all but ok and error), the ename of the error the gateway reports in
+ * the kernel's name (docs/protocol.md, "Outcomes"). */
+enum kernel_outcome {
+    KERNEL_OUT_OK,
+    KERNEL_OUT_ERROR,         /* the code raised */
+    KERNEL_OUT_CANCELLED,     /* a client cancelled it (interrupt, or dequeued) */
+    KERNEL_OUT_TIMEOUT,       /* over its wall-time limit */
+    KERNEL_OUT_OUTPUT_LIMIT,  /* over its output limit: stopped */
+    KERNEL_OUT_OUT_OF_MEMORY, /* the kernel was killed by its memory limit */
+    KERNEL_OUT_PIDS_LIMIT,    /* the kernel ended after forks were refused at its pids limit */
+    KERNEL_OUT_KILLED,        /* the kernel was killed by a signal */
+    KERNEL_OUT_KERNEL_DIED,   /* the kernel exited, or stopped answering */
+    KERNEL_OUT_RESTARTED,     /* a client restarted the kernel */
+    KERNEL_OUT_SHUTDOWN,      /* the kernel was shut down (a client, culling, the gateway) */
+    KERNEL_OUT_N
+};
+/* "ok", "out_of_memory", ... */
+const char *kernel_outcome_status(enum kernel_outcome o);
+/* "OutOfMemory", ... (NULL for ok and error). */
+const char *kernel_outcome_ename(enum kernel_outcome o);
+
+/* An execution (an execute_request sent through a kconn) is over. */
+struct kernel_exec_end {
+    const char *msg_id;       /* its execute_request's */
+    enum kernel_outcome outcome;
+    const char *cause;        /* one line, with the limit ("" for ok and error) */
+    int64_t duration_us;      /* busy to idle, or to the end of the process (0: never ran) */
+    long long cpu_ns;         /* CPU time of the kernel's cgroup meanwhile (-1: unknown) */
+    long long peak_mem_bytes; /* the cgroup's peak memory meanwhile (-1: unknown) */
+};
+
 /* Completion of the transition in progress (start, restart, shutdown): 0 or -errno. */
 typedef void (*kernel_done_cb)(void *data, kernel_t *k, int status);
 

@@ -113,6 +113,11 @@ struct kmgr_listener_ops {
     /* A notice for the clients of an execution (output cut, wall time exceeded): parent is
      * the header of the execute_request it concerns. */
     void (*notice)(void *user, kernel_t *k, jspan_t parent, const char *text);
+    /* An execution sent through a kconn is over, once per execute_request: when its iopub
+     * idle came, or when the kernel process ended first (then the listeners' iopub has had a
+     * gateway-made "error" and "status: idle" under its header, and its kconn an
+     * execute_reply with status "error", the outcome's ename and the cause as evalue). */
+    void (*exec_end)(void *user, kernel_t *k, const struct kernel_exec_end *e);
 };
 
 #define KMGR_LISTENERS_MAX 8
