@@ -49,7 +49,8 @@ static const struct cfg_option options[] = {
     {"rate-burst", CFG_INT_AS_DOUBLE, &G.cfg.rl.burst, "1000", 1, 100000000, 0,
      "burst allowed above --rate-limit"},
     S("trusted-proxies", trusted_proxies, "",
-      "comma-separated proxy addresses whose X-Forwarded-For is believed"),
+      "comma-separated proxy addresses or networks (ADDR/BITS) whose X-Forwarded-For is "
+      "believed"),
     S("audit-log", audit_log, "", "audit events as JSON lines: a file, or - for stderr "
                                   "('' = off)"),
     S("certfile", certfile, "", "TLS certificate (PEM): serve HTTPS and WSS"),
