@@ -98,6 +98,9 @@ def main(argv=None):
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--namespace", default="kgw")
     ap.add_argument("--port", type=int, default=8888, help="kgw's port in the pods")
+    ap.add_argument("--maxconn", type=int, default=0,
+                    help="connections the router holds (default 20000 in Kubernetes, 1000 "
+                         "locally: each takes two descriptors)")
     args = ap.parse_args(argv)
     try:
         if args.kubernetes:
@@ -105,7 +108,8 @@ def main(argv=None):
                 raise ValueError("--replicas: 1 to 1000")
             shards = [(f"kgw-{i}", f"kgw-{i}.kgw-shards.{args.namespace}.svc.cluster.local:"
                        f"{args.port}") for i in range(args.replicas)]
-            files = render(shards, args.bind or ":8080", "/usr/local/etc/haproxy", True)
+            files = render(shards, args.bind or ":8080", "/usr/local/etc/haproxy", True,
+                           args.maxconn or 20000)
             sys.stdout.write(configmap(files, args.namespace))
             return 0
         if not args.out or not args.shard or not args.bind:
@@ -117,7 +121,7 @@ def main(argv=None):
                 raise ValueError(f"--shard {s!r}: NAME=HOST:PORT")
             shards.append((name, addr))
         out = os.path.abspath(args.out)
-        files = render(shards, args.bind, out, False)
+        files = render(shards, args.bind, out, False, args.maxconn or 1000)
     except ValueError as e:
         print(f"render.py: {e}", file=sys.stderr)
         return 2
