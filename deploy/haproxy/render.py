@@ -32,8 +32,9 @@ def backend_name(name):
     return "shard_" + name
 
 
-def render(shards, bind, mapdir, kubernetes, maxconn=20000):
-    """shards: [(name, addr)]. Returns {filename: text}."""
+def render(shards, bind, mapdir, kubernetes, maxconn=20000, backup=None):
+    """shards: [(name, addr)]; backup: HOST:PORT of the Service of ready shards (Kubernetes).
+    Returns {filename: text}."""
     seen = {}
     for name, _ in shards:
         if not NAME_RE.match(name):
@@ -59,14 +60,19 @@ def render(shards, bind, mapdir, kubernetes, maxconn=20000):
         connect, inter, fast = "500ms", "500ms", "200ms"
     common = {"SERVER_OPTS": server_opts, "CHECK_INTER": inter, "CHECK_FAST": fast}
     creates = "\n".join(f"    server {n} {a} check" for n, a in shards)
-    if kubernetes:
+    if backup:
         # Kubernetes' own view of readiness: the Service of ready shards, used only when the
         # router's checks find no shard ready (its DNS or checks failing, not the shards)
-        creates += "\n    server creates-svc kgw-creates.{namespace}.svc.cluster.local:{port} check backup"
+        creates += f"\n    server creates-svc {backup} check backup"
     backends = "\n".join(
         shard_t.substitute(NAME=n, ADDR=a, TAG=tag(n), BACKEND=backend_name(n), **common)
         for n, a in shards)
-    cfg = main.substitute(LOG_TARGET=log_target, MAXCONN=maxconn, RESOLVERS=resolvers,
+    # the router's own liveness (Kubernetes probes): it answers while HAProxy runs, whatever
+    # the shards do
+    health = ("frontend health\n    bind :8404\n    http-request return status 200 "
+              "content-type text/plain string ok if { path /healthz }\n"
+              "    http-request deny status 404\n") if kubernetes else ""
+    cfg = main.substitute(HEALTH=health, LOG_TARGET=log_target, MAXCONN=maxconn, RESOLVERS=resolvers,
                           CONNECT_TIMEOUT=connect, BIND=bind, MAPDIR=mapdir,
                           CREATES_SERVERS=creates, SHARD_BACKENDS=backends, **common)
     head = "# rendered by deploy/haproxy/render.py: shard tag (common/shardid.h) -> backend\n"
@@ -109,7 +115,8 @@ def main(argv=None):
             shards = [(f"kgw-{i}", f"kgw-{i}.kgw-shards.{args.namespace}.svc.cluster.local:"
                        f"{args.port}") for i in range(args.replicas)]
             files = render(shards, args.bind or ":8080", "/usr/local/etc/haproxy", True,
-                           args.maxconn or 20000)
+                           args.maxconn or 20000,
+                           f"kgw-creates.{args.namespace}.svc.cluster.local:{args.port}")
             sys.stdout.write(configmap(files, args.namespace))
             return 0
         if not args.out or not args.shard or not args.bind:
