@@ -5,7 +5,8 @@
 - every Kubernetes object validates against the Kubernetes object schemas (npm
   kubernetes-models, tests/kubernetes/validate.mjs), strictly: misspelt fields are caught, and
   a self-test shows they are;
-- the committed router ConfigMap is what deploy/haproxy/render.py renders;
+- the committed router ConfigMap is what deploy/haproxy/render.py renders for the
+  StatefulSet's number of shards;
 - HAProxy's own check (haproxy -c) accepts the router configuration as rendered for
   Kubernetes and for the local test.
 
@@ -40,13 +41,23 @@ def check_schemas():
     return r.returncode == 0, r.stdout + r.stderr
 
 
+def statefulset_replicas():
+    import yaml  # python3-yaml, a dependency of yamllint
+    with open(os.path.join(K8S, "statefulset.yaml")) as f:
+        sts = next(d for d in yaml.safe_load_all(f) if d and d.get("kind") == "StatefulSet")
+    return sts["spec"]["replicas"]
+
+
 def check_configmap_rendered():
-    r = run([PY, RENDER, "--kubernetes", "--replicas", "3"])
+    # for as many shards as the StatefulSet has: a shard the router does not know gets no
+    # creates, and its kernels' ids would answer the router's 404
+    n = statefulset_replicas()
+    r = run([PY, RENDER, "--kubernetes", "--replicas", str(n)])
     with open(os.path.join(K8S, "router-config.yaml")) as f:
         same = f.read() == r.stdout
     return r.returncode == 0 and same, r.stderr or ("" if same else
         "deploy/kubernetes/router-config.yaml is stale: deploy/haproxy/render.py --kubernetes "
-        "--replicas 3 > deploy/kubernetes/router-config.yaml")
+        f"--replicas {n} > deploy/kubernetes/router-config.yaml")
 
 
 def check_haproxy():
