@@ -967,8 +967,12 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     if (!r || !r->has_response)
         return 0;
     pss->req = NULL;
+    /* a request under this shard's prefix is answered with a Location under it too */
+    char loc[sizeof(r->location) + GW_INSTANCE_ID_MAX + 4];
+    snprintf(loc, sizeof(loc), "%s%s%s", r->route.prefix_len ? "/s/" : "",
+             r->route.prefix_len ? g->instance_id : "", r->location);
     int rc = write_response(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
-                            r->location[0] ? r->location : NULL, r->retry_after);
+                            r->location[0] ? loc : NULL, r->retry_after);
     req_free(r);
     return rc;
 }

@@ -232,6 +232,11 @@ def test_lists_are_the_answering_shards_and_prefixes_pin(cluster):
         kid = sorted(mine)[0]
         st, model, h = router.request("GET", f"/s/{name}/api/kernels/{kid}")
         assert st == 200 and model["id"] == kid
+        # a create under the prefix lands there, and its Location stays under it
+        st, model, h = router.request("POST", f"/s/{name}/api/kernels", {"name": "python3"})
+        assert st == 201 and h["X-KGW-Shard"] == name, (st, model)
+        assert h["Location"] == f"/s/{name}/api/kernels/{model['id']}", h["Location"]
+        assert router.request("DELETE", h["Location"])[0] == 204
         J.run(one_plus_one(pinned(router, name), kid))
     # unprefixed: one shard's list, and the header says which
     st, lst, h = router.request("GET", "/api/kernels")
