@@ -68,7 +68,8 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
         rc |= add_header(wsi, "access-control-allow-methods:",
                          "GET, POST, PUT, PATCH, DELETE, OPTIONS", p, end);
         rc |= add_header(wsi, "access-control-expose-headers:",
-                         "X-KGW-Self-Identify, Content-Disposition, Location", p, end);
+                         "X-KGW-Self-Identify, X-KGW-Shard, Content-Disposition, Location", p,
+                         end);
         rc |= add_header(wsi, "vary:", "Origin", p, end);
     }
     return rc ? -1 : 0;
