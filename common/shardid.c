@@ -1,8 +1,6 @@
 /* shardid: ids that carry their shard's tag (see shardid.h). */
 #include "common/shardid.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <sodium.h>
 #include <string.h>
 
@@ -36,14 +34,4 @@ void shardid_mint(char out[UTIL_UUID_LEN + 1])
     util_uuid(out);
     if (shardid__tag[0])
         memcpy(out + SHARDID_TAG_AT, shardid__tag, SHARDID_TAG_LEN);
-}
-
-int shardid_tag_of(const char *id, size_t len, char ret_tag[SHARDID_TAG_LEN + 1])
-{
-    if (!id || !util_is_uuid(id, len))
-        return -EINVAL;
-    for (size_t i = 0; i < SHARDID_TAG_LEN; i++)
-        ret_tag[i] = (char)tolower((unsigned char)id[SHARDID_TAG_AT + i]);
-    ret_tag[SHARDID_TAG_LEN] = '\0';
-    return 0;
 }

@@ -12,8 +12,6 @@
 #ifndef KGW_COMMON_SHARDID_H
 #define KGW_COMMON_SHARDID_H
 
-#include <stddef.h>
-
 #include "common/util.h"
 
 #define SHARDID_TAG_LEN 4
@@ -27,8 +25,5 @@ void shardid_set_instance(const char *instance_id);
 const char *shardid_current_tag(void);
 /* A new id: a random v4 UUID carrying the process's tag when it has one. */
 void shardid_mint(char out[UTIL_UUID_LEN + 1]);
-/* The tag an id carries (untrusted, len bytes): 0 when the id is UUID-shaped (the tag is then
- * in ret_tag, lowercased), -EINVAL otherwise. */
-int shardid_tag_of(const char *id, size_t len, char ret_tag[SHARDID_TAG_LEN + 1]);
 
 #endif

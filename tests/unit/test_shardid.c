@@ -1,5 +1,4 @@
 /* common/shardid.c: ids that carry their shard's tag. */
-#include <errno.h>
 #include <string.h>
 
 #include "check.h"
@@ -21,7 +20,7 @@ static void test_tag(void)
 
 static void test_mint(void)
 {
-    char id[UTIL_UUID_LEN + 1], other[UTIL_UUID_LEN + 1], tag[SHARDID_TAG_LEN + 1];
+    char id[UTIL_UUID_LEN + 1], other[UTIL_UUID_LEN + 1];
     CHECK_CASE("no shard: plain v4 UUIDs");
     shardid_set_instance(NULL);
     CHECK(!strcmp(shardid_current_tag(), ""));
@@ -46,22 +45,9 @@ static void test_mint(void)
     CHECK(!strcmp(shardid_current_tag(), ""));
 }
 
-static void test_tag_of(void)
-{
-    char tag[SHARDID_TAG_LEN + 1];
-    CHECK_CASE("tag_of");
-    CHECK_INT(shardid_tag_of("4f1c8c3e-9d2a-4b7e-8f00-ABCD567890ab", 36, tag), 0);
-    CHECK(!strcmp(tag, "abcd"));
-    CHECK_INT(shardid_tag_of("4f1c8c3e-9d2a-4b7e-8f00-ABCD567890ab", 35, tag), -EINVAL);
-    CHECK_INT(shardid_tag_of("4f1c8c3e-9d2a-4b7e-8f00-ABCD567890a/", 36, tag), -EINVAL);
-    CHECK_INT(shardid_tag_of("kernel", 6, tag), -EINVAL);
-    CHECK_INT(shardid_tag_of(NULL, 0, tag), -EINVAL);
-}
-
 int main(void)
 {
     test_tag();
     test_mint();
-    test_tag_of();
     CHECK_DONE();
 }
