@@ -72,7 +72,7 @@ static void lws_logger(int level, const char *line)
 }
 
 
-static bool setup__is_ipv4(const char *ip)
+static bool is_ipv4(const char *ip)
 {
     struct in_addr a;
     return ip && inet_pton(AF_INET, ip, &a) == 1;
@@ -91,7 +91,7 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
     info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
     /* lws 4.1 binds an IPv6 socket to any address ("*") when --ip is an IPv4 address: an
      * IPv4 socket binds to the address asked for */
-    if (setup__is_ipv4(g->cfg.ip))
+    if (is_ipv4(g->cfg.ip))
         info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     /* A connection holds a header table (16 KiB) from accept until its request headers are
      * complete; lws allocates one when it is taken and frees it when it is given back, so a
@@ -128,7 +128,7 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
         mi.port = (int)g->cfg.metrics_port;
         mi.iface = g->cfg.metrics_ip[0] ? g->cfg.metrics_ip : g->cfg.ip;
         mi.options &= ~(uint64_t)LWS_SERVER_OPTION_DISABLE_IPV6;
-        if (setup__is_ipv4(mi.iface))
+        if (is_ipv4(mi.iface))
             mi.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
         mi.protocols = metrics_protocols;
         mi.vhost_name = "kgw-metrics";
