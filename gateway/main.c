@@ -11,6 +11,7 @@
 
 #include "common/audit.h"
 #include "common/config.h"
+#include "common/egpol.h"
 #include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -140,6 +141,17 @@ static const struct cfg_option options[] = {
       "largest callback request from a kernel, and reply to it, in JSON bytes"),
     MS("callback-timeout", km.callback_timeout_ms, "60", 1, 86400,
       "seconds a client has to answer a kernel's callback (then TimeoutError in the kernel)"),
+    S("egress-ceiling", egress_ceiling, "",
+      "the most any tenant's egress policy may allow: HOST:PORT entries, *.wildcards, '+' for "
+      "private addresses (docs/security.md; '' = the key file's policies as they are)"),
+    I32("egress-max-connections", km.egress.max_conns, "16", 1, 100000,
+      "egress proxy connections open at once per kernel (more: 429)"),
+    I("egress-max-bytes", km.egress.max_bytes, "1073741824", 0, 1099511627776LL,
+      "bytes a kernel's egress proxy relays, both ways, per kernel process (0 = no cap)"),
+    MS("egress-idle-timeout", km.egress.idle_ms, "60", 1, 86400,
+       "seconds an egress connection (or its request head) may be idle, then closed"),
+    MS("egress-connect-timeout", km.egress.connect_timeout_ms, "10", 1, 600,
+       "seconds for an egress connection's name lookup and connect together"),
     S("python-path", python_path, "",
       "directory of kgw_tools.py, importable in every kernel (default: " KGW_DATADIR "/python, "
       "or python/ next to kgw in its build tree)"),
@@ -647,6 +659,11 @@ static int configure(int argc, char **argv, bool *ret_generated)
     }
     if (auth_setup(&G, G.cfg.api_key, err, sizeof(err)) < 0) {
         fprintf(stderr, "kgw: --key-file: %s\n", err);
+        return 2;
+    }
+    if (egpol_parse(G.cfg.egress_ceiling, strlen(G.cfg.egress_ceiling), &G.egress_ceiling, err,
+                    sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: --egress-ceiling: %s\n", err);
         return 2;
     }
     if ((G.cfg.certfile[0] != '\0') != (G.cfg.keyfile[0] != '\0')) {
