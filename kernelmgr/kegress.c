@@ -97,7 +97,7 @@ struct econn {
     char host[EGPOL_HOST_MAX + 1];
     char addr[INET6_ADDRSTRLEN];
     struct pending up, down; /* to the host; to the kernel */
-    bool c_eof, u_eof, u_shut;
+    bool c_eof, u_eof;
     uint64_t sent, received;
     bool allowed;
 };
@@ -262,9 +262,11 @@ static void relay_settle(struct econn *c)
         close_conn(c, NULL);
         return;
     } /* the host is done and the kernel has it all */
-    if (c->c_eof && !c->up.len && !c->u_shut) {
-        shutdown(c->ufd, SHUT_WR);
-        c->u_shut = true;
+    if (c->c_eof && !c->up.len) {
+        /* the kernel is done: HTTP clients and TLS do not half-close, and a connection the
+         * kernel left must not hold one of its connections (the cap) until the host ends it */
+        close_conn(c, NULL);
+        return;
     }
     /* read a side only when what it sends can be taken */
     if (!c->c_eof && !c->up.len) {
@@ -380,9 +382,10 @@ static void relay_start(struct econn *c)
     }
     if (!put_pending(c, &c->up, rest, nrest))
         return;
-    c->sent += nrest;
-    c->e->stats->bytes_out += nrest;
-    c->e->bytes += (long long)nrest;
+    size_t n = nrest + (c->req.connect ? 0 : c->req.out_len); /* what the host is sent */
+    c->sent += n;
+    c->e->stats->bytes_out += n;
+    c->e->bytes += (long long)n;
     relay_settle(c);
 }
 
