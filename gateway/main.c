@@ -40,7 +40,8 @@ static const struct cfg_option options[] = {
     {"api-key", CFG_STR, &G.cfg.api_key, NULL, 0, 0, CFG_SECRET,
      "API key clients must present, tenant 'default' (generated and printed once when neither "
      "it nor --key-file is set)"},
-    S("key-file", key_file, "", "file of 'TENANT HASH' lines (kgw keygen); reloaded on SIGHUP"),
+    S("key-file", key_file, "",
+      "file of 'TENANT HASH [egress=HOST:PORT,...]' lines (kgw keygen); reloaded on SIGHUP"),
     I32("auth-fail-limit", rl.auth_fail_limit, "10", 0, 1000000,
       "failed logins per client address per window, then 429 (0 = no limit)"),
     I32("auth-fail-window", rl.auth_fail_window_s, "3600", 1, 604800,
