@@ -8,6 +8,9 @@
 #include <malloc.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "common/audit.h"
 #include "common/config.h"
@@ -19,6 +22,7 @@
 #include "gateway/reqguard.h"
 #include "gateway/route.h"
 #include "gateway/sdnotify.h"
+#include "gateway/selftest.h"
 #include "gateway/setup.h"
 #include "protocol/wsmsg.h"
 
@@ -604,6 +608,46 @@ static int keygen(int argc, char **argv)
     return 0;
 }
 
+/* kgw selftest [--json] [OPTIONS]: the options as kgw would run with them, but on a free
+ * loopback port, without a warm pool or metrics listener; argv loses "selftest" and "--json".
+ * A free port, or -errno. */
+static int selftest_args(int *argc, char **argv, bool *ret_json)
+{
+    int n = 1;
+    for (int i = 2; i < *argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            *ret_json = true;
+        else
+            argv[n++] = argv[i];
+    }
+    *argc = n;
+    argv[n] = NULL;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -errno;
+    if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        getsockname(s, (struct sockaddr *)&a, &len) < 0) {
+        int r = -errno;
+        close(s);
+        return r;
+    }
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+static void selftest_config(int port)
+{
+    G.cfg.ip = "127.0.0.1";
+    G.cfg.port = port;
+    G.cfg.metrics_port = 0;
+    G.cfg.km.npool = 0;
+    audit_close(); /* a check, not a client's work */
+    if (!strcmp(G.cfg.log_level, "info"))
+        log_set_level(LOG_LVL_WARN);
+}
+
 /* --help, --version, --help-man: the exit status after printing, or -1 for none of them. */
 static int info_flag(int argc, char **argv)
 {
@@ -746,18 +790,27 @@ static void teardown(evl_io_t *sig_io, int sfd)
 
 int main(int argc, char **argv)
 {
-    bool generated = false;
+    bool generated = false, selftest = false, selftest_json = false;
     evl_io_t *sig_io = NULL;
-    int rc;
+    int rc, selftest_port = 0;
 
     sessions_init(&G);
     channel_init(&G);
     if (argc > 1 && !strcmp(argv[1], "keygen"))
         return keygen(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "selftest")) {
+        selftest = true;
+        if ((selftest_port = selftest_args(&argc, argv, &selftest_json)) < 0) {
+            fprintf(stderr, "kgw selftest: no free loopback port: %s\n", strerror(-selftest_port));
+            return 1;
+        }
+    }
     if ((rc = info_flag(argc, argv)) >= 0)
         return rc;
     if ((rc = configure(argc, argv, &generated)) != 0)
         return rc;
+    if (selftest)
+        selftest_config(selftest_port);
     size_t fds = setup_nofile(&G);
     int sfd = setup_signals();
     if (sfd < 0) {
@@ -780,12 +833,17 @@ int main(int argc, char **argv)
     }
     if (setup_kernels(&G) < 0)
         goto out;
-    announce(generated);
+    if (selftest) {
+        if (selftest_start(&G) < 0)
+            G.stopping = true;
+    } else {
+        announce(generated);
+    }
 
     while (!G.stopping)
         if (lws_service(G.ctx, 0) < 0)
             break;
-    rc = 0;
+    rc = selftest ? selftest_finish(selftest_json) : 0;
 out:
     teardown(sig_io, sfd);
     return rc;

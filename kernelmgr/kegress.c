@@ -150,10 +150,16 @@ static void close_conn(struct econn *c, const char *why)
     evl_io_destroy(e->l, &c->uio);
     evl_io_destroy(e->l, &c->lio);
     e->l->timer_disarm(e->l, c->timer);
-    if (c->cfd >= 0)
+    /* the loop may still hold a duplicate of a watched descriptor for a moment: end the
+     * connections now rather than at that close */
+    if (c->cfd >= 0) {
+        shutdown(c->cfd, SHUT_RDWR);
         close(c->cfd);
-    if (c->ufd >= 0)
+    }
+    if (c->ufd >= 0) {
+        shutdown(c->ufd, SHUT_RDWR);
         close(c->ufd);
+    }
     if (c->lfd >= 0)
         close(c->lfd);
     c->cfd = c->ufd = c->lfd = -1;

@@ -52,6 +52,11 @@ const char *kernel_spec_name(const kernel_t *k)
     return k->spec->name;
 }
 
+pid_t kernel_pid(const kernel_t *k)
+{
+    return k->pid;
+}
+
 enum kernel_state kernel_state(const kernel_t *k)
 {
     return k->state;
