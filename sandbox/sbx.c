@@ -347,6 +347,8 @@ static void drop_privs(int efd)
     TRY(efd, ST_PRIVS, setresuid(SBX_UID, SBX_UID, SBX_UID));
     /* the uid change cleared it */
     TRY(efd, ST_PRIVS, prctl(PR_SET_PDEATHSIG, SIGKILL));
+    /* loading the seccomp filter sets it too; set here, it does not depend on the filter */
+    TRY(efd, ST_PRIVS, prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
 }
 
 static void set_rlimits(int efd, const struct sbx_limits *lim)
