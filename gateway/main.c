@@ -446,6 +446,10 @@ static void usage(FILE *out)
     cfg_help(out, options, UTIL_ARRAY_SIZE(options));
     fprintf(out, "  %-28s %s\n  %-28s %s\n", "--help", "show this text", "--version",
             "print the version");
+    fprintf(out, "\nCommands:\n  %-28s %s\n  %-28s %s\n", "keygen --tenant NAME",
+            "a new API key and its key-file line",
+            "selftest [--json] [OPTIONS]", "check this host's sandbox from inside a kernel "
+                                           "started with OPTIONS; exit 1 on a failure");
 }
 
 /* kgw(1), from the option table --help prints (kgw --help-man, run by the build). Written as
@@ -464,6 +468,9 @@ static void man_page(FILE *out)
           ".br\n"
           ".B kgw keygen \\-\\-tenant\n"
           ".I NAME\n"
+          ".br\n"
+          ".B kgw selftest\n"
+          "[\\fB\\-\\-json\\fR] [\\fIOPTION\\fR...]\n"
           ".br\n"
           ".B kgw \\-\\-help\n"
           "|\n"
@@ -509,6 +516,14 @@ static void man_page(FILE *out)
           "holds a key).\n"
           "Give the key to the tenant's clients, add the line to the file and send "
           "\\fBSIGHUP\\fR.\n"
+          ".TP\n"
+          "\\fBkgw selftest\\fR [\\fB\\-\\-json\\fR] [\\fIOPTION\\fR...]\n"
+          "Start a sandboxed kernel with the options kgw would run with (on a free loopback "
+          "port, without a warm pool) and check from inside it what the sandbox promises: "
+          "namespaces, read-only root, no host files, no network, seccomp, capabilities, "
+          "identity, cgroup limits, rlimits, environment.\n"
+          "Prints a table (\\fB\\-\\-json\\fR: JSON), removes what it made, and exits 1 "
+          "if a check failed.\n"
           ".SH SIGNALS\n"
           ".TP\n"
           ".B SIGHUP\n"
