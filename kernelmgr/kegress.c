@@ -557,7 +557,6 @@ static void resolve(struct econn *c)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
     int r = pthread_create(&t, &attr, lookup_thread, j);
     pthread_attr_destroy(&attr);
     if (r != 0) {

@@ -133,7 +133,8 @@ def egw(net, tmp_path_factory):
     audit = tmp / "audit.jsonl"
     gw = S.start_sandboxed(f"--key-file={kf}", f"--audit-log={audit}",
                            "--egress-max-connections=3", f"--egress-max-bytes={BIG // 4}",
-                           "--egress-idle-timeout=5", "--pool=python3=0")
+                           "--egress-idle-timeout=5")  # the warm pool on: kernels with a
+    # policy must not come from it, the default tenant's do
     gw.audit = audit
     t = copy.copy(gw)
     t.token = key
@@ -388,3 +389,10 @@ R["big"] = fetch("http://{A_HOST}:{net['a']}/big")
     assert again["status"] == 429, again
     assert egw.alive()
     egw.tenant.delete_kernel(kid)
+    status, text, _ = egw.request("GET", "/metrics")
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    counts = {l.split()[0]: float(l.split()[1]) for l in text.splitlines()
+              if l.startswith("kgw_egress_")}
+    assert counts['kgw_egress_connections_total{result="denied"}'] >= 3, counts
+    assert counts['kgw_egress_connections_total{result="allowed"}'] >= 1, counts
+    assert counts['kgw_egress_bytes_total{direction="in"}'] >= BIG // 4 - 16384, counts
