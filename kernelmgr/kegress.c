@@ -725,7 +725,9 @@ kegress_t *kegress_new(evl_t *l,
     snprintf(e->kernel, sizeof(e->kernel), "%s", kernel_id);
     list_init(&e->conns);
     list_init(&e->dead);
-    if (!(e->reaper = l->timer_new(l, on_reap, e)) ||
+    int fl = fcntl(listen_fd, F_GETFL);
+    if (fl < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK) < 0 || /* accepts never wait */
+        !(e->reaper = l->timer_new(l, on_reap, e)) ||
         !(e->lio = l->io_add(l, listen_fd, on_accept, e))) {
         int err = errno;
         kegress_destroy(&e);
