@@ -396,3 +396,14 @@ R["big"] = fetch("http://{A_HOST}:{net['a']}/big")
     assert counts['kgw_egress_connections_total{result="denied"}'] >= 3, counts
     assert counts['kgw_egress_connections_total{result="allowed"}'] >= 1, counts
     assert counts['kgw_egress_bytes_total{direction="in"}'] >= BIG // 4 - 16384, counts
+
+
+def test_a_restarted_kernel_gets_a_new_proxy(egw, net):
+    kid = start(egw.tenant, egress=f"{A_HOST}:{net['a']}")["id"]
+    url = f"'http://{A_HOST}:{net['a']}/again'"
+    assert kfetch(egw.tenant, kid, [url])[0]["status"] == 200
+    status, _, _ = egw.tenant.request("POST", f"/api/kernels/{kid}/restart")
+    assert status == 200, status
+    [r] = kfetch(egw.tenant, kid, [url])  # a new process: a new namespace, a new listener
+    assert r["status"] == 200 and r["body"].startswith("hello from A /again"), r
+    egw.tenant.delete_kernel(kid)
