@@ -1,5 +1,6 @@
 /* kgw selftest (see selftest.h). One kernel, started as a client's would be (the gateway's
- * options, its default kernelspec, no warm pool); a Python cell checks from inside and writes
+ * options, its default kernelspec, no warm pool), with an egress policy that names only a
+ * loopback listener of the gateway's; a Python cell checks from inside and writes
  * its findings to the kernel's workspace, where the gateway reads them (a file the kernel
  * controls: read without following links, bounded, parsed with jansson). */
 #include "gateway/selftest.h"
@@ -12,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -100,8 +104,24 @@ static const char script[] =
     "eg = err_of(lambda: conn(('127.0.0.1', P['gw_port'])))\n"
     "check('network', 'gateway port %%d unreachable' %% P['gw_port'], 'ECONNREFUSED', eg, eg == "
     "'ECONNREFUSED')\n"
-    "px = sorted(k for k in os.environ if k.lower().endswith('_proxy'))\n"
-    "check('network', 'egress proxy without a policy', 'none', px or 'none', not px)\n"
+    "import urllib.request, urllib.error\n"
+    "def fetch(port):\n"
+    "    try:\n"
+    "        with urllib.request.urlopen('http://127.0.0.1:%%d/' %% port, timeout=10) as r:\n"
+    "            return r.status, r.read().decode(errors='replace')\n"
+    "    except urllib.error.HTTPError as e:\n"
+    "        return e.code, str(e.reason)\n"
+    "    except Exception as e:\n"
+    "        return 0, repr(e)\n"
+    "px = os.environ.get('HTTP_PROXY')\n"
+    "check('egress', 'proxy variables', 'http://127.0.0.1:3128', px, px == "
+    "'http://127.0.0.1:3128')\n"
+    "s, b = fetch(P['egress_port'])\n"
+    "check('egress', 'the host its policy names', '200 kgw-selftest', '%%s %%s' %% (s, b[:60]), "
+    "s == 200 and b == 'kgw-selftest')\n"
+    "s, b = fetch(P['gw_port'])\n"
+    "check('egress', 'a host its policy does not name', '403', '%%s %%s' %% (s, b[:60]), s == "
+    "403)\n"
     "lim = {'NOFILE': (P['nofile'],) * 2, 'FSIZE': (P['fsize'],) * 2, 'CORE': (0, 0)}\n"
     "for n, want in lim.items():\n"
     "    got = resource.getrlimit(getattr(resource, 'RLIMIT_' + n))\n"
@@ -127,8 +147,22 @@ static const char script[] =
     "len(ts) < P['pids'])\n"
     "open('/mnt/data/" RESULT_FILE "', 'w').write(json.dumps(C))\n";
 
+/* "the internet" of the egress checks: a loopback listener of the gateway's that answers
+ * every request with "kgw-selftest" (the policy of the selftest's kernel names only it) */
+#define HCONN_MAX 8
+struct hconn {
+    int fd;
+    evl_io_t *io;
+    size_t n;
+    char buf[2048];
+};
+
 static struct {
     gw_t *g;
+    int hfd, hport;
+    evl_io_t *hio;
+    struct hconn hc[HCONN_MAX];
+    egpol_t egress;
     kernel_t *k;
     kconn_t *c;
     kwait_t *w;
@@ -138,6 +172,66 @@ static struct {
     char canary[33];
     bool done;
 } T;
+
+static void hconn_close(struct hconn *h)
+{
+    evl_io_destroy(&T.g->loop.evl, &h->io);
+    if (h->fd >= 0)
+        close(h->fd);
+    h->fd = -1;
+}
+
+static void on_hconn(void *data)
+{
+    static const char answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 12\r\n"
+                                 "Connection: close\r\n\r\nkgw-selftest";
+    struct hconn *h = data;
+    ssize_t n = recv(h->fd, h->buf + h->n, sizeof(h->buf) - 1 - h->n, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n > 0) {
+        h->n += (size_t)n;
+        h->buf[h->n] = '\0';
+        if (!strstr(h->buf, "\r\n\r\n") && h->n < sizeof(h->buf) - 1)
+            return;
+        ssize_t w = send(h->fd, answer, sizeof(answer) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+    }
+    /* lwsloop drops a watch deleted in its own callback safely (it is not touched after) */
+    hconn_close(h);
+}
+
+static void on_haccept(void *data)
+{
+    int fd = accept4(T.hfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    for (int i = 0; i < HCONN_MAX; i++)
+        if (T.hc[i].fd < 0) {
+            T.hc[i].fd = fd;
+            T.hc[i].n = 0;
+            if (!(T.hc[i].io = T.g->loop.evl.io_add(&T.g->loop.evl, fd, on_hconn, &T.hc[i])))
+                hconn_close(&T.hc[i]);
+            return;
+        }
+    close(fd);
+}
+
+static int hlisten(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    T.hfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (T.hfd < 0 || bind(T.hfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(T.hfd, 8) < 0 ||
+        getsockname(T.hfd, (struct sockaddr *)&a, &len) < 0)
+        return -errno;
+    T.hport = ntohs(a.sin_port);
+    if (!(T.hio = T.g->loop.evl.io_add(&T.g->loop.evl, T.hfd, on_haccept, NULL)))
+        return -errno;
+    char text[32], err[64];
+    snprintf(text, sizeof(text), "127.0.0.1:%d", T.hport);
+    return egpol_parse(text, strlen(text), &T.egress, err, sizeof(err));
+}
 
 static void add(const char *group, const char *name, const char *expected, const char *seen,
                 bool ok)
@@ -290,10 +384,11 @@ static char *params(void)
         json_array_append_new(hp, json_string(exe)); /* kgw itself, unless under /usr */
     if (T.g->cfg.key_file && T.g->cfg.key_file[0])
         json_array_append_new(hp, json_string(T.g->cfg.key_file));
-    json_t *p = json_pack("{s:I, s:I, s:I, s:I, s:s, s:s, s:o}", "gw_port",
-                          (json_int_t)T.g->cfg.port, "nofile", (json_int_t)lim->nofile, "fsize",
-                          (json_int_t)lim->fsize_bytes, "pids", (json_int_t)lim->pids, "canary",
-                          CANARY_NAME, "canary_value", T.canary, "host_paths", hp);
+    json_t *p = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o}", "gw_port",
+                          (json_int_t)T.g->cfg.port, "egress_port", (json_int_t)T.hport, "nofile",
+                          (json_int_t)lim->nofile, "fsize", (json_int_t)lim->fsize_bytes, "pids",
+                          (json_int_t)lim->pids, "canary", CANARY_NAME, "canary_value", T.canary,
+                          "host_paths", hp);
     char *s = json_dumps(p, JSON_COMPACT);
     json_decref(p);
     if (!s)
@@ -408,6 +503,9 @@ static void on_deadline(void *data)
 int selftest_start(gw_t *g)
 {
     T.g = g;
+    T.hfd = -1;
+    for (int i = 0; i < HCONN_MAX; i++)
+        T.hc[i].fd = -1;
     if (!(T.checks = json_array()))
         return -ENOMEM;
     util_random_hex(T.canary, 16);
@@ -422,8 +520,12 @@ int selftest_start(gw_t *g)
     }
     if (kmgr_sandbox_error(g->km))
         add("kernel", "sandbox", "available", kmgr_sandbox_error(g->km), false);
-    struct kmgr_start st = {.spec_name = g->cfg.default_kernel, .tenant = "selftest"};
-    int r = kmgr_start(g->km, &st, &T.k);
+    int r = hlisten();
+    if (r < 0)
+        return r;
+    struct kmgr_start st = {.spec_name = g->cfg.default_kernel, .tenant = "selftest",
+                            .egress = &T.egress};
+    r = kmgr_start(g->km, &st, &T.k);
     if (r < 0) {
         add("kernel", "start", "running", strerror(-r), false);
         finish();
@@ -442,8 +544,14 @@ int selftest_finish(bool json)
     json_t *c;
     kwait_cancel(&T.w);
     kconn_destroy(&T.c);
-    if (T.g)
+    if (T.g) {
         evl_timer_destroy(&T.g->loop.evl, &T.deadline);
+        for (int j = 0; j < HCONN_MAX; j++)
+            hconn_close(&T.hc[j]);
+        evl_io_destroy(&T.g->loop.evl, &T.hio);
+        if (T.hfd >= 0)
+            close(T.hfd);
+    }
     if (!T.checks)
         return 1;
     if (json_array_size(T.checks) == 0)

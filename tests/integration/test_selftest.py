@@ -42,7 +42,7 @@ def test_selftest_passes_here_and_leaves_nothing():
     assert p.returncode == 0 and out["passed"] and not failed, (failed, p.stderr[-2000:])
     groups = {c["group"] for c in out["checks"]}
     assert groups >= {"kernel", "namespaces", "cgroup", "identity", "capabilities", "seccomp",
-                      "filesystem", "network", "rlimits", "environment"}, groups
+                      "filesystem", "network", "egress", "rlimits", "environment"}, groups
     assert len(out["checks"]) >= 30
     assert took < 30, took
     assert own_cgroups() <= before  # its kernel's and instance's cgroups are gone
