@@ -223,11 +223,11 @@ int metrics_render(gw_t *g, buf_t *out)
     promtext_uint(p, "kgw_egress_connections_total", &(struct promtext_label){"result", "denied"},
                   1, ks->egress.denied);
     promtext_family(p, "kgw_egress_bytes_total", "counter",
-                    "Bytes kernels' egress proxies relayed: out to hosts, in from them");
-    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "out"}, 1,
+                    "Bytes kernels' egress proxies relayed, to hosts and from them to kernels");
+    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "to_host"}, 1,
                   ks->egress.bytes_out);
-    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "in"}, 1,
-                  ks->egress.bytes_in);
+    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "to_kernel"},
+                  1, ks->egress.bytes_in);
 
     kmgr_usage(g->km, &u); /* absent where not accounted: no sandbox, or no CPU accounting */
     if (u.mem_bytes >= 0) {

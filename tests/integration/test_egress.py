@@ -395,7 +395,7 @@ R["big"] = fetch("http://{A_HOST}:{net['a']}/big")
               if l.startswith("kgw_egress_")}
     assert counts['kgw_egress_connections_total{result="denied"}'] >= 3, counts
     assert counts['kgw_egress_connections_total{result="allowed"}'] >= 1, counts
-    assert counts['kgw_egress_bytes_total{direction="in"}'] >= BIG // 4 - 16384, counts
+    assert counts['kgw_egress_bytes_total{direction="to_kernel"}'] >= BIG // 4 - 16384, counts
 
 
 def test_a_restarted_kernel_gets_a_new_proxy(egw, net):
