@@ -415,10 +415,8 @@ static void connect_check(struct econn *c)
             refuse(c, 504, "connection to the host timed out");
             return;
         }
-        {
-            arm_tick(c);
-            return;
-        }
+        arm_tick(c);
+        return;
     }
     int err = 0;
     socklen_t len = sizeof(err);
@@ -459,10 +457,8 @@ static void connect_next(struct econn *c)
                      refused);
         else
             snprintf(why, sizeof(why), "the host has no address");
-        {
-            refuse(c, c->last_err[0] ? 502 : 403, why);
-            return;
-        }
+        refuse(c, c->last_err[0] ? 502 : 403, why);
+        return;
     }
     c->next = a->ai_next;
     const void *bin = a->ai_family == AF_INET
@@ -503,10 +499,8 @@ static void on_lookup(void *data)
     if (j->err) {
         char why[160];
         snprintf(why, sizeof(why), "cannot resolve the host: %s", gai_strerror(j->err));
-        {
-            refuse(c, 502, why);
-            return;
-        }
+        refuse(c, 502, why);
+        return;
     }
     struct addrinfo *ai = j->ai;
     j->ai = NULL; /* the connection's now */
@@ -533,19 +527,15 @@ static void resolve(struct econn *c)
     }
     if (atomic_fetch_add(&lookups, 1) >= KEGRESS_MAX_LOOKUPS) {
         atomic_fetch_sub(&lookups, 1);
-        {
-            refuse(c, 503, "too many name lookups in progress");
-            return;
-        }
+        refuse(c, 503, "too many name lookups in progress");
+        return;
     }
     struct lookup *j = calloc(1, sizeof(*j));
     if (!j || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, p) < 0) {
         atomic_fetch_sub(&lookups, 1);
         free(j);
-        {
-            refuse(c, 503, "out of resources");
-            return;
-        }
+        refuse(c, 503, "out of resources");
+        return;
     }
     atomic_init(&j->refs, 2);
     snprintf(j->host, sizeof(j->host), "%s", c->host);
@@ -562,17 +552,15 @@ static void resolve(struct econn *c)
     if (r != 0) {
         atomic_fetch_sub(&lookups, 1);
         atomic_fetch_sub(&j->refs, 1); /* the thread's */
-        {
-            refuse(c, 503, "cannot start a name lookup");
-            return;
-        }
+        refuse(c, 503, "cannot start a name lookup");
+        return;
     }
     c->st = C_RESOLVE;
     if (!(c->lio = c->e->l->io_add(c->e->l, c->lfd, on_lookup, c))) {
         close_conn(c, "out of memory");
         return;
     }
-    arm_tick(c); /* the lookup's deadline */
+    c->e->l->timer_arm(c->e->l, c->timer, (uint64_t)c->e->lim->connect_timeout_ms);
 }
 
 /* ---- the request head ---- */
@@ -628,23 +616,18 @@ static void conn_tick(void *data)
             refuse(c, 408, "no complete request in time");
             return;
         }
-        {
-            arm_idle(c);
-            return;
-        }
-    case C_RESOLVE:
+        arm_idle(c);
+        return;
+    case C_RESOLVE: /* the timer was armed for the deadline */
         if (now >= c->deadline_us) {
             refuse(c, 504, "name lookup timed out");
             return;
         }
-        {
-            arm_tick(c);
-            return;
-        }
-    case C_CONNECT: {
+        c->e->l->timer_arm(c->e->l, c->timer, (c->deadline_us - now) / 1000 + 1);
+        return;
+    case C_CONNECT:
         connect_check(c);
         return;
-    }
     case C_RELAY:
         if (!c->up.len && !c->down.len && now - c->last_us >= (uint64_t)c->e->lim->idle_ms * 1000) {
             close_conn(c, "idle");
@@ -654,10 +637,8 @@ static void conn_tick(void *data)
             close_conn(c, "idle (a peer stopped reading)");
             return;
         }
-        {
-            relay_settle(c);
-            return;
-        }
+        relay_settle(c);
+        return;
     case C_CLOSED:
         return;
     }
