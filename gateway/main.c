@@ -1,4 +1,5 @@
 /* kgw: a Jupyter Kernel Gateway-compatible server. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <sodium.h>
@@ -6,11 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <malloc.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 
 #include "common/audit.h"
 #include "common/config.h"

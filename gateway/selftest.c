@@ -5,28 +5,28 @@
  * controls: read without following links, bounded, parsed with jansson). */
 #include "gateway/selftest.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/kconn.h"
 #include "kernelmgr/kmgr.h"
 
-#define RESULT_FILE  ".kgw-selftest.json"
-#define RESULT_MAX   (256 * 1024)
-#define DEADLINE_MS  90000
-#define CANARY_NAME  "KGW_SELFTEST_CANARY"
-#define SESSION      "kgw-selftest"
+#define RESULT_FILE ".kgw-selftest.json"
+#define RESULT_MAX  (256 * 1024)
+#define DEADLINE_MS 90000
+#define CANARY_NAME "KGW_SELFTEST_CANARY"
+#define SESSION     "kgw-selftest"
 
 /* The cell: P holds the expectations; every check is [group, check, expected, seen, ok]. */
 static const char script[] =
