@@ -114,6 +114,9 @@ struct kegress {
     char kernel[40];
     struct list conns, dead;
     int nconns;
+    char hosts[KEGRESS_HOSTS_MAX][EGPOL_HOST_MAX + 8]; /* kegress_hosts_take */
+    int nhosts;
+    bool more_hosts;
     long long bytes; /* relayed so far, both ways */
 };
 
@@ -369,6 +372,32 @@ static bool put_pending(struct econn *c, struct pending *p, const char *s, size_
     return true;
 }
 
+static void note_host(kegress_t *e, const char *host, int port)
+{
+    char hp[EGPOL_HOST_MAX + 8];
+    snprintf(hp, sizeof(hp), "%s:%d", host, port);
+    for (int i = 0; i < e->nhosts; i++)
+        if (!strcmp(e->hosts[i], hp))
+            return;
+    if (e->nhosts == KEGRESS_HOSTS_MAX) {
+        e->more_hosts = true;
+        return;
+    }
+    memcpy(e->hosts[e->nhosts++], hp, sizeof(hp));
+}
+
+json_t *kegress_hosts_take(kegress_t *e)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < e->nhosts; i++)
+        json_array_append_new(a, json_string(e->hosts[i]));
+    if (a && e->more_hosts)
+        json_array_append_new(a, json_string("..."));
+    e->nhosts = 0;
+    e->more_hosts = false;
+    return a;
+}
+
 /* Connected: answer CONNECT, or send the forwarded head, and relay. */
 static void relay_start(struct econn *c)
 {
@@ -378,6 +407,7 @@ static void relay_start(struct econn *c)
     c->st = C_RELAY;
     c->allowed = true;
     c->e->stats->allowed++;
+    note_host(c->e, c->host, c->req.port);
     log_debug("kernel=%s: egress host=%s port=%d address=%s", c->e->kernel, c->host, c->req.port,
               c->addr);
     if (c->req.connect) {

@@ -9,6 +9,7 @@
 #ifndef KGW_KERNELMGR_KEGRESS_H
 #define KGW_KERNELMGR_KEGRESS_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "common/egpol.h"
@@ -37,6 +38,11 @@ typedef struct kegress kegress_t;
 kegress_t *kegress_new(evl_t *l, int listen_fd, const egpol_t *pol,
                        const struct kegress_limits *lim, struct kegress_stats *stats,
                        const char *tenant, const char *kernel_id);
+/* The distinct "host:port" the proxy let connections through to since the last call (at most
+ * KEGRESS_HOSTS_MAX, then "..."), as a new JSON array; forgets them. For the audit event of an
+ * execution: the caller takes them when it begins (discarded) and when it ends. */
+#define KEGRESS_HOSTS_MAX 16
+json_t *kegress_hosts_take(kegress_t *e);
 /* Closes every connection (each audited) and the listener. */
 void kegress_destroy(kegress_t **e);
 

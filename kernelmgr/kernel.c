@@ -195,13 +195,18 @@ static void exec_audit(kernel_t *k, const char *status)
     if (!k->exec_id[0] || !audit_enabled())
         return;
     double ms = (double)(util_now_us() - k->exec_start_us) / 1000.0;
-    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s", "tenant", k->ws->tenant, "kernel",
+    /* the hosts its egress proxy let it reach meanwhile (null: no egress policy) */
+    json_t *hosts = !k->egpol ? json_null() : k->egress ? kegress_hosts_take(k->egress)
+                                                        : json_array();
+    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s, s:o", "tenant", k->ws->tenant,
+                "kernel",
                 k->id, "msg_id", audit_str(k->exec_id, strlen(k->exec_id)), "code_sha256",
                 k->exec_sha, "duration_ms", ms, "status",
                 status            ? status
                 : k->exec_stage   ? "timeout" /* interrupted for its wall time */
                 : k->exec_error   ? "error"
-                                  : "ok");
+                                  : "ok",
+                "egress_hosts", hosts ? hosts : json_null());
 }
 
 /* The execution in progress, if any, is over (how: its status in the statistics; the gateway's
@@ -232,6 +237,8 @@ static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
     snprintf(k->exec_id, sizeof(k->exec_id), "%s", msg_id);
     k->exec_parent = strndup(parent.p, parent.n);
     k->exec_start_us = util_now_us();
+    if (k->egress) /* what came before is not this execution's */
+        json_decref(kegress_hosts_take(k->egress));
     if (k->exec_timeout_ms > 0)
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
 }

@@ -150,7 +150,7 @@ def start(gw, egress=None, expect=201):
     return model
 
 
-def audit_events(gw, event="egress"):
+def audit_events(gw, event="egress"):  # noqa: D103
     out = []
     with open(gw.audit) as f:
         for line in f:
@@ -211,6 +211,16 @@ R["lh"] = fetch("http://localhost:{net['lh']}/")
                    e["result"] == "allowed")[0]
     assert e["tenant"] == "egt" and e["host"] == A_HOST and e["address"] == A_HOST
     assert e["method"] == "forward" and e["bytes_in"] > 20 and e["bytes_out"] > 20
+    # the execution's own audit event lists the hosts it reached
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ex = [x for x in audit_events(egw, "execution") if x["kernel"] == kern and
+              x.get("egress_hosts")]
+        if ex:
+            break
+        time.sleep(0.1)
+    assert ex and sorted(ex[-1]["egress_hosts"]) == sorted(
+        [f"{A_HOST}:{net['a']}", f"localhost:{net['lh']}"]), ex
 
 
 def test_allowed_https_connect(egw, net, kern):

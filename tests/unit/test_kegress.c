@@ -178,6 +178,16 @@ int main(void)
     pthread_create(&cl, NULL, client, NULL);
     CHECK(evl_poll_run(lp, done, NULL, 60000));
     pthread_join(cl, NULL);
+    json_t *hosts = kegress_hosts_take(e), *again = kegress_hosts_take(e);
+    char want1[64], want2[64];
+    snprintf(want1, sizeof(want1), "127.0.0.1:%d", up_port);
+    snprintf(want2, sizeof(want2), "localhost:%d", up_port);
+    CHECK_INT(json_array_size(hosts), 2);
+    CHECK_STR(json_string_value(json_array_get(hosts, 0)), want1);
+    CHECK_STR(json_string_value(json_array_get(hosts, 1)), want2);
+    CHECK_INT(json_array_size(again), 0);
+    json_decref(hosts);
+    json_decref(again);
     kegress_destroy(&e);
     CHECK(e == NULL);
     CHECK(stats.allowed >= 3);
