@@ -417,3 +417,29 @@ def test_a_restarted_kernel_gets_a_new_proxy(egw, net):
     [r] = kfetch(egw.tenant, kid, [url])  # a new process: a new namespace, a new listener
     assert r["status"] == 200 and r["body"].startswith("hello from A /again"), r
     egw.tenant.delete_kernel(kid)
+
+
+def test_the_ceiling_bounds_every_tenant(net, tmp_path):
+    key = secrets.token_hex(16)
+    h = hashlib.blake2b(key.encode(), digest_size=32).hexdigest()
+    kf = tmp_path / "keys"
+    kf.write_text(f"egt blake2b:{h} egress={A_HOST}:{net['a']},{B_HOST}:{net['b']}\n")
+    # the ceiling names A's address (IP literals only match IP entries) but not B's
+    gw = S.start_sandboxed(f"--key-file={kf}", f"--egress-ceiling={A_HOST}:*",
+                           "--pool=python3=0")
+    try:
+        t = copy.copy(gw)
+        t.token = key
+        m = start(t, egress=f"{B_HOST}:{net['b']}", expect=403)  # dropped from the tenant
+        assert f"{B_HOST}:{net['b']}" in m["message"], m
+        kid = start(t)["id"]
+        ra = kfetch(t, kid, [f"'http://{A_HOST}:{net['a']}/'", f"'http://{B_HOST}:{net['b']}/'"])
+        assert ra[0]["status"] == 200 and ra[1]["status"] == 403, ra
+        assert "beyond --egress-ceiling" in gw.log()
+        t.delete_kernel(kid)
+    finally:
+        conftest.stop_gateway(gw)
+    # an invalid ceiling stops kgw at start
+    p = subprocess.run([conftest.KGW_BIN, "--egress-ceiling=nonsense", "--port", "1"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "--egress-ceiling" in p.stderr, (p.returncode, p.stderr)
