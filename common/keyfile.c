@@ -6,6 +6,7 @@
 
 #include "common/keyfile.h"
 
+#include "common/egpol.h"
 #include "common/ident.h"
 
 #define B2_PREFIX "blake2b:"
@@ -39,14 +40,30 @@ int keyfile_parse_line(const char *line, size_t len, struct keyfile_entry *out, 
     h1 = i;
     while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
         i++;
+    size_t e0 = i, e1;
+    while (i < len && line[i] != ' ' && line[i] != '\t' && line[i] != '\r')
+        i++;
+    e1 = i;
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
+        i++;
     if (i != len || h0 == h1)
-        return snprintf(err, errsz, "expected \"TENANT HASH\""), -EINVAL;
+        return snprintf(err, errsz, "expected \"TENANT HASH [egress=HOST:PORT,...]\""),
+               -EINVAL;
+    if (e1 > e0 && (e1 - e0 < 7 || strncmp(line + e0, "egress=", 7)))
+        return snprintf(err, errsz, "expected egress=HOST:PORT,... after the hash"), -EINVAL;
     if (!ident_ok(line + t0, t1 - t0, IDENT_TENANT))
         return snprintf(err, errsz, "invalid tenant name (1-%d of [A-Za-z0-9._-])",
                         KEYFILE_TENANT_MAX),
                -EINVAL;
     memset(out, 0, sizeof(*out));
     memcpy(out->tenant, line + t0, t1 - t0);
+    if (e1 > e0) {
+        egpol_t pol;
+        char why[128];
+        if (egpol_parse(line + e0 + 7, e1 - e0 - 7, &pol, why, sizeof(why)) < 0)
+            return snprintf(err, errsz, "egress: %s", why), -EINVAL;
+        memcpy(out->egress, line + e0 + 7, e1 - e0 - 7); /* < KEYFILE_LINE_MAX */
+    }
     size_t hl = h1 - h0;
     const char *h = line + h0;
     if (hl == strlen(B2_PREFIX) + 64 && !strncmp(h, B2_PREFIX, strlen(B2_PREFIX))) {
@@ -200,6 +217,14 @@ const char *keyfile_lookup(keyfile_t *kf, const char *key, size_t len)
     }
     sodium_memzero(k, sizeof(k));
     return found;
+}
+
+const char *keyfile_egress(const keyfile_t *kf, const char *tenant)
+{
+    for (size_t i = 0; kf && i < kf->n; i++)
+        if (kf->v[i].egress[0] && !strcmp(kf->v[i].tenant, tenant))
+            return kf->v[i].egress;
+    return "";
 }
 
 int keyfile_generate(const char *tenant, char *key, size_t keysz, char *line, size_t linesz)

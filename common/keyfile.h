@@ -1,4 +1,6 @@
-/* API keys and their tenants, from a key file: one key per line, "TENANT HASH", where HASH is
+/* API keys and their tenants, from a key file: one key per line, "TENANT HASH [egress=LIST]",
+ * where LIST is the tenant's egress policy (common/egpol.h, entries separated by commas; the
+ * first line of a tenant that has one counts) and HASH is
  * "blake2b:" and 64 hex digits (libsodium's generic hash of the key: what `kgw keygen` writes,
  * right for random keys) or a libsodium password hash string ("$argon2id$...", for keys people
  * choose). Blank lines and lines starting with '#' are ignored. The key itself is never
@@ -24,6 +26,7 @@ struct keyfile_entry {
     unsigned char hash[32];               /* blake2b; for pw entries: of the last key verified */
     bool verified;                        /* pw: hash holds a key that verified */
     char pwhash[crypto_pwhash_STRBYTES];
+    char egress[KEYFILE_LINE_MAX];        /* the tenant's egress policy text ("": none) */
 };
 
 typedef struct keyfile {
@@ -44,6 +47,8 @@ keyfile_t *keyfile_merge(const keyfile_t *a, const keyfile_t *b);
 void keyfile_free(keyfile_t **kf);
 /* The tenant of key, or NULL. */
 const char *keyfile_lookup(keyfile_t *kf, const char *key, size_t len);
+/* The egress policy text of tenant ("" when none of its lines has one). */
+const char *keyfile_egress(const keyfile_t *kf, const char *tenant);
 /* A new random key (hex, NUL-terminated, 2*KEYFILE_GEN_BYTES+1 bytes) and its key-file line. */
 int keyfile_generate(const char *tenant, char *key, size_t keysz, char *line, size_t linesz);
 

@@ -10,6 +10,7 @@
 #include "common/buf.h"
 #include "common/hist.h"
 #include "common/ident.h"
+#include "common/egpol.h"
 #include "common/keyfile.h"
 #include "common/list.h"
 #include "gateway/ratelimit.h"
@@ -25,6 +26,7 @@ struct gw_config {
     long long port;
     const char *api_key;
     const char *key_file;
+    const char *egress_ceiling; /* "": none */
     const char *trusted_proxies;
     const char *audit_log;
     const char *certfile;
@@ -104,6 +106,7 @@ typedef struct gw {
     struct lws_context *ctx;
     kmgr_t *km;
     keyfile_t *keys; /* API keys and their tenants */
+    egpol_t egress_ceiling; /* --egress-ceiling, parsed (used when cfg.egress_ceiling is set) */
     rl_t *rl;
     conns_t *conns; /* client connections: per-address counts, the header phase */
     char server_session[40]; /* Jupyter session of gateway-made messages */

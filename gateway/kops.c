@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/audit.h"
@@ -123,11 +124,70 @@ static void audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_
         g->stats.refused[GW_REFUSED_KERNEL_LIMIT]++;
     if (!audit_enabled())
         return;
-    audit_event("kernel_start", "s:s, s:s, s:o, s:o, s:o, s:s", "tenant", who->tenant, "addr",
-                who->addr, "kernel", k ? json_string(kernel_id(k)) : json_null(), "name",
+    char eg[EGPOL_TEXT_MAX + 1] = "";
+    if (st->egress && egpol_format(st->egress, eg, sizeof(eg)) < 0)
+        snprintf(eg, sizeof(eg), "(too long to show)");
+    audit_event("kernel_start", "s:s, s:s, s:o, s:o, s:o, s:s, s:o", "tenant", who->tenant,
+                "addr", who->addr, "kernel", k ? json_string(kernel_id(k)) : json_null(), "name",
                 audit_str(st->spec_name, strlen(st->spec_name)), "workspace",
                 k ? json_string(wspace_id(kernel_workspace(k))) : json_null(), "result",
-                rc == 0 ? "ok" : rc == -ESHUTDOWN ? "draining" : strerror(-rc));
+                rc == 0 ? "ok" : rc == -ESHUTDOWN ? "draining" : strerror(-rc), "egress",
+                eg[0] ? json_string(eg) : json_null());
+}
+
+/* The kernel's egress policy into out: the request's "egress" (a string or a list of
+ * strings; at most what the tenant has) or else the tenant's, within --egress-ceiling. */
+static int egress_policy(gw_t *g, const struct gw_caller *who, json_t *req, egpol_t *out,
+                         struct kops_error *err)
+{
+    const char *text = keyfile_egress(g->keys, who->tenant);
+    char why[160];
+    egpol_t *ask = NULL;
+    int r = 0;
+    if (egpol_parse(text, strlen(text), out, why, sizeof(why)) < 0) /* checked at load */
+        out->n = 0;
+    if (g->cfg.egress_ceiling && g->cfg.egress_ceiling[0]) {
+        size_t dropped = egpol_restrict(out, &g->egress_ceiling);
+        if (dropped)
+            log_warn("tenant=%s: %zu egress entries beyond --egress-ceiling ignored", who->tenant,
+                     dropped);
+    }
+    json_t *j = json_object_get(req, "egress");
+    if (!j || json_is_null(j))
+        return 0;
+    char buf[EGPOL_TEXT_MAX + 1];
+    size_t len = 0, i;
+    json_t *v;
+    if (json_is_string(j)) {
+        len = (size_t)snprintf(buf, sizeof(buf), "%s", json_string_value(j));
+    } else if (json_is_array(j)) {
+        json_array_foreach(j, i, v)
+        {
+            if (!json_is_string(v))
+                return bad_request(err, "\"egress\" must be a string or a list of strings");
+            len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%s", i ? "," : "",
+                                    json_string_value(v));
+            if (len >= sizeof(buf))
+                break;
+        }
+    } else {
+        return bad_request(err, "\"egress\" must be a string or a list of strings");
+    }
+    if (len >= sizeof(buf))
+        return bad_request(err, "\"egress\": longer than %d bytes", EGPOL_TEXT_MAX);
+    if (!(ask = malloc(sizeof(*ask))))
+        return bad_request(err, "out of memory");
+    if (egpol_parse(buf, len, ask, why, sizeof(why)) < 0) {
+        r = bad_request(err, "\"egress\": %s", why);
+    } else if (!egpol_covers(out, ask, why, sizeof(why))) {
+        r = bad_request(err, "\"egress\": %s for this tenant", why);
+        err->code = -EPERM;
+        err->status = 403;
+    } else {
+        *out = *ask;
+    }
+    free(ask);
+    return r;
 }
 
 int kops_start(gw_t *g, const struct gw_caller *who, json_t *req, kernel_t **ret_k,
@@ -152,14 +212,23 @@ int kops_start(gw_t *g, const struct gw_caller *who, json_t *req, kernel_t **ret
         (!json_is_string(jws) ||
          !ident_ok(json_string_value(jws), json_string_length(jws), IDENT_UUIDISH)))
         return bad_request(err, "\"workspace\" must be a workspace id");
+    egpol_t *egress = malloc(sizeof(*egress));
+    if (!egress)
+        return bad_request(err, "out of memory");
+    if (egress_policy(g, who, req, egress, err) < 0) {
+        free(egress);
+        return err->code;
+    }
     struct kmgr_start st = {.spec_name = name,
                             .env = json_is_object(env) ? env : NULL,
                             .lim = &lim,
                             .workspace = json_is_string(jws) ? json_string_value(jws) : NULL,
-                            .tenant = who->tenant};
+                            .tenant = who->tenant,
+                            .egress = egress};
     kernel_t *k;
     int rc = kmgr_start(g->km, &st, &k);
     audit_start(g, who, &st, rc, rc == 0 ? k : NULL);
+    free(egress);
     if (rc < 0)
         return fail(g, KOPS_START, rc, name, err);
     *ret_k = k;

@@ -1,4 +1,5 @@
 /* kgw: a Jupyter Kernel Gateway-compatible server. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <sodium.h>
@@ -6,11 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <malloc.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "common/audit.h"
 #include "common/config.h"
+#include "common/egpol.h"
 #include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -18,6 +22,7 @@
 #include "gateway/reqguard.h"
 #include "gateway/route.h"
 #include "gateway/sdnotify.h"
+#include "gateway/selftest.h"
 #include "gateway/setup.h"
 #include "protocol/wsmsg.h"
 
@@ -39,7 +44,8 @@ static const struct cfg_option options[] = {
     {"api-key", CFG_STR, &G.cfg.api_key, NULL, 0, 0, CFG_SECRET,
      "API key clients must present, tenant 'default' (generated and printed once when neither "
      "it nor --key-file is set)"},
-    S("key-file", key_file, "", "file of 'TENANT HASH' lines (kgw keygen); reloaded on SIGHUP"),
+    S("key-file", key_file, "",
+      "file of 'TENANT HASH [egress=HOST:PORT,...]' lines (kgw keygen); reloaded on SIGHUP"),
     I32("auth-fail-limit", rl.auth_fail_limit, "10", 0, 1000000,
       "failed logins per client address per window, then 429 (0 = no limit)"),
     I32("auth-fail-window", rl.auth_fail_window_s, "3600", 1, 604800,
@@ -142,6 +148,17 @@ static const struct cfg_option options[] = {
       "largest callback request from a kernel, and reply to it, in JSON bytes"),
     MS("callback-timeout", km.callback_timeout_ms, "60", 1, 86400,
       "seconds a client has to answer a kernel's callback (then TimeoutError in the kernel)"),
+    S("egress-ceiling", egress_ceiling, "",
+      "the most any tenant's egress policy may allow: HOST:PORT entries, *.wildcards, '+' for "
+      "private addresses (docs/security.md; '' = the key file's policies as they are)"),
+    I32("egress-max-connections", km.egress.max_conns, "16", 1, 100000,
+      "egress proxy connections open at once per kernel (more: 429)"),
+    I("egress-max-bytes", km.egress.max_bytes, "1073741824", 0, 1099511627776LL,
+      "bytes a kernel's egress proxy relays, both ways, per kernel process (0 = no cap)"),
+    MS("egress-idle-timeout", km.egress.idle_ms, "60", 1, 86400,
+       "seconds an egress connection (or its request head) may be idle, then closed"),
+    MS("egress-connect-timeout", km.egress.connect_timeout_ms, "10", 1, 600,
+       "seconds for an egress connection's name lookup and connect together"),
     S("python-path", python_path, "",
       "directory of kgw_tools.py, importable in every kernel (default: " KGW_DATADIR "/python, "
       "or python/ next to kgw in its build tree)"),
@@ -431,6 +448,10 @@ static void usage(FILE *out)
     cfg_help(out, options, UTIL_ARRAY_SIZE(options));
     fprintf(out, "  %-28s %s\n  %-28s %s\n", "--help", "show this text", "--version",
             "print the version");
+    fprintf(out, "\nCommands:\n  %-28s %s\n  %-28s %s\n", "keygen --tenant NAME",
+            "a new API key and its key-file line",
+            "selftest [--json] [OPTIONS]", "check this host's sandbox from inside a kernel "
+                                           "started with OPTIONS; exit 1 on a failure");
 }
 
 /* kgw(1), from the option table --help prints (kgw --help-man, run by the build). Written as
@@ -449,6 +470,9 @@ static void man_page(FILE *out)
           ".br\n"
           ".B kgw keygen \\-\\-tenant\n"
           ".I NAME\n"
+          ".br\n"
+          ".B kgw selftest\n"
+          "[\\fB\\-\\-json\\fR] [\\fIOPTION\\fR...]\n"
           ".br\n"
           ".B kgw \\-\\-help\n"
           "|\n"
@@ -494,6 +518,14 @@ static void man_page(FILE *out)
           "holds a key).\n"
           "Give the key to the tenant's clients, add the line to the file and send "
           "\\fBSIGHUP\\fR.\n"
+          ".TP\n"
+          "\\fBkgw selftest\\fR [\\fB\\-\\-json\\fR] [\\fIOPTION\\fR...]\n"
+          "Start a sandboxed kernel with the options kgw would run with (on a free loopback "
+          "port, without a warm pool) and check from inside it what the sandbox promises: "
+          "namespaces, read-only root, no host files, no network, seccomp, capabilities, "
+          "identity, cgroup limits, rlimits, environment.\n"
+          "Prints a table (\\fB\\-\\-json\\fR: JSON), removes what it made, and exits 1 "
+          "if a check failed.\n"
           ".SH SIGNALS\n"
           ".TP\n"
           ".B SIGHUP\n"
@@ -593,6 +625,46 @@ static int keygen(int argc, char **argv)
     return 0;
 }
 
+/* kgw selftest [--json] [OPTIONS]: the options as kgw would run with them, but on a free
+ * loopback port, without a warm pool or metrics listener; argv loses "selftest" and "--json".
+ * A free port, or -errno. */
+static int selftest_args(int *argc, char **argv, bool *ret_json)
+{
+    int n = 1;
+    for (int i = 2; i < *argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            *ret_json = true;
+        else
+            argv[n++] = argv[i];
+    }
+    *argc = n;
+    argv[n] = NULL;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -errno;
+    if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        getsockname(s, (struct sockaddr *)&a, &len) < 0) {
+        int r = -errno;
+        close(s);
+        return r;
+    }
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+static void selftest_config(int port)
+{
+    G.cfg.ip = "127.0.0.1";
+    G.cfg.port = port;
+    G.cfg.metrics_port = 0;
+    G.cfg.km.npool = 0;
+    audit_close(); /* a check, not a client's work */
+    if (!strcmp(G.cfg.log_level, "info"))
+        log_set_level(LOG_LVL_WARN);
+}
+
 /* --help, --version, --help-man: the exit status after printing, or -1 for none of them. */
 static int info_flag(int argc, char **argv)
 {
@@ -649,6 +721,11 @@ static int configure(int argc, char **argv, bool *ret_generated)
     }
     if (auth_setup(&G, G.cfg.api_key, err, sizeof(err)) < 0) {
         fprintf(stderr, "kgw: --key-file: %s\n", err);
+        return 2;
+    }
+    if (egpol_parse(G.cfg.egress_ceiling, strlen(G.cfg.egress_ceiling), &G.egress_ceiling, err,
+                    sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: --egress-ceiling: %s\n", err);
         return 2;
     }
     if ((G.cfg.certfile[0] != '\0') != (G.cfg.keyfile[0] != '\0')) {
@@ -730,18 +807,27 @@ static void teardown(evl_io_t *sig_io, int sfd)
 
 int main(int argc, char **argv)
 {
-    bool generated = false;
+    bool generated = false, selftest = false, selftest_json = false;
     evl_io_t *sig_io = NULL;
-    int rc;
+    int rc, selftest_port = 0;
 
     sessions_init(&G);
     channel_init(&G);
     if (argc > 1 && !strcmp(argv[1], "keygen"))
         return keygen(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "selftest")) {
+        selftest = true;
+        if ((selftest_port = selftest_args(&argc, argv, &selftest_json)) < 0) {
+            fprintf(stderr, "kgw selftest: no free loopback port: %s\n", strerror(-selftest_port));
+            return 1;
+        }
+    }
     if ((rc = info_flag(argc, argv)) >= 0)
         return rc;
     if ((rc = configure(argc, argv, &generated)) != 0)
         return rc;
+    if (selftest)
+        selftest_config(selftest_port);
     size_t fds = setup_nofile(&G);
     int sfd = setup_signals();
     if (sfd < 0) {
@@ -764,12 +850,17 @@ int main(int argc, char **argv)
     }
     if (setup_kernels(&G) < 0)
         goto out;
-    announce(generated);
+    if (selftest) {
+        if (selftest_start(&G) < 0)
+            G.stopping = true;
+    } else {
+        announce(generated);
+    }
 
     while (!G.stopping)
         if (lws_service(G.ctx, 0) < 0)
             break;
-    rc = 0;
+    rc = selftest ? selftest_finish(selftest_json) : 0;
 out:
     teardown(sig_io, sfd);
     return rc;

@@ -216,6 +216,18 @@ int metrics_render(gw_t *g, buf_t *out)
     promtext_family(p, "kgw_sandbox_setup_failures_total", "counter",
                     "Kernel processes whose sandbox set-up failed");
     promtext_uint(p, "kgw_sandbox_setup_failures_total", NULL, 0, ks->sandbox_setup_failures);
+    promtext_family(p, "kgw_egress_connections_total", "counter",
+                    "Connections to kernels' egress proxies, by whether they were let through");
+    promtext_uint(p, "kgw_egress_connections_total", &(struct promtext_label){"result", "allowed"},
+                  1, ks->egress.allowed);
+    promtext_uint(p, "kgw_egress_connections_total", &(struct promtext_label){"result", "denied"},
+                  1, ks->egress.denied);
+    promtext_family(p, "kgw_egress_bytes_total", "counter",
+                    "Bytes kernels' egress proxies relayed, to hosts and from them to kernels");
+    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "to_host"}, 1,
+                  ks->egress.bytes_out);
+    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "to_kernel"},
+                  1, ks->egress.bytes_in);
 
     kmgr_usage(g->km, &u); /* absent where not accounted: no sandbox, or no CPU accounting */
     if (u.mem_bytes >= 0) {

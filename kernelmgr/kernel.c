@@ -51,6 +51,11 @@ const char *kernel_spec_name(const kernel_t *k)
     return k->spec->name;
 }
 
+pid_t kernel_pid(const kernel_t *k)
+{
+    return k->pid;
+}
+
 enum kernel_state kernel_state(const kernel_t *k)
 {
     return k->state;
@@ -190,13 +195,18 @@ static void exec_audit(kernel_t *k, const char *status)
     if (!k->exec_id[0] || !audit_enabled())
         return;
     double ms = (double)(util_now_us() - k->exec_start_us) / 1000.0;
-    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s", "tenant", k->ws->tenant, "kernel",
+    /* the hosts its egress proxy let it reach meanwhile (null: no egress policy) */
+    json_t *hosts = !k->egpol ? json_null() : k->egress ? kegress_hosts_take(k->egress)
+                                                        : json_array();
+    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s, s:o", "tenant", k->ws->tenant,
+                "kernel",
                 k->id, "msg_id", audit_str(k->exec_id, strlen(k->exec_id)), "code_sha256",
                 k->exec_sha, "duration_ms", ms, "status",
                 status            ? status
                 : k->exec_stage   ? "timeout" /* interrupted for its wall time */
                 : k->exec_error   ? "error"
-                                  : "ok");
+                                  : "ok",
+                "egress_hosts", hosts ? hosts : json_null());
 }
 
 /* The execution in progress, if any, is over (how: its status in the statistics; the gateway's
@@ -261,6 +271,8 @@ static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
     k->exec_parent = strndup(parent.p, parent.n);
     k->exec_start_us = util_now_us();
     kexec__usage_begin(k);
+    if (k->egress) /* what came before is not this execution's */
+        json_decref(kegress_hosts_take(k->egress));
     if (k->exec_timeout_ms > 0)
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
 }
@@ -474,6 +486,25 @@ static bool start_proven(const kernel_t *k)
     return k->got_iopub && (k->got_reply || k->got_starting);
 }
 
+/* The kernel's egress proxy, listening inside its network namespace: from the moment its
+ * process is ready, before any client code runs in it. Without it the kernel has no network,
+ * as without a policy. */
+static void egress_start(kernel_t *k)
+{
+    int fd, r;
+    if (!k->egpol || k->egress)
+        return;
+    if ((r = sbx_listen_in(k->pid, k->pidfd, KEGRESS_PORT, &fd)) < 0) {
+        log_warn("kernel=%s: no egress proxy: cannot listen in its network namespace: %s", k->id,
+                 strerror(-r));
+        return;
+    }
+    k->egress = kegress_new(k->m->evl, fd, k->egpol, &k->m->o.egress, &k->m->stats.egress,
+                            k->ws->tenant, k->id);
+    if (!k->egress)
+        log_warn("kernel=%s: no egress proxy: %s", k->id, strerror(errno));
+}
+
 static void check_ready(kernel_t *k)
 {
     if (k->state != KERNEL_STARTING && k->state != KERNEL_RESTARTING)
@@ -484,6 +515,7 @@ static void check_ready(kernel_t *k)
         env_send(k); /* a pooled kernel handed out while it was starting */
         return;
     }
+    egress_start(k);
     log_info("kernel=%s: ready (pid %d, %s, %.0f ms)%s", k->id, (int)k->pid,
              k->forked ? "forked" : "exec", (double)(util_now_us() - k->spawn_us) / 1000.0,
              k->pool ? " in the pool" : "");
@@ -808,6 +840,14 @@ static char **build_env(const kernel_t *k, json_t *req_env)
     }
     json_object_foreach(req_env, key, v) if (json_is_string(v) && !strncmp(key, "KERNEL_", 7))
         json_object_set(env, key, v);
+    if (k->egpol) { /* the kernel's egress proxy (kegress.c); nothing bypasses it */
+        static const char *const proxy[] = {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy",
+                                            "https_proxy"};
+        for (size_t j = 0; j < sizeof(proxy) / sizeof(proxy[0]); j++)
+            json_object_set_new(env, proxy[j], json_string(KEGRESS_URL));
+        json_object_set_new(env, "NO_PROXY", json_string(""));
+        json_object_set_new(env, "no_proxy", json_string(""));
+    }
     size_t n = json_object_size(env), i = 0;
     char **envp = calloc(n + 1, sizeof(char *));
     json_object_foreach(env, key, v)
@@ -1188,6 +1228,7 @@ static void on_exit_io(void *data)
     evl_io_destroy(l, &k->pid_io);
     abandon_start(k);
     kzygote__take_back(k->m, k);
+    kegress_destroy(&k->egress); /* a new process gets a new namespace, and a new proxy */
     if (k->pidfd >= 0)
         close(k->pidfd);
     k->pidfd = -1;
@@ -1408,7 +1449,8 @@ int kernel__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim)
 }
 
 kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
-                      const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool)
+                      const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
+                      const egpol_t *egress)
 {
     char ep[PATH_MAX + 16];
     evl_t *l = m->evl;
@@ -1473,6 +1515,11 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     }
     if (!(k->sign = jsign_new(k->key, strlen(k->key))))
         goto fail;
+    if (egress && egress->n && m->o.sandbox) { /* unsandboxed kernels have the host's network */
+        if (!(k->egpol = malloc(sizeof(*k->egpol))))
+            goto fail;
+        *k->egpol = *egress;
+    }
     if (!(k->envp = build_env(k, env)))
         goto fail;
     if ((r = write_conn_file(k)) < 0) {
@@ -1541,6 +1588,8 @@ void kernel__free(kernel_t *k)
     evl_io_destroy(l, &k->pid_io);
     abandon_start(k);
     kzygote__take_back(k->m, k);
+    kegress_destroy(&k->egress);
+    free(k->egpol);
     if (k->pidfd >= 0)
         close(k->pidfd);
     setup_end(k);

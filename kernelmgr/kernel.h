@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct kernel kernel_t;
 typedef struct kwait kwait_t;
@@ -54,6 +55,9 @@ typedef void (*kernel_done_cb)(void *data, kernel_t *k, int status);
 
 const char *kernel_id(const kernel_t *k);
 const char *kernel_spec_name(const kernel_t *k);
+/* Its process (sandboxed: the proxy, whose namespaces and cgroup are the kernel's, but pid);
+ * 0 when none. */
+pid_t kernel_pid(const kernel_t *k);
 enum kernel_state kernel_state(const kernel_t *k);
 /* {"id", "name", "last_activity", "execution_state", "connections", "workspace"}. New
  * reference. */

@@ -780,7 +780,8 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         return refuse(m, KMGR_FAIL_QUOTA, r);
     if (grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
         return refuse(m, KMGR_FAIL_SPAWN, -ENOMEM);
-    kernel_t *k = kpool__take(m, spec, req);
+    /* a pooled kernel's environment has no proxy variables, nor its sandbox a proxy */
+    kernel_t *k = req->egress && req->egress->n ? NULL : kpool__take(m, spec, req);
     if (k) {
         if ((r = kernel__adopt(k, req->env, lim)) < 0) {
             kpool__drop(m, k);
@@ -803,7 +804,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         if ((r = kmgr__new_workspace(m, tenant, size, false, &ws)) < 0)
             return refuse(m, r == -EAGAIN ? KMGR_FAIL_LIMIT : KMGR_FAIL_SPAWN, r);
     }
-    k = kernel__new(m, spec, req->env, lim, ws, NULL);
+    k = kernel__new(m, spec, req->env, lim, ws, NULL, req->egress);
     if (!k)
         return refuse(m, KMGR_FAIL_SPAWN, -errno);
     m->v[m->n++] = k;

@@ -7,9 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/egpol.h"
 #include "common/evl.h"
 #include "common/hist.h"
 #include "common/list.h"
+#include "kernelmgr/kegress.h"
 #include "kernelmgr/kernel.h"
 #include "kernelmgr/kspec.h"
 #include "kernelmgr/wspace.h"
@@ -67,6 +69,7 @@ struct kmgr_opts {
     const struct kmgr_pool_size *pool; /* warm pools (see kpool.c for the rules) */
     size_t npool;
     long long pool_min_available; /* refill only while the host's MemAvailable is above */
+    struct kegress_limits egress; /* per kernel, for kernels with an egress policy */
 };
 
 #define KMGR_TENANT_MAX 64
@@ -78,6 +81,10 @@ struct kmgr_start {
     const struct kmgr_limits *lim; /* NULL: the gateway's */
     const char *workspace;         /* share this workspace of the same tenant; NULL: a new one */
     const char *tenant;            /* owner ("" or NULL: the default tenant) */
+    /* the hosts its egress proxy may reach (NULL or empty: no network; sandboxed kernels
+     * only; such a kernel never comes from the warm pool). The caller checked it against the
+     * tenant's policy and the gateway's ceiling. */
+    const egpol_t *egress;
 };
 
 #define KMGR_CALLBACKS_DEFAULT                                                                     \
@@ -238,6 +245,7 @@ struct kmgr_stats {
     uint64_t fork_server_restarts;      /* starts of the fork server after its first */
     uint64_t sandbox_setup_failures;    /* kernel processes whose sandbox set-up failed */
     uint64_t cpu_ns_gone;               /* CPU time of kernels' cgroups already removed */
+    struct kegress_stats egress;        /* kernels' egress proxies: connections, bytes */
 };
 const struct kmgr_stats *kmgr_stats(const kmgr_t *m);
 

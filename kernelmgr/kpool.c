@@ -225,7 +225,7 @@ static void spawn(kmgr_t *m, struct kpool *p)
     }
     ws->pooled = true;
     ws->holds++; /* a failed kernel__new must not free it behind our back */
-    kernel_t *k = kernel__new(m, p->spec, NULL, NULL, ws, p);
+    kernel_t *k = kernel__new(m, p->spec, NULL, NULL, ws, p, NULL);
     ws->holds--;
     if (!k) {
         kmgr__ws_remove(m, ws);

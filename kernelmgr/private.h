@@ -10,6 +10,7 @@
 #include "common/evl.h"
 #include "common/list.h"
 #include "kernelmgr/kconn.h"
+#include "kernelmgr/kegress.h"
 #include "kernelmgr/kernel.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/wspace.h"
@@ -230,6 +231,8 @@ struct kernel {
     struct kpool *pool;  /* while it waits in the warm pool (no hooks run): its pool */
     /* the request's KERNEL_* variables, applied to a pooled kernel by a silent execution */
     char *env_code;
+    egpol_t *egpol;      /* its egress policy (NULL: no network at all) */
+    kegress_t *egress;   /* its egress proxy, while its process runs */
     char env_id[JMSG_MSG_ID_MAX]; /* that execution's msg_id */
     bool env_replied, env_idle;
 };
@@ -273,8 +276,10 @@ void kmgr__ws_remove(kmgr_t *m, wspace_t *w);
  * only), or NULL. */
 wspace_t *kmgr__ws_idle(kmgr_t *m);
 
+/* egress: the kernel's egress policy (NULL or empty: none; copied). */
 kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
-                      const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool);
+                      const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
+                      const egpol_t *egress);
 /* Hands a pooled kernel to a request: per-kernel limits that apply after start, and the
  * request's KERNEL_* variables (a silent execution; the kernel is "starting" until it is
  * done). 0 or -errno. */

@@ -164,6 +164,12 @@ def _kgw_launch(env, args):
     extra = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]
     path = [os.getcwd()] + [p for p in extra if p not in sys.path]
     sys.path[0:0] = path
+    # the sandbox's set-up reset every signal to its default: what an interpreter started
+    # with exec ignores (a write to a closed socket must raise EPIPE, not kill the kernel)
+    import signal
+    for name in ('SIGPIPE', 'SIGXFSZ'):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
     import random
     random.seed()  # also done by its at-fork hook; explicit for clarity
     np = sys.modules.get('numpy')

@@ -123,6 +123,14 @@ void sbx_fork_req_wipe(sbx_fork_req_t *r);
  * and must not return. Failures reach the gateway through the request's report pipe. */
 int sbx_fork_req_spawn(sbx_fork_req_t *r, int server, void (*fn)(void *arg), void *arg);
 
+/* A listening TCP socket (non-blocking, close-on-exec) on 127.0.0.1:port inside the network
+ * namespace of the sandbox whose proxy is pid (pidfd: its pidfd, or -1). A socket keeps the
+ * namespace it was made in, so the caller accepts on it from its own loop; connections come
+ * only from inside the sandbox. Made by a short-lived thread that enters the namespace (the
+ * caller's threads stay where they are); needs CAP_SYS_ADMIN over the sandbox's user
+ * namespace (the gateway's root). 0 or -errno. */
+int sbx_listen_in(pid_t pid, int pidfd, unsigned short port, int *ret_fd);
+
 /* Checks that this host can run sandboxes (a complete dry run). 0, or -errno with why. */
 int sbx_probe(const sbx_profile_t *p, char *why, size_t whysz);
 

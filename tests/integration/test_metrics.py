@@ -43,7 +43,8 @@ LABELS = {
               "requested"},
     "status": {"ok", "error", "aborted", "timeout"},
     "face": {"channels", "channel"},
-    "direction": {"to_kernel", "to_client"},
+    "direction": {"to_kernel", "to_client", "to_host"},
+    "result": {"allowed", "denied"},
 }
 
 

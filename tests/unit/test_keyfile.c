@@ -107,11 +107,35 @@ static void test_generate_and_lookup(void)
     CHECK(keyfile_load(path, &kf, err, sizeof(err)) == -ENOENT);
 }
 
+#define H "blake2b:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+/* the optional egress policy after the hash */
+static void test_egress(void)
+{
+    struct keyfile_entry e, v[3];
+    CHECK_CASE("egress");
+    CHECK_INT(parse("alice " H " egress=pypi.org:443,*.pythonhosted.org:443 ", &e), 1);
+    CHECK_STR(e.egress, "pypi.org:443,*.pythonhosted.org:443");
+    CHECK_INT(parse("alice " H, &e), 1);
+    CHECK_STR(e.egress, "");
+    CHECK_INT(parse("alice " H " egress=pypi.org", &e), -EINVAL);
+    CHECK_INT(parse("alice " H " egres=pypi.org:443", &e), -EINVAL);
+    CHECK_INT(parse("alice " H " egress=a:1 extra", &e), -EINVAL);
+    CHECK_INT(parse("bob " H, &v[0]), 1);
+    CHECK_INT(parse("bob " H " egress=a.example:80", &v[1]), 1);
+    CHECK_INT(parse("bob " H " egress=b.example:80", &v[2]), 1);
+    keyfile_t kf = {v, 3};
+    CHECK_STR(keyfile_egress(&kf, "bob"), "a.example:80");
+    CHECK_STR(keyfile_egress(&kf, "carol"), "");
+    CHECK_STR(keyfile_egress(NULL, "bob"), "");
+}
+
 int main(void)
 {
     if (sodium_init() < 0)
         return 1;
     test_lines();
     test_generate_and_lookup();
+    test_egress();
     CHECK_DONE();
 }

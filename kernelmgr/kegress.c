@@ -1,0 +1,765 @@
+/* A kernel's egress proxy (see kegress.h).
+ *
+ * The loop's evl watches readability only, so writes that would block keep their bytes in a
+ * per-direction buffer (KEGRESS_BUF bytes), the reading side stops being watched, and a
+ * KEGRESS_TICK_MS timer retries; a non-blocking connect is polled the same way. One
+ * connection's state: HEAD (reading the request head) -> RESOLVE (a lookup thread) ->
+ * CONNECT -> RELAY. Closed connections are freed by a zero-delay timer, never inside their own
+ * callbacks. */
+#include "kernelmgr/kegress.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/audit.h"
+#include "common/list.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "protocol/egreq.h"
+
+#define KEGRESS_BUF      16384
+#define KEGRESS_TICK_MS  10
+#define ACCEPTS_PER_TURN 16
+
+static atomic_int lookups; /* lookup threads running, gateway-wide */
+
+/* One name lookup, shared by its thread and its connection: the last to let go frees it. */
+struct lookup {
+    atomic_int refs;
+    char host[EGPOL_HOST_MAX + 1];
+    char port[8];
+    int wfd;
+    struct addrinfo *ai;
+    int err;
+};
+
+static void lookup_unref(struct lookup *j)
+{
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1)
+        return;
+    if (j->ai)
+        freeaddrinfo(j->ai);
+    if (j->wfd >= 0)
+        close(j->wfd);
+    free(j);
+}
+
+static void *lookup_thread(void *arg)
+{
+    struct lookup *j = arg;
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    j->err = getaddrinfo(j->host, j->port, &hints, &j->ai);
+    /* the connection reads the result after this (or has gone: no SIGPIPE) */
+    ssize_t w = send(j->wfd, "x", 1, MSG_NOSIGNAL);
+    (void)w;
+    atomic_fetch_sub(&lookups, 1);
+    lookup_unref(j);
+    return NULL;
+}
+
+enum cstate { C_HEAD, C_RESOLVE, C_CONNECT, C_RELAY, C_CLOSED };
+
+struct pending {
+    char *buf;
+    size_t off, len;
+};
+
+struct econn {
+    struct list link;
+    kegress_t *e;
+    enum cstate st;
+    int cfd, ufd;
+    evl_io_t *cio, *uio, *lio; /* client, upstream, lookup result */
+    evl_timer_t *timer;
+    struct lookup *lookup;
+    int lfd;
+    struct addrinfo *ai, *next; /* the checked addresses (owned), the next to try */
+    char last_err[96];
+    uint64_t last_us, deadline_us; /* activity; connect deadline */
+    char head[EGREQ_HEAD_MAX];
+    size_t hlen;
+    struct egreq req;
+    char *out; /* the rewritten head of a forwarded request */
+    const struct egpol_entry *entry;
+    char host[EGPOL_HOST_MAX + 1];
+    char addr[INET6_ADDRSTRLEN];
+    struct pending up, down; /* to the host; to the kernel */
+    bool c_eof, u_eof;
+    uint64_t sent, received;
+    bool allowed;
+};
+
+struct kegress {
+    evl_t *l;
+    int lfd;
+    evl_io_t *lio;
+    evl_timer_t *reaper;
+    const egpol_t *pol;
+    const struct kegress_limits *lim;
+    struct kegress_stats *stats;
+    char tenant[65];
+    char kernel[40];
+    struct list conns, dead;
+    int nconns;
+    char hosts[KEGRESS_HOSTS_MAX][EGPOL_HOST_MAX + 8]; /* kegress_hosts_take */
+    int nhosts;
+    bool more_hosts;
+    long long bytes; /* relayed so far, both ways */
+};
+
+static void conn_tick(void *data);
+static void on_client(void *data);
+static void on_upstream(void *data);
+
+static void audit(struct econn *c, const char *result, const char *why)
+{
+    if (!audit_enabled())
+        return;
+    audit_event("egress", "s:s, s:s, s:o, s:i, s:o, s:s, s:I, s:I, s:s, s:o", "tenant",
+                c->e->tenant, "kernel", c->e->kernel, "host",
+                c->host[0] ? audit_str(c->host, strlen(c->host)) : json_null(), "port", c->req.port,
+                "address", c->addr[0] ? json_string(c->addr) : json_null(), "method",
+                c->req.connect ? "CONNECT" : "forward", "bytes_out", (json_int_t)c->sent,
+                "bytes_in", (json_int_t)c->received, "result", result, "reason",
+                why ? json_string(why) : json_null());
+}
+
+static void close_conn(struct econn *c, const char *why)
+{
+    kegress_t *e = c->e;
+    if (c->st == C_CLOSED)
+        return;
+    if (c->allowed) {
+        audit(c, "allowed", why);
+        log_debug("kernel=%s: egress host=%s port=%d closed (%s): %llu bytes out, %llu in",
+                  e->kernel, c->host, c->req.port, why ? why : "done", (unsigned long long)c->sent,
+                  (unsigned long long)c->received);
+    }
+    c->st = C_CLOSED;
+    evl_io_destroy(e->l, &c->cio);
+    evl_io_destroy(e->l, &c->uio);
+    evl_io_destroy(e->l, &c->lio);
+    e->l->timer_disarm(e->l, c->timer);
+    /* the loop may still hold a duplicate of a watched descriptor for a moment: end the
+     * connections now rather than at that close */
+    if (c->cfd >= 0) {
+        shutdown(c->cfd, SHUT_RDWR);
+        close(c->cfd);
+    }
+    if (c->ufd >= 0) {
+        shutdown(c->ufd, SHUT_RDWR);
+        close(c->ufd);
+    }
+    if (c->lfd >= 0)
+        close(c->lfd);
+    c->cfd = c->ufd = c->lfd = -1;
+    lookup_unref(c->lookup);
+    c->lookup = NULL;
+    if (c->ai)
+        freeaddrinfo(c->ai);
+    c->ai = c->next = NULL;
+    e->nconns--;
+    list_remove(&c->link);
+    list_append(&e->dead, &c->link);
+    e->l->timer_arm(e->l, e->reaper, 0);
+}
+
+static void conn_free(struct econn *c)
+{
+    evl_timer_destroy(c->e->l, &c->timer);
+    free(c->out);
+    free(c->up.buf);
+    free(c->down.buf);
+    free(c);
+}
+
+static void on_reap(void *data)
+{
+    kegress_t *e = data;
+    while (!list_empty(&e->dead)) {
+        struct econn *c = list_first(&e->dead, struct econn, link);
+        list_remove(&c->link);
+        conn_free(c);
+    }
+}
+
+/* Answers the kernel with an error (best effort: a fresh socket's buffer takes it) and
+ * closes. The reason goes into the status line, so urllib and requests show it. */
+static void refuse(struct econn *c, int status, const char *why)
+{
+    char msg[512];
+    int n = snprintf(msg, sizeof(msg),
+                     "HTTP/1.1 %d kgw egress: %s\r\nContent-Type: text/plain\r\n"
+                     "Connection: close\r\nContent-Length: %zu\r\n\r\nkgw egress: %s\n",
+                     status, why, strlen(why) + 13, why);
+    if (c->cfd >= 0 && n > 0) {
+        ssize_t w = send(c->cfd, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+        shutdown(c->cfd, SHUT_WR);
+    }
+    c->e->stats->denied++;
+    log_info("kernel=%s: egress denied: host=\"%.128s\" port=%d: %s", c->e->kernel,
+             c->host[0] ? c->host : "-", c->req.port, why);
+    audit(c, "denied", why);
+    c->allowed = false;
+    close_conn(c, why);
+}
+
+static void arm_tick(struct econn *c)
+{
+    c->e->l->timer_arm(c->e->l, c->timer, KEGRESS_TICK_MS);
+}
+
+static void arm_idle(struct econn *c)
+{
+    c->e->l->timer_arm(c->e->l, c->timer, (uint64_t)c->e->lim->idle_ms);
+}
+
+/* ---- relay ---- */
+
+/* Writes what p holds to fd. 1: all written; 0: some left; -errno. */
+static int flush(int fd, struct pending *p)
+{
+    while (p->off < p->len) {
+        ssize_t w = send(fd, p->buf + p->off, p->len - p->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : (errno == EINTR ? 0 : -errno);
+        p->off += (size_t)w;
+    }
+    p->off = p->len = 0;
+    return 1;
+}
+
+static bool watch(struct econn *c, evl_io_t **io, int fd, evl_io_cb cb)
+{
+    if (*io)
+        return true;
+    if (!(*io = c->e->l->io_add(c->e->l, fd, cb, c))) {
+        close_conn(c, "out of memory");
+        return false;
+    }
+    return true;
+}
+
+/* After progress: the watches and timer a relaying connection needs, or its end. */
+static void relay_settle(struct econn *c)
+{
+    int r;
+    if (c->up.len && (r = flush(c->ufd, &c->up)) < 0) {
+        close_conn(c, "write to the host failed");
+        return;
+    }
+    if (c->down.len && (r = flush(c->cfd, &c->down)) < 0) {
+        close_conn(c, "write to the kernel failed");
+        return;
+    }
+    if (c->u_eof && !c->down.len) {
+        close_conn(c, NULL);
+        return;
+    } /* the host is done and the kernel has it all */
+    if (c->c_eof && !c->up.len) {
+        /* the kernel is done: HTTP clients and TLS do not half-close, and a connection the
+         * kernel left must not hold one of its connections (the cap) until the host ends it */
+        close_conn(c, NULL);
+        return;
+    }
+    /* read a side only when what it sends can be taken */
+    if (!c->c_eof && !c->up.len) {
+        if (!watch(c, &c->cio, c->cfd, on_client))
+            return;
+    } else {
+        evl_io_destroy(c->e->l, &c->cio);
+    }
+    if (!c->u_eof && !c->down.len) {
+        if (!watch(c, &c->uio, c->ufd, on_upstream))
+            return;
+    } else {
+        evl_io_destroy(c->e->l, &c->uio);
+    }
+    if (c->up.len || c->down.len)
+        arm_tick(c);
+    else
+        arm_idle(c);
+}
+
+/* Moves what fd has to p's buffer and on; false when the connection ended. */
+static bool pump(struct econn *c,
+                 int from,
+                 int to,
+                 struct pending *p,
+                 bool *eof,
+                 uint64_t *count,
+                 uint64_t *stat)
+{
+    kegress_t *e = c->e;
+    if (!p->buf && !(p->buf = malloc(KEGRESS_BUF))) {
+        close_conn(c, "out of memory");
+        return false;
+    }
+    size_t room = KEGRESS_BUF;
+    if (e->lim->max_bytes > 0) {
+        long long left = e->lim->max_bytes - e->bytes;
+        if (left <= 0) {
+            close_conn(c, "byte cap reached");
+            return false;
+        }
+        if ((long long)room > left)
+            room = (size_t)left;
+    }
+    ssize_t n = recv(from, p->buf, room, MSG_DONTWAIT);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return true;
+        close_conn(c, "read failed");
+        return false;
+    }
+    if (n == 0) {
+        *eof = true;
+        return true;
+    }
+    c->last_us = util_now_us();
+    *count += (uint64_t)n;
+    *stat += (uint64_t)n;
+    e->bytes += n;
+    p->off = 0;
+    p->len = (size_t)n;
+    (void)to;
+    return true;
+}
+
+static void on_client(void *data)
+{
+    struct econn *c = data;
+    if (c->st != C_RELAY)
+        return;
+    if (pump(c, c->cfd, c->ufd, &c->up, &c->c_eof, &c->sent, &c->e->stats->bytes_out))
+        relay_settle(c);
+}
+
+static void on_upstream(void *data)
+{
+    struct econn *c = data;
+    if (c->st != C_RELAY)
+        return;
+    if (pump(c, c->ufd, c->cfd, &c->down, &c->u_eof, &c->received, &c->e->stats->bytes_in))
+        relay_settle(c);
+}
+
+static bool put_pending(struct econn *c, struct pending *p, const char *s, size_t n)
+{
+    if (!n)
+        return true;
+    if (!p->buf && !(p->buf = malloc(KEGRESS_BUF + EGREQ_OUT_MAX))) {
+        close_conn(c, "out of memory");
+        return false;
+    }
+    memcpy(p->buf + p->len, s, n);
+    p->len += n;
+    return true;
+}
+
+static void note_host(kegress_t *e, const char *host, int port)
+{
+    char hp[EGPOL_HOST_MAX + 8];
+    snprintf(hp, sizeof(hp), "%s:%d", host, port);
+    for (int i = 0; i < e->nhosts; i++)
+        if (!strcmp(e->hosts[i], hp))
+            return;
+    if (e->nhosts == KEGRESS_HOSTS_MAX) {
+        e->more_hosts = true;
+        return;
+    }
+    memcpy(e->hosts[e->nhosts++], hp, sizeof(hp));
+}
+
+json_t *kegress_hosts_take(kegress_t *e)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < e->nhosts; i++)
+        json_array_append_new(a, json_string(e->hosts[i]));
+    if (a && e->more_hosts)
+        json_array_append_new(a, json_string("..."));
+    e->nhosts = 0;
+    e->more_hosts = false;
+    return a;
+}
+
+/* Connected: answer CONNECT, or send the forwarded head, and relay. */
+static void relay_start(struct econn *c)
+{
+    static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    const char *rest = c->head + c->req.head_len;
+    size_t nrest = c->hlen - c->req.head_len;
+    c->st = C_RELAY;
+    c->allowed = true;
+    c->e->stats->allowed++;
+    note_host(c->e, c->host, c->req.port);
+    log_debug("kernel=%s: egress host=%s port=%d address=%s", c->e->kernel, c->host, c->req.port,
+              c->addr);
+    if (c->req.connect) {
+        if (!put_pending(c, &c->down, ok, sizeof(ok) - 1))
+            return;
+    } else if (!put_pending(c, &c->up, c->out, c->req.out_len)) {
+        return;
+    }
+    if (!put_pending(c, &c->up, rest, nrest))
+        return;
+    size_t n = nrest + (c->req.connect ? 0 : c->req.out_len); /* what the host is sent */
+    c->sent += n;
+    c->e->stats->bytes_out += n;
+    c->e->bytes += (long long)n;
+    relay_settle(c);
+}
+
+/* ---- connect ---- */
+
+static void connect_next(struct econn *c);
+
+static void connect_failed(struct econn *c, int err)
+{
+    snprintf(c->last_err, sizeof(c->last_err), "cannot connect to %s: %s", c->addr, strerror(err));
+    close(c->ufd);
+    c->ufd = -1;
+    connect_next(c);
+}
+
+static void connect_check(struct econn *c)
+{
+    struct pollfd pfd = {.fd = c->ufd, .events = POLLOUT};
+    if (poll(&pfd, 1, 0) <= 0) {
+        if (util_now_us() >= c->deadline_us) {
+            refuse(c, 504, "connection to the host timed out");
+            return;
+        }
+        arm_tick(c);
+        return;
+    }
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(c->ufd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err) {
+        connect_failed(c, err);
+        return;
+    }
+    relay_start(c);
+}
+
+/* Tries the next address the entry allows; the addresses are the ones checked, never looked
+ * up again. */
+static void connect_next(struct econn *c)
+{
+    const char *refused = NULL;
+    struct addrinfo *a;
+    for (a = c->next; a; a = a->ai_next) {
+        if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
+            continue;
+        const char *r = egpol_addr_refusal(a->ai_addr);
+        if (r && !c->entry->private_ok) {
+            if (!refused)
+                refused = r;
+            continue;
+        }
+        break;
+    }
+    if (!a) {
+        char why[160];
+        if (c->last_err[0])
+            snprintf(why, sizeof(why), "%s", c->last_err);
+        else if (refused)
+            snprintf(why, sizeof(why),
+                     "the host resolves to a %s address, which the policy "
+                     "does not name",
+                     refused);
+        else
+            snprintf(why, sizeof(why), "the host has no address");
+        refuse(c, c->last_err[0] ? 502 : 403, why);
+        return;
+    }
+    c->next = a->ai_next;
+    const void *bin = a->ai_family == AF_INET
+                          ? (const void *)&((struct sockaddr_in *)a->ai_addr)->sin_addr
+                          : (const void *)&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr;
+    inet_ntop(a->ai_family, bin, c->addr, sizeof(c->addr));
+    c->ufd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->ufd < 0) {
+        refuse(c, 502, "cannot make a socket");
+        return;
+    }
+    if (connect(c->ufd, a->ai_addr, a->ai_addrlen) < 0 && errno != EINPROGRESS) {
+        connect_failed(c, errno);
+        return;
+    }
+    c->st = C_CONNECT;
+    connect_check(c);
+}
+
+static void connect_to(struct econn *c, struct addrinfo *ai)
+{
+    c->ai = c->next = ai;
+    connect_next(c);
+}
+
+static void on_lookup(void *data)
+{
+    struct econn *c = data;
+    char x;
+    if (c->st != C_RESOLVE)
+        return;
+    if (read(c->lfd, &x, 1) != 1)
+        return; /* spurious */
+    evl_io_destroy(c->e->l, &c->lio);
+    close(c->lfd);
+    c->lfd = -1;
+    struct lookup *j = c->lookup;
+    if (j->err) {
+        char why[160];
+        snprintf(why, sizeof(why), "cannot resolve the host: %s", gai_strerror(j->err));
+        refuse(c, 502, why);
+        return;
+    }
+    struct addrinfo *ai = j->ai;
+    j->ai = NULL; /* the connection's now */
+    connect_to(c, ai);
+}
+
+static void resolve(struct econn *c)
+{
+    int p[2];
+    c->deadline_us = util_now_us() + (uint64_t)c->e->lim->connect_timeout_ms * 1000;
+    unsigned char bin[16];
+    if (inet_pton(AF_INET, c->host, bin) == 1 || inet_pton(AF_INET6, c->host, bin) == 1) {
+        struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
+                                 .ai_socktype = SOCK_STREAM};
+        struct addrinfo *ai = NULL;
+        char port[8];
+        snprintf(port, sizeof(port), "%d", c->req.port);
+        if (getaddrinfo(c->host, port, &hints, &ai) != 0) {
+            refuse(c, 400, "invalid address");
+            return;
+        }
+        connect_to(c, ai);
+        return;
+    }
+    if (atomic_fetch_add(&lookups, 1) >= KEGRESS_MAX_LOOKUPS) {
+        atomic_fetch_sub(&lookups, 1);
+        refuse(c, 503, "too many name lookups in progress");
+        return;
+    }
+    struct lookup *j = calloc(1, sizeof(*j));
+    if (!j || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, p) < 0) {
+        atomic_fetch_sub(&lookups, 1);
+        free(j);
+        refuse(c, 503, "out of resources");
+        return;
+    }
+    atomic_init(&j->refs, 2);
+    snprintf(j->host, sizeof(j->host), "%s", c->host);
+    snprintf(j->port, sizeof(j->port), "%d", c->req.port);
+    j->wfd = p[1];
+    c->lfd = p[0];
+    c->lookup = j;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int r = pthread_create(&t, &attr, lookup_thread, j);
+    pthread_attr_destroy(&attr);
+    if (r != 0) {
+        atomic_fetch_sub(&lookups, 1);
+        atomic_fetch_sub(&j->refs, 1); /* the thread's */
+        refuse(c, 503, "cannot start a name lookup");
+        return;
+    }
+    c->st = C_RESOLVE;
+    if (!(c->lio = c->e->l->io_add(c->e->l, c->lfd, on_lookup, c))) {
+        close_conn(c, "out of memory");
+        return;
+    }
+    c->e->l->timer_arm(c->e->l, c->timer, (uint64_t)c->e->lim->connect_timeout_ms);
+}
+
+/* ---- the request head ---- */
+
+static void on_head(struct econn *c)
+{
+    const char *why = NULL;
+    int r = egreq_parse(c->head, c->hlen, &c->req, c->out, &why);
+    if (r == 0)
+        return;
+    if (r < 0) {
+        refuse(c, r == -EMSGSIZE ? 431 : r == -ENOTSUP ? 501 : 400, why);
+        return;
+    }
+    evl_io_destroy(c->e->l, &c->cio); /* until relaying */
+    snprintf(c->host, sizeof(c->host), "%s", c->req.host);
+    if (!egpol_host_normalize(c->host)) {
+        refuse(c, 400, "invalid host name");
+        return;
+    }
+    c->entry = egpol_match(c->e->pol, c->host, c->req.port);
+    if (!c->entry) {
+        refuse(c, 403, "host and port are not in the kernel's egress policy");
+        return;
+    }
+    resolve(c);
+}
+
+static void on_client_head(void *data)
+{
+    struct econn *c = data;
+    if (c->st != C_HEAD)
+        return;
+    ssize_t n = recv(c->cfd, c->head + c->hlen, sizeof(c->head) - c->hlen, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        refuse(c, 400, "the request ended early");
+        return;
+    }
+    c->hlen += (size_t)n;
+    c->last_us = util_now_us();
+    on_head(c);
+}
+
+static void conn_tick(void *data)
+{
+    struct econn *c = data;
+    uint64_t now = util_now_us();
+    switch (c->st) {
+    case C_HEAD:
+        if (now - c->last_us >= (uint64_t)c->e->lim->idle_ms * 1000) {
+            refuse(c, 408, "no complete request in time");
+            return;
+        }
+        arm_idle(c);
+        return;
+    case C_RESOLVE: /* the timer was armed for the deadline */
+        if (now >= c->deadline_us) {
+            refuse(c, 504, "name lookup timed out");
+            return;
+        }
+        c->e->l->timer_arm(c->e->l, c->timer, (c->deadline_us - now) / 1000 + 1);
+        return;
+    case C_CONNECT:
+        connect_check(c);
+        return;
+    case C_RELAY:
+        if (!c->up.len && !c->down.len && now - c->last_us >= (uint64_t)c->e->lim->idle_ms * 1000) {
+            close_conn(c, "idle");
+            return;
+        }
+        if ((c->up.len || c->down.len) && now - c->last_us >= (uint64_t)c->e->lim->idle_ms * 1000) {
+            close_conn(c, "idle (a peer stopped reading)");
+            return;
+        }
+        relay_settle(c);
+        return;
+    case C_CLOSED:
+        return;
+    }
+}
+
+/* ---- the listener ---- */
+
+static void on_accept(void *data)
+{
+    kegress_t *e = data;
+    for (int i = 0; i < ACCEPTS_PER_TURN; i++) {
+        int fd = accept4(e->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        struct econn *c = calloc(1, sizeof(*c));
+        if (!c || !(c->out = malloc(EGREQ_OUT_MAX)) ||
+            !(c->timer = e->l->timer_new(e->l, conn_tick, c))) {
+            if (c)
+                free(c->out);
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->e = e;
+        c->cfd = fd;
+        c->ufd = c->lfd = -1;
+        c->last_us = util_now_us();
+        list_append(&e->conns, &c->link);
+        e->nconns++;
+        if (e->nconns > e->lim->max_conns) {
+            refuse(c, 429, "too many connections from this kernel");
+            continue;
+        }
+        if (e->lim->max_bytes > 0 && e->bytes >= e->lim->max_bytes) {
+            refuse(c, 429, "this kernel's egress byte cap is reached");
+            continue;
+        }
+        if (!(c->cio = e->l->io_add(e->l, fd, on_client_head, c))) {
+            close_conn(c, "out of memory");
+            continue;
+        }
+        arm_idle(c);
+    }
+}
+
+kegress_t *kegress_new(evl_t *l,
+                       int listen_fd,
+                       const egpol_t *pol,
+                       const struct kegress_limits *lim,
+                       struct kegress_stats *stats,
+                       const char *tenant,
+                       const char *kernel_id)
+{
+    kegress_t *e = calloc(1, sizeof(*e));
+    if (!e) {
+        close(listen_fd);
+        return NULL;
+    }
+    e->l = l;
+    e->lfd = listen_fd;
+    e->pol = pol;
+    e->lim = lim;
+    e->stats = stats;
+    snprintf(e->tenant, sizeof(e->tenant), "%s", tenant ? tenant : "");
+    snprintf(e->kernel, sizeof(e->kernel), "%s", kernel_id);
+    list_init(&e->conns);
+    list_init(&e->dead);
+    int fl = fcntl(listen_fd, F_GETFL);
+    if (fl < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK) < 0 || /* accepts never wait */
+        !(e->reaper = l->timer_new(l, on_reap, e)) ||
+        !(e->lio = l->io_add(l, listen_fd, on_accept, e))) {
+        int err = errno;
+        kegress_destroy(&e);
+        errno = err;
+        return NULL;
+    }
+    return e;
+}
+
+void kegress_destroy(kegress_t **pe)
+{
+    kegress_t *e = *pe;
+    if (!e)
+        return;
+    while (!list_empty(&e->conns))
+        close_conn(list_first(&e->conns, struct econn, link), "the kernel process ended");
+    on_reap(e);
+    evl_io_destroy(e->l, &e->lio);
+    evl_timer_destroy(e->l, &e->reaper);
+    if (e->lfd >= 0)
+        close(e->lfd);
+    free(e);
+    *pe = NULL;
+}

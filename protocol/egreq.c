@@ -1,0 +1,223 @@
+/* Egress proxy request heads (see egreq.h). */
+#include "protocol/egreq.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#define METHOD_MAX 16
+
+static int fail(const char **why, const char *reason, int code)
+{
+    if (why)
+        *why = reason;
+    return code;
+}
+
+/* The end of the head: the index after its empty line, or 0. */
+static size_t head_end(const char *buf, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] != '\n')
+            continue;
+        if (i + 1 < len && buf[i + 1] == '\n')
+            return i + 2;
+        if (i + 2 < len && buf[i + 1] == '\r' && buf[i + 2] == '\n')
+            return i + 3;
+    }
+    return 0;
+}
+
+/* host[:port] or [v6][:port] (need_port: the port is required). 0 or -EINVAL. */
+static int parse_authority(const char *a, size_t n, bool need_port, int def_port,
+                           struct egreq *ret)
+{
+    size_t hl;
+    const char *h = a, *rest;
+    if (n && a[0] == '[') {
+        const char *close = memchr(a, ']', n);
+        if (!close)
+            return -EINVAL;
+        h = a + 1;
+        hl = (size_t)(close - h);
+        rest = close + 1;
+    } else {
+        const char *colon = memchr(a, ':', n);
+        hl = colon ? (size_t)(colon - a) : n;
+        rest = a + hl;
+    }
+    size_t rl = n - (size_t)(rest - a);
+    if (hl == 0 || hl > EGREQ_HOST_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < hl; i++) {
+        char c = h[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '.' || c == '_' || (a[0] == '[' && c == ':')))
+            return -EINVAL;
+    }
+    int port = def_port;
+    if (rl) {
+        if (rest[0] != ':' || rl < 2 || rl > 6)
+            return -EINVAL;
+        port = 0;
+        for (size_t i = 1; i < rl; i++) {
+            if (rest[i] < '0' || rest[i] > '9')
+                return -EINVAL;
+            port = port * 10 + (rest[i] - '0');
+        }
+    } else if (need_port) {
+        return -EINVAL;
+    }
+    if (port < 1 || port > 65535)
+        return -EINVAL;
+    memcpy(ret->host, h, hl);
+    ret->host[hl] = '\0';
+    ret->port = port;
+    return 0;
+}
+
+static bool is_token(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+/* A header the proxy drops when forwarding. */
+static bool hop_header(const char *name, size_t n)
+{
+    static const char *const drop[] = {"connection", "keep-alive", "proxy-connection",
+                                       "proxy-authorization", "proxy-authenticate", "te",
+                                       "upgrade"};
+    for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
+        if (strlen(drop[i]) == n && !strncasecmp(name, drop[i], n))
+            return true;
+    return false;
+}
+
+static bool put(char *out, size_t *olen, const char *s, size_t n)
+{
+    if (*olen + n > EGREQ_OUT_MAX)
+        return false;
+    memcpy(out + *olen, s, n);
+    *olen += n;
+    return true;
+}
+
+int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const char **why)
+{
+    size_t scan = len < EGREQ_HEAD_MAX ? len : EGREQ_HEAD_MAX;
+    size_t end = head_end(buf, scan);
+    if (!end)
+        return len >= EGREQ_HEAD_MAX ? fail(why, "request head too large", -EMSGSIZE) : 0;
+    if (memchr(buf, '\0', end))
+        return fail(why, "NUL byte in request head", -EINVAL);
+
+    /* request line: METHOD SP TARGET SP HTTP/1.x */
+    const char *p = buf, *eol = memchr(buf, '\n', end);
+    size_t ll = (size_t)(eol - p);
+    if (ll && p[ll - 1] == '\r')
+        ll--;
+    const char *sp1 = memchr(p, ' ', ll);
+    if (!sp1 || sp1 == p || (size_t)(sp1 - p) > METHOD_MAX)
+        return fail(why, "malformed request line", -EINVAL);
+    size_t ml = (size_t)(sp1 - p);
+    for (size_t i = 0; i < ml; i++)
+        if (p[i] < 'A' || p[i] > 'Z')
+            return fail(why, "malformed method", -EINVAL);
+    const char *t = sp1 + 1;
+    const char *sp2 = memchr(t, ' ', ll - ml - 1);
+    if (!sp2 || sp2 == t)
+        return fail(why, "malformed request line", -EINVAL);
+    size_t tl = (size_t)(sp2 - t), vl = ll - ml - 1 - tl - 1;
+    const char *v = sp2 + 1;
+    if (vl != 8 || (memcmp(v, "HTTP/1.1", 8) && memcmp(v, "HTTP/1.0", 8)))
+        return fail(why, "not HTTP/1.0 or HTTP/1.1", -EINVAL);
+    for (size_t i = 0; i < tl; i++)
+        if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
+            return fail(why, "malformed request target", -EINVAL);
+
+    memset(ret, 0, sizeof(*ret));
+    ret->head_len = end;
+    const char *path = "/";
+    size_t pl = 1;
+    if (ml == 7 && !memcmp(p, "CONNECT", 7)) {
+        ret->connect = true;
+        if (parse_authority(t, tl, true, 0, ret) < 0)
+            return fail(why, "CONNECT needs host:port", -EINVAL);
+    } else {
+        if (tl >= 8 && !strncasecmp(t, "https://", 8))
+            return fail(why, "https:// needs CONNECT", -ENOTSUP);
+        if (tl < 7 || strncasecmp(t, "http://", 7))
+            return fail(why, "only absolute http:// targets are proxied", -ENOTSUP);
+        const char *a = t + 7;
+        size_t al = tl - 7;
+        const char *slash = memchr(a, '/', al), *q = memchr(a, '?', al);
+        if (q && (!slash || q < slash))
+            slash = q;
+        size_t an = slash ? (size_t)(slash - a) : al;
+        if (memchr(a, '@', an))
+            return fail(why, "userinfo in the target", -ENOTSUP);
+        if (parse_authority(a, an, false, 80, ret) < 0)
+            return fail(why, "malformed host in the target", -EINVAL);
+        if (slash) {
+            path = slash;
+            pl = al - an;
+            if (path[0] == '?') { /* "http://h?q" means "/?q" */
+                if (!put(out, &ret->out_len, p, ml + 1) || !put(out, &ret->out_len, "/", 1))
+                    return fail(why, "request head too large", -EMSGSIZE);
+                goto path_done;
+            }
+        }
+        if (!put(out, &ret->out_len, p, ml + 1))
+            return fail(why, "request head too large", -EMSGSIZE);
+    path_done:
+        if (!put(out, &ret->out_len, path, pl) || !put(out, &ret->out_len, " ", 1) ||
+            !put(out, &ret->out_len, v, 8) || !put(out, &ret->out_len, "\r\n", 2))
+            return fail(why, "request head too large", -EMSGSIZE);
+    }
+
+    /* header lines */
+    int nh = 0;
+    bool host_seen = false;
+    for (p = eol + 1; p < buf + end;) {
+        eol = memchr(p, '\n', (size_t)(buf + end - p));
+        size_t hl = (size_t)(eol - p);
+        if (hl && p[hl - 1] == '\r')
+            hl--;
+        if (hl == 0)
+            break; /* the empty line */
+        if (++nh > EGREQ_MAX_HEADERS)
+            return fail(why, "too many header lines", -EMSGSIZE);
+        const char *colon = memchr(p, ':', hl);
+        if (!colon || colon == p)
+            return fail(why, "malformed header line", -EINVAL);
+        for (const char *c = p; c < colon; c++)
+            if (!is_token(*c))
+                return fail(why, "malformed header name", -EINVAL);
+        for (const char *c = colon + 1; c < p + hl; c++)
+            if (((unsigned char)*c < 0x20 && *c != '\t') || *c == 0x7f)
+                return fail(why, "control byte in a header value", -EINVAL);
+        size_t nl = (size_t)(colon - p);
+        if (!ret->connect && !hop_header(p, nl)) {
+            if (nl == 4 && !strncasecmp(p, "host", 4))
+                host_seen = true;
+            if (!put(out, &ret->out_len, p, hl) || !put(out, &ret->out_len, "\r\n", 2))
+                return fail(why, "request head too large", -EMSGSIZE);
+        }
+        p = eol + 1;
+    }
+    if (!ret->connect) {
+        char hostline[EGREQ_HOST_MAX + 32];
+        int n = 0;
+        if (!host_seen) {
+            bool v6 = strchr(ret->host, ':') != NULL;
+            n = snprintf(hostline, sizeof(hostline), "Host: %s%s%s:%d\r\n", v6 ? "[" : "",
+                         ret->host, v6 ? "]" : "", ret->port);
+        }
+        if (!put(out, &ret->out_len, hostline, (size_t)n) ||
+            !put(out, &ret->out_len, "Connection: close\r\n\r\n", 21))
+            return fail(why, "request head too large", -EMSGSIZE);
+    }
+    return 1;
+}
