@@ -316,6 +316,7 @@ static void req_free(struct gw_req *r)
         return;
     kwait_cancel(&r->wait);
     files_xfer_free(&r->xfer);
+    xapi_reader_free(&r->xr);
     buf_fini(&r->body);
     free(r->resp);
     free(r->pending);
@@ -745,6 +746,11 @@ static void dispatch(struct gw_req *r)
     case ROUTE_FILES:
     case ROUTE_FILE:
         return files_handle(r);
+    case ROUTE_KERNEL_EXECUTE:
+    case ROUTE_EXECUTE:
+    case ROUTE_EXECUTION:
+    case ROUTE_EXECUTION_EVENTS:
+        return xapi_handle(r);
     case ROUTE_SELF_IDENTIFY:
         return req_reply(r, 200, json_pack("{s:s}", "instance_id", g->instance_id));
     case ROUTE_LIVENESS:
@@ -952,6 +958,14 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     struct gw_req *r = pss->req;
     if (r && !r->has_response && files_is_download(r)) {
         int rc = files_download_write(r);
+        if (rc <= 0)
+            return rc;
+        pss->req = NULL;
+        req_free(r);
+        return transaction_done(wsi);
+    }
+    if (r && !r->has_response && r->xr) {
+        int rc = xapi_write(r);
         if (rc <= 0)
             return rc;
         pss->req = NULL;
