@@ -30,6 +30,8 @@
 #define XAPI_SWEEP_MS     1000        /* retention checks */
 #define XAPI_KEY_MAX      128         /* bytes of an Idempotency-Key */
 #define XAPI_MAX_EXECS    100000      /* executions held at once, all tenants */
+#define XAPI_REINTERRUPT_MS 500       /* a cancelled or timed-out execution: interrupt again */
+#define XAPI_INTERRUPTS_MAX 20
 
 enum xstate { X_QUEUED, X_RUNNING, X_DONE };
 
@@ -68,6 +70,8 @@ typedef struct xexec {
     struct xreq req;
     int64_t queued_wall_us;
     uint64_t sent_us, done_ms;
+    bool begun; /* the kernel runs its code (execute_input; busy when silent) */
+    int interrupts;
     bool cancelled, timed_out, saw_error, reply_error, idle_seen, oneshot, keep, gone;
     json_int_t exec_count; /* -1: unknown */
     wsnap_t *before;
@@ -110,6 +114,7 @@ struct xapi {
     evl_timer_t *sweep;
 };
 
+static void interrupt_now(xexec_t *x);
 static void finish(xexec_t *x, const char *status, const char *cause,
                    const struct kernel_exec_end *e);
 static void pump(struct xkern *xk);
@@ -415,11 +420,16 @@ static void on_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
         if (st && !strcmp(st, "idle") && !x->idle_seen) {
             x->idle_seen = true;
             g->loop.evl.timer_arm(&g->loop.evl, x->settle, 0);
+        } else if (st && !strcmp(st, "busy") && x->req.silent) {
+            x->begun = true;
         }
     } else if (!strcmp(h->msg_type, "execute_input")) {
         json_t *n = json_object_get(c, "execution_count");
         if (json_is_integer(n))
             x->exec_count = json_integer_value(n);
+        x->begun = true;
+        if (x->cancelled || x->timed_out)
+            interrupt_now(x);
     } else {
         json_t *ev = xevent_from_iopub(h->msg_type, c);
         const char *type = json_string_value(json_object_get(ev, "type"));
@@ -520,18 +530,39 @@ static const struct kmgr_listener_ops listener_ops = {
 
 /* ---- the life of an execution ---- */
 
-static void on_timeout(void *data)
+/* Interrupts the kernel for a cancelled or timed-out execution once it runs the code (a SIGINT
+ * before that is lost: ipykernel ignores it between requests), again every
+ * XAPI_REINTERRUPT_MS while the execution goes on. */
+static void interrupt_now(xexec_t *x)
 {
-    xexec_t *x = data;
     gw_t *g = x->xa->g;
     struct kops_error err;
     kernel_t *k = kmgr_find(g->km, x->kernel_id);
-    if (x->state != X_RUNNING || !k)
+    if (x->state != X_RUNNING)
         return;
-    x->timed_out = true;
-    log_info("xapi: execution=%s kernel=%s: over its timeout of %g s: interrupting it", x->id,
-             x->kernel_id, x->req.timeout);
-    kops_interrupt(g, k, &err);
+    if (!k) {
+        finish(x, "cancelled", "", NULL);
+        return;
+    }
+    if (x->begun) {
+        x->interrupts++;
+        kops_interrupt(g, k, &err);
+    }
+    if (x->interrupts < XAPI_INTERRUPTS_MAX)
+        g->loop.evl.timer_arm(&g->loop.evl, x->timer, XAPI_REINTERRUPT_MS);
+}
+
+static void on_timeout(void *data)
+{
+    xexec_t *x = data;
+    if (x->state != X_RUNNING)
+        return;
+    if (!x->cancelled && !x->timed_out) {
+        x->timed_out = true;
+        log_info("xapi: execution=%s kernel=%s: over its timeout of %g s: interrupting it",
+                 x->id, x->kernel_id, x->req.timeout);
+    }
+    interrupt_now(x);
 }
 
 static void on_after(void *data)
@@ -1003,8 +1034,6 @@ static void handle_oneshot(struct gw_req *r)
 
 static void cancel(xexec_t *x)
 {
-    gw_t *g = x->xa->g;
-    struct kops_error err;
     if (x->state == X_DONE)
         return;
     x->cancelled = true;
@@ -1017,9 +1046,8 @@ static void cancel(xexec_t *x)
     }
     if (x->state == X_QUEUED) /* one-shot: its kernel is still starting */
         return finish(x, "cancelled", "", NULL);
-    kernel_t *k = kmgr_find(g->km, x->kernel_id);
-    if (!k || kops_interrupt(g, k, &err) < 0)
-        finish(x, "cancelled", "", NULL);
+    x->interrupts = 0;
+    interrupt_now(x);
 }
 
 static void handle_execution(struct gw_req *r)
