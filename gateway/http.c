@@ -87,7 +87,7 @@ static int transaction_done(struct lws *wsi)
 static void count_refusal(gw_t *g, int status)
 {
     if (status == 400 || status == 411 || status == 413 || status == 414 || status == 415 ||
-        status == 431)
+        status == 422 || status == 431)
         g->stats.refused[GW_REFUSED_BAD_INPUT]++;
 }
 
@@ -108,12 +108,16 @@ static const char *reason_phrase(int status)
         return "Request Timeout";
     case 409:
         return "Conflict";
+    case 410:
+        return "Gone";
     case 411:
         return "Length Required";
     case 413:
         return "Payload Too Large";
     case 415:
         return "Unsupported Media Type";
+    case 422:
+        return "Unprocessable Entity";
     case 429:
         return "Too Many Requests";
     case 500:

@@ -1,5 +1,5 @@
-"""examples/kernel_client.py (and execute.py), run as a subprocess against the gateway in both websocket
-encodings: output, errors and exit status, PNG display data, stdin, interrupt, clean-up."""
+"""examples/kernel_client.py (and execute.py), run as a subprocess against the gateway in both
+websocket encodings: output, errors and exit status, PNG display data, stdin, interrupt, clean-up."""
 import os
 import re
 import subprocess
