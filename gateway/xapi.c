@@ -30,6 +30,7 @@
 #define XAPI_SWEEP_MS     1000        /* retention checks */
 #define XAPI_KEY_MAX      128         /* bytes of an Idempotency-Key */
 #define XAPI_MAX_EXECS    100000      /* executions held at once, all tenants */
+#define XAPI_EXEC_BYTES   (sizeof(xexec_t) + 256) /* an execution's own memory, in budgets */
 #define XAPI_REINTERRUPT_MS 500       /* a cancelled or timed-out execution: interrupt again */
 #define XAPI_INTERRUPTS_MAX 20
 
@@ -72,6 +73,7 @@ typedef struct xexec {
     uint64_t sent_us, done_ms;
     bool begun; /* the kernel runs its code (execute_input; busy when silent) */
     int interrupts;
+    bool aborted; /* the kernel answered "aborted" (another client's execution failed) */
     bool cancelled, timed_out, saw_error, reply_error, idle_seen, oneshot, keep, gone;
     json_int_t exec_count; /* -1: unknown */
     wsnap_t *before;
@@ -176,6 +178,7 @@ static void exec_free(xexec_t *x)
     wsnap_destroy(&x->before);
     list_remove(&x->link);
     x->xa->count--;
+    x->tn->bytes -= XAPI_EXEC_BYTES;
     free(x);
 }
 
@@ -296,6 +299,8 @@ static void on_reply(void *user, kconn_t *c, enum jchan chan, const jmsg_t *m, c
         x->exec_count = json_integer_value(n);
     if (st && strcmp(st, "ok") != 0)
         x->reply_error = true;
+    if (st && !strcmp(st, "aborted"))
+        x->aborted = true;
     json_decref(c2);
 }
 
@@ -343,7 +348,7 @@ static char *execute_content(const struct xreq *q)
     json_t *ue = q->user_expressions ? json_incref(q->user_expressions) : json_object();
     json_t *c = json_pack("{s:s, s:b, s:b, s:o, s:b, s:b}", "code", q->code, "silent", q->silent,
                           "store_history", q->store_history, "user_expressions", ue,
-                          "allow_stdin", 0, "stop_on_error", 1);
+                          "allow_stdin", 0, "stop_on_error", 0);
     char *s = c ? json_dumps(c, JSON_COMPACT) : NULL;
     json_decref(c);
     return s;
@@ -389,6 +394,10 @@ static void start_next(struct xkern *xk)
         finish(x, "error", cause, NULL);
         return;
     }
+    free(x->req.code); /* sent: not needed any more (it is not kept for retention) */
+    x->req.code = NULL;
+    json_decref(x->req.user_expressions);
+    x->req.user_expressions = NULL;
     x->state = X_RUNNING;
     x->sent_us = util_now_us();
     xk->running = x;
@@ -467,7 +476,11 @@ static void on_settle(void *data)
 {
     xexec_t *x = data;
     if (x->state == X_RUNNING)
-        finish(x, x->saw_error || x->reply_error ? "error" : "ok", "", NULL);
+        finish(x, x->saw_error || x->reply_error ? "error" : "ok",
+               x->aborted && !x->saw_error
+                   ? "the kernel aborted the request: an earlier execution on it failed"
+                   : "",
+               NULL);
 }
 
 static void end_all(gw_t *g, struct xkern *xk, const char *status, const char *cause,
@@ -671,6 +684,7 @@ static xexec_t *exec_new(struct xapi *xa, const struct gw_caller *who, kernel_t 
     }
     x->xa = xa;
     x->tn = tn;
+    tn->bytes += XAPI_EXEC_BYTES;
     x->exec_count = -1;
     list_init(&x->readers);
     list_init(&x->qlink);
