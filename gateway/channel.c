@@ -475,7 +475,10 @@ static int client_send(chclient_t *cl, enum jchan chan, const char *msg_type, js
         m.part[JPART_PARENT] = (jspan_t){"{}", 2};
         m.part[JPART_METADATA] = (jspan_t){"{}", 2};
         m.part[JPART_CONTENT] = (jspan_t){body, strlen(body)};
-        r = kconn_send(cl->kc, chan, &m, !strcmp(msg_type, "execute_request") ? msg_id_out : NULL);
+        jhdr_t h;
+        snprintf(h.msg_id, sizeof(h.msg_id), "%s", msg_id_out);
+        snprintf(h.msg_type, sizeof(h.msg_type), "%s", msg_type);
+        r = kconn_send(cl->kc, chan, &m, &h);
     }
     free(hdr);
     free(body);

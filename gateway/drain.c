@@ -46,6 +46,9 @@ static void close_all(gw_t *g, bool forced)
     g->drain.deadline_ms = util_now_ms() + (uint64_t)g->cfg.km.shutdown_grace_ms + DRAIN_CLOSE_MS;
     log_info("drain: closing %d websocket%s (1001) and shutting down %zu kernel%s", g->connections,
              g->connections == 1 ? "" : "s", n, n == 1 ? "" : "s");
+    /* requests still in flight get their end before the websockets close */
+    for (size_t i = 0; i < kmgr_count(g->km); i++)
+        kernel_fail_pending(kmgr_at(g->km, i), KERNEL_OUT_SHUTDOWN, DRAIN_CLOSE_REASON);
     wschan_close_all(g, 1001, DRAIN_CLOSE_REASON);
     channel_close_all(g, 1001, DRAIN_CLOSE_REASON);
     /* kernel_shutdown never removes a kernel from the list before it returns */
@@ -53,7 +56,7 @@ static void close_all(gw_t *g, bool forced)
         kernel_t *k = kmgr_at(g->km, i);
         if (forced && kernel_executions(k) > 0 && kernel_interrupt(k) == 0)
             log_info("kernel=%s: drain: interrupting its execution", kernel_id(k));
-        kernel_shutdown(k);
+        kernel_shutdown(k, DRAIN_CLOSE_REASON);
     }
     g->loop.evl.timer_arm(&g->loop.evl, g->drain.timer, 0);
 }

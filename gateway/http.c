@@ -500,7 +500,7 @@ static void on_started(struct gw_req *r, kernel_t *k, int status)
             req_error_draining(r);
         else
             req_error(r, 500, "kernel %s failed to start", kernel_id(k));
-        kernel_shutdown(k);
+        kernel_shutdown(k, NULL);
         return;
     }
     reply_model(r, k, 201);

@@ -180,7 +180,7 @@ int kops_restart(gw_t *g, kernel_t *k, struct kops_error *err)
 
 int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err)
 {
-    int rc = kernel_shutdown(k);
+    int rc = kernel_shutdown(k, "the kernel was shut down by a client");
     if (rc == -EALREADY) /* another shutdown is in progress: wait for it too */
         return 0;
     return rc < 0 ? fail(g, KOPS_SHUTDOWN, rc, NULL, err) : 0;

@@ -90,7 +90,7 @@ static void on_kernel_ready(struct gw_req *r, kernel_t *k, int status)
             req_error_draining(r);
         else
             req_error(r, 500, "kernel %s failed to start", kernel_id(k));
-        kernel_shutdown(k);
+        kernel_shutdown(k, NULL);
         return;
     }
     snprintf(s->kernel_id, sizeof(s->kernel_id), "%s", kernel_id(k));

@@ -478,8 +478,7 @@ static void on_message(struct wsconn *ws)
     } else {
         log_debug("ws: session %s: %s %s", ws->sess->id, jchan_name(wm.chan),
                   log_quote(q, sizeof(q), wm.hdr.msg_type, strlen(wm.hdr.msg_type)));
-        r = kconn_send(ws->sess->kc, wm.chan, &wm.m,
-                       !strcmp(wm.hdr.msg_type, "execute_request") ? wm.hdr.msg_id : NULL);
+        r = kconn_send(ws->sess->kc, wm.chan, &wm.m, &wm.hdr);
         if (r == -EAGAIN)
             wsq_close(&ws->out, 1013, "kernel is not accepting messages", false);
         else if (r < 0)

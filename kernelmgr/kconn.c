@@ -19,6 +19,7 @@ static void on_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     }
     kernel_touch(c->k);
     kernel__count_msg(c->k, KMGR_TO_CLIENT, &m);
+    kexec__answered(c, &m, &h);
     c->ops->reply(c->user, c, chan, &m, &h);
 }
 
@@ -34,6 +35,7 @@ kconn_t *kconn_new(kernel_t *k, const char *session_id, const struct kconn_ops *
     c->k = k;
     c->ops = ops;
     c->user = user;
+    list_init(&c->pending);
     snprintf(c->session, sizeof(c->session), "%s", session_id);
     for (int ch = 0; ch < JCHAN_N && r == 0; ch++) {
         if (!chan_port[ch])
@@ -58,20 +60,23 @@ void kconn_destroy(kconn_t **pc)
     if (!c)
         return;
     list_remove(&c->link);
+    kexec__forget(c);
     for (int ch = 0; ch < JCHAN_N; ch++)
         kz_close(&c->z[ch]);
     free(c);
     *pc = NULL;
 }
 
-int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m, const char *exec_msg_id)
+int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
 {
     if (chan == JCHAN_IOPUB || (unsigned)chan >= JCHAN_N)
         return -EINVAL;
     kernel_touch(c->k);
     int r = kz_send_jmsg(&c->z[chan], c->k->sign, m);
-    if (r == 0 && chan == JCHAN_SHELL && exec_msg_id)
-        kernel__exec_sent(c->k, exec_msg_id);
+    if (r == 0 && chan == JCHAN_SHELL && !strcmp(h->msg_type, "execute_request"))
+        kernel__exec_sent(c->k, h->msg_id);
+    if (r == 0)
+        kexec__sent(c, chan, m, h);
     if (r >= 0)
         kernel__count_msg(c->k, KMGR_TO_KERNEL, m);
     return r;

@@ -17,11 +17,11 @@ struct kconn_ops {
 /* NULL + errno. */
 kconn_t *kconn_new(kernel_t *k, const char *session_id, const struct kconn_ops *ops, void *user);
 void kconn_destroy(kconn_t **c);
-/* Signs and sends a client message on shell, control or stdin. exec_msg_id: the message's
- * msg_id when it is an execute_request (the caller has its header parsed; the execution is
- * then tracked until its idle), else NULL. -EAGAIN when the kernel's queue is full, -EINVAL
- * for iopub. */
-int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m, const char *exec_msg_id);
+/* Signs and sends a client message on shell, control or stdin; h is its header as the caller
+ * parsed it. Requests are remembered until answered (an execute_request until its idle), so
+ * each gets an answer even when the kernel process ends first. -EAGAIN when the kernel's
+ * queue is full, -EINVAL for iopub. */
+int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h);
 kernel_t *kconn_kernel(const kconn_t *c);
 const char *kconn_session(const kconn_t *c);
 

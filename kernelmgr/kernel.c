@@ -220,12 +220,46 @@ static void exec_end(kernel_t *k, enum kmgr_exec how)
     k->exec_sha[0] = '\0';
 }
 
+/* Whether the execution in progress met its cgroup's pids limit. */
+static bool forks_refused(kernel_t *k)
+{
+    struct sbx_cgroup_events ev;
+    if (!k->cgroup)
+        return false;
+    sbx_cgroup_events(k->cgroup, &ev);
+    return ev.pids_max > k->exec_pids0;
+}
+
+/* The execution in progress reached its idle: listeners hear how it went. */
+static void exec_outcome(kernel_t *k)
+{
+    char cause[160] = "";
+    enum kernel_outcome o = k->exec_error ? KERNEL_OUT_ERROR : KERNEL_OUT_OK;
+    if (!strcmp(k->exec_id, k->env_id))
+        return;
+    if (k->exec_stage) {
+        o = KERNEL_OUT_TIMEOUT;
+        snprintf(cause, sizeof(cause), "the execution exceeded its wall-time limit of %d s and "
+                 "was interrupted", k->exec_timeout_ms / 1000);
+    } else if (k->exec_error && forks_refused(k)) {
+        o = KERNEL_OUT_PIDS_LIMIT;
+        snprintf(cause, sizeof(cause), "forks were refused at the kernel's process limit (%lld)",
+                 k->lim.pids);
+    } else if (k->exec_capped) {
+        o = KERNEL_OUT_OUTPUT_LIMIT;
+        snprintf(cause, sizeof(cause), "the execution's output exceeded its limit of %lld "
+                 "bytes: the rest was discarded", k->output_cap);
+    }
+    kexec__end(k, k->exec_id, o, cause, util_now_us() - k->exec_start_us);
+}
+
 static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
 {
     exec_end(k, KMGR_EXEC_ABORTED); /* its idle never came */
     snprintf(k->exec_id, sizeof(k->exec_id), "%s", msg_id);
     k->exec_parent = strndup(parent.p, parent.n);
     k->exec_start_us = util_now_us();
+    kexec__usage_begin(k);
     if (k->exec_timeout_ms > 0)
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
 }
@@ -246,7 +280,10 @@ static void on_exec_timer(void *data)
     }
     notice(k, "the kernel ignored the interrupt: restarting it");
     exec_audit(k, "timeout");
-    exec_end(k, KMGR_EXEC_TIMEOUT);
+    kernel__stop_why(k, KERNEL_OUT_TIMEOUT,
+                     "the execution exceeded its wall-time limit of %d s and ignored the "
+                     "interrupt: the kernel was restarted",
+                     k->exec_timeout_ms / 1000);
     if (restart(k) == 0) {
         k->m->stats.restarts[KMGR_RESTART_AUTO]++;
         emit(k, KERNEL_EV_RESTARTING, "execution wall-time limit");
@@ -305,6 +342,7 @@ static void update_exec_state(kernel_t *k, const jmsg_t *m)
                 exec_begin(k, ph.msg_id, m->part[JPART_PARENT]);
             else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id)) {
                 exec_audit(k, NULL);
+                exec_outcome(k);
                 exec_end(k, k->exec_stage   ? KMGR_EXEC_TIMEOUT
                             : k->exec_error ? KMGR_EXEC_ERROR
                                             : KMGR_EXEC_OK);
@@ -1072,6 +1110,64 @@ static enum kmgr_start_fail start_fail_of(enum kmgr_death d)
     }
 }
 
+/* "512 MiB", "1.5 GiB", "1000 bytes" */
+static void fmt_bytes(long long n, char *out, size_t outsz)
+{
+    if (n >= (1LL << 30) && n % (1LL << 20) == 0 && n % (1LL << 30) != 0)
+        snprintf(out, outsz, "%lld MiB", n >> 20);
+    else if (n >= (1LL << 30))
+        snprintf(out, outsz, "%.3g GiB", (double)n / (double)(1LL << 30));
+    else if (n >= (1LL << 20))
+        snprintf(out, outsz, "%.3g MiB", (double)n / (double)(1LL << 20));
+    else
+        snprintf(out, outsz, "%lld bytes", n);
+}
+
+/* What a death nobody asked for means for the requests in flight, in one line. */
+static enum kernel_outcome death_outcome(kernel_t *k, enum kmgr_death d, int st, char *cause,
+                                         size_t sz)
+{
+    char lim[32];
+    int sig = WIFSIGNALED(st) ? WTERMSIG(st) : WIFEXITED(st) ? WEXITSTATUS(st) - 128 : 0;
+    switch (d) {
+    case KMGR_DEATH_OOM:
+        fmt_bytes(k->lim.mem_bytes, lim, sizeof(lim));
+        snprintf(cause, sz, "the kernel was killed: out of memory (limit %s)", lim);
+        return KERNEL_OUT_OUT_OF_MEMORY;
+    case KMGR_DEATH_PIDS:
+        snprintf(cause, sz, "the kernel ended after reaching its process limit (%lld)",
+                 k->lim.pids);
+        return KERNEL_OUT_PIDS_LIMIT;
+    case KMGR_DEATH_SIGNAL:
+        snprintf(cause, sz, "the kernel was killed by signal %d (%s)", sig,
+                 sig > 0 && sig < 65 ? sigabbrev_np(sig) ? sigabbrev_np(sig) : "?" : "?");
+        return KERNEL_OUT_KILLED;
+    case KMGR_DEATH_HEARTBEAT:
+        snprintf(cause, sz, "the kernel stopped answering (%d heartbeats missed) and was killed",
+                 k->m->o.hb_misses);
+        return KERNEL_OUT_KERNEL_DIED;
+    case KMGR_DEATH_EXIT:
+        if (WIFEXITED(st)) {
+            snprintf(cause, sz, "the kernel exited with status %d", WEXITSTATUS(st));
+            return KERNEL_OUT_KERNEL_DIED;
+        }
+        break;
+    default:
+        break;
+    }
+    snprintf(cause, sz, "the kernel died");
+    return KERNEL_OUT_KERNEL_DIED;
+}
+
+void kernel__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    k->stop_outcome = o;
+    vsnprintf(k->stop_cause, sizeof(k->stop_cause), fmt, ap);
+    va_end(ap);
+}
+
 static void on_exit_io(void *data)
 {
     kernel_t *k = data;
@@ -1103,9 +1199,6 @@ static void on_exit_io(void *data)
     l->timer_disarm(l, k->hb_timer);
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
-    exec_end(k, KMGR_EXEC_ABORTED);
-    k->nsent = 0; /* what the process had been sent died with it */
-    kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
     bool setup_failed = k->setup_why[0] != '\0';
     bool asked = k->state == KERNEL_TERMINATING ||
                  (k->state == KERNEL_RESTARTING && k->stop_stage > 0);
@@ -1126,6 +1219,16 @@ static void on_exit_io(void *data)
         if (cause[0])
             snprintf(why + strlen(why), sizeof(why) - strlen(why), ": %s", cause);
     }
+    /* before any event: a client hears its request's end before "restarting" */
+    if (!k->pool) {
+        char cause[sizeof(k->stop_cause)];
+        enum kernel_outcome o = asked ? k->stop_outcome : death_outcome(k, death, st, cause,
+                                                                          sizeof(cause));
+        kexec__fail_all(k, o, asked ? k->stop_cause : cause);
+    }
+    exec_end(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
+    k->nsent = 0; /* what the process had been sent died with it */
+    kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
     if (k->pool) {
         log_warn("kernel=%s: pooled kernel ended: %s", k->id, why);
         kpool__lost(k->m, k, k->state != KERNEL_RUNNING); /* frees k */
@@ -1198,6 +1301,9 @@ static int restart(kernel_t *k)
 
 int kernel_restart(kernel_t *k)
 {
+    if (k->state == KERNEL_TERMINATING || k->state == KERNEL_RESTARTING)
+        return -EBUSY;
+    kernel__stop_why(k, KERNEL_OUT_RESTARTED, "the kernel was restarted by a client");
     int r = restart(k);
     if (r == 0) {
         k->m->stats.restarts[KMGR_RESTART_REQUESTED]++;
@@ -1206,12 +1312,13 @@ int kernel_restart(kernel_t *k)
     return r;
 }
 
-int kernel_shutdown(kernel_t *k)
+int kernel_shutdown(kernel_t *k, const char *cause)
 {
     if (k->state == KERNEL_TERMINATING)
         return -EALREADY;
     k->req_us = 0; /* a client's start in progress: cancelled, neither ready nor failed */
     k->state = KERNEL_TERMINATING;
+    kernel__stop_why(k, KERNEL_OUT_SHUTDOWN, "%s", cause ? cause : "the kernel was shut down");
     if (k->pid <= 0) {
         /* nothing to wait for: finish on the next turn, outside the caller's stack */
         k->m->evl->timer_arm(k->m->evl, k->linger, 0);
@@ -1220,6 +1327,12 @@ int kernel_shutdown(kernel_t *k)
     complete(k, -ECANCELED); /* a pending start or restart will not finish */
     stop_process(k, false);
     return 0;
+}
+
+void kernel_fail_pending(kernel_t *k, enum kernel_outcome o, const char *cause)
+{
+    if (!k->pool)
+        kexec__fail_all(k, o, cause);
 }
 
 int kernel_call_reply(kernel_t *k, uint64_t call_id, json_t *value, const char *err_type,
@@ -1303,6 +1416,8 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     if (!k)
         return NULL;
     list_init(&k->conns);
+    list_init(&k->failing);
+    k->exec_cpu0 = -1;
     list_init(&k->waiters);
     k->m = m;
     k->spec = spec;

@@ -76,12 +76,18 @@ void kwait_cancel(kwait_t **w);
  * with. 0 once the kernel process is gone. */
 size_t kernel_executions(const kernel_t *k);
 
+/* Answers every request in flight now, in the kernel's name, with this outcome (as when its
+ * process ends; see kmgr_listener_ops.exec_end). Answers the kernel sends later for them reach
+ * their clients too. */
+void kernel_fail_pending(kernel_t *k, enum kernel_outcome o, const char *cause);
+
 /* SIGINT to the kernel's process group, or interrupt_request for interrupt_mode "message". */
 int kernel_interrupt(kernel_t *k);
 /* Shutdown with restart; clients stay attached. -EBUSY while another transition runs. */
 int kernel_restart(kernel_t *k);
-/* Shutdown for good; the kernel is freed after KERNEL_EV_GONE. */
-int kernel_shutdown(kernel_t *k);
+/* Shutdown for good; the kernel is freed after KERNEL_EV_GONE. cause: what requests still in
+ * flight are told (NULL: "the kernel was shut down"). */
+int kernel_shutdown(kernel_t *k, const char *cause);
 
 /* Answers a callback (kmgr_call_fn): value on success (the reference is taken; NULL means
  * None), or err_type (a Python exception name such as "RuntimeError"; anything else that is

@@ -44,7 +44,10 @@ static void on_cull(void *data)
         if (now - k->last_activity_us < idle_us)
             continue;
         log_info("kernel=%s: culling after %d s idle", k->id, m->o.cull_idle_timeout_s);
-        kernel_shutdown(k);
+        char cause[96];
+        snprintf(cause, sizeof(cause), "the kernel was culled after %d s idle",
+                 m->o.cull_idle_timeout_s);
+        kernel_shutdown(k, cause);
     }
     m->evl->timer_arm(m->evl, m->cull, (uint64_t)m->o.cull_interval_s * 1000);
 }
@@ -435,6 +438,18 @@ void kmgr__emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text)
     }
 }
 
+void kmgr__emit_exec_end(kmgr_t *m, kernel_t *k, const struct kernel_exec_end *e)
+{
+    struct kmgr_listener *l, *tmp;
+    if (k->pool)
+        return;
+    EACH_LISTENER(m, l, tmp)
+    {
+        if (l->ops->exec_end)
+            l->ops->exec_end(l->user, k, e);
+    }
+}
+
 kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
 {
     char tmpl[PATH_MAX];
@@ -551,6 +566,7 @@ void kmgr_destroy(kmgr_t **pm)
     }
     while (m->n > 0) {
         kernel_t *k = m->v[--m->n];
+        kexec__fail_all(k, KERNEL_OUT_SHUTDOWN, "the gateway is shutting down");
         kmgr__emit(m, k, KERNEL_EV_GONE, NULL);
         kernel__free(k);
     }

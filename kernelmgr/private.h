@@ -121,8 +121,30 @@ struct kconn {
     kzsock_t z[JCHAN_N]; /* iopub unused */
     const struct kconn_ops *ops;
     void *user;
-    struct list link; /* on k->conns */
+    struct list link;    /* on k->conns */
+    struct list pending; /* struct kpending (kexec.c): shell and control requests unanswered */
+    int npending;
 };
+
+/* kexec.c: requests in flight and the outcome of executions. */
+#define KCONN_PENDING_MAX 256         /* requests in flight remembered per session */
+#define KCONN_PENDING_HEADER_MAX 4096 /* a longer header is remembered by its ids */
+struct kpending;
+/* A client request went to the kernel, or an answer came back (h: the answer's header). */
+void kexec__sent(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h);
+void kexec__answered(kconn_t *c, const jmsg_t *m, const jhdr_t *h);
+/* The session is going: its requests are forgotten. */
+void kexec__forget(kconn_t *c);
+/* The kernel process ended (or is being let go) with requests in flight: each gets its
+ * terminal answer in the kernel's name (an execution: iopub error and idle, then an
+ * execute_reply with status "error"; others: an error reply), and listeners hear each
+ * execution's end. What the kernel had sent already is handled first. */
+void kexec__fail_all(kernel_t *k, enum kernel_outcome o, const char *cause);
+/* An execution began running (its cgroup's CPU time and peak memory are measured from here),
+ * or is over: listeners hear of it (duration_us 0: it never ran). */
+void kexec__usage_begin(kernel_t *k);
+void kexec__end(kernel_t *k, const char *msg_id, enum kernel_outcome o, const char *cause,
+                int64_t duration_us);
 
 struct kwait {
     kernel_done_cb cb;
@@ -196,6 +218,12 @@ struct kernel {
     bool hb_outstanding;
 
     struct list conns;   /* kconn_t.link, newest first */
+    struct list failing; /* kexec__fail_all: requests being answered */
+    struct kpending *failing_now;
+    long long exec_cpu0;  /* the cgroup's CPU time when the execution began (-1: unknown) */
+    long long exec_pids0; /* ... and its forks refused at the pids limit */
+    enum kernel_outcome stop_outcome; /* why the process is being stopped (kernel__stop_why) */
+    char stop_cause[200];
     struct list waiters; /* kwait_t.link, newest first */
     kcall_t *calls;      /* callbacks */
 
@@ -268,10 +296,14 @@ int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char 
 int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
                         char ret_msg_id[40]);
 void kmgr__remove(kmgr_t *m, kernel_t *k);
+/* Why the process is being stopped: what requests in flight are told when it ends. */
+void kernel__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Tells every listener (kernels out of the warm pool only). */
 void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail);
 void kmgr__emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
 void kmgr__emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text);
+void kmgr__emit_exec_end(kmgr_t *m, kernel_t *k, const struct kernel_exec_end *e);
 /* for_pool: the warm pool's own start (it never shrinks the pool to make room). */
 int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_pool,
                         wspace_t **ret);

@@ -481,6 +481,17 @@ void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret)
         ret->cpu_ns = atoll(buf + 11) * 1000;
 }
 
+long long sbx_cgroup_peak(sbx_cgroup_t *cg, bool reset)
+{
+    char buf[64];
+    bool v1 = cg->cgs->version == 1;
+    /* v1: resettable by writing 0; v2: memory.peak (Linux 5.19), since the cgroup was made */
+    const char *file = v1 ? "memory.max_usage_in_bytes" : "memory.peak";
+    if (reset)
+        return v1 && write_file(cg->path[0], file, "0") == 0 ? 0 : -1;
+    return read_file(cg->path[0], file, buf, sizeof(buf)) > 0 ? atoll(buf) : -1;
+}
+
 void sbx_cgroup_explain(sbx_cgroup_t *cg, char *out, size_t outsz)
 {
     struct sbx_cgroup_events ev;

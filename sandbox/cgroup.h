@@ -62,6 +62,9 @@ struct sbx_cgroup_usage {
     long long mem_bytes, cpu_ns;
 };
 void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret);
+/* The cgroup's peak memory use in bytes (-1: unknown); reset: start measuring again (cgroup
+ * v1; on v2 the peak counts from the cgroup's creation, and reset answers -1). */
+long long sbx_cgroup_peak(sbx_cgroup_t *cg, bool reset);
 /* Kills anything left and removes the cgroup. */
 void sbx_cgroup_destroy(sbx_cgroup_t **cg);
 

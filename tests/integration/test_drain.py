@@ -187,7 +187,10 @@ def test_drain_timeout_cuts_a_long_execution(gateway_factory):
         ticks = [m for m in c.backlog if m["header"]["msg_type"] == "stream"
                  and m["parent_header"].get("msg_id") == msg_id]
         assert len(ticks) >= 4, ticks  # it ran on during the 2 s
-        assert not [m for m in c.backlog if m["channel"] == "shell"]  # no reply: it was cut
+        # it was cut: the gateway answers for the kernel, before the close
+        replies = [m for m in c.backlog if m["channel"] == "shell"]
+        assert [(r["content"]["status"], r["content"]["ename"]) for r in replies] == \
+            [("error", "KernelShutdown")], replies
         assert 1.5 < cut < 6, cut
         return procs
 

@@ -461,7 +461,7 @@ static void test_restart(kernel_t *k)
     send_frame(fd, CALL_OK);
     spin(50);
     CHECK_INT(H.nid, 2);
-    CHECK_INT(kernel_shutdown(k), 0);
+    CHECK_INT(kernel_shutdown(k, NULL), 0);
     CHECK(closed_by_gateway(fd, 5000));
     close(fd);
 }

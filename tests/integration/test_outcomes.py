@@ -1,0 +1,174 @@
+"""Every execution ends with an outcome a client can see: when the kernel dies or is stopped
+with requests in flight, a plain Jupyter websocket client gets, for its execute_request, an
+iopub error (ename from the taxonomy in docs/protocol.md), an iopub idle and an execute_reply
+with status "error" -- before the kernel's "restarting" status -- and the kernel (where it
+restarts) works afterwards. Real kernels, real websockets, real limits."""
+import asyncio
+import os
+import signal
+import time
+
+import jclient as J
+import sbxutil as S
+from jclient import run
+
+MiB = 1 << 20
+
+
+async def outcome_of(c, msg_id, timeout):
+    """Everything the client sees for msg_id up to its reply and idle, plus the statuses
+    without a parent seen meanwhile (restarting/starting), in arrival order."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    reply = idle = None
+    while reply is None or idle is None:
+        m = await c.recv(lambda m: m["parent_header"].get("msg_id") == msg_id or
+                         (m["channel"] == "iopub" and m["header"]["msg_type"] == "status" and
+                          not m["parent_header"]),
+                         max(deadline - time.monotonic(), 0.001))
+        seen.append(m)
+        if m["channel"] == "shell":
+            reply = m
+        elif S.status_of(m) == "idle" and m["parent_header"].get("msg_id") == msg_id:
+            idle = m
+    return reply, seen
+
+
+def check_terminal(reply, seen, ename, words):
+    assert reply["content"]["status"] == "error", reply["content"]
+    assert reply["content"]["ename"] == ename, reply["content"]
+    for w in words:
+        assert w in reply["content"]["evalue"], reply["content"]["evalue"]
+    errors = [m for m in seen if m["header"]["msg_type"] == "error"]
+    assert [e["content"]["ename"] for e in errors] == [ename], errors
+    kinds = [(m["header"]["msg_type"], S.status_of(m), bool(m["parent_header"])) for m in seen]
+    # the outcome comes before any "restarting" status
+    first_restart = next((i for i, k in enumerate(kinds)
+                          if k[1] in ("restarting", "dead") and not k[2]), len(kinds))
+    last_own = max(i for i, k in enumerate(kinds) if k[2])
+    assert last_own < first_restart, kinds
+    # exactly one idle and one reply for the request
+    assert sum(1 for m in seen if m["channel"] == "shell") == 1
+    assert sum(1 for k in kinds if k[1] == "idle" and k[2]) == 1, kinds
+
+
+def provoke(gw, code, ename, words, *, after=None, restarts=True, timeout=30):
+    kid = S.new_kernel(gw)
+
+    async def go():
+        c = await J.connect(gw, kid)
+        await S.aexec(c, "pass")                   # the containment check first
+        msg_id = await c.request("execute_request", {
+            "code": code, "silent": False, "store_history": True, "user_expressions": {},
+            "allow_stdin": False, "stop_on_error": True})
+        await c.recv(lambda m: S.status_of(m) == "busy" and
+                     m["parent_header"].get("msg_id") == msg_id, 20)
+        t0 = time.monotonic()
+        if after:
+            await asyncio.get_running_loop().run_in_executor(None, after, kid)
+        reply, seen = await outcome_of(c, msg_id, timeout)
+        took = time.monotonic() - t0
+        ex = None
+        if restarts:
+            await c.wait_ready(timeout=60)
+            ex = await c.execute("1+1", timeout=30)
+        await c.close()
+        return reply, seen, took, ex
+
+    reply, seen, took, ex = run(go(), timeout + 120)
+    check_terminal(reply, seen, ename, words)
+    if restarts:
+        assert ex.status == "ok", S.errors_of(ex)
+        assert ex.of_type("execute_result")[0]["content"]["data"]["text/plain"] == "2"
+    return took
+
+
+def test_out_of_memory(gateway_factory):
+    gw = gateway_factory("--mem-limit", str(256 * MiB), "--autorestart")
+    S.assert_sandboxed_gateway(gw)
+    took = provoke(gw, "b = []\nwhile True:\n    b.append(bytearray(16 << 20))",
+                   "OutOfMemory", ["out of memory", "256 MiB"])
+    assert took < 30
+
+
+def test_exit(gateway_factory):
+    gw = gateway_factory("--autorestart")
+    provoke(gw, "import time, os\ntime.sleep(0.5)\nos._exit(3)", "KernelDied",
+            ["exited with status 3"])
+
+
+def test_segfault(gateway_factory):
+    gw = gateway_factory("--autorestart")
+    provoke(gw, "import os, signal, time\ntime.sleep(0.5)\nos.kill(os.getpid(), signal.SIGSEGV)",
+            "KernelKilled", ["signal 11", "SEGV"])
+
+
+def test_restart_mid_execution(gateway_factory):
+    gw = gateway_factory()
+
+    def restart(kid):
+        time.sleep(0.3)
+        assert gw.request("POST", f"/api/kernels/{kid}/restart")[0] == 200
+
+    took = provoke(gw, "import time\ntime.sleep(100)", "KernelRestarted",
+                   ["restarted by a client"], after=restart)
+    assert took < 10
+
+
+def test_shutdown_mid_execution(gateway_factory):
+    gw = gateway_factory()
+
+    def delete(kid):
+        time.sleep(0.3)
+        assert gw.request("DELETE", f"/api/kernels/{kid}")[0] == 204
+
+    provoke(gw, "import time\ntime.sleep(100)", "KernelShutdown", ["shut down by a client"],
+            after=delete, restarts=False)
+
+
+def test_queued_requests_all_end(gateway_factory):
+    """Requests queued behind the one running end too, each exactly once."""
+    gw = gateway_factory("--autorestart")
+    kid = S.new_kernel(gw)
+
+    async def go():
+        c = await J.connect(gw, kid)
+        await S.aexec(c, "pass")
+        body = {"silent": False, "store_history": True, "user_expressions": {},
+                "allow_stdin": False, "stop_on_error": False}
+        first = await c.request("execute_request",
+                                dict(body, code="import os, time\ntime.sleep(1)\nos._exit(7)"))
+        queued = [await c.request("execute_request", dict(body, code=f"{i}")) for i in range(3)]
+        info = await c.request("kernel_info_request")
+        got = {}
+        for mid in [first] + queued:
+            got[mid] = await outcome_of(c, mid, 30)
+        await c.close()
+        return first, queued, got
+
+    first, queued, got = run(go(), 120)
+    for mid in [first] + queued:
+        reply, seen = got[mid]
+        check_terminal(reply, seen, "KernelDied", ["status 7"])
+
+
+def test_gateway_shutdown_ends_executions(gateway_factory):
+    gw = gateway_factory("--drain-timeout", "0")
+    kid = S.new_kernel(gw)
+
+    async def go():
+        c = await J.connect(gw, kid)
+        await S.aexec(c, "pass")
+        msg_id = await c.request("execute_request", {
+            "code": "import time\ntime.sleep(100)", "silent": False, "store_history": True,
+            "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+        await c.recv(lambda m: S.status_of(m) == "busy" and
+                     m["parent_header"].get("msg_id") == msg_id, 20)
+        t0 = time.monotonic()
+        os.kill(gw.proc.pid, signal.SIGTERM)
+        reply, seen = await outcome_of(c, msg_id, 10)
+        return reply, seen, time.monotonic() - t0
+
+    reply, seen, took = run(go(), 60)
+    check_terminal(reply, seen, "KernelShutdown", ["gateway is shutting down"])
+    assert took < 1.0, took
