@@ -21,10 +21,6 @@
 #include "protocol/xevent.h"
 #include "protocol/xreq.h"
 
-/* The outcome's name comes from kernelmgr (kernel.h); until a build has it, an exec_end is
- * never emitted, and the API decides the end from the idle and the reply itself. */
-#pragma weak kernel_outcome_status
-
 #define XAPI_BATCH_BYTES  (64 * 1024) /* events written per lws_write */
 #define XAPI_STALL_SECS   60          /* a reader that takes nothing this long is cut */
 #define XAPI_SWEEP_MS     1000        /* retention checks */
@@ -94,6 +90,10 @@ struct xkern {
     size_t nqueued;
     xexec_t *running;
     evl_timer_t *pump; /* the next one is sent from the loop, never inside a kernel's event */
+    /* the outcome of the last execution the kernel process did not finish (exec_end): the
+     * queued ones end alike when it restarts */
+    const char *died_status;
+    char died_cause[256];
     gw_t *g;
     char session[UTIL_UUID_LEN + 1];
 };
@@ -367,7 +367,10 @@ static int send_execute(struct xkern *xk, xexec_t *x)
         m.part[JPART_PARENT] = (jspan_t){"{}", 2};
         m.part[JPART_METADATA] = (jspan_t){"{}", 2};
         m.part[JPART_CONTENT] = (jspan_t){body, strlen(body)};
-        rc = kconn_send(xk->kc, JCHAN_SHELL, &m, x->msg_id);
+        jhdr_t h;
+        snprintf(h.msg_id, sizeof(h.msg_id), "%s", x->msg_id);
+        snprintf(h.msg_type, sizeof(h.msg_type), "execute_request");
+        rc = kconn_send(xk->kc, JCHAN_SHELL, &m, &h);
     }
     free(hdr);
     free(body);
@@ -467,8 +470,17 @@ static void on_exec_end(void *user, kernel_t *k, const struct kernel_exec_end *e
     xexec_t *x = xk ? xk->running : NULL;
     if (!x || strcmp(e->msg_id, x->msg_id) != 0)
         return;
-    const char *status = kernel_outcome_status ? kernel_outcome_status(e->outcome) : NULL;
-    finish(x, status ? status : e->outcome == KERNEL_OUT_OK ? "ok" : "error", e->cause, e);
+    log_debug("xapi: execution=%s kernel=%s: exec_end %s cpu_ns=%lld peak=%lld", x->id,
+              x->kernel_id, kernel_outcome_status(e->outcome), e->cpu_ns, e->peak_mem_bytes);
+    const char *cause = e->cause;
+    if (e->outcome != KERNEL_OUT_OK && e->outcome != KERNEL_OUT_ERROR &&
+        e->outcome != KERNEL_OUT_TIMEOUT && e->outcome != KERNEL_OUT_OUTPUT_LIMIT) {
+        xk->died_status = kernel_outcome_status(e->outcome);
+        snprintf(xk->died_cause, sizeof(xk->died_cause), "%s", e->cause);
+    }
+    if (e->outcome == KERNEL_OUT_ERROR && x->aborted && !x->saw_error)
+        cause = "the kernel aborted the request: an earlier execution on it failed";
+    finish(x, kernel_outcome_status(e->outcome), cause, e);
 }
 
 /* idle came and no exec_end followed in the same turn: the end as the API sees it */
@@ -483,12 +495,9 @@ static void on_settle(void *data)
                NULL);
 }
 
-static void end_all(gw_t *g, struct xkern *xk, const char *status, const char *cause,
-                    bool queued_too)
+static void end_queued(struct xkern *xk, const char *status, const char *cause)
 {
-    if (xk->running)
-        finish(xk->running, status, cause, NULL);
-    while (queued_too && !list_empty(&xk->queue)) {
+    while (!list_empty(&xk->queue)) {
         xexec_t *x = list_first(&xk->queue, xexec_t, qlink);
         list_remove(&x->qlink);
         list_init(&x->qlink);
@@ -496,6 +505,16 @@ static void end_all(gw_t *g, struct xkern *xk, const char *status, const char *c
         x->xk = NULL;
         finish(x, status, cause, NULL);
     }
+}
+
+/* The running execution and every queued one end (the kernel's own queue is answered alike).
+ * The kernel manager has told the running one's end already (exec_end) when it could: this
+ * is for what it could not. */
+static void end_all(struct xkern *xk, const char *status, const char *cause)
+{
+    if (xk->running)
+        finish(xk->running, status, cause, NULL);
+    end_queued(xk, status, cause);
 }
 
 static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
@@ -511,16 +530,21 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
              detail && detail[0] ? ": " : "", detail ? detail : "");
     switch (ev) {
     case KERNEL_EV_STARTED:
+        xk->died_status = NULL;
         pump_soon(xk);
         return;
-    case KERNEL_EV_RESTARTING: /* the queued ones run once it is back */
-        end_all(g, xk, "kernel_died", cause, false);
+    case KERNEL_EV_RESTARTING: /* as the requests in the kernel's own queue: none run after */
+        if (xk->died_status)
+            end_all(xk, xk->died_status, xk->died_cause);
+        else
+            end_all(xk, "kernel_died", cause);
+        xk->died_status = NULL;
         return;
-    case KERNEL_EV_RESTART:
-        end_all(g, xk, "kernel_restarted", cause, false);
+    case KERNEL_EV_RESTART: /* the running one hears its end from the kernel (exec_end) */
+        end_queued(xk, "kernel_restarted", cause);
         return;
     case KERNEL_EV_DIED:
-        end_all(g, xk, "kernel_died", cause, true);
+        end_all(xk, "kernel_died", cause);
         return;
     case KERNEL_EV_GONE: {
         xexec_t *x;
@@ -529,7 +553,7 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
             if (!strcmp(x->kernel_id, kernel_id(k)))
                 x->gone = true;
         }
-        end_all(g, xk, "shutdown", cause, true);
+        end_all(xk, "shutdown", cause);
         xkern_free(g, xk);
         return;
     }

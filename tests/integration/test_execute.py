@@ -5,6 +5,7 @@ timeouts, cancellation, resumption, idempotent retries and tenant isolation."""
 import base64
 import http.client
 import json
+import os
 import subprocess
 import threading
 import time
@@ -412,3 +413,105 @@ def test_budget_drops_old_events(gateway_factory):
     c.close()
     assert [e["seq"] for e in tail] == list(range(model["first_seq"], model["next_seq"]))
     assert tail[-1]["type"] == "end"
+
+
+MiB = 1 << 20
+
+
+def ends_with(gw, kid, code, after=None, queue=None):
+    """Posts code that prints "go" first; once "go" arrived, posts queue (a body, queued behind
+    it; its (connection, response) goes into the list queue[1:]) and calls after(kid) (if
+    any); returns (events, seconds from then to the end event)."""
+    c, r = post(gw, f"/api/kernels/{kid}/execute", {"code": "print('go', flush=True)\n" + code})
+    events = ndjson(r, 2)
+    assert events[1]["type"] == "stream" and events[1]["text"] == "go\n", events
+    if queue:
+        queue.append(post(gw, f"/api/kernels/{kid}/execute", queue[0]))
+    t0 = time.monotonic()
+    if after:
+        threading.Thread(target=after, args=(kid,), daemon=True).start()
+    events += ndjson(r)
+    took = time.monotonic() - t0
+    c.close()
+    check_stream(events)
+    return events, took
+
+
+def works_after(gw, kid):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status, model, _ = call(gw, "GET", f"/api/kernels/{kid}")
+        if model.get("execution_state") == "idle":
+            break
+        time.sleep(0.1)
+    status, ev, _ = execute(gw, kid, {"code": "1+1"})
+    assert check_stream(ev)["status"] == "ok", ev
+    assert [e["data"]["text/plain"] for e in ev if e["type"] == "result"] == ["2"]
+
+
+@pytest.mark.parametrize("case", ["out_of_memory", "exit", "segfault"])
+def test_kernel_death_outcomes(gateway_factory, case):
+    """The end names the cause of a kernel's death, soon after it, exactly once; queued
+    executions behind it end too; the restarted kernel works."""
+    gw = gateway_factory("--mem-limit", str(256 * MiB), "--autorestart")
+    kid = gw.start_kernel()["id"]
+    code, status, words = {
+        "out_of_memory": ("import time\ntime.sleep(0.5)\nb = []\nwhile True:\n    b.append(bytearray(16 << 20))",
+                          "out_of_memory", ["out of memory", "256 MiB"]),
+        "exit": ("import time, os\ntime.sleep(0.5)\nos._exit(3)", "kernel_died",
+                 ["exited with status 3"]),
+        "segfault": ("import os, signal, time\ntime.sleep(0.5)\n"
+                     "os.kill(os.getpid(), signal.SIGSEGV)", "killed", ["signal 11"]),
+    }[case]
+    if case == "out_of_memory" and "--no-sandbox" in os.environ.get("KGW_EXTRA_ARGS", ""):
+        pytest.skip("the memory limit needs the sandbox")
+    queue = [{"code": "print('never')"}]
+    events, took = ends_with(gw, kid, code, queue=queue)
+    end = events[-1]
+    assert end["status"] == status, end
+    assert all(w in end["cause"] for w in words), end
+    errs = [e for e in events if e["type"] == "error"]
+    assert len(errs) == 1 and errs[0]["evalue"] == end["cause"], events
+    assert took < (10 if case == "out_of_memory" else 2), took
+    c, r = queue[1]
+    q = ndjson(r)
+    c.close()
+    assert check_stream(q)["status"] == status and not any(e["type"] == "stream" for e in q)
+    works_after(gw, kid)
+
+
+@pytest.mark.parametrize("action", ["restart", "delete"])
+def test_restart_and_shutdown_outcomes(gateway_factory, action):
+    gw = gateway_factory()
+    kid = gw.start_kernel()["id"]
+
+    def act(k):
+        time.sleep(0.2)
+        if action == "restart":
+            assert gw.request("POST", f"/api/kernels/{k}/restart")[0] == 200
+        else:
+            assert gw.request("DELETE", f"/api/kernels/{k}")[0] == 204
+
+    events, took = ends_with(gw, kid, "import time\ntime.sleep(100)", act)
+    end = events[-1]
+    assert end["status"] == ("kernel_restarted" if action == "restart" else "shutdown"), end
+    assert "by a client" in end["cause"], end
+    assert took < 10, took  # a shutdown waits for --shutdown-grace-ms (5 s) before SIGTERM
+    if action == "restart":
+        works_after(gw, kid)
+
+
+@pytest.mark.needs_sandbox
+def test_usage_reported(gateway):
+    """cpu_ms and peak_memory_bytes come from the kernel's cgroup."""
+    kid = gateway.start_kernel()["id"]
+    try:
+        status, ev, _ = execute(gateway, kid, {
+            "code": "x = bytearray(64 << 20)\nsum(i * i for i in range(2_000_000))"})
+        end = check_stream(ev)
+        assert end["status"] == "ok", ev
+        # (null where the host's cgroup v1 has no cpuacct controller)
+        assert end["cpu_ms"] is None or end["cpu_ms"] > 10, end
+        assert end["peak_memory_bytes"] is not None and end["peak_memory_bytes"] > 64 * MiB, end
+    finally:
+        gateway.delete_kernel(kid)
