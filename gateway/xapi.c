@@ -562,8 +562,23 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
     }
 }
 
+/* The kernel manager's notices about an execution (output cut, wall time exceeded) reach its
+ * readers as a stderr stream, as they reach Jupyter clients. */
+static void on_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
+{
+    gw_t *g = user;
+    struct xkern *xk = kernel_data(k, g->xapi_listener.slot);
+    xexec_t *x = xk ? xk->running : NULL;
+    if (!x || !memmem(parent.p, parent.n, x->msg_id, strlen(x->msg_id)))
+        return;
+    char line[300];
+    snprintf(line, sizeof(line), "[kgw] %s\n", text);
+    emit(x, json_pack("{s:s, s:s, s:s}", "type", "stream", "name", "stderr", "text", line),
+         "stream");
+}
+
 static const struct kmgr_listener_ops listener_ops = {
-    .iopub = on_iopub, .event = on_event, .exec_end = on_exec_end};
+    .iopub = on_iopub, .event = on_event, .notice = on_notice, .exec_end = on_exec_end};
 
 /* ---- the life of an execution ---- */
 

@@ -2,10 +2,12 @@
 /api/kernels/{id}/execute and POST /api/execute stream an execution's events (NDJSON, SSE or one
 JSON document); executions are resources (GET, events?since=, DELETE) with a per-kernel queue,
 timeouts, cancellation, resumption, idempotent retries and tenant isolation."""
+import asyncio
 import base64
 import http.client
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -515,3 +517,54 @@ def test_usage_reported(gateway):
         assert end["peak_memory_bytes"] is not None and end["peak_memory_bytes"] > 64 * MiB, end
     finally:
         gateway.delete_kernel(kid)
+
+
+def test_output_limit(gateway_factory):
+    gw = gateway_factory("--output-cap", "100000")
+    kid = gw.start_kernel()["id"]
+    status, ev, _ = execute(gw, kid, {"code": "for i in range(300):\n    print('y' * 1000)"})
+    end = check_stream(ev)
+    assert end["status"] == "output_limit" and "100000 bytes" in end["cause"], end
+    notes = [e["text"] for e in ev if e["type"] == "stream" and e["name"] == "stderr"]
+    assert notes and "output limit" in notes[0], ev
+    out = sum(len(e["text"]) for e in ev if e["type"] == "stream" and e["name"] == "stdout")
+    assert out <= 100000 + 2000, out
+    works_after(gw, kid)
+
+
+def test_gateway_shutdown_ends_the_stream(gateway_factory):
+    gw = gateway_factory("--drain-timeout", "0")
+    c, r = post(gw, "/api/execute", {"code": "import time\nprint(1, flush=True)\n"
+                                              "time.sleep(100)"})
+    events = ndjson(r, 2)
+    t0 = time.monotonic()
+    os.kill(gw.proc.pid, signal.SIGTERM)
+    events += ndjson(r)
+    took = time.monotonic() - t0
+    c.close()
+    end = check_stream(events)
+    assert end["status"] == "shutdown" and "shutting down" in end["cause"], end
+    assert took < 2, took
+
+
+def test_open_in_a_notebook_at_the_same_time(gateway, kernel):
+    """A websocket client (as JupyterLab) on the same kernel sees the API's executions on
+    iopub and shares the kernel's state; the API's events hold only its own requests."""
+    import jclient as J
+    kid = kernel["id"]
+
+    async def go():
+        ws = await J.connect(gateway, kid)
+        await ws.execute("shared = 41")
+        loop = asyncio.get_running_loop()
+        status, ev, _ = await loop.run_in_executor(
+            None, execute, gateway, kid, {"code": "print(shared + 1)"})
+        seen = await ws.recv(lambda m: m["header"]["msg_type"] == "stream", 10)
+        mine = await ws.execute("print('from the notebook')")
+        await ws.close()
+        return ev, seen, mine
+
+    ev, seen, mine = J.run(go(), 60)
+    assert [e["text"] for e in ev if e["type"] == "stream"] == ["42\n"]
+    assert seen["content"]["text"] == "42\n"
+    assert mine.stdout == "from the notebook\n"
