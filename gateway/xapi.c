@@ -1114,7 +1114,7 @@ static void handle_execution(struct gw_req *r)
         return req_reply(r, 200, exec_model(x));
     /* events: ?since=N, or Last-Event-ID (an EventSource reconnecting) from the next one */
     uint64_t since = 0;
-    char buf[64];
+    char buf[512];
     const char *s = lws_get_urlarg_by_name(r->wsi, "since=", buf, sizeof(buf));
     int n = s ? 0 : lws_hdr_custom_length(r->wsi, "last-event-id:", 14);
     if (s) {
