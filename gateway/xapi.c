@@ -852,7 +852,8 @@ static int write_document(struct gw_req *r, xexec_t *x)
     char *ms = m ? json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
                  : NULL;
     json_decref(m);
-    int rc = buf_append(&b, "", LWS_PRE);
+    static const char room[LWS_PRE];
+    int rc = buf_append(&b, room, sizeof(room));
     rc |= buf_append(&b, "{\"execution\":", 13);
     rc |= ms ? buf_append(&b, ms, strlen(ms)) : -1;
     rc |= buf_append(&b, ",\"events\":[", 11);
@@ -896,7 +897,7 @@ int xapi_write(struct gw_req *r)
             break;
         buf_t b;
         buf_init(&b, SIZE_MAX);
-        char room[LWS_PRE + 24];
+        static const char room[LWS_PRE + 24]; /* LWS_PRE, then the chunk's size line */
         int rc = buf_append(&b, room, sizeof(room));
         while (rc == 0 && rd->cursor < x->next_seq && b.len < XAPI_BATCH_BYTES) {
             const struct xevt *e = x->ev[rd->cursor - x->first_seq];
