@@ -138,7 +138,9 @@ json_t *wsnap_diff(const wsnap_t *before, const wsnap_t *after, size_t max_list)
     bool truncated = before->truncated || after->truncated;
     size_t i = 0, j = 0;
     while (i < before->n || j < after->n) {
-        int c = i == before->n ? 1 : j == after->n ? -1 : strcmp(before->e[i].path, after->e[j].path);
+        int c = i == before->n  ? 1
+                : j == after->n ? -1
+                                : strcmp(before->e[i].path, after->e[j].path);
         if (c < 0) {
             put(deleted, before->e[i++].path, max_list, &truncated);
         } else if (c > 0) {

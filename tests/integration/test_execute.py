@@ -306,6 +306,17 @@ def test_oneshot_with_files(gateway):
     assert [e["data"]["text/plain"] for e in ev if e["type"] == "result"] == ["42"]
     gateway.delete_kernel(end["kernel_id"])
 
+    # a retried one-shot POST takes no second kernel and runs nothing twice
+    key = {"Idempotency-Key": "oneshot-" + end["kernel_id"]}
+    body = {"code": "print('once')"}
+    c, r = post(gateway, "/api/execute", body, key)
+    first = ndjson(r)
+    c.close()
+    c, r = post(gateway, "/api/execute", body, key)
+    assert r.status == 200 and r.headers["Location"] == f"/api/executions/{first[0]['execution_id']}"
+    assert ndjson(r) == first
+    c.close()
+
 
 def test_bad_input(gateway, kernel):
     kid = kernel["id"]
@@ -458,7 +469,8 @@ def test_kernel_death_outcomes(gateway_factory, case):
     gw = gateway_factory("--mem-limit", str(256 * MiB), "--autorestart")
     kid = gw.start_kernel()["id"]
     code, status, words = {
-        "out_of_memory": ("import time\ntime.sleep(0.5)\nb = []\nwhile True:\n    b.append(bytearray(16 << 20))",
+        "out_of_memory": ("import time\ntime.sleep(0.5)\nb = []\n"
+                          "while True:\n    b.append(bytearray(16 << 20))",
                           "out_of_memory", ["out of memory", "256 MiB"]),
         "exit": ("import time, os\ntime.sleep(0.5)\nos._exit(3)", "kernel_died",
                  ["exited with status 3"]),

@@ -24,8 +24,8 @@ static void bodies(void)
     xreq_fini(&x);
 
     CHECK_CASE("all fields");
-    CHECK_INT(parse("{\"code\": \"x\", \"timeout\": 1.5, \"store_history\": false, \"silent\": true,"
-                    " \"user_expressions\": {\"a\": \"1\"}}",
+    CHECK_INT(parse("{\"code\": \"x\", \"timeout\": 1.5, \"store_history\": false, "
+                    "\"silent\": true, \"user_expressions\": {\"a\": \"1\"}}",
                     false, &x, err),
               0);
     CHECK(x.timeout == 1.5 && !x.store_history && x.silent && x.user_expressions);
