@@ -70,6 +70,7 @@ typedef struct xexec {
     bool begun; /* the kernel runs its code (execute_input; busy when silent) */
     int interrupts;
     bool aborted; /* the kernel answered "aborted" (another client's execution failed) */
+    bool evicted; /* its events were dropped for the budget: freed by the next sweep */
     bool cancelled, timed_out, saw_error, reply_error, idle_seen, oneshot, keep, gone;
     json_int_t exec_count; /* -1: unknown */
     wsnap_t *before;
@@ -182,20 +183,25 @@ static void exec_free(xexec_t *x)
     free(x);
 }
 
-/* Over the tenant's budget: finished executions nobody reads go first (oldest first), then
- * the oldest events of x itself (readers behind them are cut; a replay answers 410). */
+/* Over the tenant's budget: the events of finished executions nobody reads go first (oldest
+ * first; the execution itself, with its end, is freed by the next sweep), then the oldest
+ * events of x itself (readers behind them are cut; a replay answers 410). Nothing is unlinked
+ * here: callers may be walking the list. */
 static void enforce_budget(struct xapi *xa, xexec_t *x)
 {
     size_t budget = (size_t)xa->g->cfg.execution_budget_bytes;
-    xexec_t *o, *tmp;
+    xexec_t *o;
     if (x->tn->bytes <= budget)
         return;
-    list_for_each_safe(o, tmp, &xa->execs, link)
+    list_for_each(o, &xa->execs, link)
     {
         if (x->tn->bytes <= budget)
             return;
-        if (o != x && o->tn == x->tn && o->state == X_DONE && list_empty(&o->readers))
-            exec_free(o);
+        if (o != x && o->tn == x->tn && o->state == X_DONE && list_empty(&o->readers) &&
+            o->nev > 0) {
+            drop_front(o, o->nev);
+            o->evicted = true;
+        }
     }
     size_t n = 0, freed = 0;
     while (n + 1 < x->nev && x->tn->bytes - freed > budget)
@@ -276,7 +282,8 @@ static void on_sweep(void *data)
     xexec_t *x, *tmp;
     list_for_each_safe(x, tmp, &xa->execs, link)
     {
-        if (x->state == X_DONE && x->done_ms + keep <= now && list_empty(&x->readers))
+        if (x->state == X_DONE && (x->evicted || x->done_ms + keep <= now) &&
+            list_empty(&x->readers))
             exec_free(x);
     }
     xa->g->loop.evl.timer_arm(&xa->g->loop.evl, xa->sweep, XAPI_SWEEP_MS);
@@ -522,12 +529,25 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
     gw_t *g = user;
     struct xkern *xk = kernel_data(k, g->xapi_listener.slot);
     char cause[256];
-    if (!xk)
-        return;
     snprintf(cause, sizeof(cause), "%s%s%s", ev == KERNEL_EV_RESTART ? "the kernel was restarted"
                                              : ev == KERNEL_EV_GONE  ? "the kernel was shut down"
                                                                      : "the kernel died",
              detail && detail[0] ? ": " : "", detail ? detail : "");
+    if (ev == KERNEL_EV_GONE) { /* (one-shot executions wait for their kernel without an xk) */
+        xexec_t *x;
+        list_for_each(x, &g->xapi->execs, link)
+        {
+            if (strcmp(x->kernel_id, kernel_id(k)) != 0)
+                continue;
+            x->gone = true;
+            if (x->wait) { /* its kernel never started: the wait goes with the kernel */
+                kwait_cancel(&x->wait);
+                finish(x, "shutdown", cause, NULL);
+            }
+        }
+    }
+    if (!xk)
+        return;
     switch (ev) {
     case KERNEL_EV_STARTED:
         xk->died_status = NULL;
@@ -546,17 +566,10 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
     case KERNEL_EV_DIED:
         end_all(xk, "kernel_died", cause);
         return;
-    case KERNEL_EV_GONE: {
-        xexec_t *x;
-        list_for_each(x, &g->xapi->execs, link)
-        {
-            if (!strcmp(x->kernel_id, kernel_id(k)))
-                x->gone = true;
-        }
+    case KERNEL_EV_GONE:
         end_all(xk, "shutdown", cause);
         xkern_free(g, xk);
         return;
-    }
     default:
         return;
     }
