@@ -580,3 +580,20 @@ def test_open_in_a_notebook_at_the_same_time(gateway, kernel):
     assert [e["text"] for e in ev if e["type"] == "stream"] == ["42\n"]
     assert seen["content"]["text"] == "42\n"
     assert mine.stdout == "from the notebook\n"
+
+
+def test_cancel_oneshot_while_its_kernel_starts(gateway_factory):
+    gw = gateway_factory("--pool", "python3=0", "--no-fork-server")  # a slow, cold start
+    c, r = post(gw, "/api/execute", {"code": "print('never')"})
+    start = ndjson(r, 1)[0]
+    status, model, _ = call(gw, "DELETE", f"/api/executions/{start['execution_id']}")
+    assert status == 200 and model["state"] == "done", model
+    rest = ndjson(r)
+    c.close()
+    end = check_stream([start] + rest)
+    assert end["status"] == "cancelled" and len(rest) == 1, rest
+    kid = start["kernel_id"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and call(gw, "GET", f"/api/kernels/{kid}")[0] == 200:
+        time.sleep(0.1)
+    assert call(gw, "GET", f"/api/kernels/{kid}")[0] == 404
