@@ -4,7 +4,6 @@ not what the test build left behind), waits for /api, requires the start-up log 
 the warm pool filled, creates a kernel, runs 1+1 through its websocket, deletes it and stops
 the gateway (SIGTERM to the PID this script started). Exit status 0 only if all of it held."""
 import asyncio
-import json
 import os
 import secrets
 import signal
@@ -16,9 +15,10 @@ import time
 import urllib.request
 import uuid
 
-import websockets
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "examples"))
+import kgwclient as K  # noqa: E402  (the example client's messages, encoding, REST, connect)
+
 DEADLINE_S = 120  # after the build
 
 
@@ -28,32 +28,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def call(base, token, method, path, body=None):
-    req = urllib.request.Request(base + path, method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": f"token {token}",
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        data = r.read()
-        return r.status, json.loads(data) if data else None
-
-
-async def one_plus_one(ws_url, token, kid):
+async def one_plus_one(base, token, kid):
     session = uuid.uuid4().hex
-    url = f"{ws_url}/api/kernels/{kid}/channels?session_id={session}"
-    async with websockets.connect(url, extra_headers={"Authorization": f"token {token}"},
-                                  max_size=None) as ws:
-        msg_id = uuid.uuid4().hex
-        await ws.send(json.dumps({
-            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "ci",
-                       "session": session, "date": "", "version": "5.3"},
-            "parent_header": {}, "metadata": {}, "channel": "shell",
-            "content": {"code": "1+1", "silent": False, "store_history": True,
-                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
+    async with K.connect(base, token, kid, "legacy", session) as ws:
+        msg = K.make_msg("execute_request", {
+            "code": "1+1", "silent": False, "store_history": True, "user_expressions": {},
+            "allow_stdin": False, "stop_on_error": True}, session=session, username="ci")
+        msg_id = msg["msg_id"]
+        await ws.send(K.encode_legacy(msg))
         result, reply = None, None
         while result is None or reply is None:
-            m = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            if m.get("parent_header", {}).get("msg_id") != msg_id:
+            m = K.decode_legacy(await asyncio.wait_for(ws.recv(), 30))
+            if m["parent_header"].get("msg_id") != msg_id:
                 continue
             if m["msg_type"] == "execute_result":
                 result = m["content"]["data"]["text/plain"]
@@ -77,7 +63,7 @@ def wait_for(pred, what, log_path, proc):
 
 def main():
     port, token = free_port(), secrets.token_hex(16)
-    base, ws_url = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}"
+    base = f"http://127.0.0.1:{port}"
     log = tempfile.NamedTemporaryFile(prefix="kgw-run-", suffix=".log", delete=False)
     env = dict(os.environ, KGW_API_KEY=token, KGW_BUILD_DIR="build-run")
     proc = subprocess.Popen([os.path.join(REPO, "scripts", "run.sh"), "--port", str(port)],
@@ -98,12 +84,12 @@ def main():
         for bad in ("cannot open", "kernels start with exec", "sandbox: disabled"):
             if bad in text():
                 sys.exit(f"check_run: the start-up log says '{bad}':\n" + text())
-        status, model = call(base, token, "POST", "/api/kernels", {"name": "python3"})
+        status, model = K.request(base, token, "POST", "/api/kernels", {"name": "python3"})
         assert status == 201, (status, model)
-        result, reply = asyncio.run(one_plus_one(ws_url, token, model["id"]))
+        result, reply = asyncio.run(one_plus_one(base, token, model["id"]))
         if (result, reply) != ("2", "ok"):
             sys.exit(f"check_run: 1+1 gave {result!r} ({reply})\n" + text())
-        status, _ = call(base, token, "DELETE", f"/api/kernels/{model['id']}")
+        status, _ = K.request(base, token, "DELETE", f"/api/kernels/{model['id']}")
         assert status == 204, status
     finally:
         if proc.poll() is None:

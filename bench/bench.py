@@ -33,7 +33,6 @@ import concurrent.futures
 import contextlib
 import hashlib
 import hmac
-import http.client
 import io
 import json
 import math
@@ -52,15 +51,16 @@ import threading
 import time
 import traceback
 import uuid
-from datetime import datetime, timezone
 
 import psutil
-import websockets
 import zmq
 from jupyter_client import KernelManager
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-V1 = "v1.kernel.websocket.jupyter.org"
+sys.path.insert(0, os.path.join(REPO, "examples"))
+import kgwclient as K  # noqa: E402  (Jupyter messages, websocket encodings, REST)
+
+V1 = K.V1
 DELIM = b"<IDS|MSG>"
 SECTIONS = ("start", "rtt", "pipeline", "throughput", "pool")
 
@@ -100,13 +100,11 @@ def ms(x):
     return x * 1000.0
 
 
-def iso_now():
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+iso_now = K.iso_now
 
 
-def new_header(msg_type, session):
-    return {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "kgw-bench",
-            "session": session, "date": iso_now(), "version": "5.3"}
+def new_msg(msg_type, session, content=None, channel="shell"):
+    return K.make_msg(msg_type, content, session=session, channel=channel, username="kgw-bench")
 
 
 EXEC_CONTENT = {"silent": False, "store_history": True, "user_expressions": {},
@@ -356,16 +354,9 @@ class Gateway:
             return ""
 
     def request(self, method, path, body=None, timeout=90):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            c.request(method, path, body=data, headers={
-                "Authorization": f"token {self.token}", "Content-Type": "application/json"})
-            r = c.getresponse()
-            payload = r.read()
-            return r.status, (json.loads(payload) if payload else None)
-        finally:
-            c.close()
+        """(HTTP status, parsed JSON answer or None)."""
+        return K.request(f"http://127.0.0.1:{self.port}", self.token, method, path, body,
+                         timeout)
 
     def start_kernel(self):
         st, model = self.request("POST", "/api/kernels", {"name": "python3"})
@@ -554,47 +545,6 @@ class SyncWS:
             self.sock.close()
 
 
-# ---- Jupyter message encodings on the websocket (same as jupyter_server's)
-
-def encode_legacy(channel, header, content, parent=None, metadata=None):
-    return json.dumps({"header": header, "parent_header": parent or {},
-                       "metadata": metadata or {}, "content": content,
-                       "channel": channel}).encode()
-
-
-def decode_legacy(binary, data):
-    if not binary:
-        return json.loads(data)
-    (n,) = struct.unpack_from("!I", data, 0)
-    offsets = list(struct.unpack_from(f"!{n}I", data, 4))
-    end = offsets[1] if n > 1 else len(data)
-    msg = json.loads(data[offsets[0]:end])
-    msg["buffers"] = [data[a:b] for a, b in zip(offsets[1:], offsets[2:] + [len(data)])]
-    return msg
-
-
-def encode_v1(channel, header, content, parent=None, metadata=None):
-    parts = [channel.encode(), json.dumps(header).encode(), json.dumps(parent or {}).encode(),
-             json.dumps(metadata or {}).encode(), json.dumps(content).encode()]
-    n = len(parts) + 1
-    offsets = [8 * (1 + n)]
-    for p in parts:
-        offsets.append(offsets[-1] + len(p))
-    return struct.pack(f"<{n + 1}Q", n, *offsets) + b"".join(parts)
-
-
-def decode_v1(binary, data):
-    if not binary:
-        raise BenchError(f"v1 protocol: got a text frame {bytes(data[:200])!r}")
-    (n,) = struct.unpack_from("<Q", data, 0)
-    offsets = struct.unpack_from(f"<{n}Q", data, 8)
-    msg = {"channel": bytes(data[offsets[0]:offsets[1]]).decode()}
-    for i, key in enumerate(("header", "parent_header", "metadata", "content"), 1):
-        msg[key] = json.loads(data[offsets[i]:offsets[i + 1]])
-    msg["buffers"] = [data[a:b] for a, b in zip(offsets[5:], offsets[6:])]
-    return msg
-
-
 class KgwClient:
     """Blocking Jupyter client over a kgw channels websocket (legacy or v1)."""
 
@@ -603,18 +553,16 @@ class KgwClient:
         self.session = session or uuid.uuid4().hex
         path = f"/api/kernels/{kid}/channels?session_id={self.session}"
         self.ws = SyncWS(gw.port, path, gw.token, V1 if protocol == "v1" else None)
-        self._enc = encode_v1 if protocol == "v1" else encode_legacy
-        self._dec = decode_v1 if protocol == "v1" else decode_legacy
         self.nmsgs = 0
 
     def send(self, msg_type, content, channel="shell"):
-        h = new_header(msg_type, self.session)
-        frame = self._enc(channel, h, content)
-        if self.protocol == "v1":
-            self.ws.send_binary(frame)
+        msg = new_msg(msg_type, self.session, content, channel)
+        frame = K.encode(msg, self.protocol)
+        if isinstance(frame, str):
+            self.ws.send_text(frame.encode())
         else:
-            self.ws.send_text(frame)
-        return h["msg_id"]
+            self.ws.send_binary(frame)
+        return msg["msg_id"]
 
     @property
     def marks(self):
@@ -623,7 +571,9 @@ class KgwClient:
     def recv(self, deadline):
         binary, data = self.ws.recv(deadline)
         self.nmsgs += 1
-        return self._dec(binary, data)
+        if self.protocol == "v1" and not binary:
+            raise BenchError(f"v1 protocol: got a text frame {bytes(data[:200])!r}")
+        return K.decode(data if binary else data.decode(), self.protocol)
 
     def close(self):
         self.ws.close()
@@ -664,7 +614,7 @@ class ZmqClient:
         return h.hexdigest().encode()
 
     def send(self, msg_type, content, channel="shell"):
-        h = new_header(msg_type, self.session)
+        h = new_msg(msg_type, self.session)["header"]
         parts = [json.dumps(h).encode(), b"{}", b"{}", json.dumps(content).encode()]
         self.shell.send_multipart([DELIM, self._sign(parts)] + parts)
         return h["msg_id"]
@@ -1018,28 +968,20 @@ def sec_throughput(R, gw, args, workdir, reaper, ctx, shared):
 # ============================================================== section 4: 20 kernels pipelined
 
 async def _aconnect(gw, kid, proto, session):
-    url = f"ws://127.0.0.1:{gw.port}/api/kernels/{kid}/channels?session_id={session}"
-    return await websockets.connect(url, subprotocols=[V1] if proto == "v1" else None,
-                                    extra_headers={"Authorization": f"token {gw.token}"},
-                                    max_size=None, ping_interval=None, compression=None,
-                                    open_timeout=30)
+    return await K.connect(f"ws://127.0.0.1:{gw.port}", gw.token, kid, proto, session,
+                           compression=None, open_timeout=30)
 
 
 def _adecode(proto, frame):
-    if proto == "v1":
-        return decode_v1(isinstance(frame, bytes), frame)
-    if isinstance(frame, str):
-        return json.loads(frame)
-    return decode_legacy(True, frame)
+    if proto == "v1" and isinstance(frame, str):
+        raise BenchError(f"v1 protocol: got a text frame {frame[:200]!r}")
+    return K.decode(frame, proto)
 
 
 async def _asend(ws, proto, session, msg_type, content):
-    h = new_header(msg_type, session)
-    if proto == "v1":
-        await ws.send(encode_v1("shell", h, content))
-    else:
-        await ws.send(encode_legacy("shell", h, content).decode())
-    return h["msg_id"]
+    msg = new_msg(msg_type, session, content)
+    await ws.send(K.encode(msg, proto))
+    return msg["msg_id"]
 
 
 async def _aready(ws, proto, session, timeout):

@@ -34,6 +34,7 @@ import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench as B  # noqa: E402  (Gateway, Reaper, pct, proc_status)
+from bench import K  # noqa: E402  (examples/kgwclient.py: messages and their encoding)
 
 
 LINGER_S = 10  # --session-linger of the gateway under test
@@ -65,32 +66,24 @@ def wrk(gw, path, seconds, connections=50, threads=2):
     return {"path": path, "rps": rps, "p99_ms": p99, "errors": errors, "requests": total}
 
 
-def header(msg_type, session):
-    return {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "load",
-            "session": session, "date": B.iso_now(), "version": "5.3"}
-
-
 async def ws_client(gw, kid, stop_at, stats):
     session = uuid.uuid4().hex
-    url = f"ws://127.0.0.1:{gw.port}/api/kernels/{kid}/channels?session_id={session}"
     try:
         # max_queue=None: at the end a client stops reading while other clients' output
         # still arrives; a bounded queue would stall its own closing handshake
-        ws = await websockets.connect(url, max_size=None, max_queue=None, ping_interval=None,
-                                      extra_headers={"Authorization": f"token {gw.token}"})
+        ws = await K.connect(f"ws://127.0.0.1:{gw.port}", gw.token, kid, "legacy", session,
+                             max_queue=None)
     except Exception as e:  # counted, not fatal: the point is to see how many fail
         stats["connect_errors"] += 1
         stats["errors"].append(repr(e))
         return
     try:
         while time.monotonic() < stop_at:
-            h = header("execute_request", session)
-            msg = {"header": h, "parent_header": {}, "metadata": {}, "channel": "shell",
-                   "content": {"code": "1+1", "silent": False, "store_history": False,
-                               "user_expressions": {}, "allow_stdin": False,
-                               "stop_on_error": False}, "buffers": []}
+            msg = K.make_msg("execute_request", {
+                "code": "1+1", "silent": False, "store_history": False, "user_expressions": {},
+                "allow_stdin": False, "stop_on_error": False}, session=session, username="load")
             t0 = time.monotonic()
-            await ws.send(json.dumps(msg))
+            await ws.send(K.encode_legacy(msg))
             stats["sent"] += 1
             got_reply = got_idle = False
             deadline = t0 + 60
@@ -99,8 +92,8 @@ async def ws_client(gw, kid, stop_at, stats):
                 if left <= 0:
                     stats["lost"] += 1
                     return
-                m = json.loads(await asyncio.wait_for(ws.recv(), left))
-                if m.get("parent_header", {}).get("msg_id") != h["msg_id"]:
+                m = K.decode_legacy(await asyncio.wait_for(ws.recv(), left))
+                if m["parent_header"].get("msg_id") != msg["msg_id"]:
                     continue
                 if m["msg_type"] == "execute_reply":
                     got_reply = True

@@ -7,7 +7,9 @@
  *   list_prepend(&items, &it->link);
  *   list_for_each_safe(it, tmp, &items, link) if (...) { list_remove(&it->link); free(it); }
  *
- * A head must be list_init()ed before use (a zeroed one is not an empty list). */
+ * A head must be list_init()ed before use (a zeroed one is not an empty list). The project is
+ * built with -fno-strict-aliasing (meson.build): without it, GCC may assume a store through a
+ * link never changes the head it is reached from. */
 #ifndef KGW_COMMON_LIST_H
 #define KGW_COMMON_LIST_H
 

@@ -8,53 +8,31 @@ stdout/stderr, prints results and errors, saves PNG images, answers input() from
 (--allow-stdin) and deletes the kernel at the end (unless --keep). Exit status 1 if any cell
 failed (error, timeout, kernel died), 2 on usage, connection or HTTP errors.
 
-Needs only the standard library and `websockets` (Debian: python3-websockets, 10.x API).
-The functions are meant to be lifted: `encode_*`/`decode_*` are the two websocket encodings,
-`rest()` the authenticated REST call, `run_cell()` one execute request to completion.
+Needs only the standard library, `websockets` (Debian: python3-websockets, 10.x API) and
+kgwclient.py from this directory (messages, the two websocket encodings, `rest()`, `connect()`).
+The functions are meant to be lifted: `Kernel.wait_ready()` and `run_cell()` (one execute
+request to completion).
 """
 import argparse
 import asyncio
 import base64
 import getpass
-import json
 import os
 import re
-import struct
 import sys
 import threading
-import urllib.error
-import urllib.request
 import uuid
-from datetime import datetime, timezone
 
-import websockets
 import websockets.exceptions  # websockets 10 exports its submodules lazily
 
-V1 = "v1.kernel.websocket.jupyter.org"
-PARTS = ("header", "parent_header", "metadata", "content")
+from kgwclient import V1, connect, decode, encode, make_msg, rest
 
 
 class CellError(Exception):
     """A cell could not be completed (timeout, kernel died or restarted)."""
 
 
-# ---------------------------------------------------------------- REST
-
-def rest(base_url, token, method, path, body=None, timeout=60):
-    """Authenticated JSON request; returns the parsed answer (None if empty).
-    Raises RuntimeError with the gateway's {"reason", "message"} on HTTP errors."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base_url.rstrip("/") + path, data=data, method=method,
-                                 headers={"Authorization": f"token {token}",
-                                          "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            payload = r.read()
-    except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")
-        raise RuntimeError(f"{method} {path}: HTTP {e.code}: {detail}") from None
-    return json.loads(payload) if payload else None
-
+# ---------------------------------------------------------------- options
 
 def parse_size(text):
     """'512M' -> 536870912; plain integers pass through (limits are integers, see README)."""
@@ -62,62 +40,6 @@ def parse_size(text):
     if not m:
         raise ValueError(f"not a size: {text!r}")
     return int(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
-
-
-# ---------------------------------------------------------------- websocket encodings
-
-def make_msg(msg_type, content, session, channel="shell", parent=None):
-    header = {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "kernel_client",
-              "session": session, "version": "5.3",
-              "date": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")}
-    return {"channel": channel, "header": header, "parent_header": parent or {},
-            "metadata": {}, "content": content, "buffers": []}
-
-
-def encode_legacy(msg):
-    """Legacy: a JSON text frame; with buffers a binary frame of uint32 BE n, n offsets,
-    the JSON, then the buffers."""
-    body = json.dumps({k: msg[k] for k in ("channel",) + PARTS})
-    if not msg.get("buffers"):
-        return body
-    parts = [body.encode()] + list(msg["buffers"])
-    offsets = [4 * (len(parts) + 1)]
-    for p in parts[:-1]:
-        offsets.append(offsets[-1] + len(p))
-    return struct.pack(f"!{len(parts) + 1}I", len(parts), *offsets) + b"".join(parts)
-
-
-def decode_legacy(frame):
-    if isinstance(frame, str):
-        msg = json.loads(frame)
-        msg["buffers"] = []
-        return msg
-    (n,) = struct.unpack_from("!I", frame)
-    offsets = list(struct.unpack_from(f"!{n}I", frame, 4)) + [len(frame)]
-    parts = [frame[a:b] for a, b in zip(offsets, offsets[1:])]
-    msg = json.loads(parts[0])
-    msg["buffers"] = parts[1:]
-    return msg
-
-
-def encode_v1(msg):
-    """v1: uint64 LE count of offsets, the offsets (the last one is the frame's end), then
-    channel, header, parent_header, metadata, content and buffers."""
-    parts = [msg["channel"].encode()] + [json.dumps(msg[k]).encode() for k in PARTS]
-    parts += list(msg.get("buffers") or [])
-    offsets = [8 * (len(parts) + 2)]
-    for p in parts:
-        offsets.append(offsets[-1] + len(p))
-    return struct.pack(f"<{len(offsets) + 1}Q", len(offsets), *offsets) + b"".join(parts)
-
-
-def decode_v1(frame):
-    (n,) = struct.unpack_from("<Q", frame)
-    offsets = struct.unpack_from(f"<{n}Q", frame, 8)
-    parts = [frame[a:b] for a, b in zip(offsets, offsets[1:])]
-    msg = {"channel": parts[0].decode(), "buffers": parts[5:]}
-    msg.update({k: json.loads(p) for k, p in zip(PARTS, parts[1:5])})
-    return msg
 
 
 # ---------------------------------------------------------------- output handling
@@ -162,19 +84,18 @@ class Kernel:
     """One websocket connection to a kernel's channels, in either encoding."""
 
     def __init__(self, ws, protocol, session):
-        self.ws, self.session = ws, session
-        self.encode, self.decode = ((encode_v1, decode_v1) if protocol == "v1"
-                                    else (encode_legacy, decode_legacy))
+        self.ws, self.protocol, self.session = ws, protocol, session
 
     async def send(self, msg_type, content, channel="shell", parent=None):
-        msg = make_msg(msg_type, content, self.session, channel, parent)
-        await self.ws.send(self.encode(msg))
+        msg = make_msg(msg_type, content, session=self.session, channel=channel, parent=parent,
+                       username="kernel_client")
+        await self.ws.send(encode(msg, self.protocol))
         return msg["header"]["msg_id"]
 
     async def recv(self, timeout):
         """Next message (asyncio.TimeoutError after `timeout` s); CellError if the kernel died
         or restarted (the gateway then sends iopub status "restarting"/"dead" with no parent)."""
-        msg = self.decode(await asyncio.wait_for(self.ws.recv(), timeout))
+        msg = decode(await asyncio.wait_for(self.ws.recv(), timeout), self.protocol)
         if msg["header"].get("msg_type") == "status" and not msg["parent_header"] and \
                 msg["content"].get("execution_state") in ("restarting", "dead"):
             raise CellError(f"kernel {msg['content']['execution_state']}")
@@ -275,14 +196,9 @@ async def run(args, code_cells):
 
     kid = (await call("POST", "/api/kernels", body))["id"]
     session = uuid.uuid4().hex
-    ws_url = re.sub(r"^http", "ws", args.url.rstrip("/")) + \
-        f"/api/kernels/{kid}/channels?session_id={session}"
     failed = False
     try:
-        async with websockets.connect(
-                ws_url, subprotocols=[V1] if args.protocol == "v1" else None,
-                extra_headers={"Authorization": f"token {args.token}"},
-                max_size=None, ping_interval=None) as ws:
+        async with connect(args.url, args.token, kid, args.protocol, session) as ws:
             kernel = Kernel(ws, args.protocol, session)
             await kernel.wait_ready(args.timeout)
             for n, code in enumerate(code_cells, 1):

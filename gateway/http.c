@@ -13,6 +13,7 @@
 #include "common/audit.h"
 #include "common/ident.h"
 #include "common/log.h"
+#include "common/shardid.h"
 #include "common/util.h"
 #include "gateway/kops.h"
 #include "gateway/openapi.h"
@@ -55,6 +56,8 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(security_headers); i++)
         rc |= add_header(wsi, security_headers[i][0], security_headers[i][1], p, end);
     rc |= add_header(wsi, "x-kgw-self-identify:", g->instance_id, p, end);
+    if (shardid_current_tag()[0]) /* lists and answers are this shard's alone */
+        rc |= add_header(wsi, "x-kgw-shard:", g->instance_id, p, end);
     if (g->cfg.certfile && g->cfg.certfile[0])
         rc |= add_header(wsi, "strict-transport-security:", "max-age=31536000", p, end);
     if (origin_allowed(g, wsi, origin, sizeof(origin))) {
@@ -65,7 +68,8 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
         rc |= add_header(wsi, "access-control-allow-methods:",
                          "GET, POST, PUT, PATCH, DELETE, OPTIONS", p, end);
         rc |= add_header(wsi, "access-control-expose-headers:",
-                         "X-KGW-Self-Identify, Content-Disposition, Location", p, end);
+                         "X-KGW-Self-Identify, X-KGW-Shard, Content-Disposition, Location", p,
+                         end);
         rc |= add_header(wsi, "vary:", "Origin", p, end);
     }
     return rc ? -1 : 0;
@@ -608,6 +612,9 @@ int http_set_instance_id(gw_t *g, const char *id)
     if (!ident_str_ok(id, IDENT_INSTANCE))
         return -EINVAL;
     memcpy(g->instance_id, id, strlen(id) + 1);
+    /* a named instance is a shard: its ids carry its tag, "/s/<id>/..." is its prefix */
+    shardid_set_instance(g->instance_id);
+    route_set_shard(g->instance_id);
     return 0;
 }
 
@@ -979,8 +986,12 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     if (!r || !r->has_response)
         return 0;
     pss->req = NULL;
+    /* a request under this shard's prefix is answered with a Location under it too */
+    char loc[sizeof(r->location) + GW_INSTANCE_ID_MAX + 4];
+    snprintf(loc, sizeof(loc), "%s%s%s", r->route.prefix_len ? "/s/" : "",
+             r->route.prefix_len ? g->instance_id : "", r->location);
     int rc = write_response(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
-                            r->location[0] ? r->location : NULL, r->retry_after);
+                            r->location[0] ? loc : NULL, r->retry_after);
     req_free(r);
     return rc;
 }

@@ -49,7 +49,8 @@ static const struct cfg_option options[] = {
     {"rate-burst", CFG_INT_AS_DOUBLE, &G.cfg.rl.burst, "1000", 1, 100000000, 0,
      "burst allowed above --rate-limit"},
     S("trusted-proxies", trusted_proxies, "",
-      "comma-separated proxy addresses whose X-Forwarded-For is believed"),
+      "comma-separated proxy addresses or networks (ADDR/BITS) whose X-Forwarded-For is "
+      "believed"),
     S("audit-log", audit_log, "", "audit events as JSON lines: a file, or - for stderr "
                                   "('' = off)"),
     S("certfile", certfile, "", "TLS certificate (PEM): serve HTTPS and WSS"),
@@ -90,7 +91,8 @@ static const struct cfg_option options[] = {
       "largest file GET /download serves (larger: check_file says too_large)"),
     S("instance-id", instance_id, "",
       "this instance's identity in GET /self_identify and the X-KGW-Self-Identify header of "
-      "every response, [A-Za-z0-9._:-]{1,128} (default: a random UUID)"),
+      "every response, [A-Za-z0-9._:-]{1,128} (default: a random UUID); when set, also a "
+      "shard's name: ids carry its tag, /s/NAME/ is its path prefix (docs/scale-out.md)"),
     I("max-ws-message-bytes", max_ws_message_bytes, "67108864", 1024, 1073741824,
       "largest websocket message from a client (larger: close 1009)"),
     I("max-ws-queue-bytes", max_ws_queue_bytes, "268435456", 65536, 17179869184LL,

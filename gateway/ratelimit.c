@@ -221,7 +221,36 @@ void rl_hdr_close(rl_t *rl, int idx)
     count_close(rl->hdrs, rl->o.hdr_conns_per_addr, idx);
 }
 
-/* addr (n bytes) is an entry of the comma-separated list */
+/* addr (n bytes, an address) lies in the network "net/bits" (len bytes, from the trusted
+ * list): both parse as addresses of one family and agree in the first bits bits */
+static bool in_net(const char *net, size_t len, const char *addr, size_t n)
+{
+    char a[INET6_ADDRSTRLEN], b[INET6_ADDRSTRLEN];
+    const char *slash = memchr(net, '/', len);
+    size_t nl = (size_t)(slash - net), bl = len - nl - 1;
+    if (nl == 0 || nl >= sizeof(a) || n == 0 || n >= sizeof(b) || bl == 0 || bl > 3)
+        return false;
+    int bits = 0;
+    for (size_t i = 0; i < bl; i++) {
+        if (slash[1 + i] < '0' || slash[1 + i] > '9')
+            return false;
+        bits = bits * 10 + (slash[1 + i] - '0');
+    }
+    memcpy(a, net, nl);
+    a[nl] = '\0';
+    memcpy(b, addr, n);
+    b[n] = '\0';
+    unsigned char x[16], y[16];
+    int fam = strchr(a, ':') ? AF_INET6 : AF_INET, max = fam == AF_INET6 ? 128 : 32;
+    if (bits > max || inet_pton(fam, a, x) != 1 || inet_pton(fam, b, y) != 1)
+        return false;
+    for (int i = 0; i < bits; i++)
+        if ((x[i / 8] ^ y[i / 8]) & (0x80 >> (i % 8)))
+            return false;
+    return true;
+}
+
+/* addr (n bytes) is an entry of the comma-separated list, or in one of its "net/bits" */
 static bool in_list(const char *list, const char *addr, size_t n)
 {
     for (const char *p = list; p && *p;) {
@@ -232,6 +261,8 @@ static bool in_list(const char *list, const char *addr, size_t n)
         while (len > 0 && p[len - 1] == ' ')
             len--;
         if (len == n && !strncmp(p, addr, n))
+            return true;
+        if (memchr(p, '/', len) && in_net(p, len, addr, n))
             return true;
         p = e ? e + 1 : NULL;
     }

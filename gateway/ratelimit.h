@@ -39,7 +39,8 @@ bool rl_take(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait_m
  * until the debt is paid) when the bucket is below zero. */
 bool rl_charge(rl_t *rl, const char *tenant, double n, int64_t now_ms, int *wait_ms);
 
-/* The client behind trusted proxies: when peer is in the comma-separated trusted list, the
+/* The client behind trusted proxies: when peer is in the comma-separated trusted list (of
+ * addresses and networks "ADDR/BITS", e.g. a cluster's pod network), the
  * rightmost address of X-Forwarded-For (xff, len bytes, not NUL-terminated) that is not itself
  * trusted goes to out (true). Malformed entries stop the walk. */
 bool rl_forwarded_client(const char *peer, const char *xff, size_t len, const char *trusted,

@@ -5,6 +5,10 @@
 #include <string.h>
 
 #include "common/ident.h"
+#include "protocol/shardpath.h"
+
+/* This shard's name: paths under "/s/<name>" are its own (see route_set_shard). */
+static const char *route__shard;
 
 /* See struct route_def for the pattern syntax. */
 static const struct route_def routes[] = {
@@ -95,16 +99,31 @@ static int try_match(const char *pattern, const char *path, size_t len, struct r
     return 0;
 }
 
+void route_set_shard(const char *name)
+{
+    route__shard = name && name[0] ? name : NULL;
+}
+
 int route_match(const char *path, size_t len, struct route *out)
 {
+    size_t off = 0;
     memset(out, 0, sizeof(*out));
     if (len == 0 || len > ROUTE_MAX_PATH || memchr(path, '\0', len))
+        return -ENOENT;
+    if (shardpath_split(path, len, route__shard, &off) < 0)
+        return -ENOENT; /* another shard's prefix: the router sent it astray */
+    path += off;
+    len -= off;
+    if (len == 0)
         return -ENOENT;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (try_match(routes[i].pattern, path, len, out) == 0) {
             out->id = routes[i].id;
             out->methods = routes[i].methods;
             out->flags = routes[i].flags;
+            out->prefix_len = off;
+            if (out->rest_len > 0)
+                out->rest_off += off;
             return 0;
         }
         memset(out, 0, sizeof(*out));

@@ -71,8 +71,12 @@ struct route {
     unsigned flags;
     char arg[2][ROUTE_ARG_MAX];
     size_t rest_off, rest_len; /* "{path}": where it is in the matched path */
+    size_t prefix_len;         /* the "/s/<shard>" prefix stripped before matching, or 0 */
 };
 
+/* Paths under "/s/<name>" (protocol/shardpath.h) are matched without the prefix; other
+ * shards' prefixes match nothing. Set once at start-up; NULL or "": no shard. */
+void route_set_shard(const char *name);
 /* Matches a path (no query string). 0 on a match; -ENOENT otherwise (including over-long
  * paths and arguments that are not valid ids or names). */
 int route_match(const char *path, size_t len, struct route *out);

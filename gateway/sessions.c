@@ -6,6 +6,7 @@
 
 #include "common/list.h"
 #include "common/log.h"
+#include "common/shardid.h"
 #include "common/util.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
@@ -145,7 +146,7 @@ static gsess_t *sess_new(const char *id, json_t *fields)
     if (id)
         snprintf(s->id, sizeof(s->id), "%s", id);
     else
-        util_uuid(s->id);
+        shardid_mint(s->id);
     s->fields = fields;
     return s;
 }

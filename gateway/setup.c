@@ -1,5 +1,6 @@
 #include "gateway/setup.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -71,6 +72,12 @@ static void lws_logger(int level, const char *line)
 }
 
 
+static bool is_ipv4(const char *ip)
+{
+    struct in_addr a;
+    return ip && inet_pton(AF_INET, ip, &a) == 1;
+}
+
 int setup_listen(gw_t *g, const struct lws_protocols *protocols,
                  const struct lws_protocols *metrics_protocols, size_t fd_limit)
 {
@@ -82,6 +89,10 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
     info.iface = g->cfg.ip;
     info.protocols = protocols;
     info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+    /* lws 4.1 binds an IPv6 socket to any address ("*") when --ip is an IPv4 address: an
+     * IPv4 socket binds to the address asked for */
+    if (is_ipv4(g->cfg.ip))
+        info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     /* A connection holds a header table (16 KiB) from accept until its request headers are
      * complete; lws allocates one when it is taken and frees it when it is given back, so a
      * pool as large as the connections costs nothing up front. Its timer on a table held
@@ -116,6 +127,9 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
         struct lws_context_creation_info mi = info;
         mi.port = (int)g->cfg.metrics_port;
         mi.iface = g->cfg.metrics_ip[0] ? g->cfg.metrics_ip : g->cfg.ip;
+        mi.options &= ~(uint64_t)LWS_SERVER_OPTION_DISABLE_IPV6;
+        if (is_ipv4(mi.iface))
+            mi.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
         mi.protocols = metrics_protocols;
         mi.vhost_name = "kgw-metrics";
         mi.ssl_cert_filepath = NULL; /* plain even when --port serves TLS */

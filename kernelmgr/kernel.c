@@ -13,6 +13,7 @@
 
 #include "common/audit.h"
 #include "common/log.h"
+#include "common/shardid.h"
 #include "common/util.h"
 #include "kernelmgr/private.h"
 #include "sandbox/sbx.h"
@@ -1432,7 +1433,7 @@ kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         k->lim = m->o.sandbox->lim;
     apply_limits(k, lim);
     k->iopub.fd = k->shell.fd = k->control.fd = k->hb.fd = -1;
-    util_uuid(k->id);
+    shardid_mint(k->id);
     util_uuid(k->session);
     util_random_hex(k->key, 32);
     kernel_touch(k);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/shardid.h"
 #include "common/util.h"
 #include "kernelmgr/private.h"
 
@@ -102,7 +103,7 @@ wspace_t *wspace__new(kmgr_t *m, const char *tenant, long long size, long slot)
     w->m = m;
     w->slot = slot;
     w->size = size;
-    util_uuid(w->id);
+    shardid_mint(w->id);
     snprintf(w->tenant, sizeof(w->tenant), "%s", tenant ? tenant : "");
     snprintf(w->path, sizeof(w->path), "%s/ws-%s", m->rundir, w->id);
     if (!(w->grace = m->evl->timer_new(m->evl, on_grace, w)))

@@ -1,111 +1,41 @@
 """A small asyncio Jupyter websocket client for the integration tests.
 
-Speaks both kernel websocket protocols served on /api/kernels/{id}/channels:
-
-* legacy (no subprotocol): JSON text frames carrying a "channel" key; a message with
-  buffers is a binary frame: uint32 BE count n, n uint32 BE offsets (first one points
-  at the JSON part), then the JSON message followed by the buffers.
-* ``v1.kernel.websocket.jupyter.org``: every frame is binary: uint64 LE offset_number,
-  offset_number uint64 LE offsets, then channel, header, parent_header, metadata,
-  content, buffers...; the last offset is the end of the frame.
-
-Only the standard library and ``websockets`` are used.
+Speaks both kernel websocket encodings served on /api/kernels/{id}/channels (legacy JSON and
+``v1.kernel.websocket.jupyter.org``); the messages and their encodings are the ones of
+examples/kgwclient.py, re-exported here.  Decoded messages also carry ``_binary``: whether
+the frame was binary.  Only the standard library and ``websockets`` are used.
 """
 import asyncio
 import base64
-import json
 import os
 import socket
-import struct
+import sys
 import time
 import uuid
-from datetime import datetime, timezone
 
-import websockets
 import websockets.exceptions  # lazily exported by websockets 10: import it explicitly
 
-V1 = "v1.kernel.websocket.jupyter.org"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "examples"))
+import kgwclient as K  # noqa: E402
+
+V1 = K.V1
+iso_now, make_msg, encode_legacy, encode_v1 = K.iso_now, K.make_msg, K.encode_legacy, K.encode_v1
+
 PROTOCOLS = ("legacy", "v1")
 DEFAULT_TIMEOUT = 10.0
 
 
-def iso_now():
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def make_msg(msg_type, content=None, *, session, channel="shell", buffers=(), metadata=None,
-             parent=None, header=None):
-    """A client message dict: header, parent_header, metadata, content, buffers, channel."""
-    h = {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "kgw-test",
-         "session": session, "date": iso_now(), "version": "5.3"}
-    if header:
-        h.update(header)
-    return {"header": h, "msg_id": h["msg_id"], "msg_type": msg_type,
-            "parent_header": parent or {}, "metadata": metadata or {},
-            "content": {} if content is None else content,
-            "buffers": [bytes(b) for b in buffers], "channel": channel}
-
-
-# ---------------------------------------------------------------- legacy protocol
-
-def encode_legacy(msg):
-    """Text frame (str) without buffers, binary frame (bytes) with buffers."""
-    body = {k: msg[k] for k in ("header", "parent_header", "metadata", "content", "channel")}
-    buffers = list(msg.get("buffers") or [])
-    if not buffers:
-        return json.dumps(body)
-    parts = [json.dumps(body).encode()] + buffers
-    n = len(parts)
-    offsets = [4 * (n + 1)]
-    for p in parts[:-1]:
-        offsets.append(offsets[-1] + len(p))
-    return struct.pack(f"!{n + 1}I", n, *offsets) + b"".join(parts)
-
-
 def decode_legacy(frame):
-    if isinstance(frame, str):
-        msg = json.loads(frame)
-        msg["buffers"] = []
-        msg["_binary"] = False
-        return msg
-    (n,) = struct.unpack_from("!I", frame, 0)
-    assert 0 < n < 1024 and len(frame) >= 4 * (n + 1), f"bad legacy binary header {frame[:16]!r}"
-    offsets = list(struct.unpack_from(f"!{n}I", frame, 4))
-    assert offsets[0] == 4 * (n + 1), offsets
-    assert offsets == sorted(offsets) and offsets[-1] <= len(frame), (offsets, len(frame))
-    ends = offsets[1:] + [len(frame)]
-    parts = [frame[a:b] for a, b in zip(offsets, ends)]
-    msg = json.loads(parts[0])
-    msg["buffers"] = parts[1:]
-    msg["_binary"] = True
+    """kgwclient.decode_legacy, plus ``_binary``."""
+    msg = K.decode_legacy(frame)
+    msg["_binary"] = not isinstance(frame, str)
     return msg
 
 
-# ---------------------------------------------------------------- v1 protocol
-
-def encode_v1(msg):
-    parts = [msg["channel"].encode()] + [
-        json.dumps(msg[k]).encode() for k in ("header", "parent_header", "metadata", "content")
-    ] + list(msg.get("buffers") or [])
-    n = len(parts) + 1                       # one offset per part plus the end offset
-    offsets = [8 * (1 + n)]
-    for p in parts:
-        offsets.append(offsets[-1] + len(p))
-    return struct.pack(f"<{n + 1}Q", n, *offsets) + b"".join(parts)
-
-
 def decode_v1(frame):
-    assert isinstance(frame, bytes), f"v1 frames must be binary, got text {frame[:200]!r}"
-    (n,) = struct.unpack_from("<Q", frame, 0)
-    assert 6 <= n < 1024 and len(frame) >= 8 * (n + 1), f"bad v1 header {frame[:24]!r}"
-    offsets = list(struct.unpack_from(f"<{n}Q", frame, 8))
-    assert offsets[0] == 8 * (n + 1), offsets
-    assert offsets == sorted(offsets) and offsets[-1] == len(frame), (offsets, len(frame))
-    parts = [frame[a:b] for a, b in zip(offsets, offsets[1:])]
-    msg = {"channel": parts[0].decode()}
-    for key, raw in zip(("header", "parent_header", "metadata", "content"), parts[1:5]):
-        msg[key] = json.loads(raw)
-    msg["buffers"] = parts[5:]
+    """kgwclient.decode_v1, plus ``_binary``."""
+    msg = K.decode_v1(frame)
     msg["_binary"] = True
     return msg
 
@@ -113,13 +43,7 @@ def decode_v1(frame):
 # ---------------------------------------------------------------- client
 
 def channels_url(gateway, kernel_id, session_id=None, query=""):
-    url = f"{gateway.ws_url}/api/kernels/{kernel_id}/channels"
-    params = []
-    if session_id:
-        params.append(f"session_id={session_id}")
-    if query:
-        params.append(query)
-    return url + ("?" + "&".join(params) if params else "")
+    return K.channels_url(gateway.ws_url, kernel_id, session_id, query)
 
 
 def handshake_status(gateway, kernel_id, session_id="auto", *, query="", auth_header=True,
@@ -162,13 +86,9 @@ async def connect(gateway, kernel_id, protocol="legacy", session_id="auto", *, q
     """
     if session_id == "auto":
         session_id = uuid.uuid4().hex
-    if subprotocols is None:
-        subprotocols = [V1] if protocol == "v1" else None
-    headers = {"Authorization": f"token {gateway.token}"} if auth_header else {}
-    ws = await asyncio.wait_for(websockets.connect(
-        channels_url(gateway, kernel_id, session_id, query), subprotocols=subprotocols,
-        extra_headers=headers, max_size=None, open_timeout=None, ping_interval=None,
-        close_timeout=2),
+    ws = await asyncio.wait_for(K.connect(
+        gateway.ws_url, gateway.token if auth_header else None, kernel_id, protocol, session_id,
+        query=query, subprotocols=subprotocols, open_timeout=None, close_timeout=2),
         DEFAULT_TIMEOUT * 3)
     return KernelClient(ws, protocol, session_id or uuid.uuid4().hex)
 
@@ -186,8 +106,7 @@ class KernelClient:
         return make_msg(msg_type, content, session=self.session, channel=channel, **kw)
 
     async def send(self, msg):
-        frame = encode_v1(msg) if self.protocol == "v1" else encode_legacy(msg)
-        await self.ws.send(frame)
+        await self.ws.send(K.encode(msg, self.protocol))
         return msg["header"]["msg_id"]
 
     async def send_raw(self, frame):

@@ -33,6 +33,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -41,10 +42,15 @@ import uuid
 
 import pytest
 
+from conftest import REPO
+
 try:
     import websockets
 except ImportError:  # pragma: no cover - Debian python3-websockets is a test dependency
     websockets = None
+
+sys.path.insert(0, os.path.join(REPO, "examples"))
+import kgwclient as K  # noqa: E402  (messages and the legacy encoding; no websockets needed)
 
 PYTHON = "/usr/bin/python3"
 pytestmark = pytest.mark.skipif(websockets is None, reason="python3-websockets is not installed")
@@ -174,12 +180,7 @@ def report(proxy, gateway):
 # Minimal legacy-protocol kernel websocket client
 # --------------------------------------------------------------------------------------------
 def _msg(msg_type, content, channel="shell", session="kgw-proxy-test"):
-    return {
-        "header": {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "test",
-                   "session": session, "date": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime()),
-                   "version": "5.3"},
-        "parent_header": {}, "metadata": {}, "content": content, "channel": channel, "buffers": [],
-    }
+    return K.make_msg(msg_type, content, session=session, channel=channel)
 
 
 class KernelWS:
@@ -202,14 +203,12 @@ class KernelWS:
         await self.ws.close()
 
     async def send(self, msg):
-        await self.ws.send(json.dumps(msg))
+        await self.ws.send(K.encode_legacy(msg))
 
     async def recv(self, timeout):
         raw = await asyncio.wait_for(self.ws.recv(), timeout)
         assert isinstance(raw, str), f"legacy protocol expects text frames, got {type(raw)}"
-        msg = json.loads(raw)
-        assert "channel" in msg, msg
-        return msg
+        return K.decode_legacy(raw)          # ValueError unless it has a channel
 
     async def kernel_info(self, attempts=15, per_try=2.0):
         """Send kernel_info_request until a reply arrives.

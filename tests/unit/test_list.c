@@ -34,6 +34,37 @@ static struct item *item(int v)
     return it;
 }
 
+/* Lists held in two other types, drained in a loop with no call in it: the shape GCC 12
+ * compiles into an endless loop under strict aliasing (see meson.build). */
+struct holder {
+    char name[16];
+    struct list link;
+    struct list items;
+    int n;
+};
+struct owner {
+    char name[16];
+    struct list holders;
+    struct list all;
+};
+
+static __attribute__((noinline)) size_t gather(struct owner *o)
+{
+    struct holder *h;
+    size_t n = 0;
+    list_for_each(h, &o->holders, link)
+    {
+        while (!list_empty(&h->items)) {
+            struct item *it = list_first(&h->items, struct item, link);
+            list_remove(&it->link);
+            list_append(&o->all, &it->link);
+        }
+        h->n = 0;
+        n++;
+    }
+    return n;
+}
+
 int main(void)
 {
     struct list l, m;
@@ -96,5 +127,22 @@ int main(void)
         free(it);
     }
     CHECK(list_empty(&l));
+
+    CHECK_CASE("a loop that empties lists it reaches through links ends");
+    struct owner o;
+    struct holder h1, h2;
+    struct item its[3] = {{.v = 1}, {.v = 2}, {.v = 3}};
+    list_init(&o.holders);
+    list_init(&o.all);
+    list_init(&h1.items);
+    list_init(&h2.items);
+    list_append(&o.holders, &h1.link);
+    list_append(&o.holders, &h2.link);
+    list_append(&h1.items, &its[0].link);
+    list_append(&h2.items, &its[1].link);
+    list_append(&h2.items, &its[2].link);
+    CHECK(gather(&o) == 2);
+    CHECK(list_empty(&h1.items) && list_empty(&h2.items));
+    CHECK_STR(values(&o.all), "123");
     CHECK_DONE();
 }

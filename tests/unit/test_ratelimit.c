@@ -100,6 +100,24 @@ static void test_forwarded(void)
     CHECK_STR(out, "2001:db8::5");
     CHECK(!fwd("127.0.0.1", "", "127.0.0.1", out));
     CHECK(!fwd("127.0.0.1", " , ", "127.0.0.1", out));
+    CHECK_CASE("X-Forwarded-For from trusted networks");
+    CHECK(fwd("10.42.3.7", "203.0.113.7", "10.42.0.0/16", out));
+    CHECK_STR(out, "203.0.113.7");
+    CHECK(!fwd("10.43.0.1", "203.0.113.7", "10.42.0.0/16", out));
+    CHECK(fwd("10.42.3.7", "203.0.113.7, 10.42.9.9", "192.0.2.1, 10.42.0.0/16", out));
+    CHECK_STR(out, "203.0.113.7"); /* hops inside the network are proxies too */
+    CHECK(fwd("fd00::1:2", "2001:db8::5", "fd00::/64", out));
+    CHECK_STR(out, "2001:db8::5");
+    CHECK(!fwd("fd01::1", "2001:db8::5", "fd00::/64", out));
+    CHECK(fwd("192.0.2.200", "203.0.113.7", "0.0.0.0/0", out));
+    CHECK(fwd("192.0.2.200", "203.0.113.7", "192.0.2.200/32", out));
+    CHECK(!fwd("192.0.2.201", "203.0.113.7", "192.0.2.200/32", out));
+    CHECK(!fwd("192.0.2.200", "203.0.113.7", "192.0.2.0/33", out));   /* too many bits */
+    CHECK(!fwd("192.0.2.200", "203.0.113.7", "192.0.2.0/", out));     /* no bits */
+    CHECK(!fwd("192.0.2.200", "203.0.113.7", "192.0.2.0/2x", out));   /* not a number */
+    CHECK(!fwd("192.0.2.200", "203.0.113.7", "/8", out));             /* no network */
+    CHECK(!fwd("192.0.2.200", "203.0.113.7", "fd00::/0", out));       /* another family */
+    CHECK(!fwd("192.0.2.200", "203.0.113.7", "192.0.2.0/0024", out)); /* over 3 digits */
 }
 
 static void test_conns(void)

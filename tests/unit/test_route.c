@@ -321,6 +321,41 @@ static void test_file_paths(void)
     CHECK(r.flags & ROUTE_F_UPLOAD);
 }
 
+/* A shard's own "/s/<name>" prefix is stripped; other shards' prefixes match nothing. */
+static void test_shard_prefix(void)
+{
+    struct route r;
+    CHECK_CASE("no shard: the prefix is an unknown path");
+    CHECK_INT(route_match("/s/kgw-1/api/kernels", 20, &r), -ENOENT);
+    route_set_shard("kgw-1");
+    CHECK_CASE("own prefix");
+    CHECK_INT(route_match("/s/kgw-1/api/kernels", 20, &r), 0);
+    CHECK_INT(r.id, ROUTE_KERNELS);
+    CHECK_INT(r.prefix_len, 8);
+    const char *p = "/s/kgw-1/api/kernels/" KID "/channels";
+    CHECK_INT(route_match(p, strlen(p), &r), 0);
+    CHECK_INT(r.id, ROUTE_KERNEL_CHANNELS);
+    CHECK(!strcmp(r.arg[0], KID));
+    CHECK_CASE("{path} offsets count the prefix");
+    p = "/s/kgw-1/download/a/b.txt";
+    CHECK_INT(route_match(p, strlen(p), &r), 0);
+    CHECK_INT(r.id, ROUTE_DOWNLOAD);
+    CHECK_INT(r.rest_len, 7);
+    CHECK(!strncmp(p + r.rest_off, "a/b.txt", r.rest_len));
+    CHECK_CASE("unprefixed paths still match");
+    CHECK_INT(route_match("/api/kernels", 12, &r), 0);
+    CHECK_INT(r.prefix_len, 0);
+    CHECK_CASE("another shard, a bare prefix, a prefix of the name");
+    CHECK_INT(route_match("/s/kgw-2/api/kernels", 20, &r), -ENOENT);
+    CHECK_INT(route_match("/s/kgw-1", 8, &r), -ENOENT);
+    CHECK_INT(route_match("/s/kgw-1/", 9, &r), -ENOENT);
+    CHECK_INT(route_match("/s/kgw-/api/kernels", 19, &r), -ENOENT);
+    CHECK_INT(route_match("/s/kgw-10/api/kernels", 21, &r), -ENOENT);
+    CHECK_INT(route_match("/s/kgw-1/s/kgw-1/api/kernels", 28, &r), -ENOENT);
+    route_set_shard(NULL);
+    CHECK_INT(route_match("/s/kgw-1/api/kernels", 20, &r), -ENOENT);
+}
+
 int main(void)
 {
     test_good_routes();
@@ -329,5 +364,6 @@ int main(void)
     test_nul_and_length();
     test_ids();
     test_file_paths();
+    test_shard_prefix();
     CHECK_DONE();
 }
