@@ -450,22 +450,14 @@ static void on_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
         if (x->cancelled || x->timed_out)
             interrupt_now(x);
     } else {
-        json_t *ev = xevent_from_iopub(h->msg_type, c);
-        const char *type = json_string_value(json_object_get(ev, "type"));
-        /* the event's type string lives in a static table: map it back */
-        static const char *const types[] = {"stream", "display", "clear", "result", "error"};
-        const char *st = NULL;
-        for (size_t i = 0; type && i < UTIL_ARRAY_SIZE(types); i++)
-            if (!strcmp(type, types[i]))
-                st = types[i];
-        if (st && !strcmp(st, "error"))
+        const char *type = NULL;
+        json_t *ev = xevent_from_iopub(h->msg_type, c, &type);
+        if (ev && !strcmp(type, "error"))
             x->saw_error = true;
-        if (st && !strcmp(st, "result") && json_is_integer(json_object_get(ev, "execution_count")))
+        if (ev && !strcmp(type, "result") &&
+            json_is_integer(json_object_get(ev, "execution_count")))
             x->exec_count = json_integer_value(json_object_get(ev, "execution_count"));
-        if (st)
-            emit(x, ev, st);
-        else
-            json_decref(ev);
+        emit(x, ev, type);
     }
     json_decref(c);
 }

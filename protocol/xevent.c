@@ -33,10 +33,8 @@ static json_t *display(json_t *content, bool update)
                      json_is_string(id) ? json_incref(id) : json_null(), "update", update);
 }
 
-json_t *xevent_from_iopub(const char *msg_type, json_t *content)
+static json_t *from_iopub(const char *msg_type, json_t *content)
 {
-    if (!msg_type || !json_is_object(content))
-        return NULL;
     if (!strcmp(msg_type, "stream"))
         return json_pack("{s:s, s:o, s:o}", "type", "stream", "name",
                          field(content, "name", JSON_STRING), "text",
@@ -60,6 +58,23 @@ json_t *xevent_from_iopub(const char *msg_type, json_t *content)
                          field(content, "ename", JSON_STRING), "evalue",
                          field(content, "evalue", JSON_STRING), "traceback",
                          field(content, "traceback", JSON_ARRAY));
+    return NULL;
+}
+
+json_t *xevent_from_iopub(const char *msg_type, json_t *content, const char **ret_type)
+{
+    static const char *const types[] = {"stream", "display", "clear", "result", "error"};
+    if (!msg_type || !json_is_object(content))
+        return NULL;
+    json_t *ev = from_iopub(msg_type, content);
+    const char *t = json_string_value(json_object_get(ev, "type"));
+    for (size_t i = 0; t && i < sizeof(types) / sizeof(types[0]); i++) {
+        if (!strcmp(t, types[i])) {
+            *ret_type = types[i];
+            return ev;
+        }
+    }
+    json_decref(ev);
     return NULL;
 }
 

@@ -9,8 +9,11 @@
 static char *event(const char *type, const char *content)
 {
     json_t *c = json_loads(content, 0, NULL);
-    json_t *e = xevent_from_iopub(type, c);
+    const char *t = NULL;
+    json_t *e = xevent_from_iopub(type, c, &t);
     char *s = e ? json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    CHECK(!e == !t); /* the static type string with every event */
+    CHECK(!e || !strcmp(t, json_string_value(json_object_get(e, "type"))));
     json_decref(c);
     json_decref(e);
     return s;
@@ -51,7 +54,8 @@ int main(void)
         free(s);
     }
     CHECK_CASE("not an object");
-    CHECK(xevent_from_iopub("stream", NULL) == NULL);
+    const char *t = NULL;
+    CHECK(xevent_from_iopub("stream", NULL, &t) == NULL && t == NULL);
 
     buf_t b;
     buf_init(&b, 1 << 20);
