@@ -597,3 +597,44 @@ def test_cancel_oneshot_while_its_kernel_starts(gateway_factory):
     while time.monotonic() < deadline and call(gw, "GET", f"/api/kernels/{kid}")[0] == 200:
         time.sleep(0.1)
     assert call(gw, "GET", f"/api/kernels/{kid}")[0] == 404
+
+
+def test_concurrent_oneshots_each_end_once(gateway_factory):
+    """Bounded load on loopback: 16 clients, 3 one-shot executions each, at once: every
+    execution has exactly one end, ok, and no kernel is left."""
+    gw = gateway_factory("--pool", "python3=4")
+    results, errors = [], []
+
+    def client(i):
+        try:
+            conn_ = conn(gw)
+            for j in range(3):
+                conn_.request("POST", "/api/execute",
+                              body=json.dumps({"code": f"print({i * 10 + j})"}).encode(),
+                              headers=hdrs(gw))
+                r = conn_.getresponse()
+                assert r.status == 201, r.read()
+                results.append(ndjson(r))
+            conn_.close()
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert len(results) == 48
+    ids = set()
+    for ev in results:
+        end = check_stream(ev)
+        assert end["status"] == "ok", end
+        ids.add(ev[0]["execution_id"])
+    assert len(ids) == 48
+    outs = sorted(int(e["text"]) for ev in results for e in ev if e["type"] == "stream")
+    assert outs == sorted(i * 10 + j for i in range(16) for j in range(3))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and gw.request("GET", "/api/kernels")[1]:
+        time.sleep(0.2)
+    assert gw.request("GET", "/api/kernels")[1] == []
