@@ -974,6 +974,14 @@ static bool idem_replay(struct gw_req *r, const char *key, const unsigned char *
         req_error(r, 422, "this Idempotency-Key was used with a different request body");
         return true;
     }
+    if (x->first_seq > 0) { /* not run again, and its first events are gone */
+        snprintf(r->location, sizeof(r->location), "/api/executions/%s", x->id);
+        json_error_extra(r, 410, "Gone",
+                         "this Idempotency-Key's execution ran; its first events are no longer "
+                         "held (retention budget): GET its Location for the end",
+                         json_pack("{s:I}", "first_seq", (json_int_t)x->first_seq));
+        return true;
+    }
     attach(r, x, 200, 0);
     return true;
 }
