@@ -407,7 +407,8 @@ def test_budget_drops_old_events(gateway_factory):
     gw = gateway_factory("--execution-budget-bytes=65536")
     kid = gw.start_kernel()["id"]
     code = "for i in range(200):\n    print('x' * 1000, flush=True)"
-    c, r = post(gw, f"/api/kernels/{kid}/execute", {"code": code})
+    key = {"Idempotency-Key": "flood"}
+    c, r = post(gw, f"/api/kernels/{kid}/execute", {"code": code}, key)
     eid = ndjson(r, 1)[0]["execution_id"]
     c.close()  # nobody reads it: the store alone holds the events
     deadline = time.monotonic() + 30
@@ -426,6 +427,12 @@ def test_budget_drops_old_events(gateway_factory):
     c.close()
     assert [e["seq"] for e in tail] == list(range(model["first_seq"], model["next_seq"]))
     assert tail[-1]["type"] == "end"
+    # a retry: not run again, and what it would replay is gone
+    c, r = post(gw, f"/api/kernels/{kid}/execute", {"code": code}, key)
+    err = json.loads(r.read())
+    c.close()
+    assert r.status == 410 and err["first_seq"] == model["first_seq"], err
+    assert r.headers["Location"] == f"/api/executions/{eid}"
 
 
 MiB = 1 << 20
