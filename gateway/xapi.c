@@ -29,6 +29,7 @@
 #define XAPI_EXEC_BYTES   (sizeof(xexec_t) + 256) /* an execution's own memory, in budgets */
 #define XAPI_REINTERRUPT_MS 500       /* a cancelled or timed-out execution: interrupt again */
 #define XAPI_INTERRUPTS_MAX 20
+#define XAPI_RESTART_AFTER  10 /* interrupts a timed-out execution ignored: restart the kernel */
 
 enum xstate { X_QUEUED, X_RUNNING, X_DONE };
 
@@ -68,6 +69,7 @@ typedef struct xexec {
     int64_t queued_wall_us;
     uint64_t sent_us, done_ms;
     bool begun; /* the kernel runs its code (execute_input; busy when silent) */
+    bool restarted; /* over its timeout, it ignored the interrupts: the kernel was restarted */
     int interrupts;
     bool aborted; /* the kernel answered "aborted" (another client's execution failed) */
     bool evicted; /* its events were dropped for the budget: freed by the next sweep */
@@ -619,6 +621,19 @@ static void on_timeout(void *data)
         log_info("xapi: execution=%s kernel=%s: over its timeout of %g s: interrupting it",
                  x->id, x->kernel_id, x->req.timeout);
     }
+    gw_t *g = x->xa->g;
+    kernel_t *k = kmgr_find(g->km, x->kernel_id);
+    struct kops_error err;
+    if (k && x->timed_out && !x->cancelled && !x->restarted &&
+        x->interrupts >= XAPI_RESTART_AFTER) {
+        /* as the gateway's own wall-time limit: a kernel that ignores SIGINT is restarted */
+        log_info("xapi: execution=%s kernel=%s: the interrupts were ignored: restarting the "
+                 "kernel",
+                 x->id, x->kernel_id);
+        x->restarted = kops_restart(g, k, &err) == 0;
+        if (x->restarted)
+            return;
+    }
     interrupt_now(x);
 }
 
@@ -652,9 +667,12 @@ static void finish(xexec_t *x, const char *status, const char *cause,
         status = "cancelled";
         cause = ran ? "cancelled by a client: the kernel was interrupted"
                     : "cancelled by a client before it ran";
-    } else if (x->timed_out && (!strcmp(status, "error") || !strcmp(status, "ok"))) {
-        snprintf(why, sizeof(why), "the execution exceeded its timeout of %g s: interrupted",
-                 x->req.timeout);
+    } else if (x->timed_out && (!strcmp(status, "error") || !strcmp(status, "ok") ||
+                                x->restarted)) {
+        snprintf(why, sizeof(why), "the execution exceeded its timeout of %g s: %s",
+                 x->req.timeout,
+                 x->restarted ? "it ignored the interrupt, and the kernel was restarted"
+                              : "interrupted");
         status = "timeout";
         cause = why;
     }

@@ -645,3 +645,15 @@ def test_concurrent_oneshots_each_end_once(gateway_factory):
     while time.monotonic() < deadline and gw.request("GET", "/api/kernels")[1]:
         time.sleep(0.2)
     assert gw.request("GET", "/api/kernels")[1] == []
+
+
+def test_timeout_restarts_a_kernel_that_ignores_the_interrupt(gateway, kernel):
+    kid = kernel["id"]
+    code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(100)"
+    t0 = time.monotonic()
+    status, ev, _ = execute(gateway, kid, {"code": code, "timeout": 1})
+    took = time.monotonic() - t0
+    end = check_stream(ev)
+    assert end["status"] == "timeout" and "kernel was restarted" in end["cause"], end
+    assert took < 15, took
+    works_after(gateway, kid)
