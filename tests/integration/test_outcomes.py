@@ -172,3 +172,41 @@ def test_gateway_shutdown_ends_executions(gateway_factory):
     reply, seen, took = run(go(), 60)
     check_terminal(reply, seen, "KernelShutdown", ["gateway is shutting down"])
     assert took < 1.0, took
+
+
+def test_channel_client_gets_the_outcome(gateway_factory):
+    """The /channel RPC face: a client waiting on get_shell_msg / get_iopub_msg receives the
+    gateway's answer for a kernel that died mid-execution."""
+    import sys
+    from conftest import REPO
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    from channel_client import Channel
+
+    gw = gateway_factory("--autorestart")
+    kid = S.new_kernel(gw)
+
+    async def go():
+        ch = await Channel.connect(gw.ws_url, gw.token)
+        try:
+            km = await ch.mkm.get_kernel(kid)
+            client = await km.client()
+            await client.start_channels()
+            await client.wait_for_ready(timeout=30)
+            msg_id = await client.execute("import os, time\ntime.sleep(0.5)\nos._exit(5)",
+                                          silent=False, store_history=True, allow_stdin=False)
+            reply = await client.get_shell_msg(timeout=30)
+            iopub = []
+            while not (iopub and iopub[-1]["msg_type"] == "status" and
+                       iopub[-1]["content"]["execution_state"] == "idle"):
+                iopub.append(await client.get_iopub_msg(timeout=30))
+            return msg_id, reply, iopub
+        finally:
+            await ch.close()
+
+    msg_id, reply, iopub = run(go(), 90)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert (reply["content"]["status"], reply["content"]["ename"]) == ("error", "KernelDied")
+    assert "status 5" in reply["content"]["evalue"]
+    errors = [m for m in iopub if m["msg_type"] == "error"]
+    assert [e["content"]["ename"] for e in errors] == ["KernelDied"]
+    assert all(m["parent_header"]["msg_id"] == msg_id for m in iopub)
