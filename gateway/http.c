@@ -64,7 +64,9 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
         rc |= add_header(wsi, "access-control-allow-origin:", origin, p, end);
         rc |= add_header(wsi, "access-control-allow-credentials:", "true", p, end);
         rc |= add_header(wsi, "access-control-allow-headers:",
-                         "Authorization, Content-Type, X-API-Key, X-XSRFToken", p, end);
+                         "Authorization, Content-Type, X-API-Key, X-XSRFToken, Idempotency-Key, "
+                         "Last-Event-ID",
+                         p, end);
         rc |= add_header(wsi, "access-control-allow-methods:",
                          "GET, POST, PUT, PATCH, DELETE, OPTIONS", p, end);
         rc |= add_header(wsi, "access-control-expose-headers:",

@@ -13,6 +13,7 @@
 
 #include "common/audit.h"
 #include "common/log.h"
+#include "common/shardid.h"
 #include "common/util.h"
 #include "gateway/http.h"
 #include "gateway/kops.h"
@@ -750,7 +751,7 @@ static xexec_t *exec_new(struct xapi *xa, const struct gw_caller *who, kernel_t 
     x->exec_count = -1;
     list_init(&x->readers);
     list_init(&x->qlink);
-    util_uuid(x->id);
+    shardid_mint(x->id); /* a router finds its shard from it (docs/scale-out.md) */
     snprintf(x->kernel_id, sizeof(x->kernel_id), "%s", kernel_id(k));
     snprintf(x->workspace_id, sizeof(x->workspace_id), "%s", wspace_id(kernel_workspace(k)));
     x->queued_wall_us = util_wall_us();

@@ -657,3 +657,14 @@ def test_timeout_restarts_a_kernel_that_ignores_the_interrupt(gateway, kernel):
     assert end["status"] == "timeout" and "kernel was restarted" in end["cause"], end
     assert took < 15, took
     works_after(gateway, kid)
+
+
+def test_execution_ids_name_their_shard(gateway_factory):
+    """With --instance-id, execution ids carry the shard's tag as kernel ids do, so a router
+    sends GET /api/executions/{id} to the shard that holds it (docs/scale-out.md)."""
+    gw = gateway_factory("--instance-id", "kgw-0")
+    kid = gw.start_kernel()["id"]
+    status, ev, h = execute(gw, kid, {"code": "1"})
+    eid = ev[0]["execution_id"]
+    assert eid[24:28] == kid[24:28] and h["X-KGW-Shard"] == "kgw-0"
+    assert call(gw, "GET", f"/s/kgw-0/api/executions/{eid}")[0] == 200
