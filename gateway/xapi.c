@@ -733,9 +733,18 @@ static void enqueue(xexec_t *x, kernel_t *k)
 
 static xexec_t *exec_new(struct xapi *xa, const struct gw_caller *who, kernel_t *k)
 {
-    if (xa->count >= XAPI_MAX_EXECS) {
-        errno = EAGAIN;
-        return NULL;
+    if (xa->count >= XAPI_MAX_EXECS) { /* the oldest finished one nobody reads goes first */
+        xexec_t *o;
+        list_for_each(o, &xa->execs, link)
+        {
+            if (o->state == X_DONE && list_empty(&o->readers))
+                break;
+        }
+        if (&o->link == &xa->execs) {
+            errno = EAGAIN;
+            return NULL;
+        }
+        exec_free(o);
     }
     xexec_t *x = calloc(1, sizeof(*x));
     struct xtenant *tn = tenant_get(xa, who->tenant);
