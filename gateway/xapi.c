@@ -664,7 +664,8 @@ static void finish(xexec_t *x, const char *status, const char *cause,
     struct xkern *xk = x->xk;
     x->xk = NULL;
     bool ran = x->state == X_RUNNING;
-    if (x->cancelled) {
+    if (x->cancelled && (!ran || x->interrupts > 0 || strcmp(status, "ok") != 0)) {
+        /* (one that ended well before an interrupt reached it says so) */
         status = "cancelled";
         cause = ran ? "cancelled by a client: the kernel was interrupted"
                     : "cancelled by a client before it ran";
