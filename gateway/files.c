@@ -748,3 +748,31 @@ void files_handle(struct gw_req *r)
     }
     close(root);
 }
+
+/* ---- files of a one-shot execution (gateway/xapi.c) ---- */
+
+int files_write(wspace_t *w, const char *path, const void *data, size_t len)
+{
+    const char *base;
+    int root = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0)
+        return -errno;
+    int dir = open_parent(root, w, path, true, &base);
+    close(root);
+    if (dir < 0)
+        return dir;
+    int fd = ws_open(dir, base, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK, 0644);
+    close(dir);
+    if (fd < 0)
+        return fd;
+    int rc = give_to_kernel(fd, w);
+    for (size_t off = 0; rc == 0 && off < len;) {
+        ssize_t n = write(fd, (const char *)data + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        rc = n < 0 ? -errno : 0;
+        off += n > 0 ? (size_t)n : 0;
+    }
+    close(fd);
+    return rc;
+}

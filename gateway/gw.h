@@ -54,6 +54,9 @@ struct gw_config {
     const char *metrics_ip;
     long long metrics_port;
     const char *fork_server_exe;
+    long long execution_retention;    /* xapi.c: seconds a finished execution is kept */
+    long long execution_budget_bytes; /* xapi.c: event bytes held per tenant */
+    long long max_queued_executions;  /* xapi.c: per kernel, queued or running */
     struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
     struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */
     struct rl_opts rl;
@@ -125,7 +128,8 @@ typedef struct gw {
     struct gw_drain drain;
     struct list ch_conns;  /* channel.c: the open /channel websockets, newest first */
     /* the faces' subscriptions to kernel events (setup_kernels) */
-    struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener;
+    struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xapi_listener;
+    struct xapi *xapi; /* xapi.c: the execute API's executions */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
     uint64_t trim_due_ms;    /* when it runs next */
@@ -293,6 +297,12 @@ void channel_close_all(gw_t *g, int code, const char *reason);
 /* kmgr hook: a kernel calls its execution's /channel client (kgw_tools). */
 void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, json_t *args,
                   json_t *kwargs, const char *exec_msg_id);
+
+/* xapi.c: the execute API */
+/* Subscribes the execute API to kernel events and starts its store. */
+int xapi_listen(gw_t *g);
+/* Frees every execution (after the kernel manager is gone). */
+void xapi_fini(gw_t *g);
 
 /* sessions.c */
 void sessions_init(gw_t *g);

@@ -64,7 +64,9 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
         rc |= add_header(wsi, "access-control-allow-origin:", origin, p, end);
         rc |= add_header(wsi, "access-control-allow-credentials:", "true", p, end);
         rc |= add_header(wsi, "access-control-allow-headers:",
-                         "Authorization, Content-Type, X-API-Key, X-XSRFToken", p, end);
+                         "Authorization, Content-Type, X-API-Key, X-XSRFToken, Idempotency-Key, "
+                         "Last-Event-ID",
+                         p, end);
         rc |= add_header(wsi, "access-control-allow-methods:",
                          "GET, POST, PUT, PATCH, DELETE, OPTIONS", p, end);
         rc |= add_header(wsi, "access-control-expose-headers:",
@@ -91,7 +93,7 @@ static int transaction_done(struct lws *wsi)
 static void count_refusal(gw_t *g, int status)
 {
     if (status == 400 || status == 411 || status == 413 || status == 414 || status == 415 ||
-        status == 431)
+        status == 422 || status == 431)
         g->stats.refused[GW_REFUSED_BAD_INPUT]++;
 }
 
@@ -112,12 +114,16 @@ static const char *reason_phrase(int status)
         return "Request Timeout";
     case 409:
         return "Conflict";
+    case 410:
+        return "Gone";
     case 411:
         return "Length Required";
     case 413:
         return "Payload Too Large";
     case 415:
         return "Unsupported Media Type";
+    case 422:
+        return "Unprocessable Entity";
     case 429:
         return "Too Many Requests";
     case 500:
@@ -320,6 +326,7 @@ static void req_free(struct gw_req *r)
         return;
     kwait_cancel(&r->wait);
     files_xfer_free(&r->xfer);
+    xapi_reader_free(&r->xr);
     buf_fini(&r->body);
     free(r->resp);
     free(r->pending);
@@ -752,6 +759,11 @@ static void dispatch(struct gw_req *r)
     case ROUTE_FILES:
     case ROUTE_FILE:
         return files_handle(r);
+    case ROUTE_KERNEL_EXECUTE:
+    case ROUTE_EXECUTE:
+    case ROUTE_EXECUTION:
+    case ROUTE_EXECUTION_EVENTS:
+        return xapi_handle(r);
     case ROUTE_SELF_IDENTIFY:
         return req_reply(r, 200, json_pack("{s:s}", "instance_id", g->instance_id));
     case ROUTE_LIVENESS:
@@ -959,6 +971,14 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     struct gw_req *r = pss->req;
     if (r && !r->has_response && files_is_download(r)) {
         int rc = files_download_write(r);
+        if (rc <= 0)
+            return rc;
+        pss->req = NULL;
+        req_free(r);
+        return transaction_done(wsi);
+    }
+    if (r && !r->has_response && r->xr) {
+        int rc = xapi_write(r);
         if (rc <= 0)
             return rc;
         pss->req = NULL;

@@ -35,6 +35,7 @@ struct gw_req {
     char location[128];
     char fpath[FPATH_MAX + 1]; /* the {path} of a file route, checked (fpath_normalize) */
     struct fxfer *xfer;
+    struct xreader *xr; /* xapi.c: an execution's events being sent */
 };
 
 /* Stores a JSON response (steals body; NULL: empty) and asks lws for a writeable callback. */
@@ -68,5 +69,15 @@ bool files_is_download(const struct gw_req *r);
 /* On a writeable callback: -1 close, 0 more to send, 1 finished (complete the transaction). */
 int files_download_write(struct gw_req *r);
 void files_xfer_free(struct fxfer **x);
+/* Writes a file (a normal path, protocol/fpath.h) into a workspace, replacing what is there;
+ * missing directories are made. Owned by the workspace's uid. 0 or -errno. */
+int files_write(wspace_t *w, const char *path, const void *data, size_t len);
 
+/* xapi.c: the execute API (docs/execute.md) */
+struct xreader;
+void xapi_handle(struct gw_req *r);
+/* On a writeable callback of a request reading an execution: -1 close, 0 more to come, 1
+ * finished (complete the transaction). */
+int xapi_write(struct gw_req *r);
+void xapi_reader_free(struct xreader **x);
 #endif

@@ -179,6 +179,14 @@ static const struct cfg_option options[] = {
     I("metrics-port", metrics_port, "0", 0, 65535,
       "serve GET /metrics (Prometheus) without the API key on this port, and nothing else, "
       "for scrapers (0 = off; GET /metrics on --port needs the key)"),
+    I("execution-retention", execution_retention, "600", 0, 604800,
+      "seconds a finished execution of the execute API is kept (its events, for replays and "
+      "Idempotency-Key retries)"),
+    I("execution-budget-bytes", execution_budget_bytes, "268435456", 65536, 1099511627776LL,
+      "event bytes the execute API holds per tenant; beyond it the oldest finished executions, "
+      "then the oldest events, are dropped"),
+    I("max-queued-executions", max_queued_executions, "16", 1, 100000,
+      "executions of the execute API per kernel, queued or running (more: 429)"),
     S("fork-server-exe", fork_server_exe, "",
       "path of kgw-zygote, the fork server (default: " KGW_LIBEXECDIR "/kgw-zygote, or next to "
       "kgw in its build tree)"),
@@ -795,6 +803,7 @@ static void teardown(evl_io_t *sig_io, int sfd)
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);
     sessions_free_all(&G);
+    xapi_fini(&G);
     conns_destroy(&G.conns); /* lws's closes at its destroy need not be counted */
     if (G.ctx)
         lws_context_destroy(G.ctx);

@@ -297,6 +297,7 @@ static void on_exec_timer(void *data)
                      "the execution exceeded its wall-time limit of %d s and ignored the "
                      "interrupt: the kernel was restarted",
                      k->exec_timeout_ms / 1000);
+    kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
     if (restart(k) == 0) {
         k->m->stats.restarts[KMGR_RESTART_AUTO]++;
         emit(k, KERNEL_EV_RESTARTING, "execution wall-time limit");
@@ -1266,7 +1267,7 @@ static void on_exit_io(void *data)
         char cause[sizeof(k->stop_cause)];
         enum kernel_outcome o = asked ? k->stop_outcome : death_outcome(k, death, st, cause,
                                                                           sizeof(cause));
-        kexec__fail_all(k, o, asked ? k->stop_cause : cause);
+        kernel_fail_pending(k, o, asked ? k->stop_cause : cause);
     }
     exec_end(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
     k->nsent = 0; /* what the process had been sent died with it */
@@ -1346,6 +1347,7 @@ int kernel_restart(kernel_t *k)
     if (k->state == KERNEL_TERMINATING || k->state == KERNEL_RESTARTING)
         return -EBUSY;
     kernel__stop_why(k, KERNEL_OUT_RESTARTED, "the kernel was restarted by a client");
+    kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
     int r = restart(k);
     if (r == 0) {
         k->m->stats.restarts[KMGR_RESTART_REQUESTED]++;
@@ -1361,6 +1363,8 @@ int kernel_shutdown(kernel_t *k, const char *cause)
     k->req_us = 0; /* a client's start in progress: cancelled, neither ready nor failed */
     k->state = KERNEL_TERMINATING;
     kernel__stop_why(k, KERNEL_OUT_SHUTDOWN, "%s", cause ? cause : "the kernel was shut down");
+    /* requests in flight are answered now, not when the process has ended (its grace) */
+    kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
     if (k->pid <= 0) {
         /* nothing to wait for: finish on the next turn, outside the caller's stack */
         k->m->evl->timer_arm(k->m->evl, k->linger, 0);
@@ -1373,8 +1377,11 @@ int kernel_shutdown(kernel_t *k, const char *cause)
 
 void kernel_fail_pending(kernel_t *k, enum kernel_outcome o, const char *cause)
 {
-    if (!k->pool)
-        kexec__fail_all(k, o, cause);
+    if (k->pool)
+        return;
+    kexec__fail_all(k, o, cause);
+    /* the execution running is over for its clients: a late idle of it is not tracked */
+    exec_end(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
 }
 
 int kernel_call_reply(kernel_t *k, uint64_t call_id, json_t *value, const char *err_type,

@@ -225,12 +225,24 @@ async def launch(c, code, guard=True):
         "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
 
 
+# The errors kgw answers in the kernel's name when it ends with requests in flight
+# (docs/protocol.md, "Outcomes"): they come before the "restarting" status.
+GATEWAY_ENAMES = {"OutOfMemory", "PidsLimit", "KernelKilled", "KernelDied", "TimeLimit",
+                  "KernelRestarted", "KernelShutdown"}
+
+
 async def await_status_or_reply(c, msg_id, state, timeout):
     """Wait for iopub status `state` (e.g. "restarting"); an execute_reply to msg_id that comes
-    first means the cell ended (the guard may have refused to run it): fail with its error."""
-    m = await c.recv(lambda m: (m["channel"] == "iopub" and status_of(m) == state) or
-                     (m["channel"] == "shell" and m["parent_header"].get("msg_id") == msg_id),
-                     timeout)
+    first means the cell ended (the guard may have refused to run it): fail with its error --
+    unless it is the gateway's answer for a kernel that ended, which comes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = await c.recv(lambda m: (m["channel"] == "iopub" and status_of(m) == state) or
+                         (m["channel"] == "shell" and
+                          m["parent_header"].get("msg_id") == msg_id),
+                         max(deadline - time.monotonic(), 0.001))
+        if m["channel"] != "shell" or m["content"].get("ename") not in GATEWAY_ENAMES:
+            break
     if m["channel"] == "shell":
         fake = J.Execution(msg_id, m, [])
         check_contained(fake)

@@ -1,9 +1,10 @@
-"""examples/kernel_client.py, run as a subprocess against the gateway in both websocket
-encodings: output, errors and exit status, PNG display data, stdin, interrupt, clean-up."""
+"""examples/kernel_client.py (and execute.py), run as a subprocess against the gateway in both
+websocket encodings: output, errors and exit status, PNG display data, stdin, interrupt, clean-up."""
 import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -122,3 +123,36 @@ def test_bad_token(gateway):
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2
     assert re.search(r"HTTP 40[13]", p.stderr), p.stderr     # jupyter_server: 403 (xsrf)
+
+
+EXECUTE = os.path.join(REPO, "examples", "execute.py")
+
+
+@pytest.mark.kgw_only          # the execute API is kgw's own
+def test_execute_example(gateway, tmp_path):
+    """examples/execute.py: one-shot with a file, output and result streamed, the end on
+    stderr, exit status 0; an error: its traceback, exit status 1; no kernel left behind."""
+    before = kernel_ids(gateway)
+    data = tmp_path / "in.txt"
+    data.write_text("from a file")
+    base = [sys.executable, EXECUTE, "--url", gateway.url, "--token", gateway.token]
+    p = subprocess.run([*base, "--file", str(data), "print(open('in.txt').read())",
+                        "open('out.txt', 'w').write('x')", "6 * 7"],
+                       capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "from a file\n42\n", p.stdout
+    assert p.stderr.startswith("[ok;") and "created ['out.txt']" in p.stderr, p.stderr
+    p = subprocess.run([*base, "1/0"], capture_output=True, text=True, timeout=90)
+    assert p.returncode == 1 and "ZeroDivisionError" in p.stderr, p.stderr
+    kid = gateway.start_kernel()["id"]
+    try:
+        p = subprocess.run([*base, "--kernel", kid, "--exec-timeout", "1",
+                            "import time; time.sleep(100)"],
+                           capture_output=True, text=True, timeout=90)
+        assert p.returncode == 1 and "[timeout:" in p.stderr, p.stderr
+    finally:
+        gateway.delete_kernel(kid)
+    deadline = time.monotonic() + 10
+    while kernel_ids(gateway) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert kernel_ids(gateway) <= before, "the one-shot kernels were not deleted"
