@@ -156,6 +156,16 @@ static bool done(void *d)
     return atomic_load(&client_done);
 }
 
+/* The client thread ends outside the loop: a tick makes the loop look at done() again (else
+ * it would sleep until its timeout once the proxy has nothing left to do). */
+static evl_t *tick_evl;
+static evl_timer_t *tick_timer;
+
+static void on_tick(void *d)
+{
+    tick_evl->timer_arm(tick_evl, tick_timer, 20);
+}
+
 int main(void)
 {
     evl_poll_t *lp = evl_poll_new();
@@ -173,6 +183,10 @@ int main(void)
                                  .connect_timeout_ms = 5000};
     kegress_t *e = kegress_new(evl_poll_evl(lp), lfd, &pol, &lim, &stats, "tenant", "kernel");
     CHECK(e != NULL);
+    tick_evl = evl_poll_evl(lp);
+    tick_timer = tick_evl->timer_new(tick_evl, on_tick, NULL);
+    CHECK(tick_timer != NULL);
+    on_tick(NULL);
     pthread_t up, cl;
     pthread_create(&up, NULL, upstream, NULL);
     pthread_create(&cl, NULL, client, NULL);
@@ -197,6 +211,7 @@ int main(void)
     shutdown(up_fd, SHUT_RDWR);
     close(up_fd);
     pthread_join(up, NULL);
+    evl_timer_destroy(tick_evl, &tick_timer);
     evl_poll_destroy(&lp);
     CHECK_DONE();
 }
