@@ -164,6 +164,7 @@ static struct {
     struct hconn hc[HCONN_MAX];
     egpol_t egress;
     kernel_t *k;
+    char instance[64]; /* the kernel manager's instance name (its cgroups are named after it) */
     kconn_t *c;
     kwait_t *w;
     evl_timer_t *deadline;
@@ -521,6 +522,7 @@ int selftest_start(gw_t *g)
         finish();
         return 0;
     }
+    snprintf(T.instance, sizeof(T.instance), "%s", kmgr_instance(g->km));
     if (kmgr_sandbox_error(g->km))
         add("kernel", "sandbox", "available", kmgr_sandbox_error(g->km), false);
     int r = hlisten();
@@ -561,8 +563,10 @@ int selftest_finish(bool json)
         add("kernel", "checks", "some", "none ran", false);
     json_array_foreach(T.checks, i, c) failed += !json_is_true(json_object_get(c, "pass"));
     if (json) {
-        json_t *out = json_pack("{s:O, s:b, s:s?}", "checks", T.checks, "passed", failed == 0,
-                                "weakened", KGW_TEST_WEAKEN[0] ? KGW_TEST_WEAKEN : NULL);
+        json_t *out = json_pack("{s:O, s:b, s:s?, s:s}", "checks", T.checks, "passed",
+                                failed == 0, "weakened",
+                                KGW_TEST_WEAKEN[0] ? KGW_TEST_WEAKEN : NULL, "instance",
+                                T.instance);
         char *s = out ? json_dumps(out, JSON_INDENT(2)) : NULL;
         if (s)
             printf("%s\n", s);

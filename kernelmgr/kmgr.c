@@ -366,6 +366,12 @@ static void python_setup(kmgr_t *m, const char *src)
     snprintf(m->pydir, sizeof(m->pydir), "%s", dst);
 }
 
+const char *kmgr_instance(const kmgr_t *m)
+{
+    const char *slash = strrchr(m->rundir, '/');
+    return slash ? slash + 1 : m->rundir;
+}
+
 /* ---- listeners ---- */
 
 int kmgr_listen(kmgr_t *m, struct kmgr_listener *l, const struct kmgr_listener_ops *ops,

@@ -160,6 +160,9 @@ void kmgr_unlisten(kmgr_t *m, struct kmgr_listener *l);
 void kmgr_on_call(kmgr_t *m, kmgr_call_fn fn, void *user);
 
 const kspecs_t *kmgr_kspecs(const kmgr_t *m);
+/* This instance's name: its private directory under runtime_dir, and the name of its cgroups
+ * ("gw-XXXXXX"). */
+const char *kmgr_instance(const kmgr_t *m);
 /* "disabled", "enabled (cgroup v1)", ...; and why sandboxed kernels cannot start (or NULL). */
 const char *kmgr_sandbox_mode(const kmgr_t *m);
 const char *kmgr_sandbox_error(const kmgr_t *m);
