@@ -56,9 +56,17 @@ static void pending_free(struct kpending *p)
     free(p);
 }
 
+/* A Jupyter request, which its reply names as parent; comm_open, comm_msg and comm_close
+ * are answered by nothing. */
+static bool is_request(const char *msg_type)
+{
+    size_t n = strlen(msg_type);
+    return n > 8 && !strcmp(msg_type + n - 8, "_request");
+}
+
 void kexec__sent(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
 {
-    if (chan != JCHAN_SHELL && chan != JCHAN_CONTROL)
+    if ((chan != JCHAN_SHELL && chan != JCHAN_CONTROL) || !is_request(h->msg_type))
         return;
     if (c->npending == KCONN_PENDING_MAX) { /* the oldest is forgotten: it gets no answer */
         log_debug("kernel=%s: %d requests in flight on one session; forgetting the oldest",
@@ -183,14 +191,10 @@ static void send_made(kernel_t *k, kconn_t *to, enum jchan chan, const char *msg
     free(body);
 }
 
-/* "execute_request" -> "execute_reply" */
+/* "execute_request" -> "execute_reply" (only requests are remembered) */
 static void reply_type(const char *req, char *out, size_t outsz)
 {
-    size_t n = strlen(req);
-    if (n > 8 && !strcmp(req + n - 8, "_request"))
-        snprintf(out, outsz, "%.*s_reply", (int)(n - 8), req);
-    else
-        snprintf(out, outsz, "%s_reply", req);
+    snprintf(out, outsz, "%.*s_reply", (int)(strlen(req) - 8), req);
 }
 
 /* Answers one request the kernel never will: for an execution, its error and idle on iopub

@@ -139,17 +139,24 @@ def test_queued_requests_all_end(gateway_factory):
         first = await c.request("execute_request",
                                 dict(body, code="import os, time\ntime.sleep(1)\nos._exit(7)"))
         queued = [await c.request("execute_request", dict(body, code=f"{i}")) for i in range(3)]
-        info = await c.request("kernel_info_request")
+        # messages that are not requests get no answer from a kernel, nor from the gateway
+        comm = await c.request("comm_open", {"comm_id": "kgw-test", "target_name": "nobody",
+                                             "data": {}})
         got = {}
         for mid in [first] + queued:
             got[mid] = await outcome_of(c, mid, 30)
+        await c.wait_ready(timeout=60)
+        await c.drain(0.5)
+        stray = [m for m in c.backlog if m["parent_header"].get("msg_id") == comm and
+                 m["channel"] == "shell"]
         await c.close()
-        return first, queued, got
+        return first, queued, got, stray
 
-    first, queued, got = run(go(), 120)
+    first, queued, got, stray = run(go(), 120)
     for mid in [first] + queued:
         reply, seen = got[mid]
         check_terminal(reply, seen, "KernelDied", ["status 7"])
+    assert not stray, stray
 
 
 def test_gateway_shutdown_ends_executions(gateway_factory):
