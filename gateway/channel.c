@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/audit.h"
+#include "common/buf.h"
 #include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"

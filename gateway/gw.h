@@ -3,12 +3,10 @@
 #ifndef KGW_GATEWAY_GW_H
 #define KGW_GATEWAY_GW_H
 
-#include <jansson.h>
 #include <libwebsockets.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/buf.h"
 #include "common/hist.h"
 #include "common/ident.h"
 #include "common/egpol.h"

@@ -319,7 +319,7 @@ static int confirm_upgrade(struct lws *wsi)
     char uri[ROUTE_MAX_PATH + 1];
     struct route rt;
     struct gw_refusal no = {0};
-    int st, n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+    int rc, st, n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
     if (G.metrics_vhost && lws_get_vhost(wsi) == G.metrics_vhost) /* GET /metrics only */
         st = gw_refuse(&no, 404, 0, "not found");
     else if (n > 0 && !http_uri_decodable(wsi, uri, (size_t)n))
@@ -338,8 +338,9 @@ static int confirm_upgrade(struct lws *wsi)
     }
     if (!st)
         st = choose_subprotocol(wsi, &no);
-    if (!st && conns_set_route(G.conns, wsi, &rt) < 0)
-        st = gw_refuse(&no, 503, 5, "out of memory; retry later");
+    if (!st && (rc = conns_set_route(G.conns, wsi, &rt)) < 0) /* kept for ESTABLISHED */
+        st = rc == -ENOMEM ? gw_refuse(&no, 503, 5, "out of memory; retry later")
+                           : gw_refuse(&no, 500, 0, "the connection is not known");
     if (st) {
         char q[96];
         log_info("ws: upgrade of %s refused: %d %s", log_quote(q, sizeof(q), uri, n > 0 ? n : 0),

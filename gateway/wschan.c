@@ -15,6 +15,7 @@
 
 #include "common/blob.h"
 #include "common/audit.h"
+#include "common/buf.h"
 #include "common/ident.h"
 #include "common/list.h"
 #include "common/log.h"
