@@ -1,7 +1,12 @@
 /* Services of the server object that every face uses (gw.h). */
 #include "gateway/gw.h"
 
+#include <errno.h>
 #include <string.h>
+
+#include "common/ident.h"
+#include "common/shardid.h"
+#include "common/util.h"
 
 int gw_refuse(struct gw_refusal *no, int status, int retry_after, const char *message)
 {
@@ -27,4 +32,19 @@ kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant)
 {
     kernel_t *k = kmgr_find(g->km, id);
     return gw_owns(k, tenant) ? k : NULL;
+}
+
+int gw_set_instance_id(gw_t *g, const char *id)
+{
+    if (!id || !id[0]) {
+        util_uuid(g->instance_id);
+        return 0;
+    }
+    if (!ident_str_ok(id, IDENT_INSTANCE))
+        return -EINVAL;
+    memcpy(g->instance_id, id, strlen(id) + 1);
+    /* a named instance is a shard: its ids carry its tag, "/s/<id>/..." is its prefix */
+    shardid_set_instance(g->instance_id);
+    route_set_shard(g->instance_id);
+    return 0;
 }

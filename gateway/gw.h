@@ -171,10 +171,15 @@ int gw_refuse(struct gw_refusal *no, int status, int retry_after, const char *me
 /* The refusal of an auth_request() status (401 or 429). */
 int gw_refuse_auth(struct gw_refusal *no, int status, int retry_after);
 
-/* gw.c: the kernel with this id if it belongs to tenant; NULL for a missing kernel and for another
- * tenant's alike, so ids cannot be probed. */
+/* gw.c: the kernel with this id if it belongs to tenant; NULL for a missing kernel and for
+ * another tenant's alike, so ids cannot be probed. */
 kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant);
 bool gw_owns(const kernel_t *k, const char *tenant);
+
+/* gw.c: the instance's identity; 0, or -EINVAL when id is not an IDENT_INSTANCE name (1 to
+ * GW_INSTANCE_ID_MAX bytes of [A-Za-z0-9._:-]: it goes into a response header). Empty: a
+ * random UUID. */
+int gw_set_instance_id(gw_t *g, const char *id);
 
 /* main.c: returns freed memory to the system within a second or so (a burst of clients is
  * gone), besides the regular trim. */

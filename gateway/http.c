@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ident.h"
 #include "common/log.h"
 #include "common/shardid.h"
 #include "common/util.h"
@@ -376,23 +375,6 @@ int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *,
     r->done = done;
     snprintf(r->kernel_id, sizeof(r->kernel_id), "%s", kernel_id(k));
     return kernel_wait(k, on_kernel_done, r, &r->wait);
-}
-
-/* ---- identity ---- */
-
-int http_set_instance_id(gw_t *g, const char *id)
-{
-    if (!id || !id[0]) {
-        util_uuid(g->instance_id);
-        return 0;
-    }
-    if (!ident_str_ok(id, IDENT_INSTANCE))
-        return -EINVAL;
-    memcpy(g->instance_id, id, strlen(id) + 1);
-    /* a named instance is a shard: its ids carry its tag, "/s/<id>/..." is its prefix */
-    shardid_set_instance(g->instance_id);
-    route_set_shard(g->instance_id);
-    return 0;
 }
 
 /* The request is complete: its route's row answers it. */

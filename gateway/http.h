@@ -108,9 +108,4 @@ bool http_uri_decodable(struct lws *wsi, const char *path, size_t len);
     "undecodable request path or query: a '%' not followed by two hex digits, %00 or a "      \
     "control character (write a literal '%' as %25)"
 
-/* The instance's identity; 0, or -EINVAL when id is not an IDENT_INSTANCE name (1 to
- * GW_INSTANCE_ID_MAX bytes of [A-Za-z0-9._:-]: it goes into a response header). Empty: a
- * random UUID. */
-int http_set_instance_id(gw_t *g, const char *id);
-
 #endif

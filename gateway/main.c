@@ -777,7 +777,7 @@ static int configure(int argc, char **argv, bool *ret_generated)
         fprintf(stderr, "kgw: out of memory\n");
         return 1;
     }
-    if (http_set_instance_id(&G, G.cfg.instance_id) < 0) {
+    if (gw_set_instance_id(&G, G.cfg.instance_id) < 0) {
         fprintf(stderr, "kgw: --instance-id: 1 to %d characters of [A-Za-z0-9._:-]\n",
                 GW_INSTANCE_ID_MAX);
         return 2;
