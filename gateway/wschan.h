@@ -9,10 +9,11 @@
 #include "gateway/route.h"
 
 #define WSCHAN_LEGACY_NAME "kgw" /* lws protocol 0: HTTP, and websockets offering no subprotocol */
+/* The websocket's callbacks (its route's row in routes.c; pss->route is its match). */
 int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
                     struct gw_pss *pss, void *in, size_t len);
-/* Checks a channels upgrade request (route already matched): 0 proceed, else the HTTP status
- * of the refusal described in no. */
+/* Checks a channels upgrade request (rt: its route, matched once by main.c): 0 proceed, else
+ * the HTTP status of the refusal described in no. */
 int wschan_confirm(gw_t *g, struct lws *wsi, const struct route *rt, struct gw_refusal *no);
 /* Subscribes the relay to kernel events (iopub to the kernels' websockets; notices as iopub
  * stderr streams under their execution; statuses on restarts and deaths). */
