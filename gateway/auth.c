@@ -1,5 +1,7 @@
 /* auth: API keys and their tenants (common/keyfile.h), the client's address, failed-login
  * limits per address and the per-tenant request rate. Keys are compared in constant time. */
+#include "gateway/auth.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

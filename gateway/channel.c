@@ -7,6 +7,8 @@
  * client has its own ZeroMQ session (shell/stdin DEALERs with its identity) and three queues
  * (iopub, shell, stdin) that get_*_msg calls read; a call that has to wait (a timeout, a kernel
  * starting or restarting) is a pending call with an event-loop timer, never a blocking wait. */
+#include "gateway/channel.h"
+
 #include <errno.h>
 #include <math.h>
 #include <sodium.h>
@@ -15,12 +17,15 @@
 #include <string.h>
 
 #include "common/audit.h"
+#include "common/buf.h"
 #include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/auth.h"
 #include "gateway/gw.h"
 #include "gateway/kops.h"
 #include "gateway/route.h"
+#include "gateway/wschan.h"
 #include "gateway/wsq.h"
 #include "kernelmgr/kconn.h"
 #include "protocol/rpc.h"
@@ -995,15 +1000,7 @@ void channel_init(gw_t *g)
     list_init(&g->ch_conns);
 }
 
-bool channel_is_channel(struct lws *wsi)
-{
-    char uri[ROUTE_MAX_PATH + 1];
-    struct route rt;
-    int n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
-    return n > 0 && route_match(uri, (size_t)n, &rt) == 0 && rt.id == ROUTE_CHANNEL;
-}
-
-int channel_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no)
+int channel_confirm(gw_t *g, struct lws *wsi, const struct route *rt, struct gw_refusal *no)
 {
     struct gw_caller who;
     int retry = 0, st = auth_request(g, wsi, &who, &retry);

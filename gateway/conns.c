@@ -22,6 +22,8 @@
  * callback says when that happens, so such a request is timed by lws alone (closed without an
  * answer) and is not counted in the header phase: the connection was admitted and has
  * completed a request before. */
+#include "gateway/conns.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -32,7 +34,7 @@
 #include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "gateway/gw.h"
+#include "gateway/http.h"
 #include "gateway/reqguard.h"
 
 #define NONE -1
@@ -45,6 +47,7 @@ struct conn {
     bool in_hdr;       /* in its header phase: linked in the list */
     uint64_t deadline; /* monotonic ms: its headers are late after it */
     int prev, next;    /* the list, by descriptor */
+    struct route *route; /* a websocket's, from its upgrade until it is established */
 };
 
 struct conns {
@@ -124,6 +127,8 @@ static void settle(conns_t *c, struct conn *e)
     e->addr = 0;
     e->wsi = NULL;
     e->open = false;
+    free(e->route);
+    e->route = NULL;
     reqguard_close((int)(e - c->c));
 }
 
@@ -211,6 +216,8 @@ void conns_destroy(conns_t **pc)
     if (!c)
         return;
     evl_timer_destroy(&c->g->loop.evl, &c->timer);
+    for (size_t i = 0; c->c && i < c->n; i++)
+        free(c->c[i].route);
     free(c->c);
     free(c);
     *pc = NULL;
@@ -297,4 +304,26 @@ void conns_closed(conns_t *c, struct lws *wsi)
     struct conn *e = conn_of(c, wsi);
     if (e)
         settle(c, e);
+}
+
+int conns_set_route(conns_t *c, struct lws *wsi, const struct route *rt)
+{
+    struct conn *e = c ? conn_of(c, lws_get_network_wsi(wsi)) : NULL;
+    if (!e)
+        return -ENOENT;
+    if (!e->route && !(e->route = malloc(sizeof(*e->route))))
+        return -ENOMEM;
+    *e->route = *rt;
+    return 0;
+}
+
+int conns_take_route(conns_t *c, struct lws *wsi, struct route *out)
+{
+    struct conn *e = c ? conn_of(c, lws_get_network_wsi(wsi)) : NULL;
+    if (!e || !e->route)
+        return -ENOENT;
+    *out = *e->route;
+    free(e->route);
+    e->route = NULL;
+    return 0;
 }

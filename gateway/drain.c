@@ -9,13 +9,17 @@
  * websocket is closed with 1001 after what is queued for it, and every kernel is shut down
  * the usual way; main.c's exit path then removes what is left (processes, cgroups, runtime
  * directory). SIGINT skips the wait; a signal while closing ends the loop at once. */
+#include "gateway/drain.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/channel.h"
 #include "gateway/gw.h"
+#include "gateway/wschan.h"
 
 #define DRAIN_TICK_MS     100  /* how often a drain looks at executions and kernels */
 #define DRAIN_QUIET_TICKS 2    /* ticks in a row without executions before closing */

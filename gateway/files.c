@@ -6,6 +6,8 @@
  * there at any time, so every path is resolved below the workspace root with openat2()
  * (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), one
  * call per use, and only regular files are read. Nothing here names a host path in a reply. */
+#include "gateway/files.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -200,7 +202,7 @@ static long long free_bytes(int root)
     return (long long)sv.f_bavail * (long long)sv.f_frsize;
 }
 
-void files_xfer_free(struct fxfer **px)
+static void files_xfer_free(struct fxfer **px)
 {
     struct fxfer *x = *px;
     if (!x)
@@ -222,6 +224,11 @@ void files_xfer_free(struct fxfer **px)
         x->next->prev = x->prev;
     free(x);
     *px = NULL;
+}
+
+void files_req_fini(struct gw_req *r)
+{
+    files_xfer_free(&r->xfer);
 }
 
 void files_shutdown(gw_t *g)
@@ -436,6 +443,8 @@ int files_download_write(struct gw_req *r)
 {
     static unsigned char chunk[LWS_PRE + DL_CHUNK]; /* lws copies what the socket does not take */
     struct fxfer *x = r->xfer;
+    if (!x || x->kind != FX_DOWNLOAD) /* not downloading (its answer is stored) */
+        return 0;
     if (!x->headers_sent && download_headers(r) < 0)
         return -1;
     while (x->sent < x->size && !lws_send_pipe_choked(r->wsi)) {
@@ -464,11 +473,6 @@ int files_download_write(struct gw_req *r)
     lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0);
     wspace_touch(x->ws);
     return 1;
-}
-
-bool files_is_download(const struct gw_req *r)
-{
-    return r->xfer && r->xfer->kind == FX_DOWNLOAD;
 }
 
 /* ---- upload ---- */

@@ -1,13 +1,12 @@
-/* gateway internals: the server object and what its files share. */
+/* The gateway's server object, gw_t, and the few types every gateway file shares. Each
+ * module's API is in its own header (auth.h, http.h, rest.h, wschan.h, ...). */
 #ifndef KGW_GATEWAY_GW_H
 #define KGW_GATEWAY_GW_H
 
-#include <jansson.h>
 #include <libwebsockets.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/buf.h"
 #include "common/hist.h"
 #include "common/ident.h"
 #include "common/egpol.h"
@@ -15,6 +14,7 @@
 #include "common/list.h"
 #include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
+#include "gateway/route.h"
 #include "kernelmgr/kmgr.h"
 
 #define GW_INSTANCE_ID_MAX IDENT_INSTANCE_MAX /* an IDENT_INSTANCE name */
@@ -102,6 +102,7 @@ struct gw_drain {
 };
 
 typedef struct conns conns_t;
+struct route_ops; /* http.h: what serves a route */
 
 typedef struct gw {
     struct gw_config cfg;
@@ -130,19 +131,21 @@ typedef struct gw {
     /* the faces' subscriptions to kernel events (setup_kernels) */
     struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xapi_listener;
     struct xapi *xapi; /* xapi.c: the execute API's executions */
+    const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
     uint64_t trim_due_ms;    /* when it runs next */
 } gw_t;
 
-/* per-connection data of every lws protocol: only a pointer to our object */
+/* per-connection data of every lws protocol: only pointers to our objects, and a websocket's
+ * route (matched once, at its upgrade: main.c hands it over at LWS_CALLBACK_ESTABLISHED) */
 struct gw_pss {
     struct gw_req *req;
     struct wsconn *ws;
     struct chconn *ch;
+    struct route route; /* websockets only; id ROUTE_NONE otherwise */
 };
 
-/* auth.c */
 #define AUTH_DEFAULT_TENANT "default" /* the tenant of --api-key / KGW_API_KEY */
 
 /* Who is calling: the tenant of the key presented and the client's address. */
@@ -151,164 +154,35 @@ struct gw_caller {
     char addr[RL_ADDR_MAX];
 };
 
-/* Loads --key-file (if any) plus the single key (if any). -errno with a reason in err. */
-int auth_setup(gw_t *g, const char *single_key, char *err, size_t errsz);
-/* SIGHUP: reloads the key file; on error the old keys stay. */
-void auth_reload(gw_t *g);
-/* The client's address: the socket peer, or X-Forwarded-For from a --trusted-proxies peer. */
-void auth_peer(gw_t *g, struct lws *wsi, char out[RL_ADDR_MAX]);
-/* Authenticates a request (Authorization: token|bearer, X-API-Key or ?token=): 0 (out filled),
- * 401 (no or wrong key), 429 (address over its failed-login limit, or tenant over its request
- * rate: retry_after seconds). Counts failures, writes log lines and audit events. */
-int auth_request(gw_t *g, struct lws *wsi, struct gw_caller *out, int *retry_after);
-/* Counts a websocket message against the tenant's rate; over it, reading that websocket pauses
- * until the bucket refills (main.c resumes it on LWS_CALLBACK_TIMER). */
-void auth_ws_message(gw_t *g, struct lws *wsi, const char *tenant);
-/* The tenant of the key a request presents, or NULL; no side effects. */
-const char *auth_tenant(gw_t *g, struct lws *wsi);
-
-/* http.c */
-int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
-                  void *in, size_t len);
-/* Writes a complete response now (only inside this wsi's callback). Returns what the lws
- * callback should return. */
-int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
-                   size_t len, const char *location);
-int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message);
-/* An error with Retry-After (429, 503). */
-int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *message,
-                           int retry_after);
-/* Answers a refused authentication (auth_request's 401 or 429). */
-int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after);
-
 /* Why a websocket upgrade is refused: the HTTP status (401 no or wrong key, 429 locked out or
  * over the rate, 403 origin, 404 unknown route or kernel, 400 bad request, 503 over a cap), its
- * message and, for 429/503, Retry-After seconds (0: none). */
+ * message and, for 429/503, Retry-After seconds (0: none). http_refuse_upgrade answers it. */
 struct gw_refusal {
     int status;
     int retry_after;
     const char *message;
 };
-/* Fills a refusal; returns status, so a confirm function can `return gw_refuse(...)`. */
+/* what a refused authentication says (auth_request's 429 and 401) */
+#define GW_AUTH_429_MESSAGE "too many requests or failed logins; retry later"
+#define GW_AUTH_401_MESSAGE "a valid API key is required"
+
+/* gw.c: fills a refusal; returns status, so a confirm function can `return gw_refuse(...)`. */
 int gw_refuse(struct gw_refusal *no, int status, int retry_after, const char *message);
 /* The refusal of an auth_request() status (401 or 429). */
 int gw_refuse_auth(struct gw_refusal *no, int status, int retry_after);
-/* Answers a refused websocket upgrade inside LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: an HTTP/1.1
- * response with the status, a JSON body {"reason", "message"}, Content-Length and
- * Connection: close. Returns 1, what that callback returns for "answered, do not upgrade". */
-int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no);
-/* A complete HTTP/1.1 error response (JSON body, Content-Length, Connection: close, the
- * security headers) for writing outside lws: its length, 0 when it does not fit in outsz. */
-size_t http_format_error(gw_t *g, int status, const char *message, char *out, size_t outsz);
-int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
-/* False when the decoded path (len bytes) or query holds a control byte: a DEL where
- * gateway/reqguard.c marked an escape that cannot be decoded (%00, '%' without two hex
- * digits), or a control character, never valid in a URI. Such requests are answered 400. */
-bool http_uri_decodable(struct lws *wsi, const char *path, size_t len);
-#define HTTP_UNDECODABLE_MESSAGE                                                                 \
-    "undecodable request path or query: a '%' not followed by two hex digits, %00 or a "      \
-    "control character (write a literal '%' as %25)"
 
-/* The kernel with this id if it belongs to tenant; NULL for a missing kernel and for another
- * tenant's alike, so ids cannot be probed. */
+/* gw.c: the kernel with this id if it belongs to tenant; NULL for a missing kernel and for
+ * another tenant's alike, so ids cannot be probed. */
 kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant);
 bool gw_owns(const kernel_t *k, const char *tenant);
 
-/* http.c: the instance's identity; 0, or -EINVAL when id is not an IDENT_INSTANCE name (1 to
+/* gw.c: the instance's identity; 0, or -EINVAL when id is not an IDENT_INSTANCE name (1 to
  * GW_INSTANCE_ID_MAX bytes of [A-Za-z0-9._:-]: it goes into a response header). Empty: a
  * random UUID. */
-int http_set_instance_id(gw_t *g, const char *id);
-/* Starts the loop tick that /check_liveness and /check_ready watch. */
-int http_start_tick(gw_t *g);
-void http_stop_tick(gw_t *g);
+int gw_set_instance_id(gw_t *g, const char *id);
 
 /* main.c: returns freed memory to the system within a second or so (a burst of clients is
  * gone), besides the regular trim. */
 void gw_trim_soon(gw_t *g);
-
-/* conns.c: client connections by descriptor. Each counts against its address's open
- * connections (--max-connections-per-address) and, until its request headers are complete,
- * against the address's connections in their header phase (--max-header-connections-per-
- * address); one at either limit is refused at accept. A connection whose headers are not
- * complete within --header-timeout is answered 408 (plain HTTP) and closed. */
-/* NULL + errno. slots: the descriptor limit. */
-conns_t *conns_new(gw_t *g, size_t slots);
-void conns_destroy(conns_t **c);
-/* LWS_CALLBACK_FILTER_NETWORK_CONNECTION: 0 accept, 1 refuse. */
-int conns_accept(conns_t *c, const struct lws_filter_network_conn_args *a);
-/* LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: lws made the accepted connection's wsi. */
-void conns_started(conns_t *c, struct lws *wsi);
-/* Request headers complete (LWS_CALLBACK_HTTP, a websocket upgrade): the header phase ends. */
-void conns_headers_done(conns_t *c, struct lws *wsi);
-/* LWS_CALLBACK_WSI_DESTROY (any wsi) */
-void conns_closed(conns_t *c, struct lws *wsi);
-
-/* drain.c */
-#define DRAIN_RETRY_AFTER_S 5 /* Retry-After of what a drain refuses */
-#define DRAIN_MESSAGE                                                                              \
-    "the gateway is shutting down (draining): it starts no new kernels; retry on another "      \
-    "instance"
-#define DRAIN_CLOSE_REASON "the gateway is shutting down"
-int drain_init(gw_t *g);
-void drain_fini(gw_t *g);
-/* SIGTERM: drain (a second one: stop waiting for executions); SIGINT: close without waiting;
- * either while closing: stop now. Sets g->stopping when the loop should end. */
-void drain_signal(gw_t *g, int signo);
-/* A drain has begun (no new kernels); closing: websockets and kernels are going. */
-bool drain_active(const gw_t *g);
-bool drain_closing(const gw_t *g);
-
-/* metrics.c: GET /metrics, the Prometheus text format (docs/metrics.md) */
-#define METRICS_MAX_BYTES (4 << 20)
-void metrics_init(gw_t *g);
-/* Appends every metric to out: 0 or -errno (-EMSGSIZE over out's limit). */
-int metrics_render(gw_t *g, buf_t *out);
-
-/* files.c: ends every transfer's use of its workspace (before the kernel manager goes). */
-void files_shutdown(gw_t *g);
-
-/* wschan.c */
-#define WSCHAN_LEGACY_NAME "kgw" /* lws protocol 0: HTTP, and websockets offering no subprotocol */
-int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
-                    struct gw_pss *pss, void *in, size_t len);
-/* Checks a channels upgrade request (route already matched): 0 proceed, else the HTTP status
- * of the refusal described in no. */
-int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
-/* Subscribes the relay to kernel events (iopub to the kernels' websockets; notices as iopub
- * stderr streams under their execution; statuses on restarts and deaths). */
-int wschan_listen(gw_t *g);
-/* Closes every kernel websocket with code and reason, after what is queued for it. */
-void wschan_close_all(gw_t *g, int code, const char *reason);
-/* Browsers send Origin: only the server's own or --allow-origin may open a websocket. */
-bool wschan_origin_ok(gw_t *g, struct lws *wsi);
-
-/* channel.c: the /channel RPC websocket */
-/* Once, before anything else: the empty list of connections. */
-void channel_init(gw_t *g);
-bool channel_is_channel(struct lws *wsi);
-/* Checks a /channel upgrade request: 0 proceed, else the HTTP status of the refusal in no. */
-int channel_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
-int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
-                     struct gw_pss *pss, void *in, size_t len);
-/* Subscribes /channel to kernel events, and makes it the handler of kernel callbacks. */
-int channel_listen(gw_t *g);
-/* Closes every /channel websocket with code and reason, after what is queued for it. */
-void channel_close_all(gw_t *g, int code, const char *reason);
-/* kmgr hook: a kernel calls its execution's /channel client (kgw_tools). */
-void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, json_t *args,
-                  json_t *kwargs, const char *exec_msg_id);
-
-/* xapi.c: the execute API */
-/* Subscribes the execute API to kernel events and starts its store. */
-int xapi_listen(gw_t *g);
-/* Frees every execution (after the kernel manager is gone). */
-void xapi_fini(gw_t *g);
-
-/* sessions.c */
-void sessions_init(gw_t *g);
-int sessions_handle(gw_t *g, struct gw_req *r);
-/* Subscribes sessions to kernel events (a session ends with its kernel). */
-int sessions_listen(gw_t *g);
-void sessions_free_all(gw_t *g);
 
 #endif

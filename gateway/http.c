@@ -1,28 +1,18 @@
 #include "gateway/http.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "common/audit.h"
-#include "common/ident.h"
 #include "common/log.h"
 #include "common/shardid.h"
 #include "common/util.h"
-#include "gateway/kops.h"
-#include "gateway/openapi.h"
+#include "gateway/auth.h"
+#include "gateway/drain.h"
 #include "gateway/reqguard.h"
-#include "protocol/promtext.h"
-
-#define RESOURCE_MAX (1 << 20)
-#define TICK_MS      1000 /* the loop tick /check_liveness and /check_ready watch */
-#define MAX_LAG_MS   2000 /* a tick this late means the loop was blocked */
 
 static const char *const security_headers[][2] = {
     {"x-content-type-options:", "nosniff"},
@@ -268,29 +258,11 @@ int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message)
     return http_write_error_retry(g, wsi, status, message, 0);
 }
 
-#define AUTH_429_MESSAGE "too many requests or failed logins; retry later"
-#define AUTH_401_MESSAGE "a valid API key is required"
-
 int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after)
 {
     if (status == 429)
-        return http_write_error_retry(g, wsi, 429, AUTH_429_MESSAGE, retry_after);
-    return http_write_error(g, wsi, 401, AUTH_401_MESSAGE);
-}
-
-int gw_refuse(struct gw_refusal *no, int status, int retry_after, const char *message)
-{
-    no->status = status;
-    no->retry_after = retry_after;
-    no->message = message;
-    return status;
-}
-
-int gw_refuse_auth(struct gw_refusal *no, int status, int retry_after)
-{
-    if (status == 429)
-        return gw_refuse(no, 429, retry_after, AUTH_429_MESSAGE);
-    return gw_refuse(no, 401, 0, AUTH_401_MESSAGE);
+        return http_write_error_retry(g, wsi, 429, GW_AUTH_429_MESSAGE, retry_after);
+    return http_write_error(g, wsi, 401, GW_AUTH_401_MESSAGE);
 }
 
 int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no)
@@ -307,17 +279,6 @@ int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no)
     return 1; /* answered: lws closes the connection */
 }
 
-bool gw_owns(const kernel_t *k, const char *tenant)
-{
-    return k && tenant && !strcmp(wspace_tenant(kernel_workspace(k)), tenant);
-}
-
-kernel_t *gw_kernel(gw_t *g, const char *id, const char *tenant)
-{
-    kernel_t *k = kmgr_find(g->km, id);
-    return gw_owns(k, tenant) ? k : NULL;
-}
-
 /* ---- request objects ---- */
 
 static void req_free(struct gw_req *r)
@@ -325,8 +286,8 @@ static void req_free(struct gw_req *r)
     if (!r)
         return;
     kwait_cancel(&r->wait);
-    files_xfer_free(&r->xfer);
-    xapi_reader_free(&r->xr);
+    if (r->ops && r->ops->fini)
+        r->ops->fini(r);
     buf_fini(&r->body);
     free(r->resp);
     free(r->pending);
@@ -416,367 +377,17 @@ int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *,
     return kernel_wait(k, on_kernel_done, r, &r->wait);
 }
 
-/* ---- handlers ---- */
-
-static json_t *api_info(gw_t *g)
-{
-    return json_pack("{s:s, s:s, s:s}", "version", KGW_VERSION, "gateway", "kgw", "sandbox",
-                     kmgr_sandbox_mode(g->km));
-}
-
-static void handle_kspecs(struct gw_req *r)
-{
-    gw_t *g = r->g;
-    const kspecs_t *ks = kmgr_kspecs(g->km);
-    json_t *all = json_object();
-    for (size_t i = 0; i < kspecs_count(ks); i++) {
-        const kspec_t *s = kspecs_at(ks, i);
-        json_object_set_new(all, s->name, kspec_model(s));
-    }
-    const char *def = g->cfg.default_kernel;
-    if (!kspecs_find(ks, def) && kspecs_count(ks) > 0)
-        def = kspecs_at(ks, 0)->name;
-    req_reply(r, 200, json_pack("{s:s, s:o}", "default", def, "kernelspecs", all));
-}
-
-static void handle_kspec(struct gw_req *r)
-{
-    const kspec_t *s = kspecs_find(kmgr_kspecs(r->g->km), r->route.arg[0]);
-    if (!s)
-        return req_error(r, 404, "Kernel spec %s not found", r->route.arg[0]);
-    req_reply(r, 200, kspec_model(s));
-}
-
-static const char *mime_of(const char *file)
-{
-    const char *dot = strrchr(file, '.');
-    if (!dot)
-        return "application/octet-stream";
-    if (!strcmp(dot, ".png"))
-        return "image/png";
-    if (!strcmp(dot, ".svg"))
-        return "image/svg+xml";
-    if (!strcmp(dot, ".js"))
-        return "text/javascript";
-    if (!strcmp(dot, ".css"))
-        return "text/css";
-    if (!strcmp(dot, ".json"))
-        return "application/json";
-    return "application/octet-stream";
-}
-
-static void handle_kspec_resource(struct gw_req *r)
-{
-    const kspec_t *s = kspecs_find(kmgr_kspecs(r->g->km), r->route.arg[0]);
-    struct stat st;
-    int fd = s ? kspec_open_resource(s, r->route.arg[1]) : -ENOENT;
-    if (fd < 0)
-        return req_error(r, 404, "resource not found");
-    if (fstat(fd, &st) < 0 || st.st_size > RESOURCE_MAX) {
-        close(fd);
-        return req_error(r, 404, "resource not found");
-    }
-    char *data = malloc((size_t)st.st_size + 1);
-    ssize_t n = data ? read(fd, data, (size_t)st.st_size) : -1;
-    close(fd);
-    if (n < 0) {
-        free(data);
-        return req_error(r, 500, "cannot read resource");
-    }
-    free(r->resp);
-    r->resp = data;
-    r->resp_len = (size_t)n;
-    r->status = 200;
-    r->ctype = mime_of(r->route.arg[1]);
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
-}
-
-static void reply_model(struct gw_req *r, kernel_t *k, int status)
-{
-    if (status == 201)
-        snprintf(r->location, sizeof(r->location), "/api/kernels/%s", kernel_id(k));
-    req_reply(r, status, kernel_model(k));
-}
-
-static void on_started(struct gw_req *r, kernel_t *k, int status)
-{
-    if (status < 0) {
-        if (drain_active(r->g)) /* shut down by the drain while it started */
-            req_error_draining(r);
-        else
-            req_error(r, 500, "kernel %s failed to start", kernel_id(k));
-        kernel_shutdown(k, NULL);
-        return;
-    }
-    reply_model(r, k, 201);
-}
-
-/* Starts a kernel from a request body (kops_start); calls done when it is ready. */
-int http_start_kernel(struct gw_req *r, json_t *body,
-                      void (*done)(struct gw_req *, kernel_t *, int))
-{
-    struct kops_error err;
-    kernel_t *k;
-    int rc = kops_start(r->g, &r->caller, body, &k, &err);
-    if (rc < 0) {
-        req_error_retry(r, err.status, err.retry_after, "%s", err.message);
-        return rc;
-    }
-    if (req_wait_kernel(r, k, done) < 0)
-        done(r, k, 0);
-    return 0;
-}
-
-static void handle_kernels(struct gw_req *r)
-{
-    gw_t *g = r->g;
-    if (r->method == HTTP_M_GET) {
-        json_t *a = json_array();
-        for (size_t i = 0; i < kmgr_count(g->km); i++) {
-            kernel_t *k = kmgr_at(g->km, i);
-            if (kernel_state(k) != KERNEL_TERMINATING && gw_owns(k, r->caller.tenant))
-                json_array_append_new(a, kernel_model(k));
-        }
-        return req_reply(r, 200, a);
-    }
-    json_t *body = req_json_body(r);
-    if (!body)
-        return;
-    http_start_kernel(r, body, on_started);
-    json_decref(body);
-}
-
-static void on_deleted(struct gw_req *r, kernel_t *k, int status)
-{
-    req_reply(r, 204, NULL);
-}
-
-static void on_restarted(struct gw_req *r, kernel_t *k, int status)
-{
-    if (status < 0)
-        return req_error(r, 500, "kernel %s failed to restart", kernel_id(k));
-    reply_model(r, k, 200);
-}
-
-static void handle_kernel(struct gw_req *r)
-{
-    kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
-    struct kops_error err;
-    if (!k || (kernel_state(k) == KERNEL_TERMINATING && r->route.id != ROUTE_KERNEL))
-        return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
-    switch (r->route.id) {
-    case ROUTE_KERNEL:
-        if (r->method == HTTP_M_GET) {
-            if (kernel_state(k) == KERNEL_TERMINATING)
-                return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
-            return reply_model(r, k, 200);
-        }
-        kops_shutdown(r->g, k, &err); /* as before: whatever it says, wait for the kernel */
-        if (req_wait_kernel(r, k, on_deleted) < 0)
-            req_reply(r, 204, NULL);
-        return;
-    case ROUTE_KERNEL_INTERRUPT:
-        if (kops_interrupt(r->g, k, &err) < 0 && err.status)
-            return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
-        return req_reply(r, 204, NULL);
-    case ROUTE_KERNEL_RESTART:
-        if (kops_restart(r->g, k, &err) < 0 && err.status)
-            return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
-        if (req_wait_kernel(r, k, on_restarted) < 0)
-            reply_model(r, k, 200);
-        return;
-    default:
-        return req_error(r, 404, "not found");
-    }
-}
-
-static void handle_status(struct gw_req *r)
-{
-    gw_t *g = r->g;
-    char started[40], last[40];
-    util_iso_time(started, sizeof(started), g->started_us);
-    util_iso_time(last, sizeof(last), g->last_activity_us);
-    req_reply(r, 200,
-              json_pack("{s:s, s:s, s:i, s:i, s:o}", "started", started, "last_activity", last,
-                        "connections", g->connections, "kernels", (int)kmgr_count(g->km),
-                        "pool", kmgr_pool_model(g->km)));
-}
-
-/* ---- identity, liveness, readiness, description ---- */
-
-int http_set_instance_id(gw_t *g, const char *id)
-{
-    if (!id || !id[0]) {
-        util_uuid(g->instance_id);
-        return 0;
-    }
-    if (!ident_str_ok(id, IDENT_INSTANCE))
-        return -EINVAL;
-    memcpy(g->instance_id, id, strlen(id) + 1);
-    /* a named instance is a shard: its ids carry its tag, "/s/<id>/..." is its prefix */
-    shardid_set_instance(g->instance_id);
-    route_set_shard(g->instance_id);
-    return 0;
-}
-
-static void on_tick(void *data)
-{
-    gw_t *g = data;
-    uint64_t now = util_now_us(), due = g->tick_us + TICK_MS * 1000;
-    uint64_t lag_us = now > due ? now - due : 0;
-    g->loop_lag_ms = lag_us / 1000;
-    hist_observe(&g->stats.loop_lag, (double)lag_us / 1e6);
-    if (g->loop_lag_ms > MAX_LAG_MS)
-        log_warn("event loop: a %d ms timer ran %llu ms late", TICK_MS,
-                 (unsigned long long)g->loop_lag_ms);
-    g->tick_us = now;
-    g->loop.evl.timer_arm(&g->loop.evl, g->tick, TICK_MS);
-}
-
-int http_start_tick(gw_t *g)
-{
-    g->tick = g->loop.evl.timer_new(&g->loop.evl, on_tick, g);
-    if (!g->tick)
-        return -errno;
-    g->tick_us = util_now_us();
-    g->loop.evl.timer_arm(&g->loop.evl, g->tick, TICK_MS);
-    return 0;
-}
-
-void http_stop_tick(gw_t *g)
-{
-    evl_timer_destroy(&g->loop.evl, &g->tick);
-}
-
-/* Liveness: 200 while the loop keeps time (a 1 s timer not more than 2 s late); whether
- * kernels can be started is readiness's question. */
-static void handle_liveness(struct gw_req *r)
-{
-    gw_t *g = r->g;
-    char why[160];
-    if (g->loop_lag_ms > MAX_LAG_MS) {
-        snprintf(why, sizeof(why), "the event loop was blocked (a timer ran %llu ms late)",
-                 (unsigned long long)g->loop_lag_ms);
-        return req_reply(r, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", why));
-    }
-    req_reply(r, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-/* Readiness: 200 only while a new kernel would be accepted now. Unauthenticated: the reasons
- * name no host detail (paths, sizes); the log and POST /api/kernels's 503 have them. */
-static void handle_readiness(struct gw_req *r)
-{
-    gw_t *g = r->g;
-    char why[160];
-    why[0] = '\0';
-    if (drain_active(g))
-        snprintf(why, sizeof(why), "draining: the gateway is shutting down");
-    else if (g->loop_lag_ms > MAX_LAG_MS)
-        snprintf(why, sizeof(why), "the event loop was blocked (a timer ran %llu ms late)",
-                 (unsigned long long)g->loop_lag_ms);
-    else if (kmgr_sandbox_error(g->km))
-        snprintf(why, sizeof(why), "kernels cannot be started: the sandbox is unavailable");
-    else if ((long long)kmgr_count(g->km) >= g->cfg.km.max_kernels)
-        snprintf(why, sizeof(why), "kernel limit reached (%d)", g->cfg.km.max_kernels);
-    else if (kmgr_memory_short(g->km))
-        snprintf(why, sizeof(why), "host memory is short (MemAvailable below "
-                                   "--pool-min-available)");
-    if (why[0])
-        return req_reply(r, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", why));
-    req_reply(r, 200, json_pack("{s:s}", "status", "ready"));
-}
-
-static void handle_openapi(struct gw_req *r)
-{
-    char *doc = malloc(kgw_openapi_json_len);
-    if (!doc)
-        return req_error(r, 500, "out of memory");
-    memcpy(doc, kgw_openapi_json, kgw_openapi_json_len);
-    free(r->resp);
-    r->resp = doc;
-    r->resp_len = kgw_openapi_json_len;
-    r->status = 200;
-    r->ctype = "application/json";
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
-}
-
-/* The text is rendered on the loop: under 0.1 ms with 64 kernels (bench/scrape.py). */
-static void handle_metrics(struct gw_req *r)
-{
-    buf_t b;
-    uint64_t t0 = util_now_us();
-    buf_init(&b, METRICS_MAX_BYTES);
-    int rc = metrics_render(r->g, &b);
-    if (rc < 0) {
-        buf_fini(&b);
-        log_warn("metrics: cannot render: %s", strerror(-rc));
-        return req_error(r, 500, "cannot render the metrics: %s", strerror(-rc));
-    }
-    log_debug("metrics: %zu bytes rendered in %llu us", b.len,
-              (unsigned long long)(util_now_us() - t0));
-    free(r->resp);
-    r->resp = b.data; /* taken over: freed with the request */
-    r->resp_len = b.len;
-    r->status = 200;
-    r->ctype = PROMTEXT_CONTENT_TYPE;
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
-}
-
+/* The request is complete: its route's row answers it. */
 static void dispatch(struct gw_req *r)
 {
     gw_t *g = r->g;
     if (r->route.id != ROUTE_METRICS) /* scrapers are not activity */
         g->last_activity_us = util_wall_us();
-    switch (r->route.id) {
-    case ROUTE_API:
-        return req_reply(r, 200, api_info(g));
-    case ROUTE_STATUS:
-        return handle_status(r);
-    case ROUTE_KSPECS:
-        return handle_kspecs(r);
-    case ROUTE_KSPEC:
-        return handle_kspec(r);
-    case ROUTE_KSPEC_RESOURCE:
-        return handle_kspec_resource(r);
-    case ROUTE_KERNELS:
-        return handle_kernels(r);
-    case ROUTE_KERNEL:
-    case ROUTE_KERNEL_INTERRUPT:
-    case ROUTE_KERNEL_RESTART:
-        return handle_kernel(r);
-    case ROUTE_SESSIONS:
-    case ROUTE_SESSION:
-        sessions_handle(g, r);
-        return;
-    case ROUTE_KERNEL_CHANNELS:
-    case ROUTE_CHANNEL:
+    if (r->route.flags & ROUTE_F_WEBSOCKET)
         return req_error(r, 400, "this endpoint needs a websocket upgrade");
-    case ROUTE_DOWNLOAD:
-    case ROUTE_CHECK_FILE:
-    case ROUTE_FILES:
-    case ROUTE_FILE:
-        return files_handle(r);
-    case ROUTE_KERNEL_EXECUTE:
-    case ROUTE_EXECUTE:
-    case ROUTE_EXECUTION:
-    case ROUTE_EXECUTION_EVENTS:
-        return xapi_handle(r);
-    case ROUTE_SELF_IDENTIFY:
-        return req_reply(r, 200, json_pack("{s:s}", "instance_id", g->instance_id));
-    case ROUTE_LIVENESS:
-        return handle_liveness(r);
-    case ROUTE_READY:
-        return handle_readiness(r);
-    case ROUTE_OPENAPI:
-        return handle_openapi(r);
-    case ROUTE_METRICS:
-        return handle_metrics(r);
-    default:
+    if (!r->ops || !r->ops->handle)
         return req_error(r, 404, "not found");
-    }
+    r->ops->handle(r);
 }
 
 static unsigned method_of(struct lws *wsi, unsigned *ret_tok)
@@ -909,6 +520,7 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
     if (route_match(path, len, &r->route) < 0 ||
         (metrics_only && r->route.id != ROUTE_METRICS))
         return answer_now(g, wsi, pss, 404, "not found");
+    r->ops = &g->routes[r->route.id];
     if (metrics_only && r->method != HTTP_M_GET)
         return answer_now(g, wsi, pss, 405, "method not allowed");
     if (r->method == HTTP_M_OPTIONS)
@@ -940,7 +552,7 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
                 answer_now(g, wsi, pss, 411, "uploads need a Content-Length");
                 return -1;
             }
-            int rc = files_upload_start(r, n);
+            int rc = r->ops->upload_start(r, n);
             if (rc == -EFBIG) {
                 log_info("http: %s: upload of %lld bytes refused", q, n);
                 answer_now(g, wsi, pss, 413, "upload larger than the gateway's limit");
@@ -949,7 +561,7 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
             if (rc == 0 && n > 0)
                 r->body_expected = true;
             else if (rc == 0)
-                files_upload_done(r);
+                r->ops->upload_done(r);
             return 0;
         }
         if (n > g->cfg.max_body_bytes) {
@@ -969,16 +581,8 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
 static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
 {
     struct gw_req *r = pss->req;
-    if (r && !r->has_response && files_is_download(r)) {
-        int rc = files_download_write(r);
-        if (rc <= 0)
-            return rc;
-        pss->req = NULL;
-        req_free(r);
-        return transaction_done(wsi);
-    }
-    if (r && !r->has_response && r->xr) {
-        int rc = xapi_write(r);
+    if (r && !r->has_response && r->ops && r->ops->write) { /* an answer streamed */
+        int rc = r->ops->write(r);
         if (rc <= 0)
             return rc;
         pss->req = NULL;
@@ -1012,8 +616,8 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
     case LWS_CALLBACK_HTTP_BODY:
         if (!r || !r->body_expected)
             return 0;
-        if (r->xfer)
-            return files_upload_body(r, in, len);
+        if (r->route.flags & ROUTE_F_UPLOAD)
+            return r->ops->upload_body(r, in, len);
         if (buf_append(&r->body, in, len) < 0) {
             answer_now(g, wsi, pss, 413, "request body too large");
             return -1;
@@ -1022,8 +626,8 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
         if (r && r->body_expected) {
             r->body_expected = false;
-            if (r->xfer)
-                files_upload_done(r);
+            if (r->route.flags & ROUTE_F_UPLOAD)
+                r->ops->upload_done(r);
             else
                 dispatch(r);
         }

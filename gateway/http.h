@@ -1,4 +1,5 @@
-/* The REST side of the gateway: request objects and deferred responses. */
+/* http.c: the HTTP transport. The lws HTTP callback, request objects, body collection and
+ * response writing; a request goes to its route's row (struct route_ops, gateway/routes.c). */
 #ifndef KGW_GATEWAY_HTTP_H
 #define KGW_GATEWAY_HTTP_H
 
@@ -11,13 +12,15 @@
 #include "kernelmgr/kernel.h"
 #include "protocol/fpath.h"
 
-struct fxfer; /* files.c: an upload or download in progress */
+struct fxfer;   /* files.c: an upload or download in progress */
+struct xreader; /* xapi.c: an execution's events being read */
 
 struct gw_req {
     gw_t *g;
     struct lws *wsi;
     unsigned method;
     struct route route;
+    const struct route_ops *ops; /* the route's row (NULL until matched) */
     struct gw_caller caller; /* who asked (tenant "" for unauthenticated routes) */
     buf_t body;
     bool body_expected;
@@ -51,33 +54,58 @@ void req_error_retry(struct gw_req *r, int status, int retry_after, const char *
 void req_error_draining(struct gw_req *r);
 /* Waits for the kernel's transition, then calls done(r, k, status). */
 int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *, kernel_t *, int));
-/* Starts a kernel from {"name", "env"}; replies on errors itself. */
-int http_start_kernel(struct gw_req *r, json_t *body,
-                      void (*done)(struct gw_req *, kernel_t *, int));
 
-/* files.c: the workspace file endpoints. check_file, listing, delete and the start of a
- * download (which then continues in files_download_write). */
-void files_handle(struct gw_req *r);
-/* Before an upload's body: 0 to stream the body into files_upload_body; 1 when a reply is
- * queued (the body is then discarded); -EFBIG when it is over --max-upload-bytes (answer at
- * once and close: it is not worth reading). */
-int files_upload_start(struct gw_req *r, long long content_length);
-/* Body bytes; failures are remembered and answered at the end. Returns 0. */
-int files_upload_body(struct gw_req *r, const void *in, size_t len);
-void files_upload_done(struct gw_req *r);
-bool files_is_download(const struct gw_req *r);
-/* On a writeable callback: -1 close, 0 more to send, 1 finished (complete the transaction). */
-int files_download_write(struct gw_req *r);
-void files_xfer_free(struct fxfer **x);
-/* Writes a file (a normal path, protocol/fpath.h) into a workspace, replacing what is there;
- * missing directories are made. Owned by the workspace's uid. 0 or -errno. */
-int files_write(wspace_t *w, const char *path, const void *data, size_t len);
+/* What serves a route: one row per route id (gateway/routes.c). A request whose body is
+ * collected goes to handle once it is complete; an upload (ROUTE_F_UPLOAD) streams its body
+ * through the upload_* calls instead. A handler that streams its answer (a download, an
+ * execution's events) leaves no response stored and write continues it. */
+struct route_ops {
+    void (*handle)(struct gw_req *r);
+    /* Before an upload's body: 0 to stream the body into upload_body; 1 when a reply is
+     * queued (the body is then discarded); -EFBIG when it is over --max-upload-bytes (answer at
+     * once and close: it is not worth reading). */
+    int (*upload_start)(struct gw_req *r, long long content_length);
+    int (*upload_body)(struct gw_req *r, const void *in, size_t len); /* returns 0 */
+    void (*upload_done)(struct gw_req *r);
+    /* On a writeable callback while no response is stored: -1 close, 0 more to send (or
+     * nothing streamed), 1 finished (the transaction completes). */
+    int (*write)(struct gw_req *r);
+    /* Frees what the row's handlers keep in the request (r->xfer, r->xr). */
+    void (*fini)(struct gw_req *r);
+    /* ROUTE_F_WEBSOCKET: checks the upgrade (0 proceed, else the status of the refusal in no),
+     * then serves the websocket's callbacks (pss->route is the route). */
+    int (*ws_confirm)(gw_t *g, struct lws *wsi, const struct route *rt, struct gw_refusal *no);
+    int (*ws_callback)(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
+                       struct gw_pss *pss, void *in, size_t len);
+};
 
-/* xapi.c: the execute API (docs/execute.md) */
-struct xreader;
-void xapi_handle(struct gw_req *r);
-/* On a writeable callback of a request reading an execution: -1 close, 0 more to come, 1
- * finished (complete the transaction). */
-int xapi_write(struct gw_req *r);
-void xapi_reader_free(struct xreader **x);
+int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
+                  void *in, size_t len);
+/* Writes a complete response now (only inside this wsi's callback). Returns what the lws
+ * callback should return. */
+int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
+                   size_t len, const char *location);
+int http_write_error(gw_t *g, struct lws *wsi, int status, const char *message);
+/* An error with Retry-After (429, 503). */
+int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *message,
+                           int retry_after);
+/* Answers a refused authentication (auth_request's 401 or 429). */
+int http_write_auth_error(gw_t *g, struct lws *wsi, int status, int retry_after);
+
+/* Answers a refused websocket upgrade inside LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: an HTTP/1.1
+ * response with the status, a JSON body {"reason", "message"}, Content-Length and
+ * Connection: close. Returns 1, what that callback returns for "answered, do not upgrade". */
+int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no);
+/* A complete HTTP/1.1 error response (JSON body, Content-Length, Connection: close, the
+ * security headers) for writing outside lws: its length, 0 when it does not fit in outsz. */
+size_t http_format_error(gw_t *g, int status, const char *message, char *out, size_t outsz);
+int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
+/* False when the decoded path (len bytes) or query holds a control byte: a DEL where
+ * gateway/reqguard.c marked an escape that cannot be decoded (%00, '%' without two hex
+ * digits), or a control character, never valid in a URI. Such requests are answered 400. */
+bool http_uri_decodable(struct lws *wsi, const char *path, size_t len);
+#define HTTP_UNDECODABLE_MESSAGE                                                                 \
+    "undecodable request path or query: a '%' not followed by two hex digits, %00 or a "      \
+    "control character (write a literal '%' as %25)"
+
 #endif

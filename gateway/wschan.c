@@ -5,6 +5,8 @@
  * outlives its websocket for a while so a reconnect with the same session_id (JupyterLab does
  * this after every restart and network blip) reuses the same sockets: a second DEALER with the
  * same identity would be refused by the kernel's ROUTER. */
+#include "gateway/wschan.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +15,12 @@
 
 #include "common/blob.h"
 #include "common/audit.h"
+#include "common/buf.h"
 #include "common/ident.h"
 #include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/auth.h"
 #include "gateway/gw.h"
 #include "gateway/route.h"
 #include "gateway/wsq.h"
@@ -330,15 +334,13 @@ int wschan_listen(gw_t *g)
 
 /* ---- websocket callbacks ---- */
 
-/* The kernel of the channels URL, if it is the caller's tenant's and usable. */
-static kernel_t *kernel_of(gw_t *g, struct lws *wsi, const char *tenant)
+/* The kernel of the channels URL (its route, matched at the upgrade), if it is the caller's
+ * tenant's and usable. */
+static kernel_t *kernel_of(gw_t *g, const struct route *rt, const char *tenant)
 {
-    char uri[ROUTE_MAX_PATH + 1];
-    struct route rt;
-    int n = lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
-    if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0 || rt.id != ROUTE_KERNEL_CHANNELS)
+    if (rt->id != ROUTE_KERNEL_CHANNELS)
         return NULL;
-    kernel_t *k = gw_kernel(g, rt.arg[0], tenant);
+    kernel_t *k = gw_kernel(g, rt->arg[0], tenant);
     if (!k || kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD)
         return NULL;
     return k;
@@ -361,7 +363,7 @@ bool wschan_origin_ok(gw_t *g, struct lws *wsi)
     return o && !strcasecmp(o + 3, host);
 }
 
-int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no)
+int wschan_confirm(gw_t *g, struct lws *wsi, const struct route *rt, struct gw_refusal *no)
 {
     char sid[SESSION_ID_MAX + 16];
     struct gw_caller who;
@@ -372,7 +374,7 @@ int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no)
         log_info("ws: websocket from a foreign origin refused");
         return gw_refuse(no, 403, 0, "origin not allowed");
     }
-    if (!kernel_of(g, wsi, who.tenant))
+    if (!kernel_of(g, rt, who.tenant))
         return gw_refuse(no, 404, 0, "Kernel does not exist");
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sid, sizeof(sid));
     if (s && *s && !ident_str_ok(s, IDENT_TOKEN))
@@ -384,7 +386,7 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
 {
     char sidbuf[SESSION_ID_MAX + 16], sid[SESSION_ID_MAX + 1];
     const char *tenant = auth_tenant(g, wsi);
-    kernel_t *k = kernel_of(g, wsi, tenant);
+    kernel_t *k = kernel_of(g, &pss->route, tenant);
     if (!k)
         return -1;
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sidbuf, sizeof(sidbuf));

@@ -4,6 +4,8 @@
  * (the POST's response, GET .../events) is a cursor into that store, written on lws writeable
  * callbacks, so a slow or vanished reader costs nothing but its cursor. Finished executions
  * are kept for --execution-retention seconds within --execution-budget-bytes per tenant. */
+#include "gateway/xapi.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <sodium.h>
@@ -15,6 +17,7 @@
 #include "common/log.h"
 #include "common/shardid.h"
 #include "common/util.h"
+#include "gateway/files.h"
 #include "gateway/http.h"
 #include "gateway/kops.h"
 #include "gateway/wsnap.h"
@@ -798,7 +801,7 @@ static json_t *exec_model(const xexec_t *x)
 
 /* ---- readers ---- */
 
-void xapi_reader_free(struct xreader **p)
+static void xapi_reader_free(struct xreader **p)
 {
     struct xreader *rd = *p;
     if (!rd)
@@ -909,9 +912,16 @@ static int write_document(struct gw_req *r, xexec_t *x)
     return 1;
 }
 
+void xapi_req_fini(struct gw_req *r)
+{
+    xapi_reader_free(&r->xr);
+}
+
 int xapi_write(struct gw_req *r)
 {
     struct xreader *rd = r->xr;
+    if (!rd) /* not reading an execution (its answer is stored) */
+        return 0;
     xexec_t *x = rd->x;
     if (!x) /* dropped from the store while read */
         return -1;
@@ -1035,7 +1045,7 @@ static void remember(xexec_t *x, const char *key, const unsigned char *hash, str
     memset(q, 0, sizeof(*q));
 }
 
-static void handle_kernel_execute(struct gw_req *r)
+void xapi_kernel_execute(struct gw_req *r)
 {
     gw_t *g = r->g;
     char key[XAPI_KEY_MAX + 1];
@@ -1092,7 +1102,7 @@ static void oneshot_ready(void *data, kernel_t *k, int status)
     enqueue(x, k);
 }
 
-static void handle_oneshot(struct gw_req *r)
+void xapi_oneshot(struct gw_req *r)
 {
     gw_t *g = r->g;
     char key[XAPI_KEY_MAX + 1];
@@ -1147,7 +1157,7 @@ static void cancel(xexec_t *x)
     interrupt_now(x);
 }
 
-static void handle_execution(struct gw_req *r)
+void xapi_execution(struct gw_req *r)
 {
     xexec_t *x = exec_find(r->g->xapi, r->route.arg[0], r->caller.tenant);
     if (!x)
@@ -1180,21 +1190,6 @@ static void handle_execution(struct gw_req *r)
                                 json_pack("{s:I}", "first_seq", (json_int_t)x->first_seq));
     }
     attach(r, x, 200, since);
-}
-
-void xapi_handle(struct gw_req *r)
-{
-    switch (r->route.id) {
-    case ROUTE_KERNEL_EXECUTE:
-        return handle_kernel_execute(r);
-    case ROUTE_EXECUTE:
-        return handle_oneshot(r);
-    case ROUTE_EXECUTION:
-    case ROUTE_EXECUTION_EVENTS:
-        return handle_execution(r);
-    default:
-        return req_error(r, 404, "not found");
-    }
 }
 
 /* ---- set-up ---- */

@@ -5,6 +5,7 @@
 
 #include "check.h"
 
+#include "gateway/drain.h"
 #include "gateway/kops.h"
 
 static const struct {
@@ -76,3 +77,4 @@ int main(void)
     CHECK(strlen(e.message) == RPC_ERROR_MAX - 1);
     CHECK_DONE();
 }
+

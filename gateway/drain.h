@@ -1,0 +1,23 @@
+/* drain.c: the graceful shutdown (its state is gw_t's drain). */
+#ifndef KGW_GATEWAY_DRAIN_H
+#define KGW_GATEWAY_DRAIN_H
+
+#include <stdbool.h>
+
+#include "gateway/gw.h"
+
+#define DRAIN_RETRY_AFTER_S 5 /* Retry-After of what a drain refuses */
+#define DRAIN_MESSAGE                                                                              \
+    "the gateway is shutting down (draining): it starts no new kernels; retry on another "      \
+    "instance"
+#define DRAIN_CLOSE_REASON "the gateway is shutting down"
+int drain_init(gw_t *g);
+void drain_fini(gw_t *g);
+/* SIGTERM: drain (a second one: stop waiting for executions); SIGINT: close without waiting;
+ * either while closing: stop now. Sets g->stopping when the loop should end. */
+void drain_signal(gw_t *g, int signo);
+/* A drain has begun (no new kernels); closing: websockets and kernels are going. */
+bool drain_active(const gw_t *g);
+bool drain_closing(const gw_t *g);
+
+#endif

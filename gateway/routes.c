@@ -1,0 +1,55 @@
+/* The handlers of the routes: one row per route id. The patterns, methods and flags are
+ * gateway/route.c's (pure matching, unit-tested and fuzzed); the transport (http.c, and main.c
+ * for websocket upgrades) calls the row of the route it matched. Where to add a route:
+ * docs/architecture.md. */
+#include "gateway/routes.h"
+
+#include "gateway/channel.h"
+#include "gateway/files.h"
+#include "gateway/metrics.h"
+#include "gateway/rest.h"
+#include "gateway/sessions.h"
+#include "gateway/wschan.h"
+#include "gateway/xapi.h"
+
+#define UPLOAD                                                                                   \
+    .upload_start = files_upload_start, .upload_body = files_upload_body,                        \
+    .upload_done = files_upload_done, .fini = files_req_fini
+#define FILES    .handle = files_handle, .write = files_download_write, .fini = files_req_fini
+#define EXECUTES .write = xapi_write, .fini = xapi_req_fini
+
+static const struct route_ops routes[ROUTE_N] = {
+    [ROUTE_API] = {.handle = rest_api},
+    [ROUTE_STATUS] = {.handle = rest_status},
+    [ROUTE_KSPECS] = {.handle = rest_kspecs},
+    [ROUTE_KSPEC] = {.handle = rest_kspec},
+    [ROUTE_KSPEC_RESOURCE] = {.handle = rest_kspec_resource},
+    [ROUTE_KERNELS] = {.handle = rest_kernels},
+    [ROUTE_KERNEL] = {.handle = rest_kernel},
+    [ROUTE_KERNEL_INTERRUPT] = {.handle = rest_kernel_interrupt},
+    [ROUTE_KERNEL_RESTART] = {.handle = rest_kernel_restart},
+    [ROUTE_KERNEL_EXECUTE] = {.handle = xapi_kernel_execute, EXECUTES},
+    [ROUTE_KERNEL_CHANNELS] = {.ws_confirm = wschan_confirm, .ws_callback = wschan_callback},
+    [ROUTE_EXECUTE] = {.handle = xapi_oneshot, EXECUTES},
+    [ROUTE_EXECUTION] = {.handle = xapi_execution, EXECUTES},
+    [ROUTE_EXECUTION_EVENTS] = {.handle = xapi_execution, EXECUTES},
+    [ROUTE_SESSIONS] = {.handle = sessions_handle},
+    [ROUTE_SESSION] = {.handle = sessions_handle},
+    [ROUTE_CHANNEL] = {.ws_confirm = channel_confirm, .ws_callback = channel_callback},
+    [ROUTE_UPLOAD] = {UPLOAD},
+    [ROUTE_UPLOAD_PATH] = {UPLOAD},
+    [ROUTE_DOWNLOAD] = {FILES},
+    [ROUTE_CHECK_FILE] = {FILES},
+    [ROUTE_FILES] = {FILES},
+    [ROUTE_FILE] = {FILES},
+    [ROUTE_SELF_IDENTIFY] = {.handle = rest_self_identify},
+    [ROUTE_LIVENESS] = {.handle = rest_liveness},
+    [ROUTE_READY] = {.handle = rest_readiness},
+    [ROUTE_OPENAPI] = {.handle = rest_openapi},
+    [ROUTE_METRICS] = {.handle = metrics_handle},
+};
+
+const struct route_ops *routes_table(void)
+{
+    return routes;
+}

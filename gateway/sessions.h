@@ -1,0 +1,15 @@
+/* sessions.c: /api/sessions (jupyter_server's sessions API). */
+#ifndef KGW_GATEWAY_SESSIONS_H
+#define KGW_GATEWAY_SESSIONS_H
+
+#include "gateway/gw.h"
+#include "gateway/http.h"
+
+void sessions_init(gw_t *g);
+/* /api/sessions and /api/sessions/{id} (rows of routes.c) */
+void sessions_handle(struct gw_req *r);
+/* Subscribes sessions to kernel events (a session ends with its kernel). */
+int sessions_listen(gw_t *g);
+void sessions_free_all(gw_t *g);
+
+#endif
