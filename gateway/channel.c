@@ -21,6 +21,7 @@
 #include "gateway/gw.h"
 #include "gateway/kops.h"
 #include "gateway/route.h"
+#include "gateway/wsconn.h"
 #include "gateway/wsq.h"
 #include "kernelmgr/kconn.h"
 #include "protocol/rpc.h"
@@ -91,15 +92,10 @@ struct chcb {
 };
 
 struct chconn {
+    wsconn_t wc; /* g, wsi, out, in, tenant, who */
     gw_t *g;
-    struct lws *wsi;
-    wsq_t out;
-    buf_t in;
-    bool in_msg;
     int violations;
-    char tenant[KMGR_TENANT_MAX + 1];
     char addr[RL_ADDR_MAX];
-    char who[96];
     struct chref refs[CH_MAX_REFS];
     size_t nrefs;
     chclient_t *clients;
@@ -116,10 +112,10 @@ struct chconn {
 static void send_text(chconn_t *c, char *text)
 {
     if (!text) {
-        wsq_close(&c->out, 1011, "out of memory", false);
+        wsq_close(&c->wc.out, 1011, "out of memory", false);
         return;
     }
-    wsq_push_text(&c->out, text, strlen(text));
+    wsq_push_text(&c->wc.out, text, strlen(text));
     free(text);
 }
 
@@ -151,15 +147,15 @@ static void violation(chconn_t *c, const char *rid, const rpc_error_t *e)
 {
     c->violations++;
     c->g->stats.refused[GW_REFUSED_BAD_INPUT]++;
-    log_warn("channel: %s: refused call: %s: %s (%d so far)", c->who, rpc_err_name(e->type),
+    log_warn("channel: %s: refused call: %s: %s (%d so far)", c->wc.who, rpc_err_name(e->type),
              e->message, c->violations);
-    audit_event("rpc_refused", "s:s, s:s, s:s, s:o, s:i", "tenant", c->tenant, "addr", c->addr,
+    audit_event("rpc_refused", "s:s, s:s, s:s, s:o, s:i", "tenant", c->wc.tenant, "addr", c->addr,
                 "error", rpc_err_name(e->type), "message", audit_str(e->message, strlen(e->message)),
                 "count", c->violations);
     if (rid)
         send_text(c, rpc_reply_exception(rid, e));
     if (c->violations >= CH_MAX_VIOLATIONS)
-        wsq_close(&c->out, 1008, "too many refused calls", true);
+        wsq_close(&c->wc.out, 1008, "too many refused calls", true);
 }
 
 /* ---- client message queues ---- */
@@ -291,7 +287,7 @@ static struct chref *ref_add(chconn_t *c, enum rpc_obj type, const char *id)
 /* A kernel of the caller's tenant, by id; NULL for a missing one and another tenant's alike. */
 static kernel_t *tenant_kernel(chconn_t *c, const char *id)
 {
-    return gw_kernel(c->g, id, c->tenant);
+    return gw_kernel(c->g, id, c->wc.tenant);
 }
 
 static bool kernel_usable(const kernel_t *k)
@@ -436,11 +432,11 @@ static void client_deliver(chclient_t *cl, int qi, json_t *msg)
     }
     int r = q_push(&cl->q[qi], msg);
     if (r == -ENOBUFS) {
-        log_warn("channel: %s: client %s has %d unread messages; closing", c->who, cl->ref,
+        log_warn("channel: %s: client %s has %d unread messages; closing", c->wc.who, cl->ref,
                  CH_QUEUE_MAX);
-        wsq_close(&c->out, 1008, "too many unread kernel messages", false);
+        wsq_close(&c->wc.out, 1008, "too many unread kernel messages", false);
     } else if (r < 0) {
-        wsq_close(&c->out, 1011, "out of memory", false);
+        wsq_close(&c->wc.out, 1011, "out of memory", false);
     }
 }
 
@@ -555,7 +551,7 @@ static void do_start_kernel(chconn_t *c, const rpc_call_t *rc, const rpc_args_t 
     if (!req)
         return reply_error(c, rc->request_id, RPC_ERR_RUNTIME, "out of memory");
     struct gw_caller who;
-    snprintf(who.tenant, sizeof(who.tenant), "%s", c->tenant);
+    snprintf(who.tenant, sizeof(who.tenant), "%s", c->wc.tenant);
     snprintf(who.addr, sizeof(who.addr), "%s", c->addr);
     struct kops_error err;
     kernel_t *k;
@@ -804,7 +800,7 @@ static void dispatch(chconn_t *c, const rpc_call_t *rc)
             return violation(c, rc->request_id, &e);
         }
     }
-    log_debug("channel: %s: %s.%s", c->who, rpc_obj_name(rc->obj), a.spec->name);
+    log_debug("channel: %s: %s.%s", c->wc.who, rpc_obj_name(rc->obj), a.spec->name);
     switch (rc->obj) {
     case RPC_OBJ_MULTI_KERNEL_MANAGER:
         if (a.method == RPC_MKM_LIST_KERNEL_IDS) {
@@ -886,7 +882,7 @@ void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, j
                 if (!strcmp(cl->exec_ids[i], exec_msg_id))
                     owner = cl;
     }
-    if (!owner || owner->c->out.closing) {
+    if (!owner || owner->c->wc.out.closing) {
         log_info("channel: kernel=%s: callback %s refused: no /channel client runs this "
                  "execution", kernel_id(k), name);
         audit_event("callback_refused", "s:s, s:s, s:s, s:s", "tenant",
@@ -918,7 +914,7 @@ void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, j
         return;
     }
     c->ncbs++;
-    log_debug("channel: kernel=%s: callback %s to %s", kernel_id(k), name, c->who);
+    log_debug("channel: kernel=%s: callback %s to %s", kernel_id(k), name, c->wc.who);
     send_text(c, text);
 }
 
@@ -957,7 +953,7 @@ static void callbacks_drop(chconn_t *c)
 static void on_message(chconn_t *c)
 {
     rpc_call_t rc;
-    int r = rpc_parse((const char *)c->in.data, c->in.len, &rc);
+    int r = rpc_parse((const char *)c->wc.in.data, c->wc.in.len, &rc);
     if (r < 0) {
         rpc_error_t e;
         rpc_error_set(&e, RPC_ERR_VALUE, "%s",
@@ -1006,48 +1002,17 @@ bool channel_is_channel(struct lws *wsi)
 int channel_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no)
 {
     struct gw_caller who;
-    int retry = 0, st = auth_request(g, wsi, &who, &retry);
-    if (st)
-        return gw_refuse_auth(no, st, retry);
-    if (!wschan_origin_ok(g, wsi)) {
-        log_info("channel: websocket from a foreign origin refused");
-        return gw_refuse(no, 403, 0, "origin not allowed");
-    }
-    return 0;
+    return wsconn_confirm(g, wsi, "channel", &who, no);
 }
 
-static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
+static void on_message_w(wsconn_t *w)
 {
-    chconn_t *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    const char *tenant = auth_tenant(g, wsi);
-    if (!tenant) {
-        free(c);
-        return -1;
-    }
-    c->g = g;
-    c->wsi = wsi;
-    list_init(&c->calls);
-    snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
-    buf_init(&c->in, RPC_MAX_MESSAGE_BYTES);
-    auth_peer(g, wsi, c->addr);
-    snprintf(c->who, sizeof(c->who), "connection from %s", c->addr);
-    wsq_init(&c->out, wsi, (size_t)g->cfg.max_ws_queue_bytes, c->who);
-    list_prepend(&g->ch_conns, &c->link);
-    pss->ch = c;
-    g->connections++;
-    g->stats.websockets[GW_FACE_CHANNEL]++;
-    log_info("channel: %s opened", c->who);
-    return 0;
+    on_message(container_of(w, chconn_t, wc));
 }
 
-static void on_closed(gw_t *g, struct gw_pss *pss)
+static void on_closed(wsconn_t *w)
 {
-    chconn_t *c = pss->ch;
-    if (!c)
-        return;
-    pss->ch = NULL;
+    chconn_t *c = container_of(w, chconn_t, wc);
     list_remove(&c->link);
     callbacks_drop(c);
     while (!list_empty(&c->calls))
@@ -1059,54 +1024,31 @@ static void on_closed(gw_t *g, struct gw_pss *pss)
             kernel_connections(cl->k, -1);
         client_free(cl);
     }
-    g->connections--;
-    g->stats.websockets[GW_FACE_CHANNEL]--;
-    wsq_fini(&c->out);
-    buf_fini(&c->in);
-    log_info("channel: %s closed", c->who);
+    log_info("channel: %s closed", c->wc.who);
+    wsconn_fini(&c->wc);
     free(c);
 }
 
-static int on_receive(chconn_t *c, const void *in, size_t len)
-{
-    if (c->out.closing)
-        return 0;
-    if (!c->in_msg) {
-        c->in_msg = true;
-        buf_reset(&c->in);
-    }
-    if (buf_append(&c->in, in, len) < 0) {
-        log_warn("channel: %s: message over %d bytes; closing", c->who, RPC_MAX_MESSAGE_BYTES);
-        c->g->stats.refused[GW_REFUSED_BAD_INPUT]++;
-        lws_close_reason(c->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE,
-                         (unsigned char *)"message too large", 17);
-        return -1;
-    }
-    if (lws_is_final_fragment(c->wsi) && lws_remaining_packet_payload(c->wsi) == 0) {
-        c->in_msg = false;
-        auth_ws_message(c->g, c->wsi, c->tenant);
-        on_message(c);
-        buf_reset(&c->in);
-    }
-    return 0;
-}
+static const struct wsconn_ops chconn_ops = {
+    .name = "channel", .message = on_message_w, .closed = on_closed};
 
-int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
-                     struct gw_pss *pss, void *in, size_t len)
+int channel_open(gw_t *g, struct lws *wsi, struct gw_pss *pss)
 {
-    switch (reason) {
-    case LWS_CALLBACK_ESTABLISHED:
-        return on_established(g, wsi, pss);
-    case LWS_CALLBACK_RECEIVE:
-        return pss->ch ? on_receive(pss->ch, in, len) : -1;
-    case LWS_CALLBACK_SERVER_WRITEABLE:
-        return pss->ch ? wsq_writeable(&pss->ch->out) : -1;
-    case LWS_CALLBACK_CLOSED:
-        on_closed(g, pss);
-        return 0;
-    default:
-        return 0;
-    }
+    const char *tenant = auth_tenant(g, wsi);
+    if (!tenant)
+        return -1;
+    chconn_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -1;
+    c->g = g;
+    wsconn_init(&c->wc, g, wsi, GW_FACE_CHANNEL, &chconn_ops, tenant, RPC_MAX_MESSAGE_BYTES);
+    list_init(&c->calls);
+    auth_peer(g, wsi, c->addr);
+    snprintf(c->wc.who, sizeof(c->wc.who), "connection from %s", c->addr);
+    list_prepend(&g->ch_conns, &c->link);
+    pss->wc = &c->wc;
+    log_info("channel: %s opened", c->wc.who);
+    return 0;
 }
 
 /* ---- kernel events ---- */
@@ -1137,7 +1079,7 @@ void channel_close_all(gw_t *g, int code, const char *reason)
     chconn_t *c;
     list_for_each(c, &g->ch_conns, link)
     {
-        wsq_close(&c->out, code, reason, true);
+        wsq_close(&c->wc.out, code, reason, true);
     }
 }
 

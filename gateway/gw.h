@@ -135,11 +135,11 @@ typedef struct gw {
     uint64_t trim_due_ms;    /* when it runs next */
 } gw_t;
 
-/* per-connection data of every lws protocol: only a pointer to our object */
+/* per-connection data of every lws protocol: only a pointer to our object (a websocket's
+ * is the wsconn_t base of its face's connection, gateway/wsconn.h) */
 struct gw_pss {
     struct gw_req *req;
-    struct wsconn *ws;
-    struct chconn *ch;
+    struct wsconn *wc;
 };
 
 /* auth.c */
@@ -269,8 +269,8 @@ void files_shutdown(gw_t *g);
 
 /* wschan.c */
 #define WSCHAN_LEGACY_NAME "kgw" /* lws protocol 0: HTTP, and websockets offering no subprotocol */
-int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
-                    struct gw_pss *pss, void *in, size_t len);
+/* LWS_CALLBACK_ESTABLISHED of a channels websocket: 0, or -1 to close it. */
+int wschan_open(gw_t *g, struct lws *wsi, struct gw_pss *pss);
 /* Checks a channels upgrade request (route already matched): 0 proceed, else the HTTP status
  * of the refusal described in no. */
 int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
@@ -279,8 +279,6 @@ int wschan_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
 int wschan_listen(gw_t *g);
 /* Closes every kernel websocket with code and reason, after what is queued for it. */
 void wschan_close_all(gw_t *g, int code, const char *reason);
-/* Browsers send Origin: only the server's own or --allow-origin may open a websocket. */
-bool wschan_origin_ok(gw_t *g, struct lws *wsi);
 
 /* channel.c: the /channel RPC websocket */
 /* Once, before anything else: the empty list of connections. */
@@ -288,8 +286,8 @@ void channel_init(gw_t *g);
 bool channel_is_channel(struct lws *wsi);
 /* Checks a /channel upgrade request: 0 proceed, else the HTTP status of the refusal in no. */
 int channel_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
-int channel_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
-                     struct gw_pss *pss, void *in, size_t len);
+/* LWS_CALLBACK_ESTABLISHED of a /channel websocket: 0, or -1 to close it. */
+int channel_open(gw_t *g, struct lws *wsi, struct gw_pss *pss);
 /* Subscribes /channel to kernel events, and makes it the handler of kernel callbacks. */
 int channel_listen(gw_t *g);
 /* Closes every /channel websocket with code and reason, after what is queued for it. */

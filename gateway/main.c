@@ -24,6 +24,7 @@
 #include "gateway/sdnotify.h"
 #include "gateway/selftest.h"
 #include "gateway/setup.h"
+#include "gateway/wsconn.h"
 #include "protocol/wsmsg.h"
 
 static gw_t G = {.cfg = {.km = {.hb_misses = 3, .dead_linger_s = 60},
@@ -385,14 +386,12 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return 0;
     case LWS_CALLBACK_ESTABLISHED:
         if (channel_is_channel(wsi))
-            return channel_callback(&G, wsi, reason, pss, in, len);
-        return wschan_callback(&G, wsi, reason, pss, in, len);
+            return channel_open(&G, wsi, pss);
+        return wschan_open(&G, wsi, pss);
     case LWS_CALLBACK_RECEIVE:
     case LWS_CALLBACK_SERVER_WRITEABLE:
-    case LWS_CALLBACK_CLOSED:
-        if (pss && pss->ch)
-            return channel_callback(&G, wsi, reason, pss, in, len);
-        return wschan_callback(&G, wsi, reason, pss, in, len);
+    case LWS_CALLBACK_CLOSED: /* the face's connection, through its base */
+        return wsconn_callback(&pss->wc, reason, in, len);
     default:
         return lws_callback_http_dummy(wsi, reason, user, in, len);
     }
