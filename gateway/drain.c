@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/channel.h"
 #include "gateway/gw.h"
 
 #define DRAIN_TICK_MS     100  /* how often a drain looks at executions and kernels */

@@ -280,22 +280,6 @@ int wschan_listen(gw_t *g);
 /* Closes every kernel websocket with code and reason, after what is queued for it. */
 void wschan_close_all(gw_t *g, int code, const char *reason);
 
-/* channel.c: the /channel RPC websocket */
-/* Once, before anything else: the empty list of connections. */
-void channel_init(gw_t *g);
-bool channel_is_channel(struct lws *wsi);
-/* Checks a /channel upgrade request: 0 proceed, else the HTTP status of the refusal in no. */
-int channel_confirm(gw_t *g, struct lws *wsi, struct gw_refusal *no);
-/* LWS_CALLBACK_ESTABLISHED of a /channel websocket: 0, or -1 to close it. */
-int channel_open(gw_t *g, struct lws *wsi, struct gw_pss *pss);
-/* Subscribes /channel to kernel events, and makes it the handler of kernel callbacks. */
-int channel_listen(gw_t *g);
-/* Closes every /channel websocket with code and reason, after what is queued for it. */
-void channel_close_all(gw_t *g, int code, const char *reason);
-/* kmgr hook: a kernel calls its execution's /channel client (kgw_tools). */
-void channel_call(void *user, kernel_t *k, uint64_t call_id, const char *name, json_t *args,
-                  json_t *kwargs, const char *exec_msg_id);
-
 /* xapi.c: the execute API */
 /* Subscribes the execute API to kernel events and starts its store. */
 int xapi_listen(gw_t *g);

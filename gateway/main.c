@@ -18,6 +18,7 @@
 #include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/channel.h"
 #include "gateway/gw.h"
 #include "gateway/reqguard.h"
 #include "gateway/route.h"

@@ -18,6 +18,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/channel.h"
 #include "gateway/kops.h"
 
 size_t setup_nofile(const gw_t *g)
