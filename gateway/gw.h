@@ -126,7 +126,7 @@ typedef struct gw {
     struct lws_vhost *metrics_vhost;             /* --metrics-port: GET /metrics only, no key */
     struct gw_stats stats;
     struct gw_drain drain;
-    struct list ch_conns;  /* channel.c: the open /channel websockets, newest first */
+    struct list ch_conns;  /* chconn.c: the open /channel websockets, newest first */
     /* the faces' subscriptions to kernel events (setup_kernels) */
     struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xapi_listener;
     struct xapi *xapi; /* xapi.c: the execute API's executions */
