@@ -332,6 +332,7 @@ static bool bind_object(struct chrpc_call *x)
         x->cl = ref->client;
         x->k = x->cl ? x->cl->k : chconn_kernel(x->c, ref->id);
     }
+    log_debug("channel: %s: %s.%s", x->c->wc.who, rpc_obj_name(rc->obj), x->a->spec->name);
     if (x->row->flags & CHRPC_KERNEL_ARG) {
         const rpc_val_t *id = rpc_args_get(x->a, "kernel_id");
         if (!(x->k = chconn_kernel(x->c, id->s))) {
@@ -355,7 +356,6 @@ void chrpc_dispatch(chconn_t *c, const rpc_call_t *rc)
     if (rpc_bind(rc, &a, &e) < 0)
         return chconn_violation(c, rc->request_id, &e);
     struct chrpc_call x = {.c = c, .rc = rc, .a = &a, .row = &rows[a.method]};
-    log_debug("channel: %s: %s.%s", c->wc.who, rpc_obj_name(rc->obj), a.spec->name);
     if (bind_object(&x))
         x.row->fn(&x);
 }
