@@ -127,7 +127,7 @@ typedef struct gw {
     struct lws_vhost *metrics_vhost;             /* --metrics-port: GET /metrics only, no key */
     struct gw_stats stats;
     struct gw_drain drain;
-    struct list ch_conns;  /* channel.c: the open /channel websockets, newest first */
+    struct list ch_conns;  /* chconn.c: the open /channel websockets, newest first */
     /* the faces' subscriptions to kernel events (setup_kernels) */
     struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xapi_listener;
     struct xapi *xapi; /* xapi.c: the execute API's executions */
@@ -137,12 +137,12 @@ typedef struct gw {
     uint64_t trim_due_ms;    /* when it runs next */
 } gw_t;
 
-/* per-connection data of every lws protocol: only pointers to our objects, and a websocket's
- * route (matched once, at its upgrade: main.c hands it over at LWS_CALLBACK_ESTABLISHED) */
+/* per-connection data of every lws protocol: only pointers to our objects (a websocket's is
+ * the wsconn_t base of its face's connection, gateway/wsconn.h), and a websocket's route
+ * (matched once, at its upgrade: main.c hands it over at LWS_CALLBACK_ESTABLISHED) */
 struct gw_pss {
     struct gw_req *req;
-    struct wsconn *ws;
-    struct chconn *ch;
+    struct wsconn *wc;
     struct route route; /* websockets only; id ROUTE_NONE otherwise */
 };
 

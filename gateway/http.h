@@ -73,10 +73,10 @@ struct route_ops {
     /* Frees what the row's handlers keep in the request (r->xfer, r->xr). */
     void (*fini)(struct gw_req *r);
     /* ROUTE_F_WEBSOCKET: checks the upgrade (0 proceed, else the status of the refusal in no),
-     * then serves the websocket's callbacks (pss->route is the route). */
+     * then opens the face's connection at LWS_CALLBACK_ESTABLISHED (pss->route is the route);
+     * its later callbacks go to the connection's websocket base (wsconn.h). */
     int (*ws_confirm)(gw_t *g, struct lws *wsi, const struct route *rt, struct gw_refusal *no);
-    int (*ws_callback)(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
-                       struct gw_pss *pss, void *in, size_t len);
+    int (*ws_open)(gw_t *g, struct lws *wsi, struct gw_pss *pss);
 };
 
 int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,

@@ -36,6 +36,7 @@
 #include "gateway/sdnotify.h"
 #include "gateway/selftest.h"
 #include "gateway/setup.h"
+#include "gateway/wsconn.h"
 #include "protocol/wsmsg.h"
 
 static gw_t G = {.cfg = {.km = {.hb_misses = 3, .dead_linger_s = 60},
@@ -350,18 +351,13 @@ static int confirm_upgrade(struct lws *wsi)
     return 0;
 }
 
-/* A websocket's callbacks go to its route's row. */
-static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
-                       void *in, size_t len)
+/* A websocket is open: its route's row opens the face's connection. */
+static int ws_open(struct lws *wsi, struct gw_pss *pss)
 {
-    if (!pss)
-        return -1;
-    if (reason == LWS_CALLBACK_ESTABLISHED && conns_take_route(G.conns, wsi, &pss->route) < 0)
+    if (!pss || conns_take_route(G.conns, wsi, &pss->route) < 0)
         return -1; /* not upgraded through confirm_upgrade */
     const struct route_ops *ops = &G.routes[pss->route.id];
-    if (!ops->ws_callback)
-        return reason == LWS_CALLBACK_CLOSED ? 0 : -1;
-    return ops->ws_callback(&G, wsi, reason, pss, in, len);
+    return ops->ws_open ? ops->ws_open(&G, wsi, pss) : -1;
 }
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
@@ -412,10 +408,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         lws_rx_flow_control(wsi, 1);
         return 0;
     case LWS_CALLBACK_ESTABLISHED:
+        return ws_open(wsi, pss);
     case LWS_CALLBACK_RECEIVE:
     case LWS_CALLBACK_SERVER_WRITEABLE:
-    case LWS_CALLBACK_CLOSED:
-        return ws_callback(wsi, reason, pss, in, len);
+    case LWS_CALLBACK_CLOSED: /* the face's connection, through its base */
+        return pss ? wsconn_callback(&pss->wc, reason, in, len) : -1;
     default:
         return lws_callback_http_dummy(wsi, reason, user, in, len);
     }

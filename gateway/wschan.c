@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/blob.h"
 #include "common/audit.h"
@@ -23,6 +22,7 @@
 #include "gateway/auth.h"
 #include "gateway/gw.h"
 #include "gateway/route.h"
+#include "gateway/wsconn.h"
 #include "gateway/wsq.h"
 #include "kernelmgr/kconn.h"
 #include "protocol/wsmsg.h"
@@ -33,24 +33,19 @@
 typedef struct khub khub_t;
 typedef struct wsess wsess_t;
 
-struct wsconn {
-    gw_t *g;
-    struct lws *wsi;
+/* one websocket: the base, and the session it serves */
+struct wsch {
+    wsconn_t wc;
     wsess_t *sess;
     enum wsproto proto;
-    buf_t in;
-    bool in_msg, in_binary;
     int bad;
-    wsq_t out;
-    char who[SESSION_ID_MAX + 16];
-    char tenant[KEYFILE_TENANT_MAX + 1];
 };
 
 struct wsess {
     khub_t *hub;
     kconn_t *kc;
     char id[SESSION_ID_MAX + 1];
-    struct wsconn *ws;
+    struct wsch *ws;
     evl_timer_t *linger;
     /* while no websocket is attached, what the session would have received, replayed to the
      * next websocket of the same protocol (as jupyter_server does after a network blip) */
@@ -115,8 +110,8 @@ static void buf_add(wsess_t *s, blob_t *b)
 
 static void deliver(wsess_t *s, blob_t **enc, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
 {
-    struct wsconn *ws = s->ws;
-    if (ws ? ws->out.closing : !s->buffering)
+    struct wsch *ws = s->ws;
+    if (ws ? ws->wc.out.closing : !s->buffering)
         return;
     enum wsproto p = ws ? ws->proto : s->buf_proto;
     if (!enc[p])
@@ -126,30 +121,30 @@ static void deliver(wsess_t *s, blob_t **enc, enum jchan chan, const jmsg_t *m, 
         return;
     }
     if (ws)
-        wsq_push(&ws->out, enc[p]);
+        wsq_push(&ws->wc.out, enc[p]);
     else
         buf_add(s, enc[p]);
 }
 
 /* The websocket is going: what it had not sent yet is kept for the next one. */
-static void sess_detach(wsess_t *s, struct wsconn *ws)
+static void sess_detach(wsess_t *s, struct wsch *ws)
 {
     s->ws = NULL;
     s->buffering = true;
     s->buf_proto = ws->proto;
-    for (blob_t *b; (b = wsq_pop(&ws->out));) { /* a partly sent message is sent again whole */
+    for (blob_t *b; (b = wsq_pop(&ws->wc.out));) { /* a partly sent message is sent again whole */
         buf_add(s, b);
         blob_unref(&b);
     }
 }
 
-static void sess_attach(wsess_t *s, struct wsconn *ws)
+static void sess_attach(wsess_t *s, struct wsch *ws)
 {
     s->ws = ws;
     if (s->nbuf > 0 && s->buf_proto == ws->proto) {
         log_info("ws: session %s: replaying %zu messages", s->id, s->nbuf);
         for (size_t i = 0; i < s->nbuf; i++)
-            wsq_push(&ws->out, s->buf[i]);
+            wsq_push(&ws->wc.out, s->buf[i]);
     }
     buf_clear(s);
     s->buffering = false;
@@ -284,7 +279,7 @@ static void hub_close_all(khub_t *hub, int code, const char *reason)
     while (!list_empty(&hub->sessions)) {
         wsess_t *s = list_first(&hub->sessions, wsess_t, link);
         if (s->ws)
-            wsq_close(&s->ws->out, code, reason, true);
+            wsq_close(&s->ws->wc.out, code, reason, true);
         sess_destroy(s);
     }
 }
@@ -346,34 +341,13 @@ static kernel_t *kernel_of(gw_t *g, const struct route *rt, const char *tenant)
     return k;
 }
 
-/* Browsers send Origin; scripts usually do not. A browser page may open a websocket to any
- * host, so, as jupyter_server does, only the server's own origin (same host) or the configured
- * --allow-origin may. */
-bool wschan_origin_ok(gw_t *g, struct lws *wsi)
-{
-    char origin[256], host[256];
-    if (lws_hdr_copy(wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) <= 0)
-        return true;
-    const char *allow = g->cfg.allow_origin;
-    if (allow && allow[0] && (!strcmp(allow, "*") || !strcmp(allow, origin)))
-        return true;
-    if (lws_hdr_copy(wsi, host, sizeof(host), WSI_TOKEN_HOST) <= 0)
-        return false;
-    const char *o = strstr(origin, "://");
-    return o && !strcasecmp(o + 3, host);
-}
-
 int wschan_confirm(gw_t *g, struct lws *wsi, const struct route *rt, struct gw_refusal *no)
 {
     char sid[SESSION_ID_MAX + 16];
     struct gw_caller who;
-    int retry = 0, st = auth_request(g, wsi, &who, &retry);
+    int st = wsconn_confirm(g, wsi, "ws", &who, no);
     if (st)
-        return gw_refuse_auth(no, st, retry);
-    if (!wschan_origin_ok(g, wsi)) {
-        log_info("ws: websocket from a foreign origin refused");
-        return gw_refuse(no, 403, 0, "origin not allowed");
-    }
+        return st;
     if (!kernel_of(g, rt, who.tenant))
         return gw_refuse(no, 404, 0, "Kernel does not exist");
     const char *s = lws_get_urlarg_by_name(wsi, "session_id=", sid, sizeof(sid));
@@ -382,7 +356,11 @@ int wschan_confirm(gw_t *g, struct lws *wsi, const struct route *rt, struct gw_r
     return 0;
 }
 
-static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
+static void on_message(wsconn_t *w);
+static void on_closed(wsconn_t *w);
+static const struct wsconn_ops wsch_ops = {.name = "ws", .message = on_message, .closed = on_closed};
+
+int wschan_open(gw_t *g, struct lws *wsi, struct gw_pss *pss)
 {
     char sidbuf[SESSION_ID_MAX + 16], sid[SESSION_ID_MAX + 1];
     const char *tenant = auth_tenant(g, wsi);
@@ -396,17 +374,15 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
         util_uuid(sid);
     const struct lws_protocols *p = lws_get_protocol(wsi);
 
-    struct wsconn *ws = calloc(1, sizeof(*ws));
+    struct wsch *ws = calloc(1, sizeof(*ws));
     khub_t *hub = hub_get(g, k);
     if (!ws || !hub) {
         free(ws);
         return -1;
     }
-    ws->g = g;
-    ws->wsi = wsi;
-    snprintf(ws->tenant, sizeof(ws->tenant), "%s", tenant);
+    wsconn_init(&ws->wc, g, wsi, GW_FACE_CHANNELS, &wsch_ops, tenant,
+                (size_t)g->cfg.max_ws_message_bytes);
     ws->proto = p && p->name && !strcmp(p->name, WSMSG_V1_NAME) ? WSPROTO_V1 : WSPROTO_LEGACY;
-    buf_init(&ws->in, (size_t)g->cfg.max_ws_message_bytes);
 
     wsess_t *sess = NULL, *it;
     list_for_each(it, &hub->sessions, link)
@@ -418,11 +394,11 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     }
     if (sess && sess->ws) {
         log_info("ws: replacing stale connection for session %s on kernel=%s", sid, kernel_id(k));
-        struct wsconn *old = sess->ws;
+        struct wsch *old = sess->ws;
         sess_detach(sess, old);
         old->sess = NULL;
         kernel_connections(k, -1);
-        wsq_close(&old->out, 1000, "replaced by a newer connection for this session", false);
+        wsq_close(&old->wc.out, 1000, "replaced by a newer connection for this session", false);
     }
     if (!sess) {
         sess = calloc(1, sizeof(*sess));
@@ -445,34 +421,34 @@ static int on_established(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     }
     g->loop.evl.timer_disarm(&g->loop.evl, sess->linger);
     ws->sess = sess;
-    snprintf(ws->who, sizeof(ws->who), "session %s", sid);
-    wsq_init(&ws->out, wsi, (size_t)g->cfg.max_ws_queue_bytes, ws->who);
+    snprintf(ws->wc.who, sizeof(ws->wc.who), "session %s", sid);
     sess_attach(sess, ws);
-    pss->ws = ws;
+    pss->wc = &ws->wc;
     kernel_connections(k, 1);
     kernel_touch(k);
-    g->connections++;
-    g->stats.websockets[GW_FACE_CHANNELS]++;
     log_info("ws: connected to kernel=%s session %s (%s)", kernel_id(k), sid,
              ws->proto == WSPROTO_V1 ? WSMSG_V1_NAME : "legacy");
     return 0;
 fail:
-    buf_fini(&ws->in);
+    wsconn_fini(&ws->wc);
     free(ws);
     return -1;
 }
 
-static void on_message(struct wsconn *ws)
+static void on_message(wsconn_t *w)
 {
+    struct wsch *ws = container_of(w, struct wsch, wc);
     wsmsg_t wm;
     char q[80];
-    int r = wsmsg_decode(ws->proto, ws->in_binary, ws->in.data, ws->in.len, &wm);
+    if (!ws->sess)
+        return;
+    int r = wsmsg_decode(ws->proto, w->in_binary, w->in.data, w->in.len, &wm);
     if (r < 0) {
         ws->bad++;
         log_warn("ws: session %s: %s frame dropped (%d so far)", ws->sess->id,
                  r == -ENOENT ? "unknown channel in" : "malformed", ws->bad);
         if (ws->bad > WS_MAX_BAD)
-            wsq_close(&ws->out, r == -ENOENT ? 1008 : 1007, "too many invalid messages", false);
+            wsq_close(&ws->wc.out, r == -ENOENT ? 1008 : 1007, "too many invalid messages", false);
         return;
     }
     if (wm.chan == JCHAN_IOPUB) {
@@ -482,76 +458,26 @@ static void on_message(struct wsconn *ws)
                   log_quote(q, sizeof(q), wm.hdr.msg_type, strlen(wm.hdr.msg_type)));
         r = kconn_send(ws->sess->kc, wm.chan, &wm.m, &wm.hdr);
         if (r == -EAGAIN)
-            wsq_close(&ws->out, 1013, "kernel is not accepting messages", false);
+            wsq_close(&ws->wc.out, 1013, "kernel is not accepting messages", false);
         else if (r < 0)
             log_warn("ws: session %s: send to kernel failed: %s", ws->sess->id, strerror(-r));
-        ws->g->last_activity_us = util_wall_us();
+        w->g->last_activity_us = util_wall_us();
     }
     wsmsg_fini(&wm);
 }
 
-static int on_receive(struct wsconn *ws, const void *in, size_t len)
+static void on_closed(wsconn_t *w)
 {
-    if (ws->out.closing)
-        return 0;
-    if (!ws->in_msg) {
-        ws->in_msg = true;
-        ws->in_binary = lws_frame_is_binary(ws->wsi);
-        buf_reset(&ws->in);
-    }
-    if (buf_append(&ws->in, in, len) < 0) {
-        log_warn("ws: session %s: message over %lld bytes; closing",
-                 ws->sess ? ws->sess->id : "?", ws->g->cfg.max_ws_message_bytes);
-        ws->g->stats.refused[GW_REFUSED_BAD_INPUT]++;
-        lws_close_reason(ws->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE,
-                         (unsigned char *)"message too large", 17);
-        return -1;
-    }
-    if (lws_is_final_fragment(ws->wsi) && lws_remaining_packet_payload(ws->wsi) == 0) {
-        ws->in_msg = false;
-        auth_ws_message(ws->g, ws->wsi, ws->tenant);
-        if (ws->sess)
-            on_message(ws);
-        buf_reset(&ws->in);
-    }
-    return 0;
-}
-
-static void on_closed(gw_t *g, struct gw_pss *pss)
-{
-    struct wsconn *ws = pss->ws;
-    if (!ws)
-        return;
-    pss->ws = NULL;
+    struct wsch *ws = container_of(w, struct wsch, wc);
+    gw_t *g = w->g;
     wsess_t *s = ws->sess;
     if (s) {
         sess_detach(s, ws);
         kernel_connections(s->hub->k, -1);
         g->loop.evl.timer_arm(&g->loop.evl, s->linger, (uint64_t)g->cfg.session_linger * 1000);
     }
-    g->connections--;
-    g->stats.websockets[GW_FACE_CHANNELS]--;
-    wsq_fini(&ws->out);
-    buf_fini(&ws->in);
+    wsconn_fini(w);
     free(ws);
-}
-
-int wschan_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason,
-                    struct gw_pss *pss, void *in, size_t len)
-{
-    switch (reason) {
-    case LWS_CALLBACK_ESTABLISHED:
-        return on_established(g, wsi, pss);
-    case LWS_CALLBACK_RECEIVE:
-        return pss->ws ? on_receive(pss->ws, in, len) : -1;
-    case LWS_CALLBACK_SERVER_WRITEABLE:
-        return pss->ws ? wsq_writeable(&pss->ws->out) : -1;
-    case LWS_CALLBACK_CLOSED:
-        on_closed(g, pss);
-        return 0;
-    default:
-        return 0;
-    }
 }
 
 void wschan_close_all(gw_t *g, int code, const char *reason)
@@ -564,7 +490,7 @@ void wschan_close_all(gw_t *g, int code, const char *reason)
         list_for_each(s, &hub->sessions, link)
         {
             if (s->ws)
-                wsq_close(&s->ws->out, code, reason, true);
+                wsq_close(&s->ws->wc.out, code, reason, true);
         }
     }
 }

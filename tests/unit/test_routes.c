@@ -26,7 +26,7 @@ int main(void)
         CHECK_CASE(d->pattern);
         CHECK(d->id > ROUTE_NONE && d->id < ROUTE_N);
         if (d->flags & ROUTE_F_WEBSOCKET) {
-            CHECK(o->ws_confirm && o->ws_callback);
+            CHECK(o->ws_confirm && o->ws_open);
             CHECK(!o->handle && !o->upload_start);
         } else if (d->flags & ROUTE_F_UPLOAD) {
             CHECK(o->upload_start && o->upload_body && o->upload_done && o->fini);
