@@ -63,9 +63,12 @@ static ssize_t send_fds(int server, const void *buf, size_t len, const int *fds,
     return sendmsg(server, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, pid_t *ret_pid,
-                     int *ret_pidfd, int *ret_setupfd, int timeout_ms, char *why, size_t whysz)
+int sbx_start_forked(const struct sbx_start_opts *opts, pid_t *ret_pid, int *ret_pidfd,
+                     int *ret_setupfd, char *why, size_t whysz)
 {
+    const sbx_profile_t *p = opts->profile;
+    char *const *payload = opts->payload;
+    int server = opts->server;
     int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
     struct fork_wire w = {.magic = FORK_MAGIC, .gateway = (int32_t)getpid(), .uid = p->uid,
                           .root_uid = p->root_uid, .lim = *p->lim};
@@ -114,8 +117,8 @@ int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, p
     close(efd[1]);
     close(syncp[1]);
     close(gop[0]);
-    return sbx__handshake(0, efd[0], syncp[0], gop[1], timeout_ms, p, ret_pid, ret_pidfd, ret_setupfd,
-                     why, whysz);
+    return sbx__handshake(0, efd[0], syncp[0], gop[1], opts->timeout_ms, p, ret_pid, ret_pidfd,
+                          ret_setupfd, why, whysz);
 fail:
     free(msg);
     sbx__close_pipes(efd, syncp, gop);

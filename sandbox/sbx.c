@@ -106,8 +106,8 @@ static struct failure let_go(pid_t pid, int gofd, uid_t root_uid, uid_t uid,
  * and the write end of gop (all closed here but efd, returned as the set-up report on
  * success). */
 int sbx__handshake(pid_t expect, int efd, int syncfd, int gofd, int timeout_ms,
-                     const sbx_profile_t *p, pid_t *ret_pid, int *ret_pidfd, int *ret_setupfd,
-                     char *why, size_t whysz)
+                   const sbx_profile_t *p, pid_t *ret_pid, int *ret_pidfd, int *ret_setupfd,
+                   char *why, size_t whysz)
 {
     struct failure f = {0, 0};
     pid_t pid = 0;
@@ -184,8 +184,8 @@ void sbx__close_pipes(int efd[2], int syncp[2], int gop[2])
 
 /* Forks the proxy of sbx_start_async; the parent's ends of the pipes stay open (efd[0],
  * syncp[0], gop[1]). */
-static int fork_proxy(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, int efd[2],
-                      int syncp[2], int gop[2], pid_t *ret_pid, char *why, size_t whysz)
+static int fork_proxy(const struct sbx_start_opts *o, int efd[2], int syncp[2], int gop[2],
+                      pid_t *ret_pid, char *why, size_t whysz)
 {
     int r;
     why[0] = '\0';
@@ -206,7 +206,7 @@ static int fork_proxy(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, 
         close(gop[1]);
         if (setsid() < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
             _exit(127);
-        sbx__proxy_stage(efd[1], syncp[1], gop[0], p, fn, arg);
+        sbx__proxy_stage(efd[1], syncp[1], gop[0], o->profile, o->fn, o->arg);
     }
     close(efd[1]);
     close(syncp[1]);
@@ -216,18 +216,18 @@ static int fork_proxy(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, 
     return 0;
 }
 
-int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
-                    int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz)
+int sbx_start_async(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pidfd,
+                    int *ret_setupfd, char *why, size_t whysz)
 {
     int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1};
     pid_t pid;
-    int r = fork_proxy(p, fn, arg, efd, syncp, gop, &pid, why, whysz);
+    int r = fork_proxy(o, efd, syncp, gop, &pid, why, whysz);
     if (r < 0) {
         sbx__close_pipes(efd, syncp, gop);
         return r;
     }
-    return sbx__handshake(pid, efd[0], syncp[0], gop[1], -1, p, ret_pid, ret_pidfd, ret_setupfd, why,
-                     whysz);
+    return sbx__handshake(pid, efd[0], syncp[0], gop[1], -1, o->profile, ret_pid, ret_pidfd,
+                          ret_setupfd, why, whysz);
 }
 
 struct sbx_pending {
@@ -237,14 +237,13 @@ struct sbx_pending {
     sbx_cgroup_t *cgroup;
 };
 
-int sbx_start_begin(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
-                    int *ret_pidfd, int *ret_setupfd, sbx_pending_t **ret, char *why,
-                    size_t whysz)
+int sbx_start_begin(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pidfd,
+                    int *ret_setupfd, sbx_pending_t **ret, char *why, size_t whysz)
 {
     int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1};
     sbx_pending_t *pd = calloc(1, sizeof(*pd));
     pid_t pid = 0;
-    int r = pd ? fork_proxy(p, fn, arg, efd, syncp, gop, &pid, why, whysz) : -ENOMEM;
+    int r = pd ? fork_proxy(o, efd, syncp, gop, &pid, why, whysz) : -ENOMEM;
     int pidfd = r < 0 ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
     if (r == 0 && pidfd < 0 && errno != ENOSYS)
         r = -errno;
@@ -261,8 +260,9 @@ int sbx_start_begin(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pi
         fcntl(pidfd, F_SETFD, FD_CLOEXEC);
     fcntl(efd[0], F_SETFL, O_NONBLOCK);
     fcntl(syncp[0], F_SETFL, O_NONBLOCK);
-    *pd = (sbx_pending_t){.pid = pid, .syncfd = syncp[0], .gofd = gop[1], .uid = p->uid,
-                          .root_uid = p->root_uid, .cgroup = p->cgroup};
+    *pd = (sbx_pending_t){.pid = pid, .syncfd = syncp[0], .gofd = gop[1],
+                          .uid = o->profile->uid, .root_uid = o->profile->root_uid,
+                          .cgroup = o->profile->cgroup};
     *ret_pid = pid;
     *ret_pidfd = pidfd;
     *ret_setupfd = efd[0];
@@ -324,12 +324,12 @@ int sbx_setup_result(int setupfd, char *why, size_t whysz)
     return -f.err;
 }
 
-int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
-              int *ret_pidfd, char *why, size_t whysz)
+int sbx_start(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pidfd, char *why,
+              size_t whysz)
 {
     pid_t pid;
     int pidfd, setupfd;
-    int r = sbx_start_async(p, fn, arg, &pid, &pidfd, &setupfd, why, whysz);
+    int r = sbx_start_async(o, &pid, &pidfd, &setupfd, why, whysz);
     if (r < 0)
         return r;
     struct pollfd pfd = {.fd = setupfd, .events = POLLIN};
@@ -357,7 +357,8 @@ int sbx_probe(const sbx_profile_t *p, char *why, size_t whysz)
 {
     pid_t pid;
     int pidfd, st;
-    int r = sbx_start(p, probe_fn, NULL, &pid, &pidfd, why, whysz);
+    int r = sbx_start(&(struct sbx_start_opts){.profile = p, .fn = probe_fn}, &pid, &pidfd, why,
+                      whysz);
     if (r < 0)
         return r;
     waitpid(pid, &st, 0);
