@@ -316,9 +316,7 @@ int sbx_fork_req_spawn(sbx_fork_req_t *r, int server, void (*fn)(void *arg), voi
 {
     int r_ = sbx_filter_prepare();
     if (r_ < 0) {
-        struct failure f = {ST_SECCOMP, -r_};
-        ssize_t w = write(r->efd, &f, sizeof(f));
-        (void)w;
+        sbx__report(r->efd, ST_SECCOMP, -r_);
         return r_;
     }
     /* CLONE_PARENT: the proxy is the gateway's child at once (one fork of this large process
@@ -329,10 +327,9 @@ int sbx_fork_req_spawn(sbx_fork_req_t *r, int server, void (*fn)(void *arg), voi
     pid_t px = (pid_t)syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), NULL, NULL,
                               NULL, 0UL);
     if (px < 0) {
-        struct failure f = {ST_FORK, errno};
-        ssize_t w = write(r->efd, &f, sizeof(f));
-        (void)w;
-        return -f.err;
+        int err = errno;
+        sbx__report(r->efd, ST_FORK, err);
+        return -err;
     }
     if (px == 0)
         forked_proxy(r, server, fn, arg);

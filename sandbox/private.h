@@ -11,7 +11,7 @@
 /* Everything between fork and exec runs in a copy of a multi-threaded process: no
  * allocation, no locks, no stdio; errors go back as {step, errno} through a close-on-exec pipe
  * (the set-up report). */
-enum step {
+enum sbx__step {
     ST_NONE = 0,
     ST_USERNS,
     ST_CGROUP,
@@ -37,14 +37,15 @@ enum step {
     ST_N
 };
 
-struct failure {
+struct sbx__failure {
     int step;
     int err;
 };
 
 /* stages.c */
-/* Writes {st, err} to the report fd and exits 127. */
-_Noreturn void sbx__fail(int fd, enum step st, int err);
+/* Writes {st, err} (0: EIO) to the report fd; sbx__fail then exits 127. */
+void sbx__report(int fd, enum sbx__step st, int err);
+_Noreturn void sbx__fail(int fd, enum sbx__step st, int err);
 void sbx__reset_signals(void);
 /* The process the gateway knows: in the new user namespace, outside the pid namespace. It
  * reports on efd, says its pid on syncfd, waits for the gateway on gofd, and never returns. */

@@ -54,7 +54,7 @@ static int write_map(pid_t pid, const char *file, const char *map)
     return err;
 }
 
-static void describe(const struct failure *f, char *why, size_t whysz)
+static void describe(const struct sbx__failure *f, char *why, size_t whysz)
 {
     snprintf(why, whysz, "sandbox: cannot %s: %s",
              f->step > 0 && f->step < ST_N ? step_names[f->step] : "set up", strerror(f->err));
@@ -80,8 +80,8 @@ static bool is_our_child(pid_t pid)
 
 /* Once a proxy has its user namespace: writes its uid maps, moves it into its cgroup unless
  * it is there already, and lets it go on. 0, or a failure (with why when it is the gateway's). */
-static struct failure let_go(pid_t pid, int gofd, uid_t root_uid, uid_t uid,
-                             sbx_cgroup_t *cg, char *why, size_t whysz)
+static struct sbx__failure let_go(pid_t pid, int gofd, uid_t root_uid, uid_t uid,
+                                  sbx_cgroup_t *cg, char *why, size_t whysz)
 {
     char map[128];
     int r;
@@ -90,14 +90,14 @@ static struct failure let_go(pid_t pid, int gofd, uid_t root_uid, uid_t uid,
     if (r == 0)
         r = write_map(pid, "gid_map", map);
     if (r < 0)
-        return (struct failure){ST_MAPS, -r};
+        return (struct sbx__failure){ST_MAPS, -r};
     if (cg && !sbx_cgroup_has(cg, pid) && (r = sbx_cgroup_attach(cg, pid)) < 0) {
         snprintf(why, whysz, "cannot move the kernel into its cgroup: %s", strerror(-r));
-        return (struct failure){ST_NONE, -r};
+        return (struct sbx__failure){ST_NONE, -r};
     }
     if (write(gofd, "g", 1) != 1)
-        return (struct failure){ST_MAPS, errno};
-    return (struct failure){0, 0};
+        return (struct sbx__failure){ST_MAPS, errno};
+    return (struct sbx__failure){0, 0};
 }
 
 /* The gateway's half of the set-up, once a proxy runs: it says its pid (expect: the pid we
@@ -109,7 +109,7 @@ int sbx__handshake(pid_t expect, int efd, int syncfd, int gofd, int timeout_ms,
                    const sbx_profile_t *p, pid_t *ret_pid, int *ret_pidfd, int *ret_setupfd,
                    char *why, size_t whysz)
 {
-    struct failure f = {0, 0};
+    struct sbx__failure f = {0, 0};
     pid_t pid = 0;
     int r;
     struct pollfd pfd = {.fd = syncfd, .events = POLLIN};
@@ -136,7 +136,7 @@ int sbx__handshake(pid_t expect, int efd, int syncfd, int gofd, int timeout_ms,
             n = read(efd, &f, sizeof(f));
         } while (n < 0 && errno == EINTR);
         if (n != sizeof(f) || !f.err)
-            f = (struct failure){ST_USERNS, EIO};
+            f = (struct sbx__failure){ST_USERNS, EIO};
     }
     close(gofd);
     close(syncfd);
@@ -283,7 +283,7 @@ int sbx_start_continue(sbx_pending_t **pp, char *why, size_t whysz)
     ssize_t n = read(pd->syncfd, &pid, sizeof(pid));
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return -EAGAIN;
-    struct failure f = {0, ESRCH}; /* it failed before its user namespace: see its report */
+    struct sbx__failure f = {0, ESRCH}; /* it failed before its user namespace: see its report */
     if (n == sizeof(pid) && pid == pd->pid) {
         f = let_go(pid, pd->gofd, pd->root_uid, pd->uid, pd->cgroup, why, whysz);
         if (f.err) {
@@ -309,7 +309,7 @@ void sbx_pending_free(sbx_pending_t **pp)
 
 int sbx_setup_result(int setupfd, char *why, size_t whysz)
 {
-    struct failure f = {0, 0};
+    struct sbx__failure f = {0, 0};
     ssize_t n;
     do {
         n = read(setupfd, &f, sizeof(f));
@@ -319,7 +319,7 @@ int sbx_setup_result(int setupfd, char *why, size_t whysz)
     if (n == 0)
         return 0; /* every end closed on exec: init and the kernel started */
     if (n != sizeof(f) || !f.err)
-        f = (struct failure){ST_NONE, n < 0 ? errno : EIO};
+        f = (struct sbx__failure){ST_NONE, n < 0 ? errno : EIO};
     describe(&f, why, whysz);
     return -f.err;
 }

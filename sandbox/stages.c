@@ -25,11 +25,16 @@
 
 #include "sandbox/filter.h"
 
-void sbx__fail(int fd, enum step st, int err)
+void sbx__report(int fd, enum sbx__step st, int err)
 {
-    struct failure f = {st, err ? err : EIO};
+    struct sbx__failure f = {st, err ? err : EIO};
     ssize_t w = write(fd, &f, sizeof(f));
     (void)w;
+}
+
+void sbx__fail(int fd, enum sbx__step st, int err)
+{
+    sbx__report(fd, st, err);
     _exit(127);
 }
 
