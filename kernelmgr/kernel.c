@@ -1018,8 +1018,9 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
         p.cgroup = k->cgroup;
         p.ncgroup_dirfds = adopted ? 0 : kzygote__lend(k->m, k, dirfds);
         p.cgroup_dirfds = dirfds;
-        int r = sbx_start_forked(zfd, &p, payload, &k->pid, &k->pidfd, &k->setup_fd, 2000, why,
-                                 whysz);
+        struct sbx_start_opts o = {.profile = &p, .server = zfd, .payload = payload,
+                                   .timeout_ms = 2000};
+        int r = sbx_start_forked(&o, &k->pid, &k->pidfd, &k->setup_fd, why, whysz);
         for (int i = 0; i < p.ncgroup_dirfds; i++)
             close(dirfds[i]);
         if (r < 0)
@@ -1037,8 +1038,8 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
                  why[0] ? why : strerror(-r));
         why[0] = '\0';
     }
-    int r = sbx_start_begin(&p, exec_kernel, &a, &k->pid, &k->pidfd, &k->setup_fd, &k->pending,
-                            why, whysz);
+    struct sbx_start_opts o = {.profile = &p, .fn = exec_kernel, .arg = &a};
+    int r = sbx_start_begin(&o, &k->pid, &k->pidfd, &k->setup_fd, &k->pending, why, whysz);
     if (r == 0 && !(k->pending_io = k->m->evl->io_add(k->m->evl, sbx_pending_fd(k->pending),
                                                         on_let_go, k))) {
         r = -errno;

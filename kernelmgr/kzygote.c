@@ -255,8 +255,9 @@ static int probe(kmgr_t *m, char *why, size_t whysz)
                            .stderr_fd = -1};
         pid_t pid;
         int pidfd, setupfd, st;
-        r = sbx_start_forked(z->fd, &p, payload, &pid, &pidfd, &setupfd, ZYGOTE_FORK_TIMEOUT_MS,
-                             why, whysz);
+        struct sbx_start_opts o = {.profile = &p, .server = z->fd, .payload = payload,
+                                   .timeout_ms = ZYGOTE_FORK_TIMEOUT_MS};
+        r = sbx_start_forked(&o, &pid, &pidfd, &setupfd, why, whysz);
         if (r == 0) {
             waitpid(pid, &st, 0);
             r = sbx_setup_result(setupfd, why, whysz);

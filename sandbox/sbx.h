@@ -10,7 +10,10 @@
  * capabilities; no_new_privs; a seccomp filter; rlimits; cgroup limits.
  *
  * sbx_start() works in a process that will exec (fn calls execve) and in one that will not
- * (fn runs the kernel in-process), because fn runs in the final sandboxed process. */
+ * (fn runs the kernel in-process), because fn runs in the final sandboxed process.
+ *
+ * Files: sbx.c (the gateway's side of a start), stages.c (what runs inside the new
+ * namespaces), forksrv.c (the fork-server wire), listen.c (sbx_listen_in). */
 #ifndef KGW_SANDBOX_SBX_H
 #define KGW_SANDBOX_SBX_H
 
@@ -55,18 +58,32 @@ typedef struct sbx_profile {
     int stderr_fd;           /* -1: /dev/null */
 } sbx_profile_t;
 
-/* Runs fn(arg) in a new sandbox; fn must not return (exec or _exit). Returns the proxy's pid
- * (signal it: SIGINT, SIGTERM and SIGKILL reach the kernel) and a pidfd (-1 where the system
- * has none). Failures of any set-up step come back as -errno with a step description. */
-int sbx_start(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
-              int *ret_pidfd, char *why, size_t whysz);
+/* How to start a sandboxed kernel: one set of options for every start variant below. */
+struct sbx_start_opts {
+    const sbx_profile_t *profile;
+    /* sbx_start, sbx_start_async, sbx_start_begin: fn(arg) runs in the final sandboxed
+     * process and must not return (exec or _exit) */
+    void (*fn)(void *arg);
+    void *arg;
+    /* sbx_start_forked: the fork server's socket (SOCK_SEQPACKET); strings for the server's fn
+     * (NULL-terminated); how long to wait for the server's answer (-1: no limit) */
+    int server;
+    char *const *payload;
+    int timeout_ms;
+};
+
+/* Runs o->fn(o->arg) in a new sandbox. Returns the proxy's pid (signal it: SIGINT, SIGTERM and
+ * SIGKILL reach the kernel) and a pidfd (-1 where the system has none). Failures of any set-up
+ * step come back as -errno with a step description. */
+int sbx_start(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pidfd, char *why,
+              size_t whysz);
 
 /* The same without waiting for the set-up inside the sandbox (mounts, exec): only the steps
  * that need the caller (uid maps, cgroup) are done when it returns. ret_setupfd (non-blocking,
  * close-on-exec; the caller closes it) becomes readable when the set-up is over: then
  * sbx_setup_result() says how it went. */
-int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
-                    int *ret_pidfd, int *ret_setupfd, char *why, size_t whysz);
+int sbx_start_async(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pidfd,
+                    int *ret_setupfd, char *why, size_t whysz);
 /* sbx_start_async for an event loop, which need not wait while the proxy creates its user
  * namespace (or moves into its cgroup, an RCU grace period on cgroup v1): returns once the
  * proxy is forked, with its pid, pidfd and set-up report (as sbx_start_async's) and a pending
@@ -76,9 +93,8 @@ int sbx_start_async(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pi
  * failed on its own (-ESRCH, its reason is in the set-up report); the caller reaps it.
  * sbx_pending_free() abandons a start: the proxy exits. */
 typedef struct sbx_pending sbx_pending_t;
-int sbx_start_begin(const sbx_profile_t *p, void (*fn)(void *arg), void *arg, pid_t *ret_pid,
-                    int *ret_pidfd, int *ret_setupfd, sbx_pending_t **ret, char *why,
-                    size_t whysz);
+int sbx_start_begin(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pidfd,
+                    int *ret_setupfd, sbx_pending_t **ret, char *why, size_t whysz);
 int sbx_pending_fd(const sbx_pending_t *pd);
 int sbx_start_continue(sbx_pending_t **pd, char *why, size_t whysz);
 void sbx_pending_free(sbx_pending_t **pd);
@@ -96,11 +112,11 @@ int sbx_setup_result(int setupfd, char *why, size_t whysz);
  * does not exec must close them (close_range). The proxy starts in the server's cgroup; the
  * gateway moves it into the kernel's unless it is there already (sbx_fork_server_move). */
 
-/* Gateway side: sbx_start_async through the fork server's socket (SOCK_SEQPACKET).
- * payload: strings for the server's fn (NULL-terminated). -ETIMEDOUT when the server does not
- * answer within timeout_ms, -EPIPE when it is gone: the caller may fall back to sbx_start. */
-int sbx_start_forked(int server, const sbx_profile_t *p, char *const *payload, pid_t *ret_pid,
-                     int *ret_pidfd, int *ret_setupfd, int timeout_ms, char *why, size_t whysz);
+/* Gateway side: sbx_start_async through the fork server o->server, which runs its own fn with
+ * o->payload (o->fn is not used). -ETIMEDOUT when the server does not answer within
+ * o->timeout_ms, -EPIPE when it is gone: the caller may fall back to sbx_start_begin. */
+int sbx_start_forked(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pidfd,
+                     int *ret_setupfd, char *why, size_t whysz);
 
 /* Gateway side: asks the server (running as uid) to move itself into cg, so the kernels it
  * forks next start in it (sbx_start_forked then leaves their cgroup as it is). The cgroup's
