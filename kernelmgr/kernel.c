@@ -249,10 +249,7 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     }
     if (kexec__over_cap(k, &m, &h))
         return;
-    if (!k->pool) {
-        kernel__count_msg(k, KMGR_TO_CLIENT, &m);
-        k->own->iopub(k, &m, &h);
-    }
+    k->own->relay(k, &m, &h);
 }
 
 static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)

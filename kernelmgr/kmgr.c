@@ -462,6 +462,14 @@ static void own_iopub(kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
     kmgr__emit_iopub(k->m, k, msg, h);
 }
 
+static void own_relay(kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
+{
+    if (k->pool) /* no client sees a pooled kernel's messages */
+        return;
+    kernel__count_msg(k, KMGR_TO_CLIENT, msg);
+    kmgr__emit_iopub(k->m, k, msg, h);
+}
+
 static void own_notice(kernel_t *k, jspan_t parent, const char *text)
 {
     kmgr__emit_notice(k->m, k, parent, text);
@@ -560,6 +568,7 @@ static void own_forked(kernel_t *k, bool ok)
 const struct kernel_owner_ops kmgr__kernel_owner = {
     .event = own_event,
     .iopub = own_iopub,
+    .relay = own_relay,
     .notice = own_notice,
     .exec_end = own_exec_end,
     .start_ok = own_start_ok,

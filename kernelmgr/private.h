@@ -157,6 +157,8 @@ struct kernel_owner_ops {
     /* listeners' events (the owner does not tell them of a pooled kernel's) */
     void (*event)(kernel_t *k, enum kernel_event ev, const char *detail);
     void (*iopub)(kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
+    /* an iopub message from the kernel for its clients (counted, then as iopub) */
+    void (*relay)(kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
     void (*notice)(kernel_t *k, jspan_t parent, const char *text);
     void (*exec_end)(kernel_t *k, const struct kernel_exec_end *e);
     /* a client's start of k (k->req_us) is over: ready, or failed (why) */
