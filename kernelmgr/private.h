@@ -166,8 +166,8 @@ struct kernel_owner_ops {
     void (*start_failed)(kernel_t *k, enum kmgr_start_fail why);
     /* k is ready (after kernel_owner_ops.capacity) */
     void (*ready)(kernel_t *k);
-    /* k's process ended (why: how) and k does not restart it: true if the owner took k
-     * (it may have freed it); false: k handles it (restart, death, removal) */
+    /* k's process ended (why: how): true if the owner took k (a pooled kernel: freed);
+     * false: k goes on by itself (restart, death, removal) */
     bool (*lost)(kernel_t *k, const char *why);
     /* k is going: the owner forgets it (k frees itself next) */
     void (*gone)(kernel_t *k);
