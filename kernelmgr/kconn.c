@@ -40,7 +40,7 @@ kconn_t *kconn_new(kernel_t *k, const char *session_id, const struct kconn_ops *
     for (int ch = 0; ch < JCHAN_N && r == 0; ch++) {
         if (!chan_port[ch])
             continue;
-        kernel__endpoint(k, chan_port[ch], ep, sizeof(ep));
+        kinstance__endpoint(k, chan_port[ch], ep, sizeof(ep));
         r = kz_open(&c->z[ch], k->m->evl, k->m->zctx, ZMQ_DEALER, c->session, ep, on_reply, c);
     }
     if (r < 0) {
@@ -74,7 +74,7 @@ int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
     kernel_touch(c->k);
     int r = kz_send_jmsg(&c->z[chan], c->k->sign, m);
     if (r == 0 && chan == JCHAN_SHELL && !strcmp(h->msg_type, "execute_request"))
-        kernel__exec_sent(c->k, h->msg_id);
+        kexec__track_sent(c->k, h->msg_id);
     if (r == 0)
         kexec__sent(c, chan, m, h);
     if (r >= 0)

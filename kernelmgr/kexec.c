@@ -1,15 +1,21 @@
 /* The execution watch's outcomes: the requests each client session sent that the kernel has
  * not answered yet, and, when the kernel process ends first, a terminal answer to each in the
  * kernel's name, so no client waits for a reply that cannot come (docs/protocol.md,
- * "Outcomes"). */
+ * "Outcomes"); and the execution watch: which execution runs, its wall time, output cap,
+ * audit event and statistics. */
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/private.h"
+#include "sandbox/sbx.h"
+
+#define EXEC_INTERRUPT_GRACE_MS 5000 /* after a wall-time interrupt, before restarting */
 
 /* A request a client sent on shell or control that the kernel has not answered yet. */
 struct kpending {
@@ -163,7 +169,7 @@ void kexec__end(kernel_t *k, const char *msg_id, enum kernel_outcome o, const ch
             e.cpu_ns = u.cpu_ns - k->exec_cpu0;
         e.peak_mem_bytes = sbx_cgroup_peak(k->cgroup, false);
     }
-    kmgr__emit_exec_end(k->m, k, &e);
+    k->own->exec_end(k, &e);
 }
 
 /* A message in the kernel's name: iopub to every listener (to NULL), or a reply to one
@@ -185,7 +191,7 @@ static void send_made(kernel_t *k, kconn_t *to, enum jchan chan, const char *msg
         if (to)
             to->ops->reply(to->user, to, chan, &m, &h);
         else
-            kmgr__emit_iopub(k->m, k, &m, &h);
+            k->own->iopub(k, &m, &h);
     }
     free(hdr);
     free(body);
@@ -277,4 +283,252 @@ void kexec__fail_all(kernel_t *k, enum kernel_outcome o, const char *cause)
     if (n)
         log_info("kernel=%s: %zu request%s in flight answered: %s: %s", k->id, n,
                  n > 1 ? "s" : "", kernel_outcome_ename(o), cause);
+}
+
+/* ---- the execution watch (iopub status busy/idle of execute_requests) ---- */
+
+static void notice(kernel_t *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void notice(kernel_t *k, const char *fmt, ...)
+{
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    log_info("kernel=%s: %s", k->id, text);
+    if (k->exec_parent)
+        k->own->notice(k, (jspan_t){k->exec_parent, strlen(k->exec_parent)}, text);
+}
+
+/* The audit event of an execution that ended (idle, or the kernel was restarted). */
+static void exec_audit(kernel_t *k, const char *status)
+{
+    if (!k->exec_id[0] || !audit_enabled())
+        return;
+    double ms = (double)(util_now_us() - k->exec_start_us) / 1000.0;
+    /* the hosts its egress proxy let it reach meanwhile (null: no egress policy) */
+    json_t *hosts = !k->egpol ? json_null() : k->egress ? kegress_hosts_take(k->egress)
+                                                        : json_array();
+    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s, s:o", "tenant", k->ws->tenant,
+                "kernel",
+                k->id, "msg_id", audit_str(k->exec_id, strlen(k->exec_id)), "code_sha256",
+                k->exec_sha, "duration_ms", ms, "status",
+                status            ? status
+                : k->exec_stage   ? "timeout" /* interrupted for its wall time */
+                : k->exec_error   ? "error"
+                                  : "ok",
+                "egress_hosts", hosts ? hosts : json_null());
+}
+
+/* The execution in progress, if any, is over (how: its status in the statistics; the gateway's
+ * own execution of a pooled kernel's environment is not counted). */
+void kexec__finish(kernel_t *k, enum kmgr_exec how)
+{
+    if (k->exec_id[0] && strcmp(k->exec_id, k->env_id) != 0) {
+        k->stats->executions[how]++;
+        hist_observe(&k->stats->exec_seconds,
+                     (double)(util_now_us() - k->exec_start_us) / 1e6);
+    }
+    k->m->evl->timer_disarm(k->m->evl, k->exec_timer);
+    if (k->exec_id[0])
+        memcpy(k->exec_last, k->exec_id, sizeof(k->exec_last));
+    k->exec_id[0] = '\0';
+    free(k->exec_parent);
+    k->exec_parent = NULL;
+    k->exec_bytes = 0;
+    k->exec_capped = false;
+    k->exec_stage = 0;
+    k->exec_error = false;
+    k->exec_sha[0] = '\0';
+}
+
+/* Whether the execution in progress met its cgroup's pids limit. */
+static bool forks_refused(kernel_t *k)
+{
+    struct sbx_cgroup_events ev;
+    if (!k->cgroup)
+        return false;
+    sbx_cgroup_events(k->cgroup, &ev);
+    return ev.pids_max > k->exec_pids0;
+}
+
+/* The execution in progress reached its idle: listeners hear how it went. */
+static void exec_outcome(kernel_t *k)
+{
+    char cause[160] = "";
+    enum kernel_outcome o = k->exec_error ? KERNEL_OUT_ERROR : KERNEL_OUT_OK;
+    if (!strcmp(k->exec_id, k->env_id))
+        return;
+    if (k->exec_stage) {
+        o = KERNEL_OUT_TIMEOUT;
+        snprintf(cause, sizeof(cause), "the execution exceeded its wall-time limit of %d s and "
+                 "was interrupted", k->exec_timeout_ms / 1000);
+    } else if (k->exec_error && forks_refused(k)) {
+        o = KERNEL_OUT_PIDS_LIMIT;
+        snprintf(cause, sizeof(cause), "forks were refused at the kernel's process limit (%lld)",
+                 k->lim.pids);
+    } else if (k->exec_capped) {
+        o = KERNEL_OUT_OUTPUT_LIMIT;
+        snprintf(cause, sizeof(cause), "the execution's output exceeded its limit of %lld "
+                 "bytes: the rest was discarded", k->output_cap);
+    }
+    kexec__end(k, k->exec_id, o, cause, util_now_us() - k->exec_start_us);
+}
+
+static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
+{
+    kexec__finish(k, KMGR_EXEC_ABORTED); /* its idle never came */
+    snprintf(k->exec_id, sizeof(k->exec_id), "%s", msg_id);
+    k->exec_parent = strndup(parent.p, parent.n);
+    k->exec_start_us = util_now_us();
+    kexec__usage_begin(k);
+    if (k->egress) /* what came before is not this execution's */
+        json_decref(kegress_hosts_take(k->egress));
+    if (k->exec_timeout_ms > 0)
+        k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
+}
+
+/* Wall time per execution: interrupt first; a kernel that ignores SIGINT is restarted. */
+void kexec__on_timer(void *data)
+{
+    kernel_t *k = data;
+    if (!k->exec_id[0] || k->state != KERNEL_RUNNING)
+        return;
+    if (k->exec_stage == 0) {
+        notice(k, "execution exceeded the wall-time limit of %d s: interrupting it",
+               k->exec_timeout_ms / 1000);
+        kernel_interrupt(k);
+        k->exec_stage = 1;
+        k->m->evl->timer_arm(k->m->evl, k->exec_timer, EXEC_INTERRUPT_GRACE_MS);
+        return;
+    }
+    notice(k, "the kernel ignored the interrupt: restarting it");
+    exec_audit(k, "timeout");
+    kernel__stop_why(k, KERNEL_OUT_TIMEOUT,
+                     "the execution exceeded its wall-time limit of %d s and ignored the "
+                     "interrupt: the kernel was restarted",
+                     k->exec_timeout_ms / 1000);
+    kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
+    if (kernel__restart(k) == 0) {
+        k->stats->restarts[KMGR_RESTART_AUTO]++;
+        k->own->event(k, KERNEL_EV_RESTARTING, "execution wall-time limit");
+    }
+}
+
+void kexec__track_sent(kernel_t *k, const char *msg_id)
+{
+    if (k->nsent == KERNEL_SENT_MAX) {
+        log_debug("kernel=%s: %d execute_requests in flight; not tracking more", k->id,
+                  KERNEL_SENT_MAX);
+        return;
+    }
+    snprintf(k->sent_exec[k->nsent++], sizeof(k->sent_exec[0]), "%s", msg_id);
+}
+
+static void sent_forget(kernel_t *k, const char *msg_id)
+{
+    for (size_t i = 0; i < k->nsent; i++)
+        if (!strcmp(k->sent_exec[i], msg_id)) {
+            k->nsent--;
+            if (i < k->nsent)
+                memcpy(k->sent_exec[i], k->sent_exec[k->nsent], sizeof(k->sent_exec[0]));
+            return;
+        }
+}
+
+void kexec__status(kernel_t *k, const jmsg_t *m)
+{
+    json_error_t err;
+    json_t *c = json_loadb(m->part[JPART_CONTENT].p, m->part[JPART_CONTENT].n, 0, &err);
+    const char *st = json_string_value(json_object_get(c, "execution_state"));
+    if (st && (!strcmp(st, "busy") || !strcmp(st, "idle") || !strcmp(st, "starting")))
+        snprintf(k->exec_state, sizeof(k->exec_state), "%s", st);
+    if (st && !strcmp(st, "starting"))
+        k->got_starting = true;
+    if (st && (!strcmp(st, "busy") || !strcmp(st, "idle"))) {
+        jhdr_t ph;
+        if (jhdr_parse(m->part[JPART_PARENT], &ph) == 0) {
+            bool changed = true;
+            if (!strcmp(st, "idle"))
+                sent_forget(k, ph.msg_id); /* its output and reply have been sent */
+            if (!strcmp(st, "busy") && !strcmp(ph.msg_type, "execute_request"))
+                exec_begin(k, ph.msg_id, m->part[JPART_PARENT]);
+            else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id)) {
+                exec_audit(k, NULL);
+                exec_outcome(k);
+                kexec__finish(k, k->exec_stage   ? KMGR_EXEC_TIMEOUT
+                            : k->exec_error ? KMGR_EXEC_ERROR
+                                            : KMGR_EXEC_OK);
+                changed = true;
+            } else {
+                changed = false;
+            }
+            if (changed) /* callbacks waiting for iopub to reach their execution */
+                kcall__exec_changed(k->calls);
+        }
+    }
+    json_decref(c);
+}
+
+/* Whether the execution in progress failed (error), for the statistics and the audit log, and
+ * its code (execute_input), for the audit log. */
+void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+{
+    jhdr_t ph;
+    bool error = !strcmp(h->msg_type, "error");
+    if (!k->exec_id[0] || (!error && (!audit_enabled() || strcmp(h->msg_type, "execute_input"))) ||
+        jhdr_parse(m->part[JPART_PARENT], &ph) < 0 || strcmp(ph.msg_id, k->exec_id) != 0)
+        return;
+    if (error) {
+        k->exec_error = true;
+        return;
+    }
+    json_t *c = json_loadb(m->part[JPART_CONTENT].p, m->part[JPART_CONTENT].n, 0, NULL);
+    const char *code = json_string_value(json_object_get(c, "code"));
+    if (code) {
+        unsigned char d[crypto_hash_sha256_BYTES];
+        crypto_hash_sha256(d, (const unsigned char *)code, json_string_length(json_object_get(c, "code")));
+        sodium_bin2hex(k->exec_sha, sizeof(k->exec_sha), d, sizeof(d));
+    }
+    json_decref(c);
+}
+
+/* Output per execution: beyond the cap, output messages of that execution are dropped, once
+ * with a notice. The gateway's memory stays bounded whatever the kernel prints. */
+bool kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+{
+    if (k->output_cap <= 0 || !k->exec_id[0])
+        return false;
+    if (strcmp(h->msg_type, "stream") && strcmp(h->msg_type, "display_data") &&
+        strcmp(h->msg_type, "update_display_data") && strcmp(h->msg_type, "execute_result"))
+        return false;
+    if (!memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->exec_id,
+                strlen(k->exec_id)))
+        return false;
+    long long n = (long long)m->part[JPART_CONTENT].n;
+    for (size_t i = 0; i < m->nbuf; i++)
+        n += (long long)m->buf[i].n;
+    k->exec_bytes += n;
+    if (k->exec_bytes <= k->output_cap)
+        return false;
+    if (!k->exec_capped) {
+        k->exec_capped = true;
+        notice(k, "output limit of %lld bytes for this execution reached: further output is "
+                  "discarded",
+               k->output_cap);
+    }
+    return true;
+}
+
+size_t kernel_executions(const kernel_t *k)
+{
+    size_t n = k->nsent;
+    if (k->exec_id[0]) {
+        bool known = false;
+        for (size_t i = 0; i < k->nsent && !known; i++)
+            known = !strcmp(k->sent_exec[i], k->exec_id);
+        n += !known;
+    }
+    return n;
 }

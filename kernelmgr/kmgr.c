@@ -456,6 +456,141 @@ void kmgr__emit_exec_end(kmgr_t *m, kernel_t *k, const struct kernel_exec_end *e
     }
 }
 
+/* ---- the owner of every kernel (kernel_owner_ops): kernel.c reports here ---- */
+
+static void own_event(kernel_t *k, enum kernel_event ev, const char *detail)
+{
+    kmgr__emit(k->m, k, ev, detail);
+}
+
+static void own_iopub(kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
+{
+    kmgr__emit_iopub(k->m, k, msg, h);
+}
+
+static void own_relay(kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
+{
+    if (k->pool) /* no client sees a pooled kernel's messages */
+        return;
+    kernel__count_msg(k, KMGR_TO_CLIENT, msg);
+    kmgr__emit_iopub(k->m, k, msg, h);
+}
+
+static void own_notice(kernel_t *k, jspan_t parent, const char *text)
+{
+    kmgr__emit_notice(k->m, k, parent, text);
+}
+
+static void own_exec_end(kernel_t *k, const struct kernel_exec_end *e)
+{
+    kmgr__emit_exec_end(k->m, k, e);
+}
+
+/* A client's start is over: ready, counted by how it started and how long it took... */
+static void own_start_ok(kernel_t *k)
+{
+    if (!k->req_us)
+        return;
+    enum kmgr_start_path p = k->req_pool ? KMGR_START_POOL
+                             : k->forked ? KMGR_START_FORK
+                                         : KMGR_START_EXEC;
+    k->m->stats.starts[p]++;
+    hist_observe(&k->m->stats.start_seconds[p], (double)(util_now_us() - k->req_us) / 1e6);
+    k->req_us = 0;
+}
+
+/* ... or failed, counted by why. */
+static void own_start_failed(kernel_t *k, enum kmgr_start_fail why)
+{
+    if (!k->req_us)
+        return;
+    k->m->stats.start_failures[why]++;
+    k->req_us = 0;
+}
+
+void kmgr__start_begin(kernel_t *k, uint64_t since_us, bool pooled)
+{
+    k->req_us = since_us ? since_us : 1;
+    k->req_pool = pooled;
+    if (k->state == KERNEL_RUNNING)
+        own_start_ok(k);
+}
+
+static void own_ready(kernel_t *k)
+{
+    if (k->pool)
+        kpool__ready(k->m, k);
+}
+
+static bool own_lost(kernel_t *k, const char *why)
+{
+    if (!k->pool)
+        return false;
+    log_warn("kernel=%s: pooled kernel ended: %s", k->id, why);
+    kpool__lost(k->m, k, k->state != KERNEL_RUNNING); /* frees k */
+    return true;
+}
+
+static void own_gone(kernel_t *k)
+{
+    kmgr__remove(k->m, k);
+}
+
+static void own_capacity(kernel_t *k)
+{
+    kpool__kick(k->m);
+}
+
+static int own_fork_fd(kernel_t *k)
+{
+    return kzygote__fd(k->m, k->spec);
+}
+
+static bool own_fork_adopt(kernel_t *k)
+{
+    return kzygote__adopt(k->m, k);
+}
+
+static void own_fork_adopted(kernel_t *k)
+{
+    kzygote__adopted(k->m, k);
+}
+
+static int own_fork_lend(kernel_t *k, int dirfds[SBX_CGROUP_MAX_DIRS])
+{
+    return kzygote__lend(k->m, k, dirfds);
+}
+
+static void own_fork_take_back(kernel_t *k)
+{
+    kzygote__take_back(k->m, k);
+}
+
+static void own_forked(kernel_t *k, bool ok)
+{
+    kzygote__forked(k->m, ok);
+}
+
+const struct kernel_owner_ops kmgr__kernel_owner = {
+    .event = own_event,
+    .iopub = own_iopub,
+    .relay = own_relay,
+    .notice = own_notice,
+    .exec_end = own_exec_end,
+    .start_ok = own_start_ok,
+    .start_failed = own_start_failed,
+    .ready = own_ready,
+    .lost = own_lost,
+    .gone = own_gone,
+    .capacity = own_capacity,
+    .fork_fd = own_fork_fd,
+    .fork_adopt = own_fork_adopt,
+    .fork_adopted = own_fork_adopted,
+    .fork_lend = own_fork_lend,
+    .fork_take_back = own_fork_take_back,
+    .forked = own_forked,
+};
+
 kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
 {
     char tmpl[PATH_MAX];
@@ -554,14 +689,14 @@ void kmgr_destroy(kmgr_t **pm)
     /* At exit there is no loop left to wait on: stop every process group at once, give them
      * a moment together, then kill what is left. */
     for (size_t i = 0; i < m->n; i++)
-        kernel__signal(m->v[i], SIGTERM);
+        klaunch__signal(m->v[i], SIGTERM);
     uint64_t deadline = util_now_ms() + 2000;
     for (;;) {
         size_t alive = 0;
         for (size_t i = 0; i < m->n; i++) {
             kernel_t *k = m->v[i];
             if (k->pid > 1 && waitpid(k->pid, NULL, WNOHANG) == k->pid) {
-                kernel__signal(k, SIGKILL);
+                klaunch__signal(k, SIGKILL);
                 k->pid = 0;
             }
             alive += k->pid > 0;
@@ -574,7 +709,7 @@ void kmgr_destroy(kmgr_t **pm)
         kernel_t *k = m->v[--m->n];
         kexec__fail_all(k, KERNEL_OUT_SHUTDOWN, "the gateway is shutting down");
         kmgr__emit(m, k, KERNEL_EV_GONE, NULL);
-        kernel__free(k);
+        kinstance__free(k);
     }
     while (m->nws > 0)
         wspace__free(m->ws[--m->nws]);
@@ -789,14 +924,14 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
     /* a pooled kernel's environment has no proxy variables, nor its sandbox a proxy */
     kernel_t *k = req->egress && req->egress->n ? NULL : kpool__take(m, spec, req);
     if (k) {
-        if ((r = kernel__adopt(k, req->env, lim)) < 0) {
+        if ((r = kinstance__adopt(k, req->env, lim)) < 0) {
             kpool__drop(m, k);
             return refuse(m, KMGR_FAIL_SPAWN, r);
         }
         snprintf(k->ws->tenant, sizeof(k->ws->tenant), "%s", tenant);
         m->v[m->n++] = k;
         log_info("kernel=%s: %s taken from the pool, workspace=%s", k->id, spec->name, k->ws->id);
-        kernel__start_begin(k, t0, true);
+        kmgr__start_begin(k, t0, true);
         *ret = k;
         return 0;
     }
@@ -810,12 +945,13 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         if ((r = kmgr__new_workspace(m, tenant, size, false, &ws)) < 0)
             return refuse(m, r == -EAGAIN ? KMGR_FAIL_LIMIT : KMGR_FAIL_SPAWN, r);
     }
-    k = kernel__new(m, spec, req->env, lim, ws, NULL, req->egress);
+    k = kinstance__new(m, spec, req->env, lim, ws, NULL, req->egress,
+                       &kmgr__kernel_owner);
     if (!k)
         return refuse(m, KMGR_FAIL_SPAWN, -errno);
     m->v[m->n++] = k;
     log_info("kernel=%s: starting %s in workspace=%s", k->id, spec->name, ws->id);
-    kernel__start_begin(k, t0, false);
+    kmgr__start_begin(k, t0, false);
     *ret = k;
     return 0;
 }
@@ -875,13 +1011,13 @@ void kmgr_reap(kmgr_t *m)
 {
     for (size_t i = 0; i < m->n;) {
         size_t before = m->n;
-        kernel__check_exit(m->v[i]);
+        klaunch__check_exit(m->v[i]);
         if (m->n == before) /* else v[i] was removed: look at the same index again */
             i++;
     }
     for (size_t i = 0; i < m->pn;) {
         size_t before = m->pn;
-        kernel__check_exit(m->pv[i]);
+        klaunch__check_exit(m->pv[i]);
         if (m->pn == before)
             i++;
     }

@@ -6,7 +6,7 @@
  * workspace is hidden too. It has never run user code. kmgr_start takes one when the request
  * allows it (see kpool__take) and the kernel is then the request's like any other: its
  * tenant is set on its (fresh) workspace, per-kernel limits that apply after start are set,
- * and the request's KERNEL_* variables are applied (kernel.c, kernel__adopt).
+ * and the request's KERNEL_* variables are applied (kinstance.c, kinstance__adopt).
  *
  * Rules:
  * - Size: per kernelspec, a target between the configured size and twice it. A request that
@@ -99,7 +99,7 @@ void kpool__drop(kmgr_t *m, kernel_t *k)
     wspace_t *ws = k->ws;
     kpool__remove(m, k);
     ws->holds++; /* kept until the kernel is freed, then removed now, without grace */
-    kernel__free(k);
+    kinstance__free(k);
     kmgr__ws_remove(m, ws);
     wspace__free(ws);
 }
@@ -107,7 +107,7 @@ void kpool__drop(kmgr_t *m, kernel_t *k)
 void kpool__fini(kmgr_t *m)
 {
     for (size_t i = 0; i < m->pn; i++)
-        kernel__signal(m->pv[i], SIGKILL);
+        klaunch__signal(m->pv[i], SIGKILL);
     while (m->pn > 0)
         kpool__drop(m, m->pv[m->pn - 1]);
     free(m->pv);
@@ -224,8 +224,8 @@ static void spawn(kmgr_t *m, struct kpool *p)
         return failed(m, p);
     }
     ws->pooled = true;
-    ws->holds++; /* a failed kernel__new must not free it behind our back */
-    kernel_t *k = kernel__new(m, p->spec, NULL, NULL, ws, p, NULL);
+    ws->holds++; /* a failed kinstance__new must not free it behind our back */
+    kernel_t *k = kinstance__new(m, p->spec, NULL, NULL, ws, p, NULL, &kmgr__kernel_owner);
     ws->holds--;
     if (!k) {
         kmgr__ws_remove(m, ws);

@@ -1,6 +1,6 @@
 /* The fork server as the kernel manager sees it: one kgw-zygote process (kernelmgr/zygote.c)
  * for the kernelspec it was configured for, started at start-up, checked with a dry run of
- * the forked sandbox, used by kernel.c for every start of that kernelspec while it is ready,
+ * the forked sandbox, used by klaunch.c for every start of that kernelspec while it is ready,
  * restarted (with a backoff) when it dies, and recycled after ZYGOTE_MAX_FORKS kernels or
  * ZYGOTE_MAX_AGE_MS (its children share its address layout and string hash seed).
  *

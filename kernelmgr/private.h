@@ -1,4 +1,8 @@
-/* kernelmgr internals shared by kernel.c, kconn.c and kmgr.c. */
+/* kernelmgr internals shared by its files.
+ *
+ * Floors: kernel.c (with klaunch.c, kexec.c, kinstance.c, kcall.c, kzsock.c) is the bottom;
+ * it reports to its owner through struct kernel_owner_ops. kconn.c, kpool.c, kzygote.c,
+ * wspace.c and kmgr.c sit above it; kmgr.c provides the owner ops. */
 #ifndef KGW_KERNELMGR_PRIVATE_H
 #define KGW_KERNELMGR_PRIVATE_H
 
@@ -147,6 +151,41 @@ void kexec__usage_begin(kernel_t *k);
 void kexec__end(kernel_t *k, const char *msg_id, enum kernel_outcome o, const char *cause,
                 int64_t duration_us);
 
+/* What a kernel tells its owner, and asks of it (kmgr.c provides these for every kernel, pooled
+ * or not: the owner knows which is which). Every member is set. */
+struct kernel_owner_ops {
+    /* listeners' events (the owner does not tell them of a pooled kernel's) */
+    void (*event)(kernel_t *k, enum kernel_event ev, const char *detail);
+    void (*iopub)(kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
+    /* an iopub message from the kernel for its clients (counted, then as iopub) */
+    void (*relay)(kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
+    void (*notice)(kernel_t *k, jspan_t parent, const char *text);
+    void (*exec_end)(kernel_t *k, const struct kernel_exec_end *e);
+    /* a client's start of k (k->req_us) is over: ready, or failed (why) */
+    void (*start_ok)(kernel_t *k);
+    void (*start_failed)(kernel_t *k, enum kmgr_start_fail why);
+    /* k is ready (after kernel_owner_ops.capacity) */
+    void (*ready)(kernel_t *k);
+    /* k's process ended (why: how): true if the owner took k (a pooled kernel: freed);
+     * false: k goes on by itself (restart, death, removal) */
+    bool (*lost)(kernel_t *k, const char *why);
+    /* k is going: the owner forgets it (k frees itself next) */
+    void (*gone)(kernel_t *k);
+    /* a start in flight ended: capacity may have changed */
+    void (*capacity)(kernel_t *k);
+    /* the fork server (kzygote.c): its socket for k's kernelspec (-1: none), and the cgroup
+     * moves around a start through it (see kzygote__adopt, kzygote__lend) */
+    int (*fork_fd)(kernel_t *k);
+    bool (*fork_adopt)(kernel_t *k);
+    void (*fork_adopted)(kernel_t *k);
+    int (*fork_lend)(kernel_t *k, int dirfds[SBX_CGROUP_MAX_DIRS]);
+    void (*fork_take_back)(kernel_t *k);
+    /* a start went through the fork server, or (ok false) failed because of it */
+    void (*forked)(kernel_t *k, bool ok);
+};
+/* kmgr.c: the owner of every kernel */
+extern const struct kernel_owner_ops kmgr__kernel_owner;
+
 struct kwait {
     kernel_done_cb cb;
     void *data;
@@ -155,7 +194,9 @@ struct kwait {
 };
 
 struct kernel {
-    kmgr_t *m;
+    kmgr_t *m;                        /* its configuration, loop and contexts (read only) */
+    const struct kernel_owner_ops *own; /* how it reports to its owner */
+    struct kmgr_stats *stats;         /* the counters it keeps */
     char id[40];
     const kspec_t *spec;
     enum kernel_state state;
@@ -276,26 +317,79 @@ void kmgr__ws_remove(kmgr_t *m, wspace_t *w);
  * only), or NULL. */
 wspace_t *kmgr__ws_idle(kmgr_t *m);
 
-/* egress: the kernel's egress policy (NULL or empty: none; copied). */
-kernel_t *kernel__new(kmgr_t *m, const kspec_t *spec, json_t *env,
+/* kinstance.c: a kernel's set-up and teardown.
+ * egress: the kernel's egress policy (NULL or empty: none; copied). own: its owner. */
+kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
                       const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
-                      const egpol_t *egress);
+                      const egpol_t *egress, const struct kernel_owner_ops *own);
 /* Hands a pooled kernel to a request: per-kernel limits that apply after start, and the
  * request's KERNEL_* variables (a silent execution; the kernel is "starting" until it is
  * done). 0 or -errno. */
-int kernel__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim);
-void kernel__free(kernel_t *k);
-/* A client's execute_request was sent to the kernel (kconn_send). */
-void kernel__exec_sent(kernel_t *k, const char *msg_id);
+int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim);
+void kinstance__free(kernel_t *k);
+/* A pooled kernel's request environment: the silent execution that applies it, its answers
+ * (replied ok or with an error, or its iopub idle came), and whether m is one of its
+ * messages (no client sees those). */
+void kinstance__env_send(kernel_t *k);
+void kinstance__env_step(kernel_t *k, bool replied_ok, bool replied_err, bool idle);
+bool kinstance__env_parent(const kernel_t *k, const jmsg_t *m);
+
+/* klaunch.c: the launch. Starts k's process (a failure sets k dead). */
+void klaunch__start(kernel_t *k);
+/* k's process environment (req_env: the request's, KERNEL_* taken), NULL-terminated. */
+char **klaunch__env(const kernel_t *k, json_t *req_env);
+void klaunch__free_strv(char **v);
+/* Writes k's connection file. 0 or -errno. */
+int klaunch__conn_file(kernel_t *k);
+/* The sandbox's set-up report is moot (closed); an exec'd start's pending part is dropped. */
+void klaunch__setup_end(kernel_t *k);
+void klaunch__abandon(kernel_t *k);
+/* The process is ready: its egress proxy starts (if it has a policy). */
+void klaunch__egress_start(kernel_t *k);
+/* Reaps k's process if it has ended (0, *ret_status set) and releases what it held; -EAGAIN
+ * if it runs. */
+int klaunch__reap(kernel_t *k, int *ret_status);
+/* Why it ended (asked: someone stopped it; counted in the statistics) and, in why, how. */
+enum kmgr_death klaunch__death(kernel_t *k, int st, bool asked, char *why, size_t whysz);
+/* What an unasked death means for requests in flight (cause: one line), or for a start. */
+enum kernel_outcome klaunch__death_outcome(kernel_t *k, enum kmgr_death d, int st, char *cause,
+                                           size_t sz);
+enum kmgr_start_fail klaunch__start_fail(enum kmgr_death d);
+
+/* kernel.c: the state machine, called by its other files. */
+int kernel__watch(kernel_t *k);
+void kernel__unwatch(kernel_t *k);
+void kernel__set_running(kernel_t *k);
+/* fail: why, if a client's start was in progress. */
+void kernel__set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail);
+/* Restarts the process (no event, no statistics). 0 or -EBUSY. */
+int kernel__restart(kernel_t *k);
+/* Timer and io callbacks (data: the kernel): asks the kernel for kernel_info, and its
+ * process's exit. */
+void kernel__nudge(void *data);
+void kernel__on_exit_io(void *data);
+
+/* kexec.c: the execution watch. A client's execute_request was sent to the kernel
+ * (kconn_send). */
+void kexec__track_sent(kernel_t *k, const char *msg_id);
+/* iopub: a status message; another message (error, execute_input); whether an output
+ * message is over the execution's output cap (then it is dropped). */
+void kexec__status(kernel_t *k, const jmsg_t *m);
+void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h);
+bool kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h);
+/* The execution in progress, if any, is over (how: its status in the statistics). */
+void kexec__finish(kernel_t *k, enum kmgr_exec how);
+/* The wall-time timer (data: the kernel). */
+void kexec__on_timer(void *data);
 /* A client's start of k (kmgr_start, at since_us) is in progress: it is counted in the
  * statistics once ready, or as a failure (at once if k is ready already). */
-void kernel__start_begin(kernel_t *k, uint64_t since_us, bool pooled);
+void kmgr__start_begin(kernel_t *k, uint64_t since_us, bool pooled);
 /* Counts a message relayed between clients and k (kmgr_stats.messages). */
 void kernel__count_msg(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m);
 /* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
-void kernel__signal(kernel_t *k, int sig);
+void klaunch__signal(kernel_t *k, int sig);
 /* Reaps the kernel's process if it has exited (SIGCHLD path). */
-void kernel__check_exit(kernel_t *k);
+void klaunch__check_exit(kernel_t *k);
 /* Sends a gateway-made message on one of the kernel's manager sockets. */
 int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content);
 int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
@@ -354,7 +448,7 @@ void kpool__remove(kmgr_t *m, kernel_t *k);
 /* Sandbox uid slots: -1 when all are taken. */
 long kmgr__slot_take(kmgr_t *m);
 void kmgr__slot_put(kmgr_t *m, long slot);
-void kernel__endpoint(const kernel_t *k, int port, char *out, size_t outsz);
+void kinstance__endpoint(const kernel_t *k, int port, char *out, size_t outsz);
 /* Verifies and splits frames from the kernel. 0 or -EBADMSG (logged by the caller). */
 int kernel__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h);
 

@@ -1,0 +1,331 @@
+/* A kernel instance's set-up and teardown: its runtime directory (a tmpfs of its own when
+ * sandboxed), cgroup, limits, keys, environment and connection file; and a pooled kernel's
+ * hand-out to a request (kinstance__adopt: its limits and KERNEL_* variables). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/shardid.h"
+#include "common/util.h"
+#include "kernelmgr/private.h"
+#include "sandbox/sbx.h"
+
+/* ---- the request's environment, for a kernel taken from the warm pool ----
+ *
+ * A pooled kernel was started before its request existed, so the request's KERNEL_*
+ * variables are set in its os.environ by one execution that leaves no trace a client can see:
+ * silent (no execute_input, no result, execution_count unchanged), store_history false (not
+ * in In/Out or the history database), names bound only inside an expression, and the kernel
+ * is handed out only after that execution's status "idle", so no client ever receives one of
+ * its messages. The variables reach os.environ and so every subprocess; the kernel process's
+ * initial environment (/proc/self/environ) does not have them. If the execution fails, the
+ * kernel is restarted cold with the variables in its environment. */
+
+static char *env_code_new(json_t *req_env)
+{
+    static const char pre[] = "__import__('os').environ.update(__import__('json').loads("
+                              "bytes.fromhex('";
+    static const char post[] = "')))";
+    const char *key;
+    json_t *v, *vars = json_object();
+    char *code = NULL;
+    errno = ENOMEM;
+    if (!vars)
+        return NULL;
+    json_object_foreach(req_env, key, v) if (json_is_string(v) && !strncmp(key, "KERNEL_", 7))
+        json_object_set_new(vars, key, json_string(json_string_value(v)));
+    if (json_object_size(vars) == 0) {
+        json_decref(vars);
+        errno = 0;
+        return NULL;
+    }
+    char *js = json_dumps(vars, JSON_COMPACT);
+    json_decref(vars);
+    errno = ENOMEM;
+    if (!js)
+        return NULL;
+    size_t n = strlen(js);
+    code = malloc(sizeof(pre) + 2 * n + sizeof(post));
+    if (code) {
+        char *o = stpcpy(code, pre);
+        for (size_t i = 0; i < n; i++)
+            o += sprintf(o, "%02x", (unsigned char)js[i]);
+        strcpy(o, post);
+    }
+    free(js);
+    return code;
+}
+
+/* Never hand out a kernel without its environment: start it again, cold, with the variables
+ * in its process environment (k->envp has them). */
+static void env_fail(kernel_t *k, const char *why)
+{
+    log_warn("kernel=%s: cannot apply the request's environment (%s); restarting it cold",
+             k->id, why);
+    free(k->env_code);
+    k->env_code = NULL;
+    k->req_pool = false; /* the client's start goes the cold way now */
+    k->state = KERNEL_RESTARTING;
+    k->stop_stage = 1; /* on exit: start again */
+    klaunch__signal(k, SIGKILL);
+}
+
+void kinstance__env_send(kernel_t *k)
+{
+    json_t *c = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", k->env_code, "silent", 1,
+                          "store_history", 0, "user_expressions", "allow_stdin", 0,
+                          "stop_on_error", 0);
+    char *content = c ? json_dumps(c, JSON_COMPACT) : NULL;
+    json_decref(c);
+    k->env_replied = k->env_idle = false;
+    int r = content ? kernel__send_own_id(k, &k->shell, "execute_request", content, k->env_id)
+                    : -ENOMEM;
+    free(content);
+    if (r < 0) {
+        env_fail(k, strerror(-r));
+        return;
+    }
+    k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
+}
+
+void kinstance__env_step(kernel_t *k, bool replied_ok, bool replied_err, bool idle)
+{
+    if (!k->env_code || k->state != KERNEL_STARTING)
+        return;
+    if (replied_err) {
+        env_fail(k, "the execution failed");
+        return;
+    }
+    k->env_replied |= replied_ok;
+    k->env_idle |= idle;
+    if (!k->env_replied || !k->env_idle)
+        return;
+    free(k->env_code);
+    k->env_code = NULL;
+    log_info("kernel=%s: ready (pid %d, from the pool, environment applied)", k->id,
+             (int)k->pid);
+    kernel__set_running(k);
+}
+
+/* Messages of that execution are the gateway's own: no client sees them. */
+bool kinstance__env_parent(const kernel_t *k, const jmsg_t *m)
+{
+    return k->env_id[0] &&
+           memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->env_id,
+                  strlen(k->env_id)) != NULL;
+}
+
+static void apply_limits(kernel_t *k, const struct kmgr_limits *lim)
+{
+    if (!lim)
+        return;
+#define OVERRIDE(dst, v)                                                                           \
+    if ((v) > 0)                                                                                   \
+        (dst) = (v)
+    OVERRIDE(k->lim.mem_bytes, lim->mem_bytes);
+    OVERRIDE(k->lim.cpu_millis, lim->cpu_millis);
+    OVERRIDE(k->lim.pids, lim->pids);
+    OVERRIDE(k->lim.workspace_bytes, lim->workspace_bytes);
+    OVERRIDE(k->exec_timeout_ms, (int)lim->exec_timeout_ms);
+    OVERRIDE(k->output_cap, lim->output_cap);
+#undef OVERRIDE
+}
+
+int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim)
+{
+    char **envp = klaunch__env(k, env);
+    if (!envp)
+        return -ENOMEM;
+    errno = 0;
+    char *code = env_code_new(env);
+    if (!code && errno) {
+        klaunch__free_strv(envp);
+        return -ENOMEM;
+    }
+    klaunch__free_strv(k->envp);
+    k->envp = envp; /* for restarts */
+    apply_limits(k, lim); /* the sandbox's are equal to the pooled kernel's (kmgr_start) */
+    k->pool = NULL;
+    k->ws->pooled = false;
+    kernel_touch(k);
+    k->env_code = code;
+    if (code && k->state == KERNEL_RUNNING) {
+        k->state = KERNEL_STARTING;
+        snprintf(k->exec_state, sizeof(k->exec_state), "starting");
+        k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
+        kinstance__env_send(k);
+    }
+    return 0;
+}
+
+void kinstance__endpoint(const kernel_t *k, int port, char *out, size_t outsz)
+{
+    snprintf(out, outsz, "ipc://%s/k-%d", k->dir, port);
+}
+
+kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
+                      const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
+                      const egpol_t *egress, const struct kernel_owner_ops *own)
+{
+    int r;
+    kernel_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    list_init(&k->conns);
+    list_init(&k->failing);
+    k->exec_cpu0 = -1;
+    list_init(&k->waiters);
+    k->m = m;
+    k->own = own;
+    k->stats = &m->stats;
+    k->spec = spec;
+    k->pidfd = -1;
+    k->setup_fd = -1;
+    k->ws = ws;
+    wspace__attach(ws);
+    k->exec_timeout_ms = m->o.exec_timeout_ms;
+    k->output_cap = m->o.output_cap;
+    k->pool = pool;
+    if (m->o.sandbox)
+        k->lim = m->o.sandbox->lim;
+    apply_limits(k, lim);
+    k->iopub.fd = k->shell.fd = k->control.fd = k->hb.fd = -1;
+    shardid_mint(k->id);
+    util_uuid(k->session);
+    util_random_hex(k->key, 32);
+    kernel_touch(k);
+    snprintf(k->exec_state, sizeof(k->exec_state), "starting");
+    /* unix socket paths are limited to 108 bytes: <dir>/k-N and <dir>/callback */
+    if ((size_t)snprintf(k->dir, sizeof(k->dir), "%s/%s", m->rundir, k->id) +
+            sizeof("/" KCALL_SOCKET_NAME) > 108) {
+        errno = ENAMETOOLONG;
+        goto fail;
+    }
+    snprintf(k->conn_file, sizeof(k->conn_file), "%s/connection.json", k->dir);
+    if (mkdir(k->dir, 0700) < 0)
+        goto fail;
+    if (m->o.sandbox) {
+        uid_t uid = ws->uid;
+        uid_t ruid = uid - 1;
+        /* the kernel (uid inside 1000) creates its sockets here; the sandbox's set-up
+         * (inside root) mounts the new root on root_dir */
+        snprintf(k->root_dir, sizeof(k->root_dir), "%s.root", k->dir);
+        /* a tmpfs of its own, so the kernel's mountinfo shows "/" as the bind source rather
+         * than a host path (the gateway runs in a private mount namespace: see main.c) */
+        char opts[128];
+        snprintf(opts, sizeof(opts), "size=1m,nr_inodes=64,mode=0700,uid=%u,gid=%u",
+                 (unsigned)uid, (unsigned)uid);
+        /* nosymfollow: the kernel can replace its socket files with symlinks; the gateway's
+         * reconnects must never follow them to a host socket */
+        if (mount("tmpfs", k->dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | KGW_MS_NOSYMFOLLOW,
+                  opts) < 0)
+            goto fail;
+        k->dir_mounted = true;
+        if (mkdir(k->root_dir, 0700) < 0 || chown(k->root_dir, ruid, ruid) < 0)
+            goto fail;
+        k->cgroup = sbx_cgroup_new(m->cgroups, k->id, k->lim.mem_bytes, k->lim.pids,
+                                   k->lim.cpu_millis);
+        if (!k->cgroup)
+            goto fail;
+    }
+    if (!(k->sign = jsign_new(k->key, strlen(k->key))))
+        goto fail;
+    if (egress && egress->n && m->o.sandbox) { /* unsandboxed kernels have the host's network */
+        if (!(k->egpol = malloc(sizeof(*k->egpol))))
+            goto fail;
+        *k->egpol = *egress;
+    }
+    if (!(k->envp = klaunch__env(k, env)))
+        goto fail;
+    if ((r = klaunch__conn_file(k)) < 0) {
+        errno = -r;
+        goto fail;
+    }
+    if (m->o.sandbox) {
+        uid_t uid = ws->uid;
+        if (chown(k->conn_file, uid, uid) < 0)
+            goto fail;
+    }
+    if (!(k->calls = kcall__new(k)))
+        goto fail;
+    if ((r = kernel__watch(k)) < 0) {
+        errno = -r;
+        goto fail;
+    }
+    k->state = KERNEL_STARTING;
+    klaunch__start(k);
+    if (k->state == KERNEL_DEAD) {
+        errno = ECHILD;
+        goto fail;
+    }
+    return k;
+fail:
+    r = errno;
+    kinstance__free(k);
+    errno = r;
+    return NULL;
+}
+
+void kinstance__free(kernel_t *k)
+{
+    if (!k)
+        return;
+    evl_t *l = k->m->evl;
+    while (!list_empty(&k->waiters)) {
+        kwait_t *w = list_first(&k->waiters, kwait_t, link);
+        kwait_cancel(&w);
+    }
+    while (!list_empty(&k->conns)) {
+        kconn_t *c = list_first(&k->conns, kconn_t, link);
+        kconn_destroy(&c);
+    }
+    if (k->pid > 1) {
+        klaunch__signal(k, SIGKILL);
+        kill(k->pid, SIGKILL);
+        waitpid(k->pid, NULL, 0);
+    }
+    evl_io_destroy(l, &k->pid_io);
+    klaunch__abandon(k);
+    k->own->fork_take_back(k);
+    kegress_destroy(&k->egress);
+    free(k->egpol);
+    if (k->pidfd >= 0)
+        close(k->pidfd);
+    klaunch__setup_end(k);
+    kernel__unwatch(k);
+    kcall__destroy(&k->calls);
+    free(k->exec_parent);
+    free(k->env_code);
+    jsign_destroy(&k->sign);
+    klaunch__free_strv(k->envp);
+    if (k->dir[0]) {
+        char p[PATH_MAX + 16];
+        for (int port = KPORT_SHELL; port <= KPORT_HB; port++) {
+            snprintf(p, sizeof(p), "%s/k-%d", k->dir, port);
+            unlink(p);
+        }
+        unlink(k->conn_file);
+        if (k->dir_mounted)
+            umount2(k->dir, MNT_DETACH);
+        rmdir(k->dir);
+    }
+    if (k->root_dir[0])
+        rmdir(k->root_dir);
+    if (k->cgroup) { /* what it used stays in the CPU time of all kernels (kmgr_usage) */
+        struct sbx_cgroup_usage u;
+        sbx_cgroup_usage(k->cgroup, &u);
+        if (u.cpu_ns > 0)
+            k->stats->cpu_ns_gone += (uint64_t)u.cpu_ns;
+    }
+    sbx_cgroup_destroy(&k->cgroup);
+    if (k->ws)
+        wspace__detach(k->ws);
+    free(k);
+}
