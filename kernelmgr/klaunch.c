@@ -331,7 +331,8 @@ static enum kmgr_death death_cause(kernel_t *k, int st, bool setup_failed)
         return KMGR_DEATH_OOM;
     if (pids)
         return KMGR_DEATH_PIDS;
-    /* a sandboxed kernel's proxy exits with 128 + the signal that ended the kernel (sandbox/stages.c) */
+    /* a sandboxed kernel's proxy exits with 128 + the signal that ended the kernel
+     * (sandbox/stages.c) */
     if (WIFSIGNALED(st) ||
         (k->m->o.sandbox && WIFEXITED(st) && WEXITSTATUS(st) > 128 && WEXITSTATUS(st) <= 128 + 64))
         return KMGR_DEATH_SIGNAL;
