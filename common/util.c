@@ -1,9 +1,11 @@
 #include "common/util.h"
 
 #include <ctype.h>
+#include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 #include <uuid/uuid.h>
 
 uint64_t util_now_us(void)
@@ -97,4 +99,20 @@ bool util_json_depth_ok(const char *p, size_t n, int max)
         }
     }
     return true;
+}
+
+long util_read_small(const char *path, char *buf, size_t bufsz)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || bufsz == 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    ssize_t n = read(fd, buf, bufsz - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return (long)n;
 }

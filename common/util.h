@@ -26,6 +26,9 @@ bool util_printable(const char *s, size_t n);
  * parser builds the tree. Exact for valid JSON; the parser refuses the rest anyway. */
 bool util_json_depth_ok(const char *p, size_t n, int max);
 
+/* Reads a small file (a /proc or cgroup value) into buf, NUL-terminated: its length, or -1. */
+long util_read_small(const char *path, char *buf, size_t bufsz);
+
 #define UTIL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 

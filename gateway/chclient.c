@@ -241,14 +241,9 @@ static int client_send(chclient_t *cl, enum jchan chan, const char *msg_type, js
     char *hdr = jmsg_new_header(msg_type, cl->session, msg_id_out);
     char *body = content ? json_dumps(content, JSON_COMPACT) : NULL;
     if (hdr && body) {
-        jmsg_t m = {.nbuf = 0};
-        m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
-        m.part[JPART_PARENT] = (jspan_t){"{}", 2};
-        m.part[JPART_METADATA] = (jspan_t){"{}", 2};
-        m.part[JPART_CONTENT] = (jspan_t){body, strlen(body)};
+        jmsg_t m;
         jhdr_t h;
-        snprintf(h.msg_id, sizeof(h.msg_id), "%s", msg_id_out);
-        snprintf(h.msg_type, sizeof(h.msg_type), "%s", msg_type);
+        jmsg_own(&m, &h, hdr, msg_id_out, msg_type, NULL, body);
         r = kconn_send(cl->kc, chan, &m, &h);
     }
     free(hdr);

@@ -126,15 +126,8 @@ static long long resident_bytes(void)
 {
     char buf[128];
     long long size, resident;
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    if (sscanf(buf, "%lld %lld", &size, &resident) != 2)
+    if (util_read_small("/proc/self/statm", buf, sizeof(buf)) < 0 ||
+        sscanf(buf, "%lld %lld", &size, &resident) != 2)
         return -1;
     return resident * sysconf(_SC_PAGESIZE);
 }

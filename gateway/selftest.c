@@ -283,14 +283,8 @@ static void check_namespaces(pid_t pid)
 static long long read_ll(const char *path)
 {
     char buf[64];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (util_read_small(path, buf, sizeof(buf)) < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
     if (!strncmp(buf, "max", 3))
         return LLONG_MAX;
     return strtoll(buf, NULL, 10);
@@ -457,14 +451,9 @@ static void send_cell(void)
     char *cs = content ? json_dumps(content, JSON_COMPACT) : NULL;
     json_decref(content);
     if (code && hdr && cs && (T.c = kconn_new(T.k, SESSION, &ops, NULL))) {
-        jmsg_t msg = {.nbuf = 0};
-        msg.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
-        msg.part[JPART_PARENT] = (jspan_t){"{}", 2};
-        msg.part[JPART_METADATA] = (jspan_t){"{}", 2};
-        msg.part[JPART_CONTENT] = (jspan_t){cs, strlen(cs)};
+        jmsg_t msg;
         jhdr_t h;
-        snprintf(h.msg_id, sizeof(h.msg_id), "%s", T.msg_id);
-        snprintf(h.msg_type, sizeof(h.msg_type), "execute_request");
+        jmsg_own(&msg, &h, hdr, T.msg_id, "execute_request", NULL, cs);
         if (kconn_send(T.c, JCHAN_SHELL, &msg, &h) < 0) {
             add("kernel", "run the checks", "sent", "could not send the cell", false);
             finish();

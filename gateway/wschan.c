@@ -205,12 +205,9 @@ static void broadcast_own(khub_t *hub, const char *msg_type, jspan_t parent, con
     char *hdr = jmsg_new_header(msg_type, hub->g->server_session, h.msg_id);
     if (!hdr)
         return;
-    snprintf(h.msg_type, sizeof(h.msg_type), "%s", msg_type);
-    jmsg_t m = {.nbuf = 0};
-    m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
-    m.part[JPART_PARENT] = parent;
-    m.part[JPART_METADATA] = (jspan_t){"{}", 2};
-    m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
+    jmsg_t m;
+    jmsg_own(&m, &h, hdr, h.msg_id, msg_type, NULL, content);
+    m.part[JPART_PARENT] = parent; /* a span of the kernel's message, not a string */
     broadcast(hub, JCHAN_IOPUB, &m, &h);
     free(hdr);
 }

@@ -375,14 +375,9 @@ static int send_execute(struct xkern *xk, xexec_t *x)
     char *body = execute_content(&x->req);
     int rc = -ENOMEM;
     if (hdr && body) {
-        jmsg_t m = {.nbuf = 0};
-        m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
-        m.part[JPART_PARENT] = (jspan_t){"{}", 2};
-        m.part[JPART_METADATA] = (jspan_t){"{}", 2};
-        m.part[JPART_CONTENT] = (jspan_t){body, strlen(body)};
+        jmsg_t m;
         jhdr_t h;
-        snprintf(h.msg_id, sizeof(h.msg_id), "%s", x->msg_id);
-        snprintf(h.msg_type, sizeof(h.msg_type), "execute_request");
+        jmsg_own(&m, &h, hdr, x->msg_id, "execute_request", NULL, body);
         rc = kconn_send(xk->kc, JCHAN_SHELL, &m, &h);
     }
     free(hdr);
@@ -1026,6 +1021,18 @@ static bool idem_replay(struct gw_req *r, const char *key, const unsigned char *
     return true;
 }
 
+/* The Idempotency-Key of a POST and its body's hash: false when the request is answered
+ * already (a bad key, or a retry of a held execution). */
+static bool idem_begin(struct gw_req *r, char key[XAPI_KEY_MAX + 1],
+                       unsigned char hash[crypto_hash_sha256_BYTES])
+{
+    if (!idem_key(r, key))
+        return false;
+    crypto_hash_sha256(hash, (const unsigned char *)(r->body.data ? r->body.data : ""),
+                       r->body.len);
+    return !idem_replay(r, key, hash);
+}
+
 static bool parse_body(struct gw_req *r, bool oneshot, struct xreq *q)
 {
     char err[256];
@@ -1054,11 +1061,7 @@ void xapi_kernel_execute(struct gw_req *r)
     kernel_t *k = gw_kernel(g, r->route.arg[0], r->caller.tenant);
     if (!k || kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD)
         return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
-    if (!idem_key(r, key))
-        return;
-    crypto_hash_sha256(hash, (const unsigned char *)(r->body.data ? r->body.data : ""),
-                       r->body.len);
-    if (idem_replay(r, key, hash))
+    if (!idem_begin(r, key, hash))
         return;
     if (!parse_body(r, false, &q))
         return;
@@ -1110,11 +1113,7 @@ void xapi_oneshot(struct gw_req *r)
     struct xreq q;
     struct kops_error err;
     kernel_t *k;
-    if (!idem_key(r, key))
-        return;
-    crypto_hash_sha256(hash, (const unsigned char *)(r->body.data ? r->body.data : ""),
-                       r->body.len);
-    if (idem_replay(r, key, hash))
+    if (!idem_begin(r, key, hash))
         return;
     if (!parse_body(r, true, &q))
         return;

@@ -182,12 +182,8 @@ static void send_made(kernel_t *k, kconn_t *to, enum jchan chan, const char *msg
     char *body = hdr ? json_dumps(content, JSON_COMPACT) : NULL;
     json_decref(content);
     if (body) {
-        snprintf(h.msg_type, sizeof(h.msg_type), "%s", msg_type);
-        jmsg_t m = {.nbuf = 0};
-        m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
-        m.part[JPART_PARENT] = (jspan_t){parent, strlen(parent)};
-        m.part[JPART_METADATA] = (jspan_t){"{}", 2};
-        m.part[JPART_CONTENT] = (jspan_t){body, strlen(body)};
+        jmsg_t m;
+        jmsg_own(&m, &h, hdr, h.msg_id, msg_type, parent, body);
         if (to)
             to->ops->reply(to->user, to, chan, &m, &h);
         else

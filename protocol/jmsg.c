@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/util.h"
@@ -119,4 +120,17 @@ char *jmsg_new_header(const char *msg_type, const char *session, char msg_id_out
     char *s = json_dumps(h, JSON_COMPACT);
     json_decref(h);
     return s;
+}
+
+void jmsg_own(jmsg_t *m, jhdr_t *h, const char *header, const char *msg_id, const char *msg_type,
+              const char *parent, const char *content)
+{
+    *m = (jmsg_t){.nbuf = 0};
+    m->part[JPART_HEADER] = (jspan_t){header, strlen(header)};
+    m->part[JPART_PARENT] = parent ? (jspan_t){parent, strlen(parent)} : (jspan_t){"{}", 2};
+    m->part[JPART_METADATA] = (jspan_t){"{}", 2};
+    m->part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
+    if (msg_id != h->msg_id)
+        snprintf(h->msg_id, sizeof(h->msg_id), "%s", msg_id);
+    snprintf(h->msg_type, sizeof(h->msg_type), "%s", msg_type);
 }

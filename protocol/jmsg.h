@@ -58,5 +58,9 @@ bool jmsg_parts_ok(const jmsg_t *m);
 /* Builds the header JSON of a message the gateway itself sends (kernel_info_request, status,
  * ...). Returns a malloc'd string or NULL. msg_id_out (37 bytes) receives the new id. */
 char *jmsg_new_header(const char *msg_type, const char *session, char msg_id_out[37]);
+/* A message the gateway makes: m's parts point at header, parent ("{}" when NULL), metadata
+ * "{}" and content, which must outlive m; h gets msg_id and msg_type. */
+void jmsg_own(jmsg_t *m, jhdr_t *h, const char *header, const char *msg_id, const char *msg_type,
+              const char *parent, const char *content);
 
 #endif
