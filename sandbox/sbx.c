@@ -220,7 +220,7 @@ int sbx_start_async(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pid
                     int *ret_setupfd, char *why, size_t whysz)
 {
     int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1};
-    pid_t pid;
+    pid_t pid = -1;
     int r = fork_proxy(o, efd, syncp, gop, &pid, why, whysz);
     if (r < 0) {
         sbx__close_pipes(efd, syncp, gop);
@@ -327,7 +327,7 @@ int sbx_setup_result(int setupfd, char *why, size_t whysz)
 int sbx_start(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pidfd, char *why,
               size_t whysz)
 {
-    pid_t pid;
+    pid_t pid = -1;
     int pidfd, setupfd;
     int r = sbx_start_async(o, &pid, &pidfd, &setupfd, why, whysz);
     if (r < 0)
@@ -355,7 +355,7 @@ static void probe_fn(void *arg)
 
 int sbx_probe(const sbx_profile_t *p, char *why, size_t whysz)
 {
-    pid_t pid;
+    pid_t pid = -1;
     int pidfd, st;
     int r = sbx_start(&(struct sbx_start_opts){.profile = p, .fn = probe_fn}, &pid, &pidfd, why,
                       whysz);
