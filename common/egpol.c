@@ -90,7 +90,10 @@ static int parse_entry(const char *s, size_t len, struct egpol_entry *e, char *e
         char *end;
         long p = strtol(port, &end, 10);
         if (!*port || *end || p < 1 || p > 65535 || port[0] == '+' || port[0] == '-')
-            return snprintf(err, errsz, "invalid port in \"%.64s\"", s), -EINVAL;
+            /* s is a span of the line, not a string */
+            return snprintf(err, errsz, "invalid port in \"%.*s\"", (int)(len < 64 ? len : 64),
+                            s),
+                   -EINVAL;
         e->port = (int)p;
     }
     if (!strcmp(host, "*")) {
@@ -102,10 +105,13 @@ static int parse_entry(const char *s, size_t len, struct egpol_entry *e, char *e
         host += 2;
     }
     if (!egpol_host_normalize(host))
-        return snprintf(err, errsz, "invalid host in \"%.64s\"", s), -EINVAL;
+        return snprintf(err, errsz, "invalid host in \"%.*s\"", (int)(len < 64 ? len : 64), s),
+               -EINVAL;
     e->ip = is_ip(host, NULL, NULL);
     if (e->ip && e->wild)
-        return snprintf(err, errsz, "a wildcard cannot be an IP address: \"%.64s\"", s), -EINVAL;
+        return snprintf(err, errsz, "a wildcard cannot be an IP address: \"%.*s\"",
+                        (int)(len < 64 ? len : 64), s),
+               -EINVAL;
     if (e->ip && buf[0] != '[' && strchr(host, ':'))
         return snprintf(err, errsz, "write IPv6 addresses as [ADDRESS]:PORT"), -EINVAL;
     if (e->ip)
