@@ -105,13 +105,19 @@ void kexec__sent(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
     c->npending++;
 }
 
+/* A reply, which names its request as parent; stdin's input_requests answer nothing. */
+static bool is_reply(const char *msg_type)
+{
+    size_t n = strlen(msg_type);
+    return n > 6 && !strcmp(msg_type + n - 6, "_reply");
+}
+
 void kexec__answered(kconn_t *c, const jmsg_t *m, const jhdr_t *h)
 {
     jhdr_t ph;
     struct kpending *p;
-    /* replies name their request as parent; stdin's input_requests answer nothing */
-    if (c->npending == 0 || strstr(h->msg_type, "_reply") == NULL ||
-        jhdr_parse(m->part[JPART_PARENT], &ph) < 0)
+    /* client msg_ids are any strings: the parent header is parsed, not searched */
+    if (c->npending == 0 || !is_reply(h->msg_type) || jhdr_parse(m->part[JPART_PARENT], &ph) < 0)
         return;
     list_for_each(p, &c->pending, link)
     {
