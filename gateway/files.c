@@ -342,13 +342,17 @@ static void list_dir(struct lister *l, int dir, const char *prefix, int depth)
     closedir(d);
 }
 
-static void handle_list(struct gw_req *r, wspace_t *w, int root)
+static json_t *listing(wspace_t *w, int root)
 {
     struct lister l = {.files = json_array()};
     list_dir(&l, root, "", 0);
-    req_reply(r, 200,
-              json_pack("{s:s, s:o, s:b}", "workspace", wspace_id(w), "files", l.files, "truncated",
-                        l.truncated));
+    return json_pack("{s:s, s:o, s:b}", "workspace", wspace_id(w), "files", l.files, "truncated",
+                     l.truncated);
+}
+
+static void handle_list(struct gw_req *r, wspace_t *w, int root)
+{
+    req_reply(r, 200, listing(w, root));
 }
 
 static void handle_delete(struct gw_req *r, wspace_t *w, int root)
@@ -779,4 +783,58 @@ int files_write(wspace_t *w, const char *path, const void *data, size_t len)
     }
     close(fd);
     return rc;
+}
+
+/* ---- the workspace as other faces see it (gateway/mcp.c) ---- */
+
+json_t *files_list(wspace_t *w)
+{
+    int root = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0)
+        return NULL;
+    json_t *l = listing(w, root);
+    close(root);
+    return l;
+}
+
+int files_read(wspace_t *w, const char *path, size_t max, unsigned char **ret_data,
+               size_t *ret_len)
+{
+    struct stat st;
+    int root = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0)
+        return -errno;
+    int fd = ws_open(root, path, O_RDONLY | O_NONBLOCK, 0);
+    close(root);
+    if (fd < 0)
+        return fd == -ENXIO ? -ENOENT : fd;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -EISDIR;
+    }
+    if ((unsigned long long)st.st_size > max) {
+        close(fd);
+        return -EFBIG;
+    }
+    size_t cap = (size_t)st.st_size, len = 0;
+    unsigned char *data = malloc(cap + 1);
+    int rc = data ? 0 : -ENOMEM;
+    while (rc == 0 && len < cap) { /* (a file growing meanwhile is read up to its size) */
+        ssize_t n = read(fd, data + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n < 0 ? -errno : 0;
+            break;
+        }
+        len += (size_t)n;
+    }
+    close(fd);
+    if (rc < 0) {
+        free(data);
+        return rc;
+    }
+    *ret_data = data;
+    *ret_len = len;
+    return 0;
 }

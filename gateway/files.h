@@ -3,6 +3,7 @@
 #ifndef KGW_GATEWAY_FILES_H
 #define KGW_GATEWAY_FILES_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #include "gateway/gw.h"
@@ -26,5 +27,14 @@ void files_shutdown(gw_t *g);
 /* Writes a file (a normal path, protocol/fpath.h) into a workspace, replacing what is there;
  * missing directories are made. Owned by the workspace's uid. 0 or -errno. */
 int files_write(wspace_t *w, const char *path, const void *data, size_t len);
+
+/* The workspace's files as GET /files lists them ({"workspace", "files", "truncated"}), or
+ * NULL. */
+json_t *files_list(wspace_t *w);
+/* Reads a regular file (a normal path) of the workspace, at most max bytes: 0 with
+ * *ret_data (malloc'd) and *ret_len, or -ENOENT, -EISDIR (not a regular file), -EFBIG (over
+ * max), -errno. */
+int files_read(wspace_t *w, const char *path, size_t max, unsigned char **ret_data,
+               size_t *ret_len);
 
 #endif

@@ -57,6 +57,7 @@ struct gw_config {
     long long execution_retention;    /* xapi.c: seconds a finished execution is kept */
     long long execution_budget_bytes; /* xapi.c: event bytes held per tenant */
     long long max_queued_executions;  /* xapi.c: per kernel, queued or running */
+    long long mcp_idle_timeout;       /* mcp.c: seconds an idle MCP session is kept */
     struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
     struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */
     struct rl_opts rl;
@@ -131,6 +132,7 @@ typedef struct gw {
     /* the faces' subscriptions to kernel events (setup_kernels) */
     struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xapi_listener;
     struct xapi *xapi; /* xapi.c: the execute API's executions */
+    struct mcp *mcp;   /* mcp.c: the MCP sessions */
     const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */

@@ -14,6 +14,7 @@
 
 struct fxfer;   /* files.c: an upload or download in progress */
 struct xreader; /* xapi.c: an execution's events being read */
+struct mcp_call; /* mcp.c: an MCP message being answered */
 
 struct gw_req {
     gw_t *g;
@@ -39,6 +40,7 @@ struct gw_req {
     char fpath[FPATH_MAX + 1]; /* the {path} of a file route, checked (fpath_normalize) */
     struct fxfer *xfer;
     struct xreader *xr; /* xapi.c: an execution's events being sent */
+    struct mcp_call *mc; /* mcp.c: the answer to a POST /mcp */
 };
 
 /* Stores a JSON response (steals body; NULL: empty) and asks lws for a writeable callback. */

@@ -32,6 +32,7 @@
 #include "gateway/routes.h"
 #include "gateway/sessions.h"
 #include "gateway/wschan.h"
+#include "gateway/mcp.h"
 #include "gateway/xapi.h"
 #include "gateway/sdnotify.h"
 #include "gateway/selftest.h"
@@ -198,6 +199,9 @@ static const struct cfg_option options[] = {
     I("execution-budget-bytes", execution_budget_bytes, "268435456", 65536, 1099511627776LL,
       "event bytes the execute API holds per tenant; beyond it the oldest finished executions, "
       "then the oldest events, are dropped"),
+    I("mcp-idle-timeout", mcp_idle_timeout, "3600", 10, 604800,
+      "seconds an MCP session (/mcp) is kept without requests; then it ends and its kernel is "
+      "shut down"),
     I("max-queued-executions", max_queued_executions, "16", 1, 100000,
       "executions of the execute API per kernel, queued or running (more: 429)"),
     S("fork-server-exe", fork_server_exe, "",
@@ -827,6 +831,7 @@ static void teardown(evl_io_t *sig_io, int sfd)
     conns_destroy(&G.conns); /* lws's closes at its destroy need not be counted */
     if (G.ctx)
         lws_context_destroy(G.ctx);
+    mcp_fini(&G); /* (after the requests answering it) */
     close(sfd);
     keyfile_free(&G.keys);
     rl_destroy(&G.rl);

@@ -34,6 +34,7 @@ enum route_id {
     ROUTE_EXECUTE,
     ROUTE_EXECUTION,
     ROUTE_EXECUTION_EVENTS,
+    ROUTE_MCP,
     ROUTE_N /* the number of ids (gateway/routes.c has a row for each) */
 };
 

@@ -6,6 +6,7 @@
 
 #include "gateway/channel.h"
 #include "gateway/files.h"
+#include "gateway/mcp.h"
 #include "gateway/metrics.h"
 #include "gateway/rest.h"
 #include "gateway/sessions.h"
@@ -33,6 +34,7 @@ static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_EXECUTE] = {.handle = xapi_oneshot, EXECUTES},
     [ROUTE_EXECUTION] = {.handle = xapi_execution, EXECUTES},
     [ROUTE_EXECUTION_EVENTS] = {.handle = xapi_execution, EXECUTES},
+    [ROUTE_MCP] = {.handle = mcp_handle, .write = mcp_write, .fini = mcp_req_fini},
     [ROUTE_SESSIONS] = {.handle = sessions_handle},
     [ROUTE_SESSION] = {.handle = sessions_handle},
     [ROUTE_CHANNEL] = {.ws_confirm = channel_confirm, .ws_open = channel_open},

@@ -108,7 +108,9 @@ struct xkern {
 struct xreader {
     struct list link; /* xexec_t.readers */
     xexec_t *x;
-    struct gw_req *r;
+    struct gw_req *r;                 /* an HTTP reader; NULL for a subscriber */
+    const struct xapi_sub_ops *ops;   /* a subscriber (xapi_run): events as they come */
+    void *user;
     enum xreq_format fmt;
     uint64_t cursor;
     int status;
@@ -145,12 +147,29 @@ static struct xtenant *tenant_get(struct xapi *xa, const char *name)
     return t;
 }
 
+/* A subscriber gets every event held past its cursor, in order (events dropped for the
+ * budget before it saw them are skipped). */
+static void deliver(struct xreader *rd)
+{
+    xexec_t *x = rd->x;
+    if (rd->cursor < x->first_seq)
+        rd->cursor = x->first_seq;
+    while (rd->x && rd->cursor < x->next_seq) {
+        const struct xevt *e = x->ev[rd->cursor - x->first_seq];
+        rd->cursor++;
+        rd->ops->event(rd->user, e->type, e->json, e->len);
+    }
+}
+
 static void wake(xexec_t *x)
 {
-    struct xreader *rd;
-    list_for_each(rd, &x->readers, link)
+    struct xreader *rd, *tmp;
+    list_for_each_safe(rd, tmp, &x->readers, link)
     {
-        lws_callback_on_writable(rd->r->wsi);
+        if (rd->ops)
+            deliver(rd); /* (a subscriber may leave inside: only its own link goes) */
+        else
+            lws_callback_on_writable(rd->r->wsi);
     }
 }
 
@@ -796,7 +815,7 @@ static json_t *exec_model(const xexec_t *x)
 
 /* ---- readers ---- */
 
-static void xapi_reader_free(struct xreader **p)
+void xapi_sub_destroy(struct xreader **p)
 {
     struct xreader *rd = *p;
     if (!rd)
@@ -909,7 +928,7 @@ static int write_document(struct gw_req *r, xexec_t *x)
 
 void xapi_req_fini(struct gw_req *r)
 {
-    xapi_reader_free(&r->xr);
+    xapi_sub_destroy(&r->xr);
 }
 
 int xapi_write(struct gw_req *r)
@@ -1189,6 +1208,43 @@ void xapi_execution(struct gw_req *r)
                                 json_pack("{s:I}", "first_seq", (json_int_t)x->first_seq));
     }
     attach(r, x, 200, since);
+}
+
+/* ---- subscribers (other faces: gateway/mcp.c) ---- */
+
+int xapi_run(gw_t *g, const struct gw_caller *who, kernel_t *k, const char *code,
+             double timeout, const struct xapi_sub_ops *ops, void *user, struct xreader **ret)
+{
+    struct xkern *xk = kernel_data(k, g->xapi_listener.slot);
+    size_t waiting = xk ? xk->nqueued + (xk->running ? 1 : 0) : 0;
+    if ((long long)waiting >= g->cfg.max_queued_executions)
+        return -EBUSY;
+    struct xreader *rd = calloc(1, sizeof(*rd));
+    char *c = strdup(code);
+    xexec_t *x = rd && c ? exec_new(g->xapi, who, k) : NULL;
+    if (!x) {
+        int err = rd && c ? -errno : -ENOMEM;
+        free(rd);
+        free(c);
+        return err;
+    }
+    x->req.code = c;
+    x->req.timeout = timeout;
+    x->req.store_history = true;
+    rd->x = x;
+    rd->ops = ops;
+    rd->user = user;
+    list_append(&x->readers, &rd->link);
+    *ret = rd;
+    deliver(rd);
+    enqueue(x, k);
+    return 0;
+}
+
+void xapi_sub_cancel(struct xreader *rd)
+{
+    if (rd && rd->x)
+        cancel(rd->x);
 }
 
 /* ---- set-up ---- */

@@ -34,6 +34,7 @@ static const struct {
     {ROUTE_EXECUTE, "/api/execute"},
     {ROUTE_EXECUTION, "/api/executions/%I"},
     {ROUTE_EXECUTION_EVENTS, "/api/executions/%I/events"},
+    {ROUTE_MCP, "/mcp"},
     {ROUTE_SESSIONS, "/api/sessions"},
     {ROUTE_SESSION, "/api/sessions/%I"},
     {ROUTE_CHANNEL, "/channel"},

@@ -1,0 +1,1120 @@
+/* The Model Context Protocol server (docs/mcp.md). One endpoint, /mcp, speaks MCP's Streamable
+ * HTTP transport: a POST carries one JSON-RPC message (protocol/jrpc.c checks its envelope); a
+ * request is answered with one JSON document, or with an SSE stream once it sends progress
+ * before its result; notifications and responses get 202. initialize opens a session
+ * (Mcp-Session-Id), which owns at most one kernel, started on the first tool call that needs
+ * it and shut down when the session ends (DELETE, or --mcp-idle-timeout without requests).
+ * Tools are a fixed table; execute_code runs through the execute API's executions (xapi_run),
+ * the file tools through files.c. */
+#include "gateway/mcp.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/audit.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "gateway/files.h"
+#include "gateway/kops.h"
+#include "gateway/xapi.h"
+#include "protocol/fpath.h"
+#include "protocol/jrpc.h"
+#include "protocol/xreq.h"
+
+#define MCP_SESSIONS_MAX  10000             /* sessions at once, all tenants */
+#define MCP_SWEEP_MS      5000              /* idle checks */
+#define MCP_RESULT_MAX    (8 * 1024 * 1024) /* bytes of output a tool result carries */
+#define MCP_READ_MAX      (4 * 1024 * 1024) /* bytes of a file read_file returns */
+#define MCP_PROGRESS_MAX  (64 * 1024)       /* bytes of output in one progress notification */
+#define MCP_SID_BYTES     16                /* random bytes of a session id */
+#define MCP_SID_LEN       (2 * MCP_SID_BYTES)
+#define MCP_VERSION_MAX   32
+
+/* The revisions spoken, newest first: the newest is offered to a client asking for another. */
+static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
+
+struct mcp {
+    gw_t *g;
+    struct list sessions;
+    size_t count;
+    evl_timer_t *sweep;
+};
+
+struct mcp_session {
+    struct list link;
+    struct list calls; /* mcp_call.slink: tool calls in progress */
+    char id[MCP_SID_LEN + 1];
+    char tenant[KEYFILE_TENANT_MAX + 1];
+    char version[MCP_VERSION_MAX];
+    char kernel_id[40]; /* "" until the first tool call */
+    uint64_t last_ms;
+};
+
+struct mcp_tool;
+
+struct mcp_call {
+    struct list slink; /* mcp_session.calls while a tool runs */
+    struct gw_req *r;
+    struct mcp_session *s;
+    char sid[MCP_SID_LEN + 1]; /* the Mcp-Session-Id header of the answer ("" : none) */
+    json_t *id;                /* of the request */
+    json_t *token;             /* its progress token, or NULL */
+    json_t *args;
+    const struct mcp_tool *tool;
+    struct xreader *sub; /* execute_code's execution */
+    json_t *content;     /* the tool result's content */
+    json_t *structured;
+    size_t content_bytes;
+    double progress;
+    int status; /* HTTP */
+    bool is_error, truncated, cancelled, sse, head_sent, done;
+    buf_t out; /* the answer's bytes not written yet */
+};
+
+typedef void (*tool_run_fn)(struct mcp_call *c, kernel_t *k);
+
+enum arg_type { ARG_STRING, ARG_NUMBER };
+
+struct mcp_arg {
+    const char *name;
+    enum arg_type type;
+    bool required;
+};
+
+#define MCP_ARGS_MAX 3
+
+struct mcp_tool {
+    const char *name;
+    const char *title;
+    const char *description;
+    const char *input;  /* JSON Schema */
+    const char *output; /* JSON Schema of structuredContent */
+    struct mcp_arg args[MCP_ARGS_MAX];
+    tool_run_fn run;
+};
+
+static void run_execute(struct mcp_call *c, kernel_t *k);
+static void run_list_files(struct mcp_call *c, kernel_t *k);
+static void run_read_file(struct mcp_call *c, kernel_t *k);
+static void run_write_file(struct mcp_call *c, kernel_t *k);
+static void run_restart(struct mcp_call *c, kernel_t *k);
+
+#define END_SCHEMA                                                                               \
+    "{\"type\":\"object\",\"properties\":{"                                                     \
+    "\"status\":{\"type\":\"string\",\"description\":\"ok, error, cancelled, timeout, "          \
+    "output_limit, memory_limit, kernel_died, kernel_restarted, shutdown\"},"                    \
+    "\"cause\":{\"type\":\"string\"},\"duration_ms\":{\"type\":\"number\"},"                     \
+    "\"cpu_ms\":{\"type\":[\"number\",\"null\"]},"                                               \
+    "\"peak_memory_bytes\":{\"type\":[\"integer\",\"null\"]},"                                   \
+    "\"execution_count\":{\"type\":[\"integer\",\"null\"]},"                                     \
+    "\"files\":{\"type\":[\"object\",\"null\"],\"description\":\"workspace files created, "      \
+    "modified and deleted\"},"                                                                   \
+    "\"workspace_id\":{\"type\":\"string\"},\"execution_id\":{\"type\":\"string\"},"             \
+    "\"kernel_id\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}"
+
+#define PATH_PROP                                                                                \
+    "\"path\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":1024,\"description\":"         \
+    "\"a relative path in the session's workspace ('/'-separated, no '..')\"}"
+
+/* The tools: a fixed, reviewable table (no lookup outside it). */
+static const struct mcp_tool tools[] = {
+    {"execute_code", "Execute Python code",
+     "Runs Python code in the session's Jupyter kernel (IPython). Variables, imports and files "
+     "persist across calls of this session. Returns the output (streams, results, images) and "
+     "the execution's outcome (status, duration, memory, files changed).",
+     "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"description\":"
+     "\"the code to run\"},\"timeout\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":"
+     "604800,\"description\":\"seconds before the execution is interrupted\"}},"
+     "\"required\":[\"code\"],\"additionalProperties\":false}",
+     END_SCHEMA,
+     {{"code", ARG_STRING, true}, {"timeout", ARG_NUMBER, false}},
+     run_execute},
+    {"list_files", "List workspace files",
+     "Lists the files of the session's workspace (the kernel's working directory).",
+     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"workspace\":{\"type\":\"string\"},\"files\":"
+     "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":"
+     "\"string\"},\"size\":{\"type\":\"integer\"},\"type\":{\"type\":\"string\"},"
+     "\"last_modified\":{\"type\":\"string\"}}}},\"truncated\":{\"type\":\"boolean\"}},"
+     "\"required\":[\"files\",\"truncated\"]}",
+     {{0}},
+     run_list_files},
+    {"read_file", "Read a workspace file",
+     "Reads a file of the session's workspace: text for UTF-8 files, else a base64 blob.",
+     "{\"type\":\"object\",\"properties\":{" PATH_PROP "},\"required\":[\"path\"],"
+     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\":{\"type\":"
+     "\"integer\"},\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"]}},"
+     "\"required\":[\"path\",\"size\",\"encoding\"]}",
+     {{"path", ARG_STRING, true}},
+     run_read_file},
+    {"write_file", "Write a workspace file",
+     "Writes a file into the session's workspace, replacing it; missing directories are made.",
+     "{\"type\":\"object\",\"properties\":{" PATH_PROP ",\"content\":{\"type\":\"string\"},"
+     "\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"],\"default\":\"utf-8\"}},"
+     "\"required\":[\"path\",\"content\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\":{\"type\":"
+     "\"integer\"}},\"required\":[\"path\",\"size\"]}",
+     {{"path", ARG_STRING, true}, {"content", ARG_STRING, true}, {"encoding", ARG_STRING, false}},
+     run_write_file},
+    {"restart_kernel", "Restart the kernel",
+     "Restarts the session's kernel: its variables are lost, its workspace files stay.",
+     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"kernel_id\":{\"type\":\"string\"},\"status\":"
+     "{\"type\":\"string\"}},\"required\":[\"kernel_id\",\"status\"]}",
+     {{0}},
+     run_restart},
+};
+
+/* ---- sessions ---- */
+
+static struct mcp_session *session_find(struct mcp *m, const char *id, const char *tenant)
+{
+    struct mcp_session *s;
+    list_for_each(s, &m->sessions, link)
+    {
+        if (sodium_memcmp(s->id, id, MCP_SID_LEN) == 0 && !strcmp(s->tenant, tenant))
+            return s;
+    }
+    return NULL;
+}
+
+static void session_end(struct mcp *m, struct mcp_session *s, const char *why)
+{
+    struct mcp_call *c, *tmp;
+    list_for_each_safe(c, tmp, &s->calls, slink)
+    {
+        list_remove(&c->slink);
+        c->s = NULL;
+    }
+    kernel_t *k = s->kernel_id[0] ? gw_kernel(m->g, s->kernel_id, s->tenant) : NULL;
+    struct kops_error err;
+    if (k && kernel_state(k) != KERNEL_TERMINATING && kernel_state(k) != KERNEL_DEAD)
+        kops_shutdown(m->g, k, &err);
+    log_info("mcp: session=%.8s tenant=%s kernel=%s: ended (%s)", s->id, s->tenant,
+             s->kernel_id[0] ? s->kernel_id : "none", why);
+    if (audit_enabled())
+        audit_event("mcp_session_end", "s:s, s:s, s:s, s:s", "tenant", s->tenant, "session",
+                    s->id, "kernel", s->kernel_id, "reason", why);
+    list_remove(&s->link);
+    m->count--;
+    free(s);
+}
+
+static void on_sweep(void *data)
+{
+    struct mcp *m = data;
+    uint64_t now = util_now_ms(), idle = (uint64_t)m->g->cfg.mcp_idle_timeout * 1000;
+    struct mcp_session *s, *tmp;
+    list_for_each_safe(s, tmp, &m->sessions, link)
+    {
+        if (list_empty(&s->calls) && s->last_ms + idle <= now)
+            session_end(m, s, "idle");
+    }
+    m->g->loop.evl.timer_arm(&m->g->loop.evl, m->sweep, MCP_SWEEP_MS);
+}
+
+/* ---- answers ---- */
+
+static void call_send(struct mcp_call *c, json_t *msg)
+{
+    char *s = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    json_decref(msg);
+    if (!s) {
+        log_warn("mcp: out of memory: a message was dropped");
+        return;
+    }
+    int rc = 0;
+    if (c->sse)
+        rc |= buf_append(&c->out, "event: message\ndata: ", 21);
+    rc |= buf_append(&c->out, s, strlen(s));
+    if (c->sse)
+        rc |= buf_append(&c->out, "\n\n", 2);
+    if (rc < 0)
+        log_warn("mcp: out of memory: a message was cut");
+    free(s);
+    lws_callback_on_writable(c->r->wsi);
+}
+
+static void call_done(struct mcp_call *c)
+{
+    c->done = true;
+    if (c->s) {
+        c->s->last_ms = util_now_ms();
+        list_remove(&c->slink);
+    }
+    lws_callback_on_writable(c->r->wsi);
+}
+
+static void reply(struct mcp_call *c, json_t *result)
+{
+    call_send(c, jrpc_result(c->id, result));
+    call_done(c);
+}
+
+/* A JSON-RPC error; HTTP status 200 for a request the transport took, else 400, 403, 404. */
+static void reply_error(struct mcp_call *c, int status, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void reply_error(struct mcp_call *c, int status, int code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (status >= 400)
+        log_info("mcp: refused (%d): %s", status, msg);
+    c->status = status;
+    call_send(c, jrpc_error(c->id, code, msg));
+    call_done(c);
+}
+
+/* No body: 202 (a notification or response taken; a cancelled request), 204 (DELETE). */
+static void reply_empty(struct mcp_call *c, int status)
+{
+    c->status = status;
+    call_done(c);
+}
+
+/* The tool's result from c->content, c->is_error and c->structured. */
+static void tool_reply(struct mcp_call *c)
+{
+    if (c->truncated)
+        json_array_append_new(c->content,
+                              json_pack("{s:s, s:s}", "type", "text", "text",
+                                        "[kgw] output beyond the MCP result limit was left out"));
+    json_t *res = json_pack("{s:O, s:b}", "content", c->content, "isError", c->is_error);
+    if (res && c->structured) {
+        /* and its text, for clients of revisions before structured content */
+        char *t = json_dumps(c->structured, JSON_COMPACT);
+        if (t)
+            json_array_append_new(json_object_get(res, "content"),
+                                  json_pack("{s:s, s:s}", "type", "text", "text", t));
+        free(t);
+        json_object_set(res, "structuredContent", c->structured);
+    }
+    reply(c, res);
+}
+
+static void tool_fail(struct mcp_call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void tool_fail(struct mcp_call *c, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_decref(c->content);
+    c->content = json_pack("[{s:s, s:s}]", "type", "text", "text", msg);
+    json_decref(c->structured);
+    c->structured = NULL;
+    c->is_error = true;
+    tool_reply(c);
+}
+
+/* At most max bytes of s (n bytes, UTF-8), not cutting a character. */
+static size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
+        max--;
+    return max;
+}
+
+static void add_content(struct mcp_call *c, json_t *item, size_t bytes)
+{
+    if (!item)
+        return;
+    if (c->content_bytes + bytes > MCP_RESULT_MAX) {
+        c->truncated = true;
+        json_decref(item);
+        return;
+    }
+    c->content_bytes += bytes;
+    json_array_append_new(c->content, item);
+}
+
+/* Text output: joined to the previous text item when it is of the same kind. */
+static void add_text(struct mcp_call *c, const char *kind, const char *text)
+{
+    size_t n = strlen(text);
+    json_t *last = json_array_get(c->content, json_array_size(c->content) - 1);
+    const char *lk = json_string_value(json_object_get(last, "_kgw"));
+    if (last && lk && !strcmp(lk, kind) && c->content_bytes + n <= MCP_RESULT_MAX) {
+        const char *old = json_string_value(json_object_get(last, "text"));
+        size_t on = strlen(old);
+        char *j = malloc(on + n + 1);
+        if (j) {
+            memcpy(j, old, on);
+            memcpy(j + on, text, n + 1);
+            json_object_set_new(last, "text", json_string(j));
+            c->content_bytes += n;
+            free(j);
+            return;
+        }
+    }
+    add_content(c, json_pack("{s:s, s:s, s:s}", "type", "text", "text", text, "_kgw", kind), n);
+}
+
+static void progress(struct mcp_call *c, const char *text)
+{
+    if (!c->token || c->done)
+        return;
+    if (!c->sse && c->out.len == 0)
+        c->sse = true;
+    if (!c->sse)
+        return;
+    size_t n = utf8_cut(text, strlen(text), MCP_PROGRESS_MAX);
+    c->progress += 1;
+    call_send(c, jrpc_notification("notifications/progress",
+                                   json_pack("{s:O, s:f, s:s%}", "progressToken", c->token,
+                                             "progress", c->progress, "message", text, n)));
+}
+
+/* A traceback without its terminal colours. */
+static char *plain_traceback(json_t *ev)
+{
+    buf_t b;
+    buf_init(&b, MCP_RESULT_MAX);
+    json_t *line;
+    size_t i;
+    json_array_foreach(json_object_get(ev, "traceback"), i, line)
+    {
+        const char *s = json_string_value(line);
+        for (; s && *s; s++) {
+            if (*s == '\x1b' && s[1] == '[') {
+                s += 2;
+                while (*s && !((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z')))
+                    s++;
+                if (!*s)
+                    break;
+                continue;
+            }
+            buf_append(&b, s, 1);
+        }
+        buf_append(&b, "\n", 1);
+    }
+    if (b.len == 0) {
+        const char *en = json_string_value(json_object_get(ev, "ename"));
+        const char *ev2 = json_string_value(json_object_get(ev, "evalue"));
+        char tmp[1024];
+        snprintf(tmp, sizeof(tmp), "%s: %s\n", en ? en : "Error", ev2 ? ev2 : "");
+        buf_append(&b, tmp, strlen(tmp));
+    }
+    char *out = malloc(b.len + 1);
+    if (out) {
+        memcpy(out, b.data ? b.data : "", b.len);
+        out[b.len] = '\0';
+    }
+    buf_fini(&b);
+    return out;
+}
+
+/* A display or result: an image for PNG and JPEG, else its text/plain. */
+static void add_display(struct mcp_call *c, json_t *ev)
+{
+    static const char *const images[] = {"image/png", "image/jpeg"};
+    json_t *data = json_object_get(ev, "data");
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(images); i++) {
+        const char *b64 = json_string_value(json_object_get(data, images[i]));
+        if (b64) {
+            /* (Jupyter may wrap base64 in lines: MCP wants it plain) */
+            size_t n = strlen(b64);
+            char *p = malloc(n + 1), *q = p;
+            if (!p)
+                return;
+            for (const char *s = b64; *s; s++)
+                if (*s != '\n' && *s != '\r')
+                    *q++ = *s;
+            *q = '\0';
+            add_content(c,
+                        json_pack("{s:s, s:s, s:s}", "type", "image", "data", p, "mimeType",
+                                  images[i]),
+                        (size_t)(q - p));
+            free(p);
+            char note[64];
+            snprintf(note, sizeof(note), "[%s image]\n", images[i]);
+            progress(c, note);
+            return;
+        }
+    }
+    const char *text = json_string_value(json_object_get(data, "text/plain"));
+    if (text) {
+        char *t = malloc(strlen(text) + 2);
+        if (!t)
+            return;
+        sprintf(t, "%s\n", text);
+        add_text(c, "result", t);
+        progress(c, t);
+        free(t);
+    }
+}
+
+static void strip_marks(json_t *content)
+{
+    json_t *item;
+    size_t i;
+    json_array_foreach(content, i, item)
+    {
+        json_object_del(item, "_kgw");
+    }
+}
+
+static void on_exec_event(void *user, const char *type, const char *json, size_t len)
+{
+    struct mcp_call *c = user;
+    if (c->done)
+        return;
+    json_t *ev = json_loadb(json, len, 0, NULL);
+    if (!ev)
+        return;
+    if (!strcmp(type, "stream")) {
+        const char *name = json_string_value(json_object_get(ev, "name"));
+        const char *text = json_string_value(json_object_get(ev, "text"));
+        if (text) {
+            add_text(c, name && !strcmp(name, "stderr") ? "stderr" : "stdout", text);
+            progress(c, text);
+        }
+    } else if (!strcmp(type, "display") || !strcmp(type, "result")) {
+        add_display(c, ev);
+    } else if (!strcmp(type, "error")) {
+        char *tb = plain_traceback(ev);
+        c->is_error = true;
+        if (tb) {
+            add_text(c, "error", tb);
+            progress(c, tb);
+        }
+        free(tb);
+    } else if (!strcmp(type, "end")) {
+        const char *st = json_string_value(json_object_get(ev, "status"));
+        const char *cause = json_string_value(json_object_get(ev, "cause"));
+        json_object_del(ev, "seq");
+        json_object_del(ev, "type");
+        if (!st || strcmp(st, "ok") != 0)
+            c->is_error = true;
+        if (st && strcmp(st, "ok") != 0 && strcmp(st, "error") != 0) {
+            char note[400];
+            snprintf(note, sizeof(note), "[kgw] the execution ended: %s%s%.300s\n", st,
+                     cause && cause[0] ? ": " : "", cause ? cause : "");
+            add_text(c, "note", note);
+        }
+        strip_marks(c->content);
+        c->structured = json_incref(ev);
+        if (c->cancelled) /* the client gave up on it: no response (the stream just ends) */
+            c->sse ? call_done(c) : reply_empty(c, 202);
+        else
+            tool_reply(c);
+    }
+    json_decref(ev);
+}
+
+static const struct xapi_sub_ops sub_ops = {.event = on_exec_event};
+
+/* ---- tools ---- */
+
+static void run_execute(struct mcp_call *c, kernel_t *k)
+{
+    gw_t *g = c->r->g;
+    json_t *t = json_object_get(c->args, "timeout");
+    const char *code = json_string_value(json_object_get(c->args, "code"));
+    int rc = xapi_run(g, &c->r->caller, k, code, t ? json_number_value(t) : 0.0, &sub_ops, c,
+                      &c->sub);
+    if (rc == -EBUSY)
+        return tool_fail(c,
+                         "the session's kernel has %lld executions queued or running (the "
+                         "limit); retry later",
+                         g->cfg.max_queued_executions);
+    if (rc < 0)
+        return tool_fail(c, "the execution could not be started: %s", strerror(-rc));
+}
+
+static void run_list_files(struct mcp_call *c, kernel_t *k)
+{
+    json_t *l = files_list(kernel_workspace(k));
+    if (!l)
+        return tool_fail(c, "the workspace cannot be listed");
+    c->structured = l;
+    tool_reply(c);
+}
+
+/* The tool's "path" argument, checked, into out; false after answering. */
+static bool tool_path(struct mcp_call *c, char out[FPATH_MAX + 1])
+{
+    json_t *p = json_object_get(c->args, "path");
+    if (fpath_normalize(json_string_value(p), json_string_length(p), out, FPATH_MAX + 1) < 0) {
+        reply_error(c, 200, JRPC_INVALID_PARAMS,
+                    "invalid path: give a relative path of at most %d bytes, '/'-separated, "
+                    "without empty, '.' or '..' components or control characters",
+                    FPATH_MAX);
+        return false;
+    }
+    return true;
+}
+
+static const char *file_error(int rc)
+{
+    switch (rc) {
+    case -ENOENT:
+    case -ENOTDIR:
+    case -ELOOP:
+    case -EXDEV:
+        return "no such file";
+    case -EISDIR:
+        return "not a regular file";
+    case -EFBIG:
+        return "larger than the read limit";
+    default:
+        return strerror(-rc);
+    }
+}
+
+static void run_read_file(struct mcp_call *c, kernel_t *k)
+{
+    char path[FPATH_MAX + 1];
+    unsigned char *data = NULL;
+    size_t len = 0;
+    if (!tool_path(c, path))
+        return;
+    long long lim = c->r->g->cfg.max_download_bytes;
+    size_t max = lim < MCP_READ_MAX ? (size_t)lim : MCP_READ_MAX;
+    int rc = files_read(kernel_workspace(k), path, max, &data, &len);
+    if (rc < 0)
+        return tool_fail(c, "cannot read %s: %s%s", path, file_error(rc),
+                         rc == -EFBIG ? " (4 MiB, or --max-download-bytes)" : "");
+    json_t *text = json_stringn((const char *)data, len); /* NULL: not UTF-8 (or a NUL) */
+    const char *enc = text ? "utf-8" : "base64";
+    if (text) {
+        c->content = json_pack("[{s:s, s:o}]", "type", "text", "text", text);
+    } else {
+        size_t bl = sodium_base64_encoded_len(len, sodium_base64_VARIANT_ORIGINAL);
+        char *b64 = malloc(bl);
+        char uri[FPATH_MAX + 32];
+        snprintf(uri, sizeof(uri), "kgw-workspace:///%s", path);
+        if (b64)
+            sodium_bin2base64(b64, bl, data, len, sodium_base64_VARIANT_ORIGINAL);
+        c->content = b64 ? json_pack("[{s:s, s:{s:s, s:s, s:s}}]", "type", "resource", "resource",
+                                     "uri", uri, "mimeType", "application/octet-stream", "blob",
+                                     b64)
+                         : NULL;
+        free(b64);
+    }
+    free(data);
+    if (!c->content) {
+        c->content = json_array();
+        return tool_fail(c, "out of memory");
+    }
+    c->structured = json_pack("{s:s, s:I, s:s}", "path", path, "size", (json_int_t)len,
+                              "encoding", enc);
+    tool_reply(c);
+}
+
+static void run_write_file(struct mcp_call *c, kernel_t *k)
+{
+    char path[FPATH_MAX + 1];
+    if (!tool_path(c, path))
+        return;
+    json_t *ct = json_object_get(c->args, "content");
+    const char *enc = json_string_value(json_object_get(c->args, "encoding"));
+    const char *s = json_string_value(ct);
+    size_t n = json_string_length(ct), len = n;
+    unsigned char *bin = NULL;
+    if (enc && strcmp(enc, "utf-8") != 0 && strcmp(enc, "base64") != 0)
+        return reply_error(c, 200, JRPC_INVALID_PARAMS, "'encoding' must be utf-8 or base64");
+    if (enc && !strcmp(enc, "base64")) {
+        bin = malloc(n + 1);
+        if (!bin || sodium_base642bin(bin, n + 1, s, n, "\n\r ", &len, NULL,
+                                      sodium_base64_VARIANT_ORIGINAL) != 0) {
+            free(bin);
+            return reply_error(c, 200, JRPC_INVALID_PARAMS, "'content' is not valid base64");
+        }
+    }
+    int rc = files_write(kernel_workspace(k), path, bin ? (const void *)bin : s, len);
+    free(bin);
+    if (rc < 0)
+        return tool_fail(c, "cannot write %s: %s", path, strerror(-rc));
+    if (audit_enabled())
+        audit_event("file_write", "s:s, s:s, s:s, s:I", "tenant", c->r->caller.tenant,
+                    "workspace", wspace_id(kernel_workspace(k)), "path", path, "bytes",
+                    (json_int_t)len);
+    c->structured = json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)len);
+    tool_reply(c);
+}
+
+static void restarted(struct gw_req *r, kernel_t *k, int status)
+{
+    struct mcp_call *c = r->mc;
+    if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
+        return tool_fail(c, "the kernel did not come back after its restart");
+    c->structured = json_pack("{s:s, s:s}", "kernel_id", kernel_id(k), "status", "restarted");
+    tool_reply(c);
+}
+
+static void run_restart(struct mcp_call *c, kernel_t *k)
+{
+    struct kops_error err;
+    if (kops_restart(c->r->g, k, &err) < 0 && err.status)
+        return tool_fail(c, "%s", err.message);
+    if (req_wait_kernel(c->r, k, restarted) < 0)
+        restarted(c->r, k, 0);
+}
+
+/* ---- methods ---- */
+
+static bool supported(const char *v)
+{
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(versions); i++)
+        if (!strcmp(v, versions[i]))
+            return true;
+    return false;
+}
+
+static void m_initialize(struct mcp_call *c, json_t *params)
+{
+    gw_t *g = c->r->g;
+    struct mcp *m = g->mcp;
+    const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
+    if (!asked)
+        return reply_error(c, 200, JRPC_INVALID_PARAMS, "'protocolVersion' must be a string");
+    if (m->count >= MCP_SESSIONS_MAX)
+        return reply_error(c, 503, JRPC_INTERNAL_ERROR, "too many MCP sessions; retry later");
+    struct mcp_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return reply_error(c, 500, JRPC_INTERNAL_ERROR, "out of memory");
+    unsigned char raw[MCP_SID_BYTES];
+    randombytes_buf(raw, sizeof(raw));
+    sodium_bin2hex(s->id, sizeof(s->id), raw, sizeof(raw));
+    snprintf(s->tenant, sizeof(s->tenant), "%s", c->r->caller.tenant);
+    snprintf(s->version, sizeof(s->version), "%s", supported(asked) ? asked : versions[0]);
+    s->last_ms = util_now_ms();
+    list_init(&s->calls);
+    list_append(&m->sessions, &s->link);
+    m->count++;
+    snprintf(c->sid, sizeof(c->sid), "%s", s->id);
+    log_info("mcp: session=%.8s tenant=%s: started (protocol %s)", s->id, s->tenant,
+             s->version);
+    if (audit_enabled())
+        audit_event("mcp_session_start", "s:s, s:s, s:s, s:s", "tenant", s->tenant, "session",
+                    s->id, "protocol", s->version, "addr", c->r->caller.addr);
+    reply(c, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
+                       s->version, "capabilities", "tools", "listChanged", 0, "serverInfo",
+                       "name", "kgw", "title", "kgw kernel gateway", "version", KGW_VERSION,
+                       "instructions",
+                       "Run Python with execute_code: state (variables, imports, files) "
+                       "persists across calls in this session. Files live in the session's "
+                       "workspace (list_files, read_file, write_file)."));
+}
+
+static void m_ping(struct mcp_call *c, json_t *params)
+{
+    reply(c, json_object());
+}
+
+static void m_tools_list(struct mcp_call *c, json_t *params)
+{
+    bool structured = strcmp(c->s->version, "2025-06-18") >= 0;
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < UTIL_ARRAY_SIZE(tools); i++) {
+        const struct mcp_tool *t = &tools[i];
+        json_t *in = json_loads(t->input, 0, NULL);
+        json_t *out = structured ? json_loads(t->output, 0, NULL) : NULL;
+        json_t *o = json_pack("{s:s, s:s, s:s, s:o}", "name", t->name, "title", t->title,
+                              "description", t->description, "inputSchema", in);
+        if (o && out)
+            json_object_set_new(o, "outputSchema", out);
+        else
+            json_decref(out);
+        json_array_append_new(list, o);
+    }
+    reply(c, json_pack("{s:o}", "tools", list));
+}
+
+/* Checks a tool's arguments against its table row; false after answering -32602. */
+static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *args)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(args, key, v)
+    {
+        const struct mcp_arg *a = NULL;
+        for (size_t i = 0; i < MCP_ARGS_MAX && t->args[i].name; i++)
+            if (!strcmp(t->args[i].name, key))
+                a = &t->args[i];
+        if (!a) {
+            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: unknown argument '%.64s'", t->name,
+                        key);
+            return false;
+        }
+        if (a->type == ARG_STRING && !json_is_string(v)) {
+            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be a string", t->name,
+                        a->name);
+            return false;
+        }
+        if (a->type == ARG_NUMBER &&
+            (!json_is_number(v) || !(json_number_value(v) > 0) ||
+             json_number_value(v) > XREQ_TIMEOUT_MAX)) {
+            reply_error(c, 200, JRPC_INVALID_PARAMS,
+                        "%s: '%s' must be a number of seconds above 0, at most %d", t->name,
+                        a->name, XREQ_TIMEOUT_MAX);
+            return false;
+        }
+    }
+    for (size_t i = 0; i < MCP_ARGS_MAX && t->args[i].name; i++) {
+        if (t->args[i].required && !json_object_get(args, t->args[i].name)) {
+            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' is required", t->name,
+                        t->args[i].name);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void kernel_ready(struct gw_req *r, kernel_t *k, int status)
+{
+    struct mcp_call *c = r->mc;
+    if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
+        return tool_fail(c, "the session's kernel failed to start");
+    c->tool->run(c, k);
+}
+
+static void m_tools_call(struct mcp_call *c, json_t *params)
+{
+    gw_t *g = c->r->g;
+    struct mcp_session *s = c->s;
+    const char *name = json_string_value(json_object_get(params, "name"));
+    json_t *args = json_object_get(params, "arguments");
+    const struct mcp_tool *t = NULL;
+    for (size_t i = 0; name && i < UTIL_ARRAY_SIZE(tools); i++)
+        if (!strcmp(tools[i].name, name))
+            t = &tools[i];
+    if (!name)
+        return reply_error(c, 200, JRPC_INVALID_PARAMS, "'name' must be a string");
+    if (!t)
+        return reply_error(c, 200, JRPC_INVALID_PARAMS, "unknown tool: '%.64s'", name);
+    if (args && !json_is_object(args))
+        return reply_error(c, 200, JRPC_INVALID_PARAMS, "'arguments' must be an object");
+    json_t *none = args ? NULL : json_object();
+    if (!check_args(c, t, args ? args : none)) {
+        json_decref(none);
+        return;
+    }
+    c->args = args ? json_incref(args) : none;
+    c->tool = t;
+    c->content = json_array();
+    json_t *tok = json_object_get(json_object_get(params, "_meta"), "progressToken");
+    if (json_is_string(tok) || json_is_integer(tok))
+        c->token = json_incref(tok);
+    list_append(&s->calls, &c->slink);
+    if (audit_enabled())
+        audit_event("mcp_tool_call", "s:s, s:s, s:s", "tenant", s->tenant, "session", s->id,
+                    "tool", t->name);
+
+    kernel_t *k = s->kernel_id[0] ? gw_kernel(g, s->kernel_id, s->tenant) : NULL;
+    if (k && (kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD))
+        k = NULL;
+    if (!k) {
+        struct kops_error err;
+        json_t *req = json_object();
+        int rc = kops_start(g, &c->r->caller, req, &k, &err);
+        json_decref(req);
+        if (rc < 0)
+            return tool_fail(c, "the session's kernel could not be started: %s", err.message);
+        snprintf(s->kernel_id, sizeof(s->kernel_id), "%s", kernel_id(k));
+        log_info("mcp: session=%.8s: kernel=%s started", s->id, s->kernel_id);
+    }
+    lws_set_timeout(c->r->wsi, NO_PENDING_TIMEOUT, 0);
+    if (kernel_state(k) == KERNEL_RUNNING)
+        return t->run(c, k);
+    if (req_wait_kernel(c->r, k, kernel_ready) < 0)
+        kernel_ready(c->r, k, 0);
+}
+
+/* The methods: a fixed table, sorted. */
+static const struct {
+    const char *name;
+    void (*fn)(struct mcp_call *c, json_t *params);
+    bool session; /* needs one */
+} methods[] = {
+    {"initialize", m_initialize, false},
+    {"ping", m_ping, true},
+    {"tools/call", m_tools_call, true},
+    {"tools/list", m_tools_list, true},
+};
+
+static void notify(struct mcp_call *c, const struct jrpc_msg *msg)
+{
+    if (!strcmp(msg->method, "notifications/cancelled")) {
+        json_t *id = json_object_get(msg->params, "requestId");
+        struct mcp_call *o;
+        list_for_each(o, &c->s->calls, slink)
+        {
+            if (id && json_equal(o->id, id) && !o->cancelled) {
+                o->cancelled = true;
+                log_info("mcp: session=%.8s: a tool call was cancelled by the client",
+                         c->s->id);
+                if (o->sub)
+                    xapi_sub_cancel(o->sub);
+                break;
+            }
+        }
+    }
+    reply_empty(c, 202);
+}
+
+/* ---- the transport ---- */
+
+static bool origin_ok(struct gw_req *r)
+{
+    char origin[256];
+    const char *allow = r->g->cfg.allow_origin;
+    int n = lws_hdr_total_length(r->wsi, WSI_TOKEN_ORIGIN);
+    if (n <= 0)
+        return true; /* not a browser */
+    if (n >= (int)sizeof(origin) || lws_hdr_copy(r->wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) < 0)
+        return false;
+    return allow && allow[0] && (!strcmp(allow, "*") || !strcmp(allow, origin));
+}
+
+/* A header's value into out: 1, 0 when absent, -1 when longer than out can hold. */
+static int header(struct gw_req *r, const char *name, char *out, size_t sz)
+{
+    int n = lws_hdr_custom_length(r->wsi, name, (int)strlen(name));
+    if (n <= 0)
+        return 0;
+    if (n >= (int)sz || lws_hdr_custom_copy(r->wsi, out, (int)sz, name, (int)strlen(name)) < 0)
+        return -1;
+    return 1;
+}
+
+void mcp_handle(struct gw_req *r)
+{
+    gw_t *g = r->g;
+    struct mcp *m = g->mcp;
+    char ver[MCP_VERSION_MAX], sid[MCP_SID_LEN + 2];
+    struct mcp_call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return req_error(r, 500, "out of memory");
+    c->r = r;
+    c->status = 200;
+    buf_init(&c->out, SIZE_MAX);
+    list_init(&c->slink);
+    r->mc = c;
+    if (!origin_ok(r))
+        return reply_error(c, 403, JRPC_INVALID_REQUEST,
+                           "Origin not allowed (DNS rebinding protection): start kgw with "
+                           "--allow-origin for browser clients");
+    int hv = header(r, "mcp-protocol-version:", ver, sizeof(ver));
+    if (hv < 0 || (hv > 0 && !supported(ver)))
+        return reply_error(c, 400, JRPC_INVALID_REQUEST,
+                           "unsupported MCP-Protocol-Version: supported are %s, %s and %s",
+                           versions[0], versions[1], versions[2]);
+    int hs = header(r, "mcp-session-id:", sid, sizeof(sid));
+    struct mcp_session *s = hs > 0 && strlen(sid) == MCP_SID_LEN
+                                ? session_find(m, sid, r->caller.tenant)
+                                : NULL;
+    if (r->method == HTTP_M_DELETE) {
+        if (hs == 0)
+            return reply_error(c, 400, JRPC_INVALID_REQUEST, "Mcp-Session-Id header required");
+        if (!s)
+            return reply_error(c, 404, JRPC_INVALID_REQUEST, "no such MCP session");
+        session_end(m, s, "deleted by the client");
+        return reply_empty(c, 204);
+    }
+    struct jrpc_msg msg;
+    struct jrpc_err err;
+    if (jrpc_parse(r->body.data ? r->body.data : "", r->body.len,
+                   (size_t)g->cfg.max_body_bytes, &msg, &err) < 0) {
+        c->id = err.id;
+        g->stats.refused[GW_REFUSED_BAD_INPUT]++;
+        return reply_error(c, 400, (int)err.code, "%s", err.message);
+    }
+    c->id = msg.id ? json_incref(msg.id) : NULL;
+    bool init = msg.kind == JRPC_REQUEST && !strcmp(msg.method, "initialize");
+    if (!init && hs == 0) {
+        jrpc_fini(&msg);
+        return reply_error(c, 400, JRPC_INVALID_REQUEST,
+                           "Mcp-Session-Id header required: send initialize first");
+    }
+    if (!init && !s) {
+        jrpc_fini(&msg);
+        return reply_error(c, 404, JRPC_INVALID_REQUEST,
+                           "no such MCP session (it ended, or was idle too long): initialize "
+                           "again");
+    }
+    if (s) {
+        s->last_ms = util_now_ms();
+        c->s = s;
+        snprintf(c->sid, sizeof(c->sid), "%s", s->id);
+    }
+    if (msg.kind != JRPC_REQUEST) {
+        if (msg.kind == JRPC_NOTIFICATION && s)
+            notify(c, &msg);
+        else
+            reply_empty(c, 202);
+        jrpc_fini(&msg);
+        return;
+    }
+    size_t i;
+    for (i = 0; i < UTIL_ARRAY_SIZE(methods); i++)
+        if (!strcmp(methods[i].name, msg.method))
+            break;
+    if (i == UTIL_ARRAY_SIZE(methods)) {
+        char q[160];
+        log_quote(q, sizeof(q), msg.method, strlen(msg.method));
+        reply_error(c, 200, JRPC_METHOD_NOT_FOUND, "method not found: %s", q);
+    } else if (init) {
+        c->s = NULL; /* a new session */
+        methods[i].fn(c, msg.params);
+    } else {
+        methods[i].fn(c, msg.params);
+    }
+    jrpc_fini(&msg);
+}
+
+static int add_hdr(struct lws *wsi, const char *name, const char *value, unsigned char **p,
+                   unsigned char *end)
+{
+    return lws_add_http_header_by_name(wsi, (const unsigned char *)name,
+                                       (const unsigned char *)value, (int)strlen(value), p, end);
+}
+
+static int write_head(struct mcp_call *c, const char *ctype, long long length)
+{
+    struct gw_req *r = c->r;
+    unsigned char hdr[LWS_PRE + 2048], *start = hdr + LWS_PRE, *p = start,
+                                       *end = hdr + sizeof(hdr) - 1;
+    int rc = lws_add_http_header_status(r->wsi, (unsigned)c->status, &p, end);
+    if (ctype)
+        rc |= add_hdr(r->wsi, "content-type:", ctype, &p, end);
+    if (c->sid[0])
+        rc |= add_hdr(r->wsi, "mcp-session-id:", c->sid, &p, end);
+    rc |= http_add_common_headers(r->g, r->wsi, &p, end);
+    if (length >= 0) {
+        rc |= lws_add_http_header_content_length(r->wsi, (lws_filepos_t)length, &p, end);
+    } else {
+        rc |= add_hdr(r->wsi, "transfer-encoding:", "chunked", &p, end);
+        rc |= add_hdr(r->wsi, "x-accel-buffering:", "no", &p, end);
+    }
+    rc |= lws_finalize_http_header(r->wsi, &p, end);
+    if (rc || lws_write(r->wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
+        return -1;
+    c->head_sent = true;
+    return 0;
+}
+
+/* Writes what is in c->out as one chunk (and the last chunk after it when last). */
+static int write_chunk(struct mcp_call *c, bool last)
+{
+    char head[24];
+    int hn = snprintf(head, sizeof(head), "%zx\r\n", c->out.len);
+    size_t n = c->out.len ? (size_t)hn + c->out.len + 2 : 0;
+    unsigned char *b = malloc(LWS_PRE + n + 5);
+    if (!b)
+        return -1;
+    unsigned char *p = b + LWS_PRE;
+    if (c->out.len) {
+        memcpy(p, head, (size_t)hn);
+        memcpy(p + hn, c->out.data, c->out.len);
+        memcpy(p + hn + c->out.len, "\r\n", 2);
+    }
+    if (last) {
+        memcpy(p + n, "0\r\n\r\n", 5);
+        n += 5;
+    }
+    c->out.len = 0;
+    int w = lws_write(c->r->wsi, p, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP);
+    free(b);
+    return w < 0 ? -1 : 0;
+}
+
+int mcp_write(struct gw_req *r)
+{
+    struct mcp_call *c = r->mc;
+    if (!c)
+        return 0;
+    if (!c->sse) {
+        if (!c->done) {
+            lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0);
+            return 0;
+        }
+        if (write_head(c, c->out.len ? "application/json" : NULL, (long long)c->out.len) < 0)
+            return -1;
+        if (c->out.len) {
+            unsigned char *b = malloc(LWS_PRE + c->out.len);
+            if (!b)
+                return -1;
+            memcpy(b + LWS_PRE, c->out.data, c->out.len);
+            int w = lws_write(r->wsi, b + LWS_PRE, c->out.len, LWS_WRITE_HTTP_FINAL);
+            free(b);
+            if (w < 0)
+                return -1;
+        }
+        return 1;
+    }
+    if (!c->head_sent && write_head(c, "text/event-stream", -1) < 0)
+        return -1;
+    if (c->out.len || c->done) {
+        if (write_chunk(c, c->done) < 0)
+            return -1;
+    }
+    if (c->done)
+        return 1;
+    lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0);
+    return 0;
+}
+
+void mcp_req_fini(struct gw_req *r)
+{
+    struct mcp_call *c = r->mc;
+    if (!c)
+        return;
+    if (c->sub && !c->done) /* the client went away: nobody hears the execution */
+        xapi_sub_cancel(c->sub);
+    xapi_sub_destroy(&c->sub);
+    list_remove(&c->slink);
+    json_decref(c->id);
+    json_decref(c->token);
+    json_decref(c->args);
+    json_decref(c->content);
+    json_decref(c->structured);
+    buf_fini(&c->out);
+    free(c);
+    r->mc = NULL;
+}
+
+int mcp_listen(gw_t *g)
+{
+    struct mcp *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    m->g = g;
+    list_init(&m->sessions);
+    if (!(m->sweep = g->loop.evl.timer_new(&g->loop.evl, on_sweep, m))) {
+        free(m);
+        return -ENOMEM;
+    }
+    g->loop.evl.timer_arm(&g->loop.evl, m->sweep, MCP_SWEEP_MS);
+    g->mcp = m;
+    return 0;
+}
+
+void mcp_fini(gw_t *g)
+{
+    struct mcp *m = g->mcp;
+    if (!m)
+        return;
+    while (!list_empty(&m->sessions)) {
+        struct mcp_session *s = list_first(&m->sessions, struct mcp_session, link);
+        list_remove(&s->link);
+        free(s);
+    }
+    evl_timer_destroy(&g->loop.evl, &m->sweep);
+    free(m);
+    g->mcp = NULL;
+}
