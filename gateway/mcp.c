@@ -222,7 +222,7 @@ static void on_sweep(void *data)
 
 static void call_send(struct mcp_call *c, json_t *msg)
 {
-    char *s = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    char *s = msg ? json_dumps(msg, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(msg);
     if (!s) {
         log_warn("mcp: out of memory: a message was dropped");
@@ -291,7 +291,7 @@ static void tool_reply(struct mcp_call *c)
     json_t *res = json_pack("{s:O, s:b}", "content", c->content, "isError", c->is_error);
     if (res && c->structured) {
         /* and its text, for clients of revisions before structured content */
-        char *t = json_dumps(c->structured, JSON_COMPACT);
+        char *t = json_dumps(c->structured, JSON_COMPACT | JSON_REAL_PRECISION(9));
         if (t)
             json_array_append_new(json_object_get(res, "content"),
                                   json_pack("{s:s, s:s}", "type", "text", "text", t));
