@@ -77,7 +77,7 @@ struct mcp_call {
 
 typedef void (*tool_run_fn)(struct mcp_call *c, kernel_t *k);
 
-enum arg_type { ARG_STRING, ARG_NUMBER };
+enum arg_type { ARG_STRING, ARG_NUMBER, ARG_PATH /* a string: a normal path */ };
 
 struct mcp_arg {
     const char *name;
@@ -150,7 +150,7 @@ static const struct mcp_tool tools[] = {
      "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\":{\"type\":"
      "\"integer\"},\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"]}},"
      "\"required\":[\"path\",\"size\",\"encoding\"]}",
-     {{"path", ARG_STRING, true}},
+     {{"path", ARG_PATH, true}},
      run_read_file},
     {"write_file", "Write a workspace file",
      "Writes a file into the session's workspace, replacing it; missing directories are made.",
@@ -159,7 +159,7 @@ static const struct mcp_tool tools[] = {
      "\"required\":[\"path\",\"content\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\":{\"type\":"
      "\"integer\"}},\"required\":[\"path\",\"size\"]}",
-     {{"path", ARG_STRING, true}, {"content", ARG_STRING, true}, {"encoding", ARG_STRING, false}},
+     {{"path", ARG_PATH, true}, {"content", ARG_STRING, true}, {"encoding", ARG_STRING, false}},
      run_write_file},
     {"restart_kernel", "Restart the kernel",
      "Restarts the session's kernel: its variables are lost, its workspace files stay.",
@@ -544,15 +544,12 @@ static void run_list_files(struct mcp_call *c, kernel_t *k)
     tool_reply(c);
 }
 
-/* The tool's "path" argument, checked, into out; false after answering. */
+/* The tool's "path" argument (checked by check_args), normalized into out. */
 static bool tool_path(struct mcp_call *c, char out[FPATH_MAX + 1])
 {
     json_t *p = json_object_get(c->args, "path");
     if (fpath_normalize(json_string_value(p), json_string_length(p), out, FPATH_MAX + 1) < 0) {
-        reply_error(c, 200, JRPC_INVALID_PARAMS,
-                    "invalid path: give a relative path of at most %d bytes, '/'-separated, "
-                    "without empty, '.' or '..' components or control characters",
-                    FPATH_MAX);
+        tool_fail(c, "invalid path");
         return false;
     }
     return true;
@@ -625,8 +622,6 @@ static void run_write_file(struct mcp_call *c, kernel_t *k)
     const char *s = json_string_value(ct);
     size_t n = json_string_length(ct), len = n;
     unsigned char *bin = NULL;
-    if (enc && strcmp(enc, "utf-8") != 0 && strcmp(enc, "base64") != 0)
-        return reply_error(c, 200, JRPC_INVALID_PARAMS, "'encoding' must be utf-8 or base64");
     if (enc && !strcmp(enc, "base64")) {
         bin = malloc(n + 1);
         if (!bin || sodium_base642bin(bin, n + 1, s, n, "\n\r ", &len, NULL,
@@ -751,6 +746,17 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
                         key);
             return false;
         }
+        char path[FPATH_MAX + 1];
+        if (a->type == ARG_PATH &&
+            (!json_is_string(v) ||
+             fpath_normalize(json_string_value(v), json_string_length(v), path, sizeof(path)) < 0)) {
+            reply_error(c, 200, JRPC_INVALID_PARAMS,
+                        "%s: invalid '%s': give a relative path of at most %d bytes, "
+                        "'/'-separated, without empty, '.' or '..' components or control "
+                        "characters",
+                        t->name, a->name, FPATH_MAX);
+            return false;
+        }
         if (a->type == ARG_STRING && !json_is_string(v)) {
             reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be a string", t->name,
                         a->name);
@@ -764,6 +770,12 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
                         a->name, XREQ_TIMEOUT_MAX);
             return false;
         }
+    }
+    const char *enc = json_string_value(json_object_get(args, "encoding"));
+    if (enc && strcmp(enc, "utf-8") != 0 && strcmp(enc, "base64") != 0) {
+        reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: 'encoding' must be utf-8 or base64",
+                    t->name);
+        return false;
     }
     for (size_t i = 0; i < MCP_ARGS_MAX && t->args[i].name; i++) {
         if (t->args[i].required && !json_object_get(args, t->args[i].name)) {

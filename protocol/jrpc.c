@@ -49,7 +49,7 @@ int jrpc_parse(const char *data, size_t len, size_t max_bytes, struct jrpc_msg *
     memset(err, 0, sizeof(*err));
     if (len > max_bytes)
         return fail(err, JRPC_PARSE_ERROR, "message larger than %zu bytes", max_bytes);
-    json_t *v = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *v = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!v)
         return fail(err, JRPC_PARSE_ERROR, "not JSON: %.100s (byte %d)", je.text, je.position);
     if (json_is_array(v)) {

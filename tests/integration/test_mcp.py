@@ -1,0 +1,318 @@
+"""/mcp, the Model Context Protocol endpoint (docs/mcp.md).
+
+The official TypeScript SDK's client (tests/mcp/mcp_client.mjs) drives a real gateway with real
+sandboxed kernels: initialize, tools, state across calls, images, errors, progress, cancel,
+files, isolation of sessions, 401, session end. The MCP Inspector's CLI lists and calls the
+tools. The transport's rules and JSON-RPC error codes are checked here with raw HTTP.
+
+Needs `node` (>= 20) and `npm ci` run in tests/mcp (scripts/test.sh does that) for the first
+two; the raw checks always run.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MCP_DIR = os.path.join(os.path.dirname(HERE), "mcp")
+NODE = shutil.which("node")
+CLIENT_TIMEOUT_S = 600  # generous: a loaded machine starts kernels slowly; outcomes are asserted
+
+
+def _node_skip_reason():
+    if NODE is None:
+        return "node is not on PATH"
+    if not os.path.isdir(os.path.join(MCP_DIR, "node_modules", "@modelcontextprotocol", "sdk")):
+        return f"tests/mcp/node_modules missing: run `npm ci` in {MCP_DIR}"
+    return None
+
+
+needs_node = pytest.mark.skipif(_node_skip_reason() is not None,
+                                reason=_node_skip_reason() or "")
+
+
+def run_node(argv, timeout=CLIENT_TIMEOUT_S, env=None):
+    """Runs a node program in tests/mcp; (returncode, combined output). Always reaps it."""
+    proc = subprocess.Popen(argv, cwd=MCP_DIR, env=env or dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return -signal.SIGKILL, out + f"\n[test] killed after {timeout}s"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out
+
+
+# ---- raw HTTP ----
+
+def post(gw, body, session=None, headers=None, auth=True, raw=None, method="POST"):
+    """(status, parsed JSON body or None, headers) of one request to /mcp."""
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if auth:
+        h["Authorization"] = f"Bearer {gw.token}"
+    if session:
+        h["Mcp-Session-Id"] = session
+    h.update(headers or {})
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(gw.url + "/mcp", data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            payload, status, hdrs = r.read(), r.status, r.headers
+    except urllib.error.HTTPError as e:
+        payload, status, hdrs = e.read(), e.code, e.headers
+    return status, (json.loads(payload) if payload else None), hdrs
+
+
+def initialize(gw, version="2025-06-18"):
+    st, body, h = post(gw, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                            "params": {"protocolVersion": version, "capabilities": {},
+                                       "clientInfo": {"name": "raw", "version": "1"}}})
+    assert st == 200, (st, body)
+    sid = h["Mcp-Session-Id"]
+    assert sid and len(sid) == 32
+    st, body, _ = post(gw, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+    assert st == 202 and body is None
+    return sid
+
+
+def call(gw, sid, id_, name, args):
+    return post(gw, {"jsonrpc": "2.0", "id": id_, "method": "tools/call",
+                     "params": {"name": name, "arguments": args}}, sid)
+
+
+def test_negotiates_revisions(gateway):
+    for asked, got in [("2025-11-25", "2025-11-25"), ("2025-06-18", "2025-06-18"),
+                       ("2025-03-26", "2025-03-26"), ("2024-11-05", "2025-11-25"),
+                       ("1999-01-01", "2025-11-25")]:
+        st, body, h = post(gateway, {"jsonrpc": "2.0", "id": "a", "method": "initialize",
+                                     "params": {"protocolVersion": asked, "capabilities": {}}})
+        assert st == 200 and body["id"] == "a", body
+        assert body["result"]["protocolVersion"] == got, (asked, body)
+        assert body["result"]["capabilities"]["tools"] is not None
+        post(gateway, None, h["Mcp-Session-Id"], method="DELETE")
+    # outputSchema only where the revision has structured content
+    sid = initialize(gateway, "2025-03-26")
+    st, body, _ = post(gateway, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, sid)
+    assert st == 200 and all("outputSchema" not in t for t in body["result"]["tools"])
+    sid = initialize(gateway, "2025-06-18")
+    st, body, _ = post(gateway, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, sid)
+    assert st == 200 and all(t["outputSchema"]["type"] == "object"
+                             for t in body["result"]["tools"])
+
+
+def test_jsonrpc_error_codes(gateway):
+    sid = initialize(gateway)
+    cases = [
+        (b"{not json", 400, -32700),
+        (b"", 400, -32700),
+        (b'"just a string"', 400, -32600),
+        (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', 400, -32600),  # no batches
+        (b'{"id":1,"method":"ping"}', 400, -32600),  # no "jsonrpc"
+        (b'{"jsonrpc":"1.0","id":1,"method":"ping"}', 400, -32600),
+        (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', 400, -32600),
+        (b'{"jsonrpc":"2.0","id":1,"method":7}', 400, -32600),
+        (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}', 400, -32600),
+        (b'{"jsonrpc":"2.0","id":1}', 400, -32600),
+        (b'{"jsonrpc":"2.0","id":1,"method":"no/such"}', 200, -32601),
+        (b'{"jsonrpc":"2.0","id":1,"method":"resources/list"}', 200, -32601),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm_rf"}}', 200,
+         -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}', 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_code",'
+         b'"arguments":{"code":5}}}', 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_code",'
+         b'"arguments":{}}}', 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_code",'
+         b'"arguments":{"code":"1","timeout":-1}}}', 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_code",'
+         b'"arguments":{"code":"1","extra":1}}}', 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file",'
+         b'"arguments":{"path":"../etc/passwd"}}}', 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file",'
+         b'"arguments":{"path":"/etc/passwd"}}}', 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_file",'
+         b'"arguments":{"path":"a","content":"x","encoding":"utf-16"}}}', 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}', 200, -32602),
+    ]
+    for raw, status, code in cases:
+        st, body, _ = post(gateway, None, sid, raw=raw)
+        assert st == status and body["jsonrpc"] == "2.0", (raw, st, body)
+        assert body["error"]["code"] == code and body["error"]["message"], (raw, body)
+        # the id is echoed when there was a valid one
+        if code in (-32601, -32602):
+            assert body["id"] == 1, (raw, body)
+    # a ping still works: nothing above broke the session
+    st, body, _ = post(gateway, {"jsonrpc": "2.0", "id": "p", "method": "ping"}, sid)
+    assert st == 200 and body == {"jsonrpc": "2.0", "id": "p", "result": {}}
+    # a response from the client, and an unknown notification: 202
+    assert post(gateway, {"jsonrpc": "2.0", "id": 9, "result": {}}, sid)[0] == 202
+    assert post(gateway, {"jsonrpc": "2.0", "method": "notifications/x"}, sid)[0] == 202
+    assert gateway.alive()
+    # refused arguments are refused before the session's kernel starts
+    assert gateway.request("GET", "/api/kernels")[1] == []
+    assert post(gateway, None, sid, method="DELETE")[0] == 204
+
+
+def test_transport_rules(gateway):
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}}}
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    # kgw's own authentication
+    st, body, _ = post(gateway, init, auth=False)
+    assert st == 401, (st, body)
+    st, body, _ = post(gateway, init, auth=False, headers={"Authorization": "Bearer nope"})
+    assert st == 401, (st, body)
+    # no server-to-client stream: GET is not offered
+    st, _, _ = post(gateway, None, method="GET")
+    assert st == 405
+    st, _, _ = post(gateway, None, method="PUT", raw=b"{}")
+    assert st == 405
+    # the session header
+    st, body, _ = post(gateway, ping)
+    assert st == 400 and body["error"]["code"] == -32600 and "Mcp-Session-Id" in \
+        body["error"]["message"]
+    st, body, _ = post(gateway, ping, "0" * 32)
+    assert st == 404 and body["error"]["code"] == -32600
+    sid = initialize(gateway)
+    # the protocol version header
+    st, body, _ = post(gateway, ping, sid, headers={"MCP-Protocol-Version": "2024-01-01"})
+    assert st == 400 and "MCP-Protocol-Version" in body["error"]["message"], body
+    st, body, _ = post(gateway, ping, sid, headers={"MCP-Protocol-Version": "2025-06-18"})
+    assert st == 200 and body["result"] == {}
+    st, body, _ = post(gateway, ping, sid)  # absent: taken as 2025-03-26
+    assert st == 200
+    # Origin: DNS rebinding protection (no --allow-origin: no browser origin is allowed)
+    st, body, _ = post(gateway, ping, sid, headers={"Origin": "http://evil.example"})
+    assert st == 403 and body["error"]["code"] == -32600, body
+    st, body, _ = post(gateway, init, headers={"Origin": "http://127.0.0.1:1"})
+    assert st == 403
+    # another tenant's session is not found: (one tenant here) a made-up id of the right form
+    st, body, _ = post(gateway, ping, sid[::-1])
+    assert st == 404
+    # DELETE ends the session; it is then unknown
+    st, _, _ = post(gateway, None, sid, method="DELETE")
+    assert st == 204
+    st, body, _ = post(gateway, ping, sid)
+    assert st == 404
+    st, _, _ = post(gateway, None, sid, method="DELETE")
+    assert st == 404
+    st, _, _ = post(gateway, None, method="DELETE")
+    assert st == 400
+
+
+def test_allowed_origin_and_idle_end(gateway_factory):
+    gw = gateway_factory("--allow-origin=https://app.example", "--mcp-idle-timeout=10")
+    st, body, h = post(gw, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                            "params": {"protocolVersion": "2025-06-18", "capabilities": {}}},
+                       headers={"Origin": "https://app.example"})
+    assert st == 200 and h["Access-Control-Allow-Origin"] == "https://app.example"
+    sid = h["Mcp-Session-Id"]
+    st, body, _ = post(gw, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, sid,
+                       headers={"Origin": "https://other.example"})
+    assert st == 403
+    st, body, _ = call(gw, sid, 3, "execute_code", {"code": "y = 5\nprint(y)"})
+    assert st == 200 and body["result"]["isError"] is False, body
+    kid = body["result"]["structuredContent"]["kernel_id"]
+    assert gw.request("GET", f"/api/kernels/{kid}")[0] == 200
+    # idle for --mcp-idle-timeout: the session ends and its kernel is shut down
+    deadline = time.time() + 120
+    while time.time() < deadline and gw.request("GET", f"/api/kernels/{kid}")[0] != 404:
+        time.sleep(1)
+    assert gw.request("GET", f"/api/kernels/{kid}")[0] == 404, gw.log()[-4000:]
+    st, body, _ = post(gw, {"jsonrpc": "2.0", "id": 4, "method": "ping"}, sid)
+    assert st == 404
+
+
+def test_raw_tool_calls(gateway):
+    sid = initialize(gateway, "2025-03-26")
+    st, body, _ = call(gateway, sid, 1, "execute_code", {"code": "import sys\n"
+                                                                 "print('out')\n"
+                                                                 "print('err', file=sys.stderr)\n"
+                                                                 "6 * 7"})
+    assert st == 200, body
+    res = body["result"]
+    texts = [c["text"] for c in res["content"] if c["type"] == "text"]
+    assert texts[0] == "out\n" and texts[1] == "err\n" and texts[2] == "42\n", texts
+    assert res["isError"] is False and res["structuredContent"]["status"] == "ok"
+    # the end event is also text (revisions before structured content)
+    assert json.loads(texts[-1])["status"] == "ok"
+    # a timeout interrupts the code: isError, status timeout
+    st, body, _ = call(gateway, sid, 2, "execute_code",
+                       {"code": "import time\ntime.sleep(60)", "timeout": 1})
+    assert st == 200 and body["result"]["isError"] is True, body
+    assert body["result"]["structuredContent"]["status"] == "timeout"
+    # files changed are in the end
+    st, body, _ = call(gateway, sid, 3, "execute_code",
+                       {"code": "open('made.txt', 'w').write('x')"})
+    assert "made.txt" in body["result"]["structuredContent"]["files"]["created"], body
+    # write_file in base64, read back as text
+    st, body, _ = call(gateway, sid, 4, "write_file",
+                       {"path": "sub/b.txt", "content": "aMOpbGxv", "encoding": "base64"})
+    assert body["result"]["structuredContent"] == {"path": "sub/b.txt", "size": 6}, body
+    st, body, _ = call(gateway, sid, 5, "read_file", {"path": "sub/b.txt"})
+    assert body["result"]["content"][0]["text"] == "h\u00e9llo"
+    st, body, _ = call(gateway, sid, 6, "read_file", {"path": "nope.txt"})
+    assert body["result"]["isError"] is True and "no such file" in \
+        body["result"]["content"][0]["text"]
+    st, body, _ = call(gateway, sid, 7, "write_file",
+                       {"path": "x.bin", "content": "!!!", "encoding": "base64"})
+    assert body["error"]["code"] == -32602
+    post(gateway, None, sid, method="DELETE")
+
+
+@needs_node
+def test_sdk_client(gateway):
+    rc, out = run_node([NODE, "mcp_client.mjs", gateway.url, gateway.token])
+    print(out)
+    checks = ["initialize", "list_tools", "state_persists", "plot_image", "exception_is_error",
+              "progress", "cancel", "files", "sessions_isolated", "restart_kernel",
+              "wrong_key_401", "session_end_shuts_kernel"]
+    assert rc == 0 and all(f"ok {c}\n" in out for c in checks), (
+        f"mcp_client.mjs exited {rc}:\n{out}\n----- server log (tail) -----\n"
+        + gateway.log()[-15000:])
+    # both sessions ended: their kernels are gone
+    deadline = time.time() + 60
+    while time.time() < deadline and gateway.request("GET", "/api/kernels")[1]:
+        time.sleep(0.5)
+    assert gateway.request("GET", "/api/kernels")[1] == []
+
+
+@needs_node
+def test_inspector_cli(gateway):
+    """The MCP Inspector's command-line mode lists and calls the tools."""
+    with tempfile.TemporaryDirectory() as home:
+        env = dict(os.environ, HOME=home, MCP_CATALOG_PATH=os.path.join(home, "mcp.json"),
+                   NO_UPDATE_NOTIFIER="1", npm_config_update_notifier="false")
+        base = [NODE, os.path.join(MCP_DIR, "node_modules", "@modelcontextprotocol", "inspector",
+                                   "clients", "launcher", "build", "index.js"),
+                "--cli", gateway.url + "/mcp", "--transport", "http",
+                "--header", f"Authorization: Bearer {gateway.token}"]
+        rc, out = run_node(base + ["--method", "tools/list"], timeout=300, env=env)
+        assert rc == 0, out
+        listed = json.loads(out[out.index("{"):])
+        assert sorted(t["name"] for t in listed["tools"]) == [
+            "execute_code", "list_files", "read_file", "restart_kernel", "write_file"], out
+        rc, out = run_node(base + ["--method", "tools/call", "--tool-name", "execute_code",
+                                   "--tool-arg", "code=print(6 * 7)"], timeout=300, env=env)
+        assert rc == 0, out
+        res = json.loads(out[out.index("{"):])
+        assert res["isError"] is False and res["content"][0]["text"] == "42\n", res
+        assert res["structuredContent"]["status"] == "ok"
+    # the CLI ends its session: its kernel goes
+    deadline = time.time() + 60
+    while time.time() < deadline and gateway.request("GET", "/api/kernels")[1]:
+        time.sleep(0.5)
+    assert gateway.request("GET", "/api/kernels")[1] == [], gateway.log()[-3000:]
