@@ -108,11 +108,11 @@ static void run_restart(struct mcp_call *c, kernel_t *k);
     "\"status\":{\"type\":\"string\",\"description\":\"ok, error, cancelled, timeout, "          \
     "output_limit, memory_limit, kernel_died, kernel_restarted, shutdown\"},"                    \
     "\"cause\":{\"type\":\"string\"},\"duration_ms\":{\"type\":\"number\"},"                     \
-    "\"cpu_ms\":{\"type\":[\"number\",\"null\"]},"                                               \
-    "\"peak_memory_bytes\":{\"type\":[\"integer\",\"null\"]},"                                   \
-    "\"execution_count\":{\"type\":[\"integer\",\"null\"]},"                                     \
-    "\"files\":{\"type\":[\"object\",\"null\"],\"description\":\"workspace files created, "      \
-    "modified and deleted\"},"                                                                   \
+    "\"cpu_ms\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}]},"                                               \
+    "\"peak_memory_bytes\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"                                   \
+    "\"execution_count\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"                                     \
+    "\"files\":{\"description\":\"workspace files created, modified and deleted\",\"anyOf\":"  \
+    "[{\"type\":\"object\"},{\"type\":\"null\"}]},"                                                                   \
     "\"workspace_id\":{\"type\":\"string\"},\"execution_id\":{\"type\":\"string\"},"             \
     "\"kernel_id\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}"
 

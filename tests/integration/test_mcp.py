@@ -300,19 +300,17 @@ def test_inspector_cli(gateway):
                                    "clients", "launcher", "build", "index.js"),
                 "--cli", gateway.url + "/mcp", "--transport", "http",
                 "--header", f"Authorization: Bearer {gateway.token}"]
-        rc, out = run_node(base + ["--method", "tools/list"], timeout=300, env=env)
-        assert rc == 0, out
-        listed = json.loads(out[out.index("{"):])
+        # --strict: the tool schemas have no portability problems (exit 6 on an error; warnings
+        # are printed on stderr)
+        rc, out = run_node(base + ["--method", "tools/list", "--strict"], timeout=300, env=env)
+        assert rc == 0 and "Warning" not in out, out
+        listed, _ = json.JSONDecoder().raw_decode(out[out.index("{"):])
         assert sorted(t["name"] for t in listed["tools"]) == [
             "execute_code", "list_files", "read_file", "restart_kernel", "write_file"], out
         rc, out = run_node(base + ["--method", "tools/call", "--tool-name", "execute_code",
                                    "--tool-arg", "code=print(6 * 7)"], timeout=300, env=env)
         assert rc == 0, out
-        res = json.loads(out[out.index("{"):])
+        res, _ = json.JSONDecoder().raw_decode(out[out.index("{"):])
         assert res["isError"] is False and res["content"][0]["text"] == "42\n", res
         assert res["structuredContent"]["status"] == "ok"
-    # the CLI ends its session: its kernel goes
-    deadline = time.time() + 60
-    while time.time() < deadline and gateway.request("GET", "/api/kernels")[1]:
-        time.sleep(0.5)
-    assert gateway.request("GET", "/api/kernels")[1] == [], gateway.log()[-3000:]
+    # (the CLI does not end its session: its kernel goes after --mcp-idle-timeout)
