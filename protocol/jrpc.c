@@ -112,7 +112,8 @@ json_t *jrpc_result(json_t *id, json_t *result)
 {
     if (!result)
         return NULL;
-    return json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result);
+    return json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id ? id : json_null(), "result",
+                     result);
 }
 
 json_t *jrpc_error(json_t *id, int code, const char *message)

@@ -52,7 +52,8 @@ int jrpc_parse(const char *data, size_t len, size_t max_bytes, struct jrpc_msg *
                struct jrpc_err *err);
 void jrpc_fini(struct jrpc_msg *m);
 
-/* {"jsonrpc": "2.0", "id": id, "result": result} (result taken; id borrowed). NULL on OOM. */
+/* {"jsonrpc": "2.0", "id": id or null, "result": result} (result taken; id borrowed). NULL on
+ * OOM. */
 json_t *jrpc_result(json_t *id, json_t *result);
 /* {"jsonrpc": "2.0", "id": id or null, "error": {"code", "message"}} (id borrowed). */
 json_t *jrpc_error(json_t *id, int code, const char *message);
