@@ -256,6 +256,26 @@ static void reply(struct mcp_call *c, json_t *result)
     call_done(c);
 }
 
+/* msg made valid UTF-8 for JSON: a formatted message may end inside a character (%.64s, or
+ * cut at its buffer's size); anything else not UTF-8 becomes '?'. */
+static void utf8_fix(char *msg)
+{
+    size_t n = strlen(msg);
+    for (int i = 0; i < 4 && n > 0; i++) {
+        json_t *v = json_stringn(msg, n);
+        json_decref(v);
+        if (v)
+            break;
+        msg[--n] = '\0';
+    }
+    json_t *v = json_string(msg);
+    if (!v)
+        for (char *p = msg; *p; p++)
+            if ((unsigned char)*p >= 0x80)
+                *p = '?';
+    json_decref(v);
+}
+
 /* A JSON-RPC error; HTTP status 200 for a request the transport took, else 400, 403, 404. */
 static void reply_error(struct mcp_call *c, int status, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -267,6 +287,7 @@ static void reply_error(struct mcp_call *c, int status, int code, const char *fm
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    utf8_fix(msg);
     if (status >= 400)
         log_info("mcp: refused (%d): %s", status, msg);
     c->status = status;
@@ -310,6 +331,7 @@ static void tool_fail(struct mcp_call *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    utf8_fix(msg);
     json_decref(c->content);
     c->content = json_pack("[{s:s, s:s}]", "type", "text", "text", msg);
     json_decref(c->structured);
@@ -585,6 +607,10 @@ static void run_read_file(struct mcp_call *c, kernel_t *k)
     if (rc < 0)
         return tool_fail(c, "cannot read %s: %s%s", path, file_error(rc),
                          rc == -EFBIG ? " (4 MiB, or --max-download-bytes)" : "");
+    if (audit_enabled())
+        audit_event("mcp_file_read", "s:s, s:s, s:s, s:I", "tenant", c->r->caller.tenant,
+                    "workspace", wspace_id(kernel_workspace(k)), "path", path, "bytes",
+                    (json_int_t)len);
     json_t *text = json_stringn((const char *)data, len); /* NULL: not UTF-8 (or a NUL) */
     const char *enc = text ? "utf-8" : "base64";
     if (text) {
@@ -635,7 +661,7 @@ static void run_write_file(struct mcp_call *c, kernel_t *k)
     if (rc < 0)
         return tool_fail(c, "cannot write %s: %s", path, strerror(-rc));
     if (audit_enabled())
-        audit_event("file_write", "s:s, s:s, s:s, s:I", "tenant", c->r->caller.tenant,
+        audit_event("mcp_file_write", "s:s, s:s, s:s, s:I", "tenant", c->r->caller.tenant,
                     "workspace", wspace_id(kernel_workspace(k)), "path", path, "bytes",
                     (json_int_t)len);
     c->structured = json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)len);

@@ -16,6 +16,10 @@ static int fail(struct jrpc_err *err, enum jrpc_code code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
+    /* printable ASCII only: jansson's messages quote the input, which may not be UTF-8 */
+    for (char *p = err->message; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+            *p = '?';
     return -EINVAL;
 }
 

@@ -36,7 +36,7 @@ struct jrpc_msg {
 
 /* Why a body was refused: the JSON-RPC code (JRPC_PARSE_ERROR: not JSON, over max_bytes, or
  * not UTF-8; JRPC_INVALID_REQUEST: JSON, but not one valid message; a batch is refused), a
- * one-line message, and the message's id when it had a valid one (new reference, else NULL). */
+ * one-line message (printable ASCII), and the message's id when it had a valid one (new reference, else NULL). */
 struct jrpc_err {
     enum jrpc_code code;
     json_t *id;

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 ./scripts/deps.sh --test
 (cd tests/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 (cd tests/kubernetes && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+(cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 [ -d build ] || meson setup build >/dev/null
 meson compile -C build >/dev/null
 meson test -C build --print-errorlogs "$@"

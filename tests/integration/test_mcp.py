@@ -146,6 +146,12 @@ def test_jsonrpc_error_codes(gateway):
         (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_file",'
          b'"arguments":{"path":"a","content":"x","encoding":"utf-16"}}}', 200, -32602),
         (b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}', 200, -32602),
+        # a quoted name cut inside a character still makes a valid JSON message
+        (('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"' + "a" * 63 +
+          '\u00e9\u00e9"}}').encode(), 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_code",'
+         b'"arguments":{"code":"1","' + "\u00e9".encode() * 40 + b'":1}}}', 200, -32602),
+        (b'{"jsonrpc":"2.0","id":1,"meth\xff":"x"}', 400, -32700),
     ]
     for raw, status, code in cases:
         st, body, _ = post(gateway, None, sid, raw=raw)
