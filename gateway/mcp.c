@@ -25,14 +25,14 @@
 #include "protocol/jrpc.h"
 #include "protocol/xreq.h"
 
-#define MCP_SESSIONS_MAX  10000             /* sessions at once, all tenants */
-#define MCP_SWEEP_MS      5000              /* idle checks */
-#define MCP_RESULT_MAX    (8 * 1024 * 1024) /* bytes of output a tool result carries */
-#define MCP_READ_MAX      (4 * 1024 * 1024) /* bytes of a file read_file returns */
-#define MCP_PROGRESS_MAX  (64 * 1024)       /* bytes of output in one progress notification */
-#define MCP_SID_BYTES     16                /* random bytes of a session id */
-#define MCP_SID_LEN       (2 * MCP_SID_BYTES)
-#define MCP_VERSION_MAX   32
+#define MCP_SESSIONS_MAX 10000             /* sessions at once, all tenants */
+#define MCP_SWEEP_MS     5000              /* idle checks */
+#define MCP_RESULT_MAX   (8 * 1024 * 1024) /* bytes of output a tool result carries */
+#define MCP_READ_MAX     (4 * 1024 * 1024) /* bytes of a file read_file returns */
+#define MCP_PROGRESS_MAX (64 * 1024)       /* bytes of output in one progress notification */
+#define MCP_SID_BYTES    16                /* random bytes of a session id */
+#define MCP_SID_LEN      (2 * MCP_SID_BYTES)
+#define MCP_VERSION_MAX  32
 
 /* The revisions spoken, newest first: the newest is offered to a client asking for another. */
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
@@ -103,26 +103,27 @@ static void run_read_file(struct mcp_call *c, kernel_t *k);
 static void run_write_file(struct mcp_call *c, kernel_t *k);
 static void run_restart(struct mcp_call *c, kernel_t *k);
 
-#define END_SCHEMA                                                                               \
-    "{\"type\":\"object\",\"properties\":{"                                                     \
-    "\"status\":{\"type\":\"string\",\"description\":\"ok, error, cancelled, timeout, "          \
-    "output_limit, memory_limit, kernel_died, kernel_restarted, shutdown\"},"                    \
-    "\"cause\":{\"type\":\"string\"},\"duration_ms\":{\"type\":\"number\"},"                     \
-    "\"cpu_ms\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}]},"                                               \
-    "\"peak_memory_bytes\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"                                   \
-    "\"execution_count\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"                                     \
-    "\"files\":{\"description\":\"workspace files created, modified and deleted\",\"anyOf\":"  \
-    "[{\"type\":\"object\"},{\"type\":\"null\"}]},"                                                                   \
-    "\"workspace_id\":{\"type\":\"string\"},\"execution_id\":{\"type\":\"string\"},"             \
+#define END_SCHEMA                                                                            \
+    "{\"type\":\"object\",\"properties\":{"                                                   \
+    "\"status\":{\"type\":\"string\",\"description\":\"ok, error, cancelled, timeout, "       \
+    "output_limit, memory_limit, kernel_died, kernel_restarted, shutdown\"},"                 \
+    "\"cause\":{\"type\":\"string\"},\"duration_ms\":{\"type\":\"number\"},"                  \
+    "\"cpu_ms\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}]},"                     \
+    "\"peak_memory_bytes\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"         \
+    "\"execution_count\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"           \
+    "\"files\":{\"description\":\"workspace files created, modified and deleted\",\"anyOf\":" \
+    "[{\"type\":\"object\"},{\"type\":\"null\"}]},"                                           \
+    "\"workspace_id\":{\"type\":\"string\"},\"execution_id\":{\"type\":\"string\"},"          \
     "\"kernel_id\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}"
 
-#define PATH_PROP                                                                                \
-    "\"path\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":1024,\"description\":"         \
+#define PATH_PROP                                                                       \
+    "\"path\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":1024,\"description\":" \
     "\"a relative path in the session's workspace ('/'-separated, no '..')\"}"
 
 /* The tools: a fixed, reviewable table (no lookup outside it). */
 static const struct mcp_tool tools[] = {
-    {"execute_code", "Execute Python code",
+    {"execute_code",
+     "Execute Python code",
      "Runs Python code in the session's Jupyter kernel (IPython). Variables, imports and files "
      "persist across calls of this session. Returns the output (streams, results, images) and "
      "the execution's outcome (status, duration, memory, files changed).",
@@ -133,7 +134,8 @@ static const struct mcp_tool tools[] = {
      END_SCHEMA,
      {{"code", ARG_STRING, true}, {"timeout", ARG_NUMBER, false}},
      run_execute},
-    {"list_files", "List workspace files",
+    {"list_files",
+     "List workspace files",
      "Lists the files of the session's workspace (the kernel's working directory).",
      "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"workspace\":{\"type\":\"string\"},\"files\":"
@@ -143,7 +145,8 @@ static const struct mcp_tool tools[] = {
      "\"required\":[\"files\",\"truncated\"]}",
      {{0}},
      run_list_files},
-    {"read_file", "Read a workspace file",
+    {"read_file",
+     "Read a workspace file",
      "Reads a file of the session's workspace: text for UTF-8 files, else a base64 blob.",
      "{\"type\":\"object\",\"properties\":{" PATH_PROP "},\"required\":[\"path\"],"
      "\"additionalProperties\":false}",
@@ -152,7 +155,8 @@ static const struct mcp_tool tools[] = {
      "\"required\":[\"path\",\"size\",\"encoding\"]}",
      {{"path", ARG_PATH, true}},
      run_read_file},
-    {"write_file", "Write a workspace file",
+    {"write_file",
+     "Write a workspace file",
      "Writes a file into the session's workspace, replacing it; missing directories are made.",
      "{\"type\":\"object\",\"properties\":{" PATH_PROP ",\"content\":{\"type\":\"string\"},"
      "\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"],\"default\":\"utf-8\"}},"
@@ -161,7 +165,8 @@ static const struct mcp_tool tools[] = {
      "\"integer\"}},\"required\":[\"path\",\"size\"]}",
      {{"path", ARG_PATH, true}, {"content", ARG_STRING, true}, {"encoding", ARG_STRING, false}},
      run_write_file},
-    {"restart_kernel", "Restart the kernel",
+    {"restart_kernel",
+     "Restart the kernel",
      "Restarts the session's kernel: its variables are lost, its workspace files stay.",
      "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"kernel_id\":{\"type\":\"string\"},\"status\":"
@@ -198,8 +203,8 @@ static void session_end(struct mcp *m, struct mcp_session *s, const char *why)
     log_info("mcp: session=%.8s tenant=%s kernel=%s: ended (%s)", s->id, s->tenant,
              s->kernel_id[0] ? s->kernel_id : "none", why);
     if (audit_enabled())
-        audit_event("mcp_session_end", "s:s, s:s, s:s, s:s", "tenant", s->tenant, "session",
-                    s->id, "kernel", s->kernel_id, "reason", why);
+        audit_event("mcp_session_end", "s:s, s:s, s:s, s:s", "tenant", s->tenant, "session", s->id,
+                    "kernel", s->kernel_id, "reason", why);
     list_remove(&s->link);
     m->count--;
     free(s);
@@ -322,7 +327,8 @@ static void tool_reply(struct mcp_call *c)
     reply(c, res);
 }
 
-static void tool_fail(struct mcp_call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tool_fail(struct mcp_call *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static void tool_fail(struct mcp_call *c, const char *fmt, ...)
 {
@@ -456,10 +462,9 @@ static void add_display(struct mcp_call *c, json_t *ev)
                 if (*s != '\n' && *s != '\r')
                     *q++ = *s;
             *q = '\0';
-            add_content(c,
-                        json_pack("{s:s, s:s, s:s}", "type", "image", "data", p, "mimeType",
-                                  images[i]),
-                        (size_t)(q - p));
+            add_content(
+                c, json_pack("{s:s, s:s, s:s}", "type", "image", "data", p, "mimeType", images[i]),
+                (size_t)(q - p));
             free(p);
             char note[64];
             snprintf(note, sizeof(note), "[%s image]\n", images[i]);
@@ -546,8 +551,8 @@ static void run_execute(struct mcp_call *c, kernel_t *k)
     gw_t *g = c->r->g;
     json_t *t = json_object_get(c->args, "timeout");
     const char *code = json_string_value(json_object_get(c->args, "code"));
-    int rc = xapi_run(g, &c->r->caller, k, code, t ? json_number_value(t) : 0.0, &sub_ops, c,
-                      &c->sub);
+    int rc =
+        xapi_run(g, &c->r->caller, k, code, t ? json_number_value(t) : 0.0, &sub_ops, c, &c->sub);
     if (rc == -EBUSY)
         return tool_fail(c,
                          "the session's kernel has %lld executions queued or running (the "
@@ -622,10 +627,10 @@ static void run_read_file(struct mcp_call *c, kernel_t *k)
         snprintf(uri, sizeof(uri), "kgw-workspace:///%s", path);
         if (b64)
             sodium_bin2base64(b64, bl, data, len, sodium_base64_VARIANT_ORIGINAL);
-        c->content = b64 ? json_pack("[{s:s, s:{s:s, s:s, s:s}}]", "type", "resource", "resource",
-                                     "uri", uri, "mimeType", "application/octet-stream", "blob",
-                                     b64)
-                         : NULL;
+        c->content =
+            b64 ? json_pack("[{s:s, s:{s:s, s:s, s:s}}]", "type", "resource", "resource", "uri",
+                            uri, "mimeType", "application/octet-stream", "blob", b64)
+                : NULL;
         free(b64);
     }
     free(data);
@@ -633,8 +638,8 @@ static void run_read_file(struct mcp_call *c, kernel_t *k)
         c->content = json_array();
         return tool_fail(c, "out of memory");
     }
-    c->structured = json_pack("{s:s, s:I, s:s}", "path", path, "size", (json_int_t)len,
-                              "encoding", enc);
+    c->structured =
+        json_pack("{s:s, s:I, s:s}", "path", path, "size", (json_int_t)len, "encoding", enc);
     tool_reply(c);
 }
 
@@ -718,15 +723,13 @@ static void m_initialize(struct mcp_call *c, json_t *params)
     list_append(&m->sessions, &s->link);
     m->count++;
     snprintf(c->sid, sizeof(c->sid), "%s", s->id);
-    log_info("mcp: session=%.8s tenant=%s: started (protocol %s)", s->id, s->tenant,
-             s->version);
+    log_info("mcp: session=%.8s tenant=%s: started (protocol %s)", s->id, s->tenant, s->version);
     if (audit_enabled())
         audit_event("mcp_session_start", "s:s, s:s, s:s, s:s", "tenant", s->tenant, "session",
                     s->id, "protocol", s->version, "addr", c->r->caller.addr);
-    reply(c, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion",
-                       s->version, "capabilities", "tools", "listChanged", 0, "serverInfo",
-                       "name", "kgw", "title", "kgw kernel gateway", "version", KGW_VERSION,
-                       "instructions",
+    reply(c, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", s->version,
+                       "capabilities", "tools", "listChanged", 0, "serverInfo", "name", "kgw",
+                       "title", "kgw kernel gateway", "version", KGW_VERSION, "instructions",
                        "Run Python with execute_code: state (variables, imports, files) "
                        "persists across calls in this session. Files live in the session's "
                        "workspace (list_files, read_file, write_file)."));
@@ -768,14 +771,13 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
             if (!strcmp(t->args[i].name, key))
                 a = &t->args[i];
         if (!a) {
-            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: unknown argument '%.64s'", t->name,
-                        key);
+            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: unknown argument '%.64s'", t->name, key);
             return false;
         }
         char path[FPATH_MAX + 1];
         if (a->type == ARG_PATH &&
-            (!json_is_string(v) ||
-             fpath_normalize(json_string_value(v), json_string_length(v), path, sizeof(path)) < 0)) {
+            (!json_is_string(v) || fpath_normalize(json_string_value(v), json_string_length(v),
+                                                   path, sizeof(path)) < 0)) {
             reply_error(c, 200, JRPC_INVALID_PARAMS,
                         "%s: invalid '%s': give a relative path of at most %d bytes, "
                         "'/'-separated, without empty, '.' or '..' components or control "
@@ -784,13 +786,11 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
             return false;
         }
         if (a->type == ARG_STRING && !json_is_string(v)) {
-            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be a string", t->name,
-                        a->name);
+            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be a string", t->name, a->name);
             return false;
         }
-        if (a->type == ARG_NUMBER &&
-            (!json_is_number(v) || !(json_number_value(v) > 0) ||
-             json_number_value(v) > XREQ_TIMEOUT_MAX)) {
+        if (a->type == ARG_NUMBER && (!json_is_number(v) || !(json_number_value(v) > 0) ||
+                                      json_number_value(v) > XREQ_TIMEOUT_MAX)) {
             reply_error(c, 200, JRPC_INVALID_PARAMS,
                         "%s: '%s' must be a number of seconds above 0, at most %d", t->name,
                         a->name, XREQ_TIMEOUT_MAX);
@@ -799,8 +799,7 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
     }
     const char *enc = json_string_value(json_object_get(args, "encoding"));
     if (enc && strcmp(enc, "utf-8") != 0 && strcmp(enc, "base64") != 0) {
-        reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: 'encoding' must be utf-8 or base64",
-                    t->name);
+        reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: 'encoding' must be utf-8 or base64", t->name);
         return false;
     }
     for (size_t i = 0; i < MCP_ARGS_MAX && t->args[i].name; i++) {
@@ -850,8 +849,8 @@ static void m_tools_call(struct mcp_call *c, json_t *params)
         c->token = json_incref(tok);
     list_append(&s->calls, &c->slink);
     if (audit_enabled())
-        audit_event("mcp_tool_call", "s:s, s:s, s:s", "tenant", s->tenant, "session", s->id,
-                    "tool", t->name);
+        audit_event("mcp_tool_call", "s:s, s:s, s:s", "tenant", s->tenant, "session", s->id, "tool",
+                    t->name);
 
     kernel_t *k = s->kernel_id[0] ? gw_kernel(g, s->kernel_id, s->tenant) : NULL;
     if (k && (kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD))
@@ -894,8 +893,7 @@ static void notify(struct mcp_call *c, const struct jrpc_msg *msg)
         {
             if (id && json_equal(o->id, id) && !o->cancelled) {
                 o->cancelled = true;
-                log_info("mcp: session=%.8s: a tool call was cancelled by the client",
-                         c->s->id);
+                log_info("mcp: session=%.8s: a tool call was cancelled by the client", c->s->id);
                 if (o->sub)
                     xapi_sub_cancel(o->sub);
                 break;
@@ -914,7 +912,8 @@ static bool origin_ok(struct gw_req *r)
     int n = lws_hdr_total_length(r->wsi, WSI_TOKEN_ORIGIN);
     if (n <= 0)
         return true; /* not a browser */
-    if (n >= (int)sizeof(origin) || lws_hdr_copy(r->wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) < 0)
+    if (n >= (int)sizeof(origin) ||
+        lws_hdr_copy(r->wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) < 0)
         return false;
     return allow && allow[0] && (!strcmp(allow, "*") || !strcmp(allow, origin));
 }
@@ -953,9 +952,8 @@ void mcp_handle(struct gw_req *r)
                            "unsupported MCP-Protocol-Version: supported are %s, %s and %s",
                            versions[0], versions[1], versions[2]);
     int hs = header(r, "mcp-session-id:", sid, sizeof(sid));
-    struct mcp_session *s = hs > 0 && strlen(sid) == MCP_SID_LEN
-                                ? session_find(m, sid, r->caller.tenant)
-                                : NULL;
+    struct mcp_session *s =
+        hs > 0 && strlen(sid) == MCP_SID_LEN ? session_find(m, sid, r->caller.tenant) : NULL;
     if (r->method == HTTP_M_DELETE) {
         if (hs == 0)
             return reply_error(c, 400, JRPC_INVALID_REQUEST, "Mcp-Session-Id header required");
@@ -966,8 +964,8 @@ void mcp_handle(struct gw_req *r)
     }
     struct jrpc_msg msg;
     struct jrpc_err err;
-    if (jrpc_parse(r->body.data ? r->body.data : "", r->body.len,
-                   (size_t)g->cfg.max_body_bytes, &msg, &err) < 0) {
+    if (jrpc_parse(r->body.data ? r->body.data : "", r->body.len, (size_t)g->cfg.max_body_bytes,
+                   &msg, &err) < 0) {
         c->id = err.id;
         g->stats.refused[GW_REFUSED_BAD_INPUT]++;
         return reply_error(c, 400, (int)err.code, "%s", err.message);
@@ -1015,8 +1013,8 @@ void mcp_handle(struct gw_req *r)
     jrpc_fini(&msg);
 }
 
-static int add_hdr(struct lws *wsi, const char *name, const char *value, unsigned char **p,
-                   unsigned char *end)
+static int
+add_hdr(struct lws *wsi, const char *name, const char *value, unsigned char **p, unsigned char *end)
 {
     return lws_add_http_header_by_name(wsi, (const unsigned char *)name,
                                        (const unsigned char *)value, (int)strlen(value), p, end);

@@ -45,8 +45,8 @@ static bool valid_id(json_t *id)
            strlen(json_string_value(id)) == json_string_length(id);
 }
 
-int jrpc_parse(const char *data, size_t len, size_t max_bytes, struct jrpc_msg *out,
-               struct jrpc_err *err)
+int jrpc_parse(
+    const char *data, size_t len, size_t max_bytes, struct jrpc_msg *out, struct jrpc_err *err)
 {
     json_error_t je;
     memset(out, 0, sizeof(*out));
@@ -58,8 +58,9 @@ int jrpc_parse(const char *data, size_t len, size_t max_bytes, struct jrpc_msg *
         return fail(err, JRPC_PARSE_ERROR, "not JSON: %.100s (byte %d)", je.text, je.position);
     if (json_is_array(v)) {
         json_decref(v);
-        return fail(err, JRPC_INVALID_REQUEST, "batches are not supported: send one message "
-                                               "per request");
+        return fail(err, JRPC_INVALID_REQUEST,
+                    "batches are not supported: send one message "
+                    "per request");
     }
     if (!json_is_object(v)) {
         json_decref(v);
@@ -81,12 +82,11 @@ int jrpc_parse(const char *data, size_t len, size_t max_bytes, struct jrpc_msg *
                   "'id' must be a string (at most %d bytes) or an integer", JRPC_ID_MAX);
     if (rc == 0 && method) {
         if (!json_is_string(method) || json_string_length(method) == 0 ||
-            json_string_length(method) > JRPC_METHOD_MAX ||
-            !printable(json_string_value(method)) ||
+            json_string_length(method) > JRPC_METHOD_MAX || !printable(json_string_value(method)) ||
             strlen(json_string_value(method)) != json_string_length(method))
-            rc = fail(err, JRPC_INVALID_REQUEST,
-                      "'method' must be a string of 1 to %d printable ASCII bytes",
-                      JRPC_METHOD_MAX);
+            rc =
+                fail(err, JRPC_INVALID_REQUEST,
+                     "'method' must be a string of 1 to %d printable ASCII bytes", JRPC_METHOD_MAX);
         else if (has_result || has_error)
             rc = fail(err, JRPC_INVALID_REQUEST, "a request has no 'result' or 'error'");
         else if (params && !json_is_object(params))
@@ -122,8 +122,8 @@ json_t *jrpc_result(json_t *id, json_t *result)
 
 json_t *jrpc_error(json_t *id, int code, const char *message)
 {
-    return json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
-                     id ? id : json_null(), "error", "code", code, "message", message);
+    return json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
+                     "error", "code", code, "message", message);
 }
 
 json_t *jrpc_notification(const char *method, json_t *params)

@@ -36,7 +36,8 @@ struct jrpc_msg {
 
 /* Why a body was refused: the JSON-RPC code (JRPC_PARSE_ERROR: not JSON, over max_bytes, or
  * not UTF-8; JRPC_INVALID_REQUEST: JSON, but not one valid message; a batch is refused), a
- * one-line message (printable ASCII), and the message's id when it had a valid one (new reference, else NULL). */
+ * one-line message (printable ASCII), and the message's id when it had a valid one (new reference,
+ * else NULL). */
 struct jrpc_err {
     enum jrpc_code code;
     json_t *id;
@@ -48,8 +49,8 @@ struct jrpc_err {
  * an id, when given, a string of at most JRPC_ID_MAX bytes or an integer) or, with an id,
  * exactly one of result and error. 0 with out filled (release with jrpc_fini), or -EINVAL with
  * err filled (release err->id). */
-int jrpc_parse(const char *data, size_t len, size_t max_bytes, struct jrpc_msg *out,
-               struct jrpc_err *err);
+int jrpc_parse(
+    const char *data, size_t len, size_t max_bytes, struct jrpc_msg *out, struct jrpc_err *err);
 void jrpc_fini(struct jrpc_msg *m);
 
 /* {"jsonrpc": "2.0", "id": id or null, "result": result} (result taken; id borrowed). NULL on

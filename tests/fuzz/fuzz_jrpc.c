@@ -1,9 +1,10 @@
 /* protocol/jrpc.c on untrusted bytes: a POST body of /mcp. A parse either fails with a
  * JSON-RPC code and a message (and an id only when it was valid), or yields one message of a
  * known kind whose id, method and params are of the allowed types and within the limits. */
-#include "fuzz.h"
 #include <errno.h>
 #include <string.h>
+
+#include "fuzz.h"
 
 #include "protocol/jrpc.h"
 

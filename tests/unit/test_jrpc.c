@@ -19,9 +19,8 @@ static void valid(void)
     struct jrpc_msg m;
     struct jrpc_err e;
     CHECK_CASE("request");
-    CHECK_INT(parse("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\",\"params\":{}}", &m,
-                    &e),
-              0);
+    CHECK_INT(
+        parse("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\",\"params\":{}}", &m, &e), 0);
     CHECK(m.kind == JRPC_REQUEST && json_integer_value(m.id) == 7 && json_is_object(m.params));
     CHECK_STR(m.method, "tools/list");
     jrpc_fini(&m);
@@ -41,9 +40,9 @@ static void valid(void)
     CHECK_INT(parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", &m, &e), 0);
     CHECK(m.kind == JRPC_RESPONSE && m.method == NULL);
     jrpc_fini(&m);
-    CHECK_INT(parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1,\"message\":\"x\"}}", &m,
-                    &e),
-              0);
+    CHECK_INT(
+        parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1,\"message\":\"x\"}}", &m, &e),
+        0);
     CHECK(m.kind == JRPC_RESPONSE);
     jrpc_fini(&m);
 }
@@ -122,7 +121,8 @@ static void answers(void)
     json_decref(r);
     r = jrpc_error(NULL, JRPC_METHOD_NOT_FOUND, "no");
     s = json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS);
-    CHECK_STR(s, "{\"error\":{\"code\":-32601,\"message\":\"no\"},\"id\":null,\"jsonrpc\":\"2.0\"}");
+    CHECK_STR(s,
+              "{\"error\":{\"code\":-32601,\"message\":\"no\"},\"id\":null,\"jsonrpc\":\"2.0\"}");
     free(s);
     json_decref(r);
     r = jrpc_notification("notifications/progress", json_pack("{s:i}", "progress", 1));
