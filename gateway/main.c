@@ -828,10 +828,10 @@ static void teardown(evl_io_t *sig_io, int sfd)
         G.loop.evl.io_del(&G.loop.evl, sig_io);
     sessions_free_all(&G);
     xapi_fini(&G);
+    mcp_fini(&G); /* before lws's timers go (its requests, closed below, let go of sessions) */
     conns_destroy(&G.conns); /* lws's closes at its destroy need not be counted */
     if (G.ctx)
         lws_context_destroy(G.ctx);
-    mcp_fini(&G); /* (after the requests answering it) */
     close(sfd);
     keyfile_free(&G.keys);
     rl_destroy(&G.rl);

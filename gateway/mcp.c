@@ -1147,6 +1147,11 @@ void mcp_fini(gw_t *g)
         return;
     while (!list_empty(&m->sessions)) {
         struct mcp_session *s = list_first(&m->sessions, struct mcp_session, link);
+        while (!list_empty(&s->calls)) { /* (their requests are closed after this) */
+            struct mcp_call *c = list_first(&s->calls, struct mcp_call, slink);
+            list_remove(&c->slink);
+            c->s = NULL;
+        }
         list_remove(&s->link);
         free(s);
     }

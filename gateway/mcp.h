@@ -14,7 +14,7 @@ int mcp_write(struct gw_req *r);
 void mcp_req_fini(struct gw_req *r);
 /* Starts the sessions' store and its idle sweep. */
 int mcp_listen(gw_t *g);
-/* Frees every session (after the requests are gone). */
+/* Frees every session (before the lws context goes: requests still open let go of theirs). */
 void mcp_fini(gw_t *g);
 
 #endif
