@@ -26,6 +26,7 @@
 #include "protocol/xreq.h"
 
 #define MCP_SESSIONS_MAX 10000             /* sessions at once, all tenants */
+#define MCP_TENANT_MAX   1000              /* sessions at once of one tenant */
 #define MCP_SWEEP_MS     5000              /* idle checks */
 #define MCP_RESULT_MAX   (8 * 1024 * 1024) /* bytes of output a tool result carries */
 #define MCP_READ_MAX     (4 * 1024 * 1024) /* bytes of a file read_file returns */
@@ -708,6 +709,17 @@ static void m_initialize(struct mcp_call *c, json_t *params)
     const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
     if (!asked)
         return reply_error(c, 200, JRPC_INVALID_PARAMS, "'protocolVersion' must be a string");
+    size_t mine = 0;
+    struct mcp_session *o;
+    list_for_each(o, &m->sessions, link)
+    {
+        mine += !strcmp(o->tenant, c->r->caller.tenant);
+    }
+    if (mine >= MCP_TENANT_MAX)
+        return reply_error(c, 429, JRPC_INTERNAL_ERROR,
+                           "this tenant has %d MCP sessions, the most at once: end some "
+                           "(DELETE /mcp) or wait for idle ones to end",
+                           MCP_TENANT_MAX);
     if (m->count >= MCP_SESSIONS_MAX)
         return reply_error(c, 503, JRPC_INTERNAL_ERROR, "too many MCP sessions; retry later");
     struct mcp_session *s = calloc(1, sizeof(*s));
@@ -815,6 +827,8 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
 static void kernel_ready(struct gw_req *r, kernel_t *k, int status)
 {
     struct mcp_call *c = r->mc;
+    if (c->cancelled) /* while its kernel started */
+        return reply_empty(c, 202);
     if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
         return tool_fail(c, "the session's kernel failed to start");
     c->tool->run(c, k);
@@ -1095,6 +1109,10 @@ int mcp_write(struct gw_req *r)
     }
     if (!c->head_sent && write_head(c, "text/event-stream", -1) < 0)
         return -1;
+    if (lws_send_pipe_choked(r->wsi)) {
+        lws_callback_on_writable(r->wsi);
+        return 0;
+    }
     if (c->out.len || c->done) {
         if (write_chunk(c, c->done) < 0)
             return -1;

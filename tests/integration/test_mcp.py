@@ -242,6 +242,35 @@ def test_allowed_origin_and_idle_end(gateway_factory):
     assert st == 404
 
 
+def test_other_tenant_sees_nothing(gateway_factory, tmp_path):
+    from conftest import KGW_BIN
+    keys, lines = {}, []
+    for t in ("alice", "bob"):
+        p = subprocess.run([KGW_BIN, "keygen", "--tenant", t], capture_output=True, text=True,
+                           timeout=10)
+        assert p.returncode == 0, p.stderr
+        keys[t], line = p.stdout.splitlines()
+        lines.append(line)
+    kf = tmp_path / "keys"
+    kf.write_text("\n".join(lines) + "\n")
+    gw = gateway_factory(f"--key-file={kf}")
+    gw.token = keys["alice"]
+    sid = initialize(gw)
+    st, body, _ = call(gw, sid, 1, "execute_code", {"code": "secret = 1"})
+    assert st == 200 and body["result"]["isError"] is False, body
+    kid = body["result"]["structuredContent"]["kernel_id"]
+    # bob cannot use, see or end alice's session, nor reach its kernel
+    gw.token = keys["bob"]
+    st, body, _ = call(gw, sid, 2, "execute_code", {"code": "print(secret)"})
+    assert st == 404 and body["error"]["code"] == -32600, body
+    assert post(gw, None, sid, method="DELETE")[0] == 404
+    assert gw.request("GET", f"/api/kernels/{kid}")[0] == 404
+    gw.token = keys["alice"]
+    st, body, _ = call(gw, sid, 3, "execute_code", {"code": "print(secret + 1)"})
+    assert st == 200 and body["result"]["content"][0]["text"] == "2\n", body
+    assert post(gw, None, sid, method="DELETE")[0] == 204
+
+
 def test_raw_tool_calls(gateway):
     sid = initialize(gateway, "2025-03-26")
     st, body, _ = call(gateway, sid, 1, "execute_code", {"code": "import sys\n"
@@ -264,10 +293,14 @@ def test_raw_tool_calls(gateway):
     st, body, _ = call(gateway, sid, 3, "execute_code",
                        {"code": "open('made.txt', 'w').write('x')"})
     assert "made.txt" in body["result"]["structuredContent"]["files"]["created"], body
+    post(gateway, None, sid, method="DELETE")
+    if os.environ.get("KGW_WRAPPER"):
+        return  # valgrind has no openat2(): the file tools answer isError (ENOSYS) there
+    sid = initialize(gateway, "2025-03-26")
     # write_file in base64, read back as text
     st, body, _ = call(gateway, sid, 4, "write_file",
                        {"path": "sub/b.txt", "content": "aMOpbGxv", "encoding": "base64"})
-    assert body["result"]["structuredContent"] == {"path": "sub/b.txt", "size": 6}, body
+    assert body["result"].get("structuredContent") == {"path": "sub/b.txt", "size": 6}, body
     st, body, _ = call(gateway, sid, 5, "read_file", {"path": "sub/b.txt"})
     assert body["result"]["content"][0]["text"] == "h\u00e9llo"
     st, body, _ = call(gateway, sid, 6, "read_file", {"path": "nope.txt"})
@@ -281,11 +314,16 @@ def test_raw_tool_calls(gateway):
 
 @needs_node
 def test_sdk_client(gateway):
-    rc, out = run_node([NODE, "mcp_client.mjs", gateway.url, gateway.token])
+    env = dict(os.environ)
+    if os.environ.get("KGW_WRAPPER"):
+        env["KGW_MCP_NO_FILES"] = "1"  # valgrind has no openat2(): the file checks are left out
+    rc, out = run_node([NODE, "mcp_client.mjs", gateway.url, gateway.token], env=env)
     print(out)
     checks = ["initialize", "list_tools", "state_persists", "plot_image", "exception_is_error",
-              "progress", "cancel", "files", "sessions_isolated", "restart_kernel",
+              "progress", "cancel", "sessions_isolated", "restart_kernel",
               "wrong_key_401", "session_end_shuts_kernel"]
+    if "KGW_MCP_NO_FILES" not in env:
+        checks.append("files")
     assert rc == 0 and all(f"ok {c}\n" in out for c in checks), (
         f"mcp_client.mjs exited {rc}:\n{out}\n----- server log (tail) -----\n"
         + gateway.log()[-15000:])
