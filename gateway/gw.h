@@ -130,8 +130,8 @@ typedef struct gw {
     struct gw_drain drain;
     struct list ch_conns;  /* chconn.c: the open /channel websockets, newest first */
     /* the faces' subscriptions to kernel events (setup_kernels) */
-    struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xapi_listener;
-    struct xapi *xapi; /* xapi.c: the execute API's executions */
+    struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xexec_listener;
+    struct xexecs *xexecs; /* xexec.c: the executions (execute API, MCP) */
     struct mcp *mcp;   /* mcp.c: the MCP sessions */
     const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */

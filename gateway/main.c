@@ -33,7 +33,7 @@
 #include "gateway/sessions.h"
 #include "gateway/wschan.h"
 #include "gateway/mcp.h"
-#include "gateway/xapi.h"
+#include "gateway/xexec.h"
 #include "gateway/sdnotify.h"
 #include "gateway/selftest.h"
 #include "gateway/setup.h"
@@ -827,7 +827,7 @@ static void teardown(evl_io_t *sig_io, int sfd)
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);
     sessions_free_all(&G);
-    xapi_fini(&G);
+    xexec_fini(&G);
     mcp_fini(&G); /* before lws's timers go (its requests, closed below, let go of sessions) */
     conns_destroy(&G.conns); /* lws's closes at its destroy need not be counted */
     if (G.ctx)

@@ -4,11 +4,12 @@
  * before its result; notifications and responses get 202. initialize opens a session
  * (Mcp-Session-Id), which owns at most one kernel, started on the first tool call that needs
  * it and shut down when the session ends (DELETE, or --mcp-idle-timeout without requests).
- * Tools are a fixed table; execute_code runs through the execute API's executions (xapi_run),
+ * Tools are a fixed table; execute_code is an execution of gateway/xexec.c (as the execute API's),
  * the file tools through files.c. */
 #include "gateway/mcp.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,7 +21,7 @@
 #include "common/util.h"
 #include "gateway/files.h"
 #include "gateway/kops.h"
-#include "gateway/xapi.h"
+#include "gateway/xexec.h"
 #include "protocol/fpath.h"
 #include "protocol/jrpc.h"
 #include "protocol/xreq.h"
@@ -66,7 +67,7 @@ struct mcp_call {
     json_t *token;             /* its progress token, or NULL */
     json_t *args;
     const struct mcp_tool *tool;
-    struct xreader *sub; /* execute_code's execution */
+    struct xexec_sub sub; /* execute_code's execution, once subscribed */
     json_t *content;     /* the tool result's content */
     json_t *structured;
     size_t content_bytes;
@@ -495,9 +496,8 @@ static void strip_marks(json_t *content)
     }
 }
 
-static void on_exec_event(void *user, const char *type, const char *json, size_t len)
+static void on_exec_event(struct mcp_call *c, const char *type, const char *json, size_t len)
 {
-    struct mcp_call *c = user;
     if (c->done)
         return;
     json_t *ev = json_loadb(json, len, 0, NULL);
@@ -543,7 +543,21 @@ static void on_exec_event(void *user, const char *type, const char *json, size_t
     json_decref(ev);
 }
 
-static const struct xapi_sub_ops sub_ops = {.event = on_exec_event};
+/* Each new event of the execution, in order (those dropped for the budget unseen are skipped). */
+static void sub_wake(struct xexec_sub *s)
+{
+    struct mcp_call *c = (struct mcp_call *)((char *)s - offsetof(struct mcp_call, sub));
+    while (s->x && s->cursor < xexec_next_seq(s->x)) {
+        const char *type, *json;
+        size_t len;
+        if (s->cursor < xexec_first_seq(s->x))
+            s->cursor = xexec_first_seq(s->x);
+        xexec_event(s->x, s->cursor++, &type, &json, &len);
+        on_exec_event(c, type, json, len);
+    }
+}
+
+static const struct xexec_sub_ops sub_ops = {.wake = sub_wake};
 
 /* ---- tools ---- */
 
@@ -551,16 +565,26 @@ static void run_execute(struct mcp_call *c, kernel_t *k)
 {
     gw_t *g = c->r->g;
     json_t *t = json_object_get(c->args, "timeout");
-    const char *code = json_string_value(json_object_get(c->args, "code"));
-    int rc =
-        xapi_run(g, &c->r->caller, k, code, t ? json_number_value(t) : 0.0, &sub_ops, c, &c->sub);
-    if (rc == -EBUSY)
+    struct xreq q = {.timeout = t ? json_number_value(t) : 0.0, .store_history = true};
+    if ((long long)xexec_waiting(g, k) >= g->cfg.max_queued_executions)
         return tool_fail(c,
                          "the session's kernel has %lld executions queued or running (the "
                          "limit); retry later",
                          g->cfg.max_queued_executions);
-    if (rc < 0)
-        return tool_fail(c, "the execution could not be started: %s", strerror(-rc));
+    if (!(q.code = strdup(json_string_value(json_object_get(c->args, "code")))))
+        return tool_fail(c, "out of memory");
+    xexec_t *x = xexec_new(g, &c->r->caller, k);
+    if (!x) {
+        int err = errno;
+        xreq_fini(&q);
+        return tool_fail(c, "the execution could not be started: %s",
+                         err == EAGAIN ? "too many executions held; retry later"
+                                       : strerror(err));
+    }
+    xexec_set_request(x, &q);
+    xexec_subscribe(x, &c->sub, 0, &sub_ops);
+    sub_wake(&c->sub); /* its start */
+    xexec_enqueue(x, k);
 }
 
 static void run_list_files(struct mcp_call *c, kernel_t *k)
@@ -908,8 +932,8 @@ static void notify(struct mcp_call *c, const struct jrpc_msg *msg)
             if (id && json_equal(o->id, id) && !o->cancelled) {
                 o->cancelled = true;
                 log_info("mcp: session=%.8s: a tool call was cancelled by the client", c->s->id);
-                if (o->sub)
-                    xapi_sub_cancel(o->sub);
+                if (o->sub.x)
+                    xexec_cancel(o->sub.x);
                 break;
             }
         }
@@ -1128,9 +1152,9 @@ void mcp_req_fini(struct gw_req *r)
     struct mcp_call *c = r->mc;
     if (!c)
         return;
-    if (c->sub && !c->done) /* the client went away: nobody hears the execution */
-        xapi_sub_cancel(c->sub);
-    xapi_sub_destroy(&c->sub);
+    if (c->sub.x && !c->done) /* the client went away: nobody hears the execution */
+        xexec_cancel(c->sub.x);
+    xexec_unsubscribe(&c->sub);
     list_remove(&c->slink);
     json_decref(c->id);
     json_decref(c->token);

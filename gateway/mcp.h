@@ -1,5 +1,5 @@
 /* mcp.c: the Model Context Protocol server (docs/mcp.md): POST and DELETE /mcp, Streamable
- * HTTP with JSON-RPC 2.0; sessions with one kernel each; tools on the execute API (xapi.c) and
+ * HTTP with JSON-RPC 2.0; sessions with one kernel each; tools on the executions (xexec.c) and
  * the workspace (files.c). */
 #ifndef KGW_GATEWAY_MCP_H
 #define KGW_GATEWAY_MCP_H

@@ -23,7 +23,7 @@
 #include "gateway/sessions.h"
 #include "gateway/wschan.h"
 #include "gateway/mcp.h"
-#include "gateway/xapi.h"
+#include "gateway/xexec.h"
 
 size_t setup_nofile(const gw_t *g)
 {
@@ -261,7 +261,7 @@ int setup_kernels(gw_t *g)
     /* Each face subscribes itself to kernel events, in this order (the audit line of an event
      * is written before clients hear of it). */
     static int (*const faces[])(gw_t *) = {kops_listen, wschan_listen, channel_listen,
-                                           sessions_listen, xapi_listen, mcp_listen};
+                                           sessions_listen, xexec_listen, mcp_listen};
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(faces); i++) {
         int rc = faces[i](g);
         if (rc < 0) {
