@@ -55,13 +55,14 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
         rc |= add_header(wsi, "access-control-allow-credentials:", "true", p, end);
         rc |= add_header(wsi, "access-control-allow-headers:",
                          "Authorization, Content-Type, X-API-Key, X-XSRFToken, Idempotency-Key, "
-                         "Last-Event-ID",
+                         "Last-Event-ID, Mcp-Session-Id, MCP-Protocol-Version",
                          p, end);
         rc |= add_header(wsi, "access-control-allow-methods:",
                          "GET, POST, PUT, PATCH, DELETE, OPTIONS", p, end);
         rc |= add_header(wsi, "access-control-expose-headers:",
-                         "X-KGW-Self-Identify, X-KGW-Shard, Content-Disposition, Location", p,
-                         end);
+                         "X-KGW-Self-Identify, X-KGW-Shard, Content-Disposition, Location, "
+                         "Mcp-Session-Id",
+                         p, end);
         rc |= add_header(wsi, "vary:", "Origin", p, end);
     }
     return rc ? -1 : 0;

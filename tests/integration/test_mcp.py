@@ -225,6 +225,10 @@ def test_allowed_origin_and_idle_end(gateway_factory):
                             "params": {"protocolVersion": "2025-06-18", "capabilities": {}}},
                        headers={"Origin": "https://app.example"})
     assert st == 200 and h["Access-Control-Allow-Origin"] == "https://app.example"
+    # a browser client may send and read the session header
+    assert "Mcp-Session-Id" in h["Access-Control-Expose-Headers"]
+    assert "Mcp-Session-Id" in h["Access-Control-Allow-Headers"]
+    assert "MCP-Protocol-Version" in h["Access-Control-Allow-Headers"]
     sid = h["Mcp-Session-Id"]
     st, body, _ = post(gw, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, sid,
                        headers={"Origin": "https://other.example"})
