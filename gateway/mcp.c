@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/audit.h"
 #include "common/log.h"
@@ -35,6 +36,12 @@
 #define MCP_SID_BYTES    16                /* random bytes of a session id */
 #define MCP_SID_LEN      (2 * MCP_SID_BYTES)
 #define MCP_VERSION_MAX  32
+#define MCP_HEADER_MAX   1024 /* bytes of an Accept or Content-Type header looked at */
+
+/* JSON-RPC's implementation-defined server errors, as the reference SDK's server uses them:
+ * the transport refused the HTTP request (a header), or the session is unknown. */
+#define MCP_ERR_TRANSPORT  (-32000)
+#define MCP_ERR_NO_SESSION (-32001)
 
 /* The revisions spoken, newest first: the newest is offered to a client asking for another. */
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
@@ -74,6 +81,7 @@ struct mcp_call {
     double progress;
     int status; /* HTTP */
     bool is_error, truncated, cancelled, sse, head_sent, done;
+    bool no_sse; /* the client's Accept leaves out text/event-stream: no progress */
     buf_t out; /* the answer's bytes not written yet */
 };
 
@@ -395,7 +403,7 @@ static void add_text(struct mcp_call *c, const char *kind, const char *text)
 
 static void progress(struct mcp_call *c, const char *text)
 {
-    if (!c->token || c->done)
+    if (!c->token || c->done || c->no_sse)
         return;
     if (!c->sse && c->out.len == 0)
         c->sse = true;
@@ -967,6 +975,27 @@ static int header(struct gw_req *r, const char *name, char *out, size_t sz)
     return 1;
 }
 
+/* A standard header's value into out: 1, 0 when absent, -1 when longer than out holds. */
+static int header_token(struct gw_req *r, enum lws_token_indexes t, char *out, size_t sz)
+{
+    int n = lws_hdr_total_length(r->wsi, t);
+    if (n <= 0)
+        return 0;
+    if (n >= (int)sz || lws_hdr_copy(r->wsi, out, (int)sz, t) < 0)
+        return -1;
+    return 1;
+}
+
+/* Whether an Accept header names type (or a wildcard covering it). q-values are not weighed:
+ * a client that names a type takes it. */
+static bool media_ok(const char *accept, const char *type)
+{
+    char wild[64];
+    const char *slash = strchr(type, '/');
+    snprintf(wild, sizeof(wild), "%.*s/*", (int)(slash - type), type);
+    return strcasestr(accept, type) || strcasestr(accept, wild) || strstr(accept, "*/*");
+}
+
 void mcp_handle(struct gw_req *r)
 {
     gw_t *g = r->g;
@@ -981,12 +1010,12 @@ void mcp_handle(struct gw_req *r)
     list_init(&c->slink);
     r->mc = c;
     if (!origin_ok(r))
-        return reply_error(c, 403, JRPC_INVALID_REQUEST,
+        return reply_error(c, 403, MCP_ERR_TRANSPORT,
                            "Origin not allowed (DNS rebinding protection): start kgw with "
                            "--allow-origin for browser clients");
     int hv = header(r, "mcp-protocol-version:", ver, sizeof(ver));
     if (hv < 0 || (hv > 0 && !supported(ver)))
-        return reply_error(c, 400, JRPC_INVALID_REQUEST,
+        return reply_error(c, 400, MCP_ERR_TRANSPORT,
                            "unsupported MCP-Protocol-Version: supported are %s, %s and %s",
                            versions[0], versions[1], versions[2]);
     int hs = header(r, "mcp-session-id:", sid, sizeof(sid));
@@ -994,12 +1023,25 @@ void mcp_handle(struct gw_req *r)
         hs > 0 && strlen(sid) == MCP_SID_LEN ? session_find(m, sid, r->caller.tenant) : NULL;
     if (r->method == HTTP_M_DELETE) {
         if (hs == 0)
-            return reply_error(c, 400, JRPC_INVALID_REQUEST, "Mcp-Session-Id header required");
+            return reply_error(c, 400, MCP_ERR_TRANSPORT, "Mcp-Session-Id header required");
         if (!s)
-            return reply_error(c, 404, JRPC_INVALID_REQUEST, "no such MCP session");
+            return reply_error(c, 404, MCP_ERR_NO_SESSION, "no such MCP session");
         session_end(m, s, "deleted by the client");
         return reply_empty(c, 204);
     }
+    char accept[MCP_HEADER_MAX], ctype[MCP_HEADER_MAX];
+    int ha = header_token(r, WSI_TOKEN_HTTP_ACCEPT, accept, sizeof(accept));
+    bool json_ok = ha <= 0 || media_ok(accept, "application/json"),
+         sse_ok = ha <= 0 || media_ok(accept, "text/event-stream");
+    if (!json_ok && !sse_ok)
+        return reply_error(c, 406, MCP_ERR_TRANSPORT,
+                           "Not Acceptable: accept application/json and text/event-stream");
+    int hc = header_token(r, WSI_TOKEN_HTTP_CONTENT_TYPE, ctype, sizeof(ctype));
+    if (hc != 0 && (hc < 0 || strncasecmp(ctype, "application/json", 16) != 0 ||
+                    (ctype[16] && ctype[16] != ';' && ctype[16] != ' ')))
+        return reply_error(c, 415, MCP_ERR_TRANSPORT,
+                           "Unsupported Media Type: the body must be application/json");
+    c->no_sse = !sse_ok;
     struct jrpc_msg msg;
     struct jrpc_err err;
     if (jrpc_parse(r->body.data ? r->body.data : "", r->body.len, (size_t)g->cfg.max_body_bytes,
@@ -1012,12 +1054,12 @@ void mcp_handle(struct gw_req *r)
     bool init = msg.kind == JRPC_REQUEST && !strcmp(msg.method, "initialize");
     if (!init && hs == 0) {
         jrpc_fini(&msg);
-        return reply_error(c, 400, JRPC_INVALID_REQUEST,
+        return reply_error(c, 400, MCP_ERR_TRANSPORT,
                            "Mcp-Session-Id header required: send initialize first");
     }
     if (!init && !s) {
         jrpc_fini(&msg);
-        return reply_error(c, 404, JRPC_INVALID_REQUEST,
+        return reply_error(c, 404, MCP_ERR_NO_SESSION,
                            "no such MCP session (it ended, or was idle too long): initialize "
                            "again");
     }
@@ -1034,6 +1076,7 @@ void mcp_handle(struct gw_req *r)
         jrpc_fini(&msg);
         return;
     }
+    c->sse = !json_ok; /* a client taking only event streams gets every answer as one */
     size_t i;
     for (i = 0; i < UTIL_ARRAY_SIZE(methods); i++)
         if (!strcmp(methods[i].name, msg.method))

@@ -188,10 +188,10 @@ def test_transport_rules(gateway):
     assert st == 405
     # the session header
     st, body, _ = post(gateway, ping)
-    assert st == 400 and body["error"]["code"] == -32600 and "Mcp-Session-Id" in \
+    assert st == 400 and body["error"]["code"] == -32000 and "Mcp-Session-Id" in \
         body["error"]["message"]
     st, body, _ = post(gateway, ping, "0" * 32)
-    assert st == 404 and body["error"]["code"] == -32600
+    assert st == 404 and body["error"]["code"] == -32001
     sid = initialize(gateway)
     # the protocol version header
     st, body, _ = post(gateway, ping, sid, headers={"MCP-Protocol-Version": "2024-01-01"})
@@ -200,9 +200,31 @@ def test_transport_rules(gateway):
     assert st == 200 and body["result"] == {}
     st, body, _ = post(gateway, ping, sid)  # absent: taken as 2025-03-26
     assert st == 200
+    # Accept and Content-Type
+    st, body, _ = post(gateway, ping, sid, headers={"Accept": "text/html"})
+    assert st == 406 and body["error"]["code"] == -32000, body
+    st, body, _ = post(gateway, ping, sid, headers={"Content-Type": "text/plain"})
+    assert st == 415 and body["error"]["code"] == -32000, body
+    st, body, _ = post(gateway, ping, sid, headers={"Content-Type": "application/jsonx"})
+    assert st == 415
+    st, body, _ = post(gateway, ping, sid,
+                       headers={"Content-Type": "application/json; charset=utf-8",
+                                "Accept": "application/json"})
+    assert st == 200 and body["result"] == {}
+    # a client that takes only event streams gets its answer as one
+    req = urllib.request.Request(gateway.url + "/mcp", data=json.dumps(ping).encode(),
+                                 method="POST",
+                                 headers={"Authorization": f"Bearer {gateway.token}",
+                                          "Content-Type": "application/json",
+                                          "Accept": "text/event-stream", "Mcp-Session-Id": sid})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.headers["Content-Type"] == "text/event-stream"
+        text = r.read().decode()
+    assert text.startswith("event: message\ndata: ") and text.endswith("\n\n"), text
+    assert json.loads(text.split("data: ", 1)[1]) == {"jsonrpc": "2.0", "id": 2, "result": {}}
     # Origin: DNS rebinding protection (no --allow-origin: no browser origin is allowed)
     st, body, _ = post(gateway, ping, sid, headers={"Origin": "http://evil.example"})
-    assert st == 403 and body["error"]["code"] == -32600, body
+    assert st == 403 and body["error"]["code"] == -32000, body
     st, body, _ = post(gateway, init, headers={"Origin": "http://127.0.0.1:1"})
     assert st == 403
     # another tenant's session is not found: (one tenant here) a made-up id of the right form
@@ -266,7 +288,7 @@ def test_other_tenant_sees_nothing(gateway_factory, tmp_path):
     # bob cannot use, see or end alice's session, nor reach its kernel
     gw.token = keys["bob"]
     st, body, _ = call(gw, sid, 2, "execute_code", {"code": "print(secret)"})
-    assert st == 404 and body["error"]["code"] == -32600, body
+    assert st == 404 and body["error"]["code"] == -32001, body
     assert post(gw, None, sid, method="DELETE")[0] == 404
     assert gw.request("GET", f"/api/kernels/{kid}")[0] == 404
     gw.token = keys["alice"]
