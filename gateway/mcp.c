@@ -444,6 +444,7 @@ static char *plain_traceback(json_t *ev)
         const char *ev2 = json_string_value(json_object_get(ev, "evalue"));
         char tmp[1024];
         snprintf(tmp, sizeof(tmp), "%s: %s\n", en ? en : "Error", ev2 ? ev2 : "");
+        utf8_fix(tmp);
         buf_append(&b, tmp, strlen(tmp));
     }
     char *out = malloc(b.len + 1);
@@ -539,6 +540,7 @@ static void on_exec_event(struct mcp_call *c, const char *type, const char *json
             char note[400];
             snprintf(note, sizeof(note), "[kgw] the execution ended: %s%s%.300s\n", st,
                      cause && cause[0] ? ": " : "", cause ? cause : "");
+            utf8_fix(note);
             add_text(c, "note", note);
         }
         strip_marks(c->content);

@@ -315,6 +315,8 @@ def test_raw_tool_calls(gateway):
                        {"code": "import time\ntime.sleep(60)", "timeout": 1})
     assert st == 200 and body["result"]["isError"] is True, body
     assert body["result"]["structuredContent"]["status"] == "timeout"
+    assert any(c["type"] == "text" and c["text"].startswith("[kgw] the execution ended: timeout")
+               for c in body["result"]["content"]), body
     # files changed are in the end
     st, body, _ = call(gateway, sid, 3, "execute_code",
                        {"code": "open('made.txt', 'w').write('x')"})
