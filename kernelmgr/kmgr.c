@@ -872,6 +872,20 @@ static int tenant_quota(const kmgr_t *m, const char *tenant, long long new_ws_by
 }
 
 /* A client's start that failed before a kernel existed: counted, and returned. */
+/* CPU is shared between tenants, not between kernels: each of a tenant's n kernels weighs
+ * 1/n of a kernel's default, so 16 busy kernels of one tenant together weigh what another
+ * tenant's one kernel does (the kernels' CPU limits still cap each one). */
+static void tenant_weights(kmgr_t *m, const char *tenant)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++)
+        n += m->v[i]->cgroup && !strcmp(m->v[i]->ws->tenant, tenant);
+    for (size_t i = 0; n && i < m->n; i++)
+        if (m->v[i]->cgroup && !strcmp(m->v[i]->ws->tenant, tenant) &&
+            sbx_cgroup_set_weight(m->v[i]->cgroup, (unsigned)(KMGR_CPU_SHARES / n)) < 0)
+            log_debug("kernel=%s: cannot set its CPU weight", m->v[i]->id);
+}
+
 static int refuse(kmgr_t *m, enum kmgr_start_fail why, int r)
 {
     m->stats.start_failures[why]++;
@@ -930,6 +944,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         }
         snprintf(k->ws->tenant, sizeof(k->ws->tenant), "%s", tenant);
         m->v[m->n++] = k;
+        tenant_weights(m, tenant);
         log_info("kernel=%s: %s taken from the pool, workspace=%s", k->id, spec->name, k->ws->id);
         kmgr__start_begin(k, t0, true);
         *ret = k;
@@ -950,6 +965,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
     if (!k)
         return refuse(m, KMGR_FAIL_SPAWN, -errno);
     m->v[m->n++] = k;
+    tenant_weights(m, tenant);
     log_info("kernel=%s: starting %s in workspace=%s", k->id, spec->name, ws->id);
     kmgr__start_begin(k, t0, false);
     *ret = k;
@@ -1002,6 +1018,8 @@ void kmgr__remove(kmgr_t *m, kernel_t *k)
         if (m->v[i] == k) {
             memmove(&m->v[i], &m->v[i + 1], (m->n - i - 1) * sizeof(*m->v));
             m->n--;
+            if (k->ws)
+                tenant_weights(m, k->ws->tenant);
             kpool__kick(m); /* room for the pool again */
             return;
         }

@@ -73,6 +73,8 @@ struct kmgr_opts {
 };
 
 #define KMGR_TENANT_MAX 64
+/* A kernel's CPU weight (cgroup v1 cpu.shares), shared by its tenant's kernels. */
+#define KMGR_CPU_SHARES 1024u
 
 /* What a kernel is started with. */
 struct kmgr_start {

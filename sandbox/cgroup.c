@@ -348,6 +348,19 @@ int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,
     return r;
 }
 
+int sbx_cgroup_set_weight(sbx_cgroup_t *cg, unsigned shares)
+{
+    char v[32];
+    shares = shares < 2 ? 2 : shares > 262144 ? 262144 : shares;
+    if (cg->cgs->version == 1) {
+        snprintf(v, sizeof(v), "%u", shares);
+        return write_file(cg->path[2], "cpu.shares", v);
+    }
+    unsigned w = (unsigned)((unsigned long long)shares * 100 / 1024);
+    snprintf(v, sizeof(v), "%u", w < 1 ? 1 : w > 10000 ? 10000 : w);
+    return write_file(cg->path[0], "cpu.weight", v);
+}
+
 int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name)
 {
     char to[NCTL][PATH_MAX];

@@ -32,6 +32,9 @@ int sbx_cgroup_attach(sbx_cgroup_t *cg, pid_t pid);
 bool sbx_cgroup_has(const sbx_cgroup_t *cg, pid_t pid);
 int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,
                           long long cpu_millis);
+/* Its CPU weight among its siblings, on cgroup v1's scale (cpu.shares: 1024 is the default,
+ * 2..262144; v2's cpu.weight gets the same fraction of its default of 100). */
+int sbx_cgroup_set_weight(sbx_cgroup_t *cg, unsigned shares);
 /* Renames it within its parent (-errno: cgroup v2 cannot rename; the name stays). */
 int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name);
 /* Gives its cgroup.procs files (one per hierarchy) to uid, so a process of that uid can move
