@@ -39,7 +39,7 @@ static const struct route_def routes[] = {
     {ROUTE_LIVENESS, "/check_liveness", HTTP_M_GET, ROUTE_F_PUBLIC},
     {ROUTE_READY, "/check_ready", HTTP_M_GET, ROUTE_F_PUBLIC},
     {ROUTE_OPENAPI, "/openapi.json", HTTP_M_GET, 0},
-    {ROUTE_METRICS, "/metrics", HTTP_M_GET, 0}, /* also, without the key, on --metrics-port */
+    {ROUTE_METRICS, "/metrics", HTTP_M_GET, ROUTE_F_SCRAPE},
 };
 
 size_t route_count(void)
