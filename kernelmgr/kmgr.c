@@ -935,6 +935,9 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         *ret = k;
         return 0;
     }
+    /* a new kernel's descriptors, before anything is opened for it */
+    if ((r = kmgr__fd_room(m)) < 0)
+        return refuse(m, KMGR_FAIL_LIMIT, r);
     /* pooled kernels never push the gateway past max-kernels: one gives way */
     while (m->o.max_kernels > 0 && m->n + m->pn >= (size_t)m->o.max_kernels && kpool__shrink(m))
         ;

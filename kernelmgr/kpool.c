@@ -146,26 +146,11 @@ static void count(const kmgr_t *m, const struct kpool *p, int *ret_ready, int *r
     *ret_starting = starting;
 }
 
-/* MemAvailable in bytes, or -1 when unknown. */
-static long long mem_available(void)
-{
-    char line[128];
-    long long kb = -1;
-    FILE *f = fopen("/proc/meminfo", "re");
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
-            break;
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 bool kmgr_memory_short(const kmgr_t *m)
 {
     if (m->o.pool_min_available <= 0)
         return false;
-    long long avail = mem_available();
+    long long avail = kmgr__mem_available();
     return avail >= 0 && avail < m->o.pool_min_available;
 }
 
@@ -189,6 +174,9 @@ static int room(kmgr_t *m)
         !kmgr__ws_idle(m))
         return -EAGAIN;
     if (kmgr_memory_short(m))
+        return -ENOMEM;
+    /* descriptors: a pooled kernel leaves room for a user's start beside it */
+    if (kmgr__fd_left(m) < 2 * kmgr__fd_per_kernel(m))
         return -ENOMEM;
     return 0;
 }
