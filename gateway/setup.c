@@ -49,7 +49,8 @@ size_t setup_nofile(gw_t *g)
                      (unsigned long long)rl.rlim_cur, (unsigned long long)want);
         /* what the gateway holds without kernels (listeners, loop, logs, fork server) is
          * about SETUP_FD_BASE */
-        rlim_t per = KMGR_KERNEL_FDS + SETUP_FD_PER_CLIENT, fixed = SETUP_FD_BASE + SETUP_FD_RESERVE;
+        rlim_t per = KMGR_KERNEL_FDS + SETUP_FD_PER_CLIENT;
+        rlim_t fixed = SETUP_FD_BASE + SETUP_FD_RESERVE;
         rlim_t fit = rl.rlim_cur > fixed ? (rl.rlim_cur - fixed) / per : 0;
         if (fit < (rlim_t)g->cfg.km.max_kernels)
             log_warn("--max-kernels %d: the open-file limit (%llu) fits about %llu kernels with a "
