@@ -162,8 +162,8 @@ static bool slot_free(const kmgr_t *m)
     return false;
 }
 
-/* Room for one more pooled kernel: -EAGAIN (wait for a kick) or -ENOMEM (look again later).
- * Kernels: only what users leave free. Workspaces: when all are taken, the oldest one kept
+/* Room for one more pooled kernel: -EAGAIN (wait for a kick), -ENOMEM or -EMFILE (look again
+ * later). Kernels: only what users leave free. Workspaces: when all are taken, the oldest one kept
  * only for downloads makes room, as it would for the next user's start (which the pooled
  * kernel is, started early; the pool holds at most its target). */
 static int room(kmgr_t *m)
@@ -177,7 +177,7 @@ static int room(kmgr_t *m)
         return -ENOMEM;
     /* descriptors: a pooled kernel leaves room for a user's start beside it */
     if (kmgr__fd_left(m) < 2 * kmgr__fd_per_kernel(m))
-        return -ENOMEM;
+        return -EMFILE;
     return 0;
 }
 
@@ -261,8 +261,10 @@ static void on_refill(void *data)
         return;
     }
     int r = room(m);
-    if (r == -ENOMEM) {
-        log_debug("pool: host memory below --pool-min-available; not refilling");
+    if (r == -ENOMEM || r == -EMFILE) {
+        log_debug("pool: %s; not refilling",
+                  r == -ENOMEM ? "host memory below --pool-min-available"
+                               : "the open-file limit leaves no room beside a user's start");
         rearm(m, POOL_MEM_RETRY_MS);
         return;
     }
