@@ -62,7 +62,7 @@ int kmgr__fd_room(kmgr_t *m)
 {
     long long left = kmgr__fd_left(m), need = kmgr__fd_per_kernel(m);
     /* the warm pool gives way first: a pooled kernel's descriptors are closed as it goes */
-    while (left < need && kpool__shrink(m))
+    while (left != LLONG_MAX && left < need && kpool__shrink(m))
         left += KMGR_KERNEL_FDS;
     if (left >= need)
         return 0;
@@ -81,7 +81,9 @@ void kmgr_capacity(const kmgr_t *m, struct kmgr_capacity *ret)
     c.fd_open = util_open_fds();
     c.fd_per_kernel = kmgr__fd_per_kernel(m);
     c.fd_reserve = m->o.fd_reserve > 0 ? m->o.fd_reserve : 0;
-    long long left = kmgr__fd_left(m) + (long long)m->pn * KMGR_KERNEL_FDS;
+    long long left = kmgr__fd_left(m);
+    if (left != LLONG_MAX) /* pooled kernels give way to a start */
+        left += (long long)m->pn * KMGR_KERNEL_FDS;
     c.fd_kernels = left == LLONG_MAX ? -1 : left > 0 ? left / c.fd_per_kernel : 0;
     long long slots = m->o.max_kernels > 0 && (size_t)m->o.max_kernels > m->n
                           ? m->o.max_kernels - (long long)m->n
