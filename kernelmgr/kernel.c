@@ -252,6 +252,25 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     k->own->relay(k, &m, &h);
 }
 
+/* The kernel answered the gateway's shutdown_request: its shutdown hooks have run and it has
+ * nothing left to say to the gateway. What remains is its interpreter's exit, which waits up to a
+ * second for ZeroMQ's linger (ipykernel's sockets): the gateway does not wait for that, it ends
+ * the process (its whole sandbox) now. */
+static void on_shutdown_reply(kernel_t *k, const jmsg_t *m)
+{
+    if (k->stop_stage != 1 || !k->stop_msg_id[0] ||
+        !memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->stop_msg_id,
+                strlen(k->stop_msg_id)))
+        return;
+    if (k->state != KERNEL_TERMINATING && k->state != KERNEL_RESTARTING)
+        return;
+    log_debug("kernel=%s: shutdown_reply after %.0f ms; ending the process", k->id,
+              (double)(util_now_us() - k->stop_us) / 1000.0);
+    k->stop_msg_id[0] = '\0';
+    k->stop_replied = true;
+    klaunch__signal(k, SIGKILL);
+}
+
 static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 {
     kernel_t *k = data;
@@ -259,6 +278,10 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     jhdr_t h;
     if (kernel__parse(k, frames, n, &m, &h) < 0)
         return;
+    if (z == &k->control && !strcmp(h.msg_type, "shutdown_reply")) {
+        on_shutdown_reply(k, &m);
+        return;
+    }
     if (!strcmp(h.msg_type, "execute_reply") && kinstance__env_parent(k, &m)) {
         json_t *c = json_loadb(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, 0, NULL);
         const char *st = json_string_value(json_object_get(c, "status"));
@@ -335,7 +358,9 @@ static void on_deadline(void *data)
         }
         break;
     case 1: /* shutdown_request was ignored */
-        log_debug("kernel=%s: still running after shutdown_request; SIGTERM", k->id);
+        k->stats->shutdown_forced++;
+        log_warn("kernel=%s: still running %d ms after shutdown_request%s; SIGTERM", k->id,
+                 k->m->o.shutdown_grace_ms, k->stop_replied ? " and its reply" : "");
         klaunch__signal(k, SIGTERM);
         k->stop_stage = 2;
         k->m->evl->timer_arm(k->m->evl, k->deadline, TERM_KILL_MS);
@@ -454,9 +479,13 @@ static void stop_process(kernel_t *k, bool restart)
 {
     if (k->pid <= 0)
         return;
-    kernel__send_own(k, &k->control, "shutdown_request",
-                     restart ? "{\"restart\":true}" : "{\"restart\":false}");
+    if (kernel__send_own_id(k, &k->control, "shutdown_request",
+                            restart ? "{\"restart\":true}" : "{\"restart\":false}",
+                            k->stop_msg_id) < 0)
+        k->stop_msg_id[0] = '\0';
     k->stop_stage = 1;
+    k->stop_replied = false;
+    k->stop_us = util_now_us();
     k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
     k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
 }
