@@ -267,7 +267,7 @@ static void on_shutdown_reply(kernel_t *k, const jmsg_t *m)
     log_debug("kernel=%s: shutdown_reply after %.0f ms; ending the process", k->id,
               (double)(util_now_us() - k->stop_us) / 1000.0);
     k->stop_msg_id[0] = '\0';
-    k->stop_replied = true;
+    k->stop_end = "ended after its shutdown_reply";
     klaunch__signal(k, SIGKILL);
 }
 
@@ -360,7 +360,7 @@ static void on_deadline(void *data)
     case 1: /* shutdown_request was ignored */
         k->stats->shutdown_forced++;
         log_warn("kernel=%s: still running %d ms after shutdown_request%s; SIGTERM", k->id,
-                 k->m->o.shutdown_grace_ms, k->stop_replied ? " and its reply" : "");
+                 k->m->o.shutdown_grace_ms, k->stop_end ? " and being signalled" : "");
         klaunch__signal(k, SIGTERM);
         k->stop_stage = 2;
         k->m->evl->timer_arm(k->m->evl, k->deadline, TERM_KILL_MS);
@@ -479,12 +479,28 @@ static void stop_process(kernel_t *k, bool restart)
 {
     if (k->pid <= 0)
         return;
+    if (!start_proven(k)) {
+        /* still starting: it has run no client code and may not read its control socket for
+         * seconds yet (a cold start under load takes longer than the grace), so a
+         * shutdown_request would only wait for its start, or be lost with a process that
+         * never got that far. Nothing to flush: end it now. */
+        log_debug("kernel=%s: stopped while starting; ending the process", k->id);
+        k->stop_msg_id[0] = '\0';
+        k->stop_stage = 1;
+        k->stop_end = "ended while starting";
+        k->stop_us = util_now_us();
+        k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
+        k->m->evl->timer_disarm(k->m->evl, k->nudge);
+        k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
+        klaunch__signal(k, SIGKILL);
+        return;
+    }
     if (kernel__send_own_id(k, &k->control, "shutdown_request",
                             restart ? "{\"restart\":true}" : "{\"restart\":false}",
                             k->stop_msg_id) < 0)
         k->stop_msg_id[0] = '\0';
     k->stop_stage = 1;
-    k->stop_replied = false;
+    k->stop_end = NULL;
     k->stop_us = util_now_us();
     k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
     k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);

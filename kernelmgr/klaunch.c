@@ -294,7 +294,7 @@ void klaunch__start(kernel_t *k)
     k->exit_status = 0;
     k->hb_killed = false;
     k->stop_stage = 0;
-    k->stop_replied = false;
+    k->stop_end = NULL;
     log_debug("kernel=%s: spawned pid %d", k->id, (int)k->pid);
     kernel__nudge(k);
     l->timer_arm(l, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
@@ -438,8 +438,8 @@ enum kmgr_death klaunch__death(kernel_t *k, int st, bool asked, char *why, size_
     if (!asked)
         k->stats->deaths[death]++;
     describe_exit(st, why, whysz);
-    if (asked && k->stop_replied && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
-        snprintf(why, whysz, "ended after its shutdown_reply");
+    if (asked && k->stop_end && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+        snprintf(why, whysz, "%s", k->stop_end);
     if (k->setup_why[0]) {
         snprintf(why, whysz, "could not start the kernel process: %s", k->setup_why);
         k->setup_why[0] = '\0';

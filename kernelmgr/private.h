@@ -257,7 +257,8 @@ struct kernel {
     bool probing; /* a kernel_info_request of on_nudge may still be answered on iopub */
     int stop_stage; /* 0 running, 1 shutdown_request sent, 2 SIGTERM sent */
     char stop_msg_id[40]; /* the gateway's shutdown_request ("": none awaiting its reply) */
-    bool stop_replied;    /* its shutdown_reply came: the process was ended (on_shutdown_reply) */
+    const char *stop_end; /* the gateway ended the process at once: why (its shutdown_reply
+                             came, or it had not finished its start); NULL: not */
     uint64_t stop_us;     /* when it was sent */
     int hb_missed, restarts;
     bool hb_outstanding;

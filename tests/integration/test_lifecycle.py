@@ -1,0 +1,117 @@
+"""A kernel's life seen from the gateway: many kernels deleted at once all end at their
+shutdown_reply (none waits for the grace and its signals), a kernel that fails to start or dies
+leaves its last stderr lines in the log and a short excerpt in its cause, a kernel flooding
+stderr costs the gateway no memory, and an exec'd kernel's stop does not wait for ipykernel's
+ZeroMQ linger. Real sandboxed ipykernels, real REST clients."""
+import concurrent.futures as cf
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+
+import pytest
+
+import sbxutil as S
+
+pytestmark = pytest.mark.kgw_only
+
+GRACE_MS = 30000  # a kernel that ignored its shutdown_request would hold its DELETE this long
+
+
+def kernelspecs(root, specs):
+    """A JUPYTER_PATH directory with kernelspecs {name: argv}."""
+    for name, argv in specs.items():
+        d = os.path.join(root, "kernels", name)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "kernel.json"), "w") as f:
+            json.dump({"argv": argv, "display_name": name, "language": "python"}, f)
+    return root
+
+
+EXEC_SPEC = ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+
+
+def forced(gw):
+    """Kernels the gateway had to signal after their grace (log lines of kernel.c)."""
+    return [l for l in gw.log().splitlines() if "after shutdown_request" in l]
+
+
+def metric(gw, name):
+    status, body, _ = gw.request("GET", "/metrics")
+    assert status == 200
+    text = body.decode() if isinstance(body, bytes) else str(body)
+    m = re.search(r"^%s(?:\{[^}]*\})? (\d+)" % re.escape(name), text, re.M)
+    return int(m.group(1)) if m else None
+
+
+@pytest.fixture(scope="module")
+def lgw():
+    root = tempfile.mkdtemp(prefix="kgw-lifecycle-")
+    kernelspecs(root, {"pyexec": EXEC_SPEC})
+    gw = S.start_sandboxed("--pool", "python3=4", "--max-kernels", "64",
+                           "--shutdown-grace-ms", str(GRACE_MS), "--max-header-connections-per-address", "256",
+                           env={"JUPYTER_PATH": root})
+    yield gw
+    S.conftest.stop_gateway(gw)
+
+
+def test_mass_delete_ends_every_kernel_at_its_reply(lgw):
+    """50 kernels -- from the warm pool, from the fork server and exec'd -- deleted at once,
+    some in the middle of a restart, some right after their POST returned: every one ends at
+    its shutdown_reply, none is signalled after the grace."""
+    gw = lgw
+    S.wait_for(lambda: (gw.request("GET", "/api/status")[1]["pool"].get("python3") or {})
+               .get("ready", 0) >= 4, 120, what="4 pooled kernels")
+    before = metric(gw, "kgw_kernel_shutdown_forced_total")
+    assert before == 0, before
+    specs = ["pyexec" if i % 5 == 0 else None for i in range(40)]
+    with cf.ThreadPoolExecutor(8) as ex:
+        ids = list(ex.map(lambda s: gw.start_kernel(name=s)["id"], specs))
+    assert len(set(ids)) == 40
+    log = gw.log()
+    assert "taken from the pool" in log
+    assert ", forked, " in log or "forked" in log
+    assert ", exec, " in log
+
+    results, errors = {}, []
+
+    def delete(kid):
+        t = time.monotonic()
+        results[kid] = (gw.delete_kernel(kid), time.monotonic() - t)
+
+    def restart_then_delete(kid):
+        r = S.Background(lambda: gw.request("POST", f"/api/kernels/{kid}/restart")[0])
+        r.start()
+        time.sleep(0.05)
+        delete(kid)
+        r.value(60)
+
+    def start_then_delete(name):
+        kid = gw.start_kernel(name=name)["id"]  # deleted the moment its POST returns
+        delete(kid)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=restart_then_delete, args=(k,)) for k in ids[:10]]
+    threads += [threading.Thread(target=delete, args=(k,)) for k in ids[10:]]
+    threads += [threading.Thread(target=start_then_delete, args=("pyexec" if i % 2 else None,))
+                for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    elapsed = time.monotonic() - t0
+    assert len(results) == 50, len(results)
+    assert {s for s, _ in results.values()} == {204}, results
+    slowest = max(d for _, d in results.values())
+    print(f"50 deletes: {elapsed:.2f} s in all, slowest {slowest:.2f} s")
+    assert not forced(gw), forced(gw)
+    assert metric(gw, "kgw_kernel_shutdown_forced_total") == 0
+    # none waited for a grace (30 s): far under a second of grace per kernel
+    assert slowest < GRACE_MS / 1000 / 2, results
+    S.wait_for(lambda: not gw.request("GET", "/api/kernels")[1], 30, what="no kernels")
+    ended = re.findall(r"kernel=\S+: shut down \(([^)]*)\)", gw.log())
+    assert ended and all(e in ("ended after its shutdown_reply", "ended while starting") or
+                         "status 0" in e
+                         for e in ended), ended
