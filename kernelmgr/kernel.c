@@ -27,6 +27,11 @@ const char *kernel_id(const kernel_t *k)
     return k->id;
 }
 
+const char *kernel_last_cause(const kernel_t *k)
+{
+    return k->last_cause;
+}
+
 const char *kernel_spec_name(const kernel_t *k)
 {
     return k->spec->name;
@@ -171,6 +176,7 @@ void kernel__set_running(kernel_t *k)
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     k->state = KERNEL_RUNNING;
+    k->last_cause[0] = '\0'; /* a failed start before this one is history */
     k->own->fork_take_back(k); /* its proxy has moved in long ago */
     snprintf(k->exec_state, sizeof(k->exec_state), "idle");
     k->own->start_ok(k);
@@ -403,7 +409,9 @@ void kernel__set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
     emit(k, KERNEL_EV_DIED, why);
     k->own->capacity(k);
     complete(k, -ECHILD);
-    if (k->m->o.dead_linger_s > 0)
+    /* a waiter may have shut it down meanwhile (a failed start's request does): its removal,
+     * armed for the next turn, must not wait for the dead kernel's linger */
+    if (k->state == KERNEL_DEAD && k->m->o.dead_linger_s > 0)
         l->timer_arm(l, k->linger, (uint64_t)k->m->o.dead_linger_s * 1000);
 }
 
@@ -433,6 +441,10 @@ void kernel__on_exit_io(void *data)
     /* before any event: a client hears its request's end before "restarting" */
     enum kernel_outcome o = asked ? k->stop_outcome
                                   : klaunch__death_outcome(k, death, st, cause, sizeof(cause));
+    if (!asked) { /* the operator's and the client's view of why */
+        kstderr__log(k);
+        snprintf(k->last_cause, sizeof(k->last_cause), "%s", cause);
+    }
     kernel_fail_pending(k, o, asked ? k->stop_cause : cause);
     kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
     k->nsent = 0; /* what the process had been sent died with it */
@@ -478,6 +490,8 @@ void kernel__on_exit_io(void *data)
 static void stop_process(kernel_t *k, bool restart)
 {
     if (k->pid <= 0)
+        return;
+    if (k->stop_stage > 0) /* being stopped already (a restart's stop, now a shutdown) */
         return;
     if (!start_proven(k)) {
         /* still starting: it has run no client code and may not read its control socket for

@@ -31,6 +31,15 @@ def kernelspecs(root, specs):
 
 
 EXEC_SPEC = ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+SECRET = "kgw-s3cr3t-t0ken-4217"
+# a kernel that fails to start: it says a secret from its environment, then an import fails
+BROKEN_SPEC = ["/usr/bin/python3", "-c",
+               "import os, sys; sys.stderr.write('token ' + os.environ.get('KERNEL_TOKEN', '') + "
+               "'\\n'); import kgw_no_such_module", "{connection_file}"]
+# a kernel that takes its time to start (deleted meanwhile)
+SLOW_SPEC = ["/usr/bin/python3", "-c",
+             "import runpy, sys, time; time.sleep(120); sys.argv = ['k', '-f', sys.argv[1]]; "
+             "runpy.run_module('ipykernel_launcher', run_name='__main__')", "{connection_file}"]
 
 
 def forced(gw):
@@ -49,10 +58,11 @@ def metric(gw, name):
 @pytest.fixture(scope="module")
 def lgw():
     root = tempfile.mkdtemp(prefix="kgw-lifecycle-")
-    kernelspecs(root, {"pyexec": EXEC_SPEC})
+    kernelspecs(root, {"pyexec": EXEC_SPEC, "broken": BROKEN_SPEC, "slow": SLOW_SPEC})
     gw = S.start_sandboxed("--pool", "python3=4", "--max-kernels", "64",
                            "--shutdown-grace-ms", str(GRACE_MS), "--max-header-connections-per-address", "256",
                            env={"JUPYTER_PATH": root})
+    print("gateway log:", gw.log_path)
     yield gw
     S.conftest.stop_gateway(gw)
 
@@ -115,3 +125,46 @@ def test_mass_delete_ends_every_kernel_at_its_reply(lgw):
     assert ended and all(e in ("ended after its shutdown_reply", "ended while starting") or
                          "status 0" in e
                          for e in ended), ended
+
+
+def test_delete_while_starting_ends_at_once(lgw):
+    """A kernel deleted before it has started is ended at once: no shutdown_request waits for
+    a start that may take longer than the grace."""
+    gw = lgw
+    post = S.Background(lambda: gw.request("POST", "/api/kernels", {"name": "slow"}))
+    post.start()
+    kid = S.wait_for(lambda: next((m["id"] for m in gw.request("GET", "/api/kernels")[1]
+                                   if m["name"] == "slow"), None), 30, what="the slow kernel")
+    time.sleep(0.5)  # its process runs (sleeping before it imports ipykernel)
+    t = time.monotonic()
+    assert gw.delete_kernel(kid) == 204
+    took = time.monotonic() - t
+    status, body, _ = post.value(30)
+    assert status in (500, 503), (status, body)
+    assert took < 5, took  # not the grace (30 s), nor the kernel's start (120 s)
+    assert f"kernel={kid}: shut down (ended while starting)" in gw.log()
+    assert not forced(gw), forced(gw)
+
+
+def test_start_failure_leaves_stderr_in_log_and_cause(lgw):
+    """A kernelspec whose process fails with an ImportError: the REST error quotes the end of
+    its stderr, the log has its last lines, and a secret of its environment is in neither."""
+    gw = lgw
+    status, body, _ = gw.request("POST", "/api/kernels",
+                                 {"name": "broken", "env": {"KERNEL_TOKEN": SECRET}})
+    assert status == 500, (status, body)
+    msg = body["message"]
+    print(msg)
+    assert "exited with status 1" in msg, msg
+    assert "ModuleNotFoundError: No module named 'kgw_no_such_module'" in msg, msg
+    assert SECRET not in msg, msg
+    assert len(msg) < 700, msg
+    kid = re.search(r"kernel (\S+) failed to start", msg).group(1)
+    log = gw.log()
+    lines = [l for l in log.splitlines() if f"kernel={kid}: stderr: " in l]
+    assert any("Traceback (most recent call last):" in l for l in lines), lines
+    assert any("ModuleNotFoundError: No module named 'kgw_no_such_module'" in l for l in lines)
+    # the secret the kernel printed is blotted out; the line is there
+    assert any(l.endswith("stderr: token " + "*" * len(SECRET)) for l in lines), lines
+    assert SECRET not in log
+

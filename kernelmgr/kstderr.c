@@ -1,0 +1,154 @@
+/* A kernel process's stderr: a pipe per process, read on the loop into a fixed ring of its
+ * newest bytes (common/tailbuf.h, TAILBUF_SIZE: whatever the kernel writes, the gateway holds no
+ * more), written to the log when the process fails to start or dies unasked, and quoted in
+ * short in the cause a client sees. The kernel's secrets (its connection key, the values of its
+ * environment) are blotted out of both. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/tailbuf.h"
+#include "kernelmgr/private.h"
+
+#define READ_CHUNK    16384
+#define READS_PER_RUN 4           /* per loop turn: a flood cannot starve the loop */
+#define DRAIN_MAX     (1 << 20)   /* read at the process's end, at most (a pipe holds 64 KiB) */
+#define EXCERPT_LINES 3
+#define LOG_LINES     40
+
+static void on_readable(void *data);
+
+static void close_pipe(kernel_t *k)
+{
+    evl_io_destroy(k->m->evl, &k->err_io);
+    if (k->err_fd >= 0)
+        close(k->err_fd);
+    k->err_fd = -1;
+}
+
+/* Reads up to max bytes; false at EOF or an error (the pipe is closed then). */
+static bool read_some(kernel_t *k, size_t max)
+{
+    char buf[READ_CHUNK];
+    for (size_t got = 0; got < max;) {
+        ssize_t n = read(k->err_fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        if (n <= 0) {
+            close_pipe(k);
+            return false;
+        }
+        if (!k->err_tail && (k->err_tail = malloc(sizeof(*k->err_tail))))
+            tailbuf_init(k->err_tail);
+        if (k->err_tail)
+            tailbuf_append(k->err_tail, buf, (size_t)n);
+        got += (size_t)n;
+    }
+    return true;
+}
+
+static void on_readable(void *data)
+{
+    kernel_t *k = data;
+    read_some(k, (size_t)READ_CHUNK * READS_PER_RUN);
+}
+
+int kstderr__open(kernel_t *k, int *ret_wfd)
+{
+    int p[2];
+    close_pipe(k);
+    if (k->err_tail)
+        tailbuf_init(k->err_tail); /* a new process: its own last words */
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0 ||
+        !(k->err_io = k->m->evl->io_add(k->m->evl, p[0], on_readable, k))) {
+        int r = errno ? -errno : -ENOMEM;
+        close(p[0]);
+        close(p[1]);
+        return r;
+    }
+    k->err_fd = p[0];
+    *ret_wfd = p[1];
+    return 0;
+}
+
+void kstderr__drain(kernel_t *k)
+{
+    if (k->err_fd >= 0)
+        read_some(k, DRAIN_MAX);
+    close_pipe(k);
+}
+
+void kstderr__free(kernel_t *k)
+{
+    close_pipe(k);
+    free(k->err_tail);
+    k->err_tail = NULL;
+}
+
+/* Environment variables whose values are not secrets and help to read an error. */
+static bool harmless(const char *name, size_t n)
+{
+    static const char *const names[] = {"PATH", "HOME", "LANG", "TERM", "USER", "SHELL",
+                                        "PYTHONPATH", "MPLBACKEND", "PWD", "TMPDIR"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == n && !memcmp(names[i], name, n))
+            return true;
+    return n >= 3 && !memcmp(name, "LC_", 3);
+}
+
+/* The tail, oldest first, with the kernel's secrets blotted out; its length. */
+static size_t tail_copy(const kernel_t *k, char out[TAILBUF_SIZE])
+{
+    if (!k->err_tail)
+        return 0;
+    size_t n = tailbuf_copy(k->err_tail, out, TAILBUF_SIZE);
+    tailbuf_redact(out, n, k->key, strlen(k->key));
+    for (size_t i = 0; k->envp && k->envp[i]; i++) {
+        const char *eq = strchr(k->envp[i], '=');
+        if (eq && !harmless(k->envp[i], (size_t)(eq - k->envp[i])) && strlen(eq + 1) >= 6)
+            tailbuf_redact(out, n, eq + 1, strlen(eq + 1));
+    }
+    return n;
+}
+
+size_t kstderr__excerpt(const kernel_t *k, char *out, size_t outsz)
+{
+    char t[TAILBUF_SIZE];
+    size_t n = tail_copy(k, t);
+    if (outsz)
+        out[0] = '\0';
+    return n ? tailbuf_excerpt(t, n, EXCERPT_LINES, out, outsz) : 0;
+}
+
+void kstderr__log(const kernel_t *k)
+{
+    char t[TAILBUF_SIZE], line[TAILBUF_SIZE];
+    size_t n = tail_copy(k, t);
+    if (!n) {
+        log_debug("kernel=%s: its stderr was empty", k->id);
+        return;
+    }
+    /* the last LOG_LINES lines, each sanitised as an excerpt of one line */
+    size_t start = n, lines = 0;
+    while (start > 0 && lines <= LOG_LINES)
+        if (t[--start] == '\n')
+            lines++;
+    if (lines > LOG_LINES)
+        start++;
+    log_warn("kernel=%s: the end of its stderr (%llu bytes in all):", k->id,
+             (unsigned long long)k->err_tail->total);
+    for (size_t i = start; i < n;) {
+        const char *nl = memchr(t + i, '\n', n - i);
+        size_t len = nl ? (size_t)(nl - (t + i)) : n - i;
+        if (tailbuf_excerpt(t + i, len, 1, line, sizeof(line)))
+            log_warn("kernel=%s: stderr: %s", k->id, line);
+        i += len + 1;
+    }
+}
