@@ -2,7 +2,9 @@
  * newest bytes (common/tailbuf.h, TAILBUF_SIZE: whatever the kernel writes, the gateway holds no
  * more), written to the log when the process fails to start or dies unasked, and quoted in
  * short in the cause a client sees. The kernel's secrets (its connection key, the values of its
- * environment) are blotted out of both. */
+ * environment) are blotted out of both. Reading is paced (RATE_BYTES per RATE_WINDOW_MS): a
+ * kernel flooding its stderr blocks on its own full pipe instead of costing the gateway's loop
+ * more than that. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -11,10 +13,12 @@
 
 #include "common/log.h"
 #include "common/tailbuf.h"
+#include "common/util.h"
 #include "kernelmgr/private.h"
 
-#define READ_CHUNK    16384
-#define READS_PER_RUN 4           /* per loop turn: a flood cannot starve the loop */
+#define READ_CHUNK     16384
+#define RATE_WINDOW_MS 100
+#define RATE_BYTES     (128 * 1024) /* per window: 1.25 MiB/s per kernel, then paused */
 #define DRAIN_MAX     (1 << 20)   /* read at the process's end, at most (a pipe holds 64 KiB) */
 #define EXCERPT_LINES 3
 #define LOG_LINES     40
@@ -24,6 +28,8 @@ static void on_readable(void *data);
 static void close_pipe(kernel_t *k)
 {
     evl_io_destroy(k->m->evl, &k->err_io);
+    if (k->err_pause)
+        k->m->evl->timer_disarm(k->m->evl, k->err_pause);
     if (k->err_fd >= 0)
         close(k->err_fd);
     k->err_fd = -1;
@@ -55,7 +61,30 @@ static bool read_some(kernel_t *k, size_t max)
 static void on_readable(void *data)
 {
     kernel_t *k = data;
-    read_some(k, (size_t)READ_CHUNK * READS_PER_RUN);
+    evl_t *l = k->m->evl;
+    uint64_t now = util_now_ms();
+    if (now - k->err_window_ms >= RATE_WINDOW_MS) {
+        k->err_window_ms = now;
+        k->err_window_bytes = 0;
+    }
+    uint64_t before = k->err_tail ? k->err_tail->total : 0;
+    if (!read_some(k, RATE_BYTES - k->err_window_bytes))
+        return; /* EOF: closed */
+    k->err_window_bytes += (size_t)((k->err_tail ? k->err_tail->total : 0) - before);
+    if (k->err_window_bytes >= RATE_BYTES && k->err_pause) {
+        /* its share of this window is read: not watched until the next one */
+        evl_io_destroy(l, &k->err_io);
+        l->timer_arm(l, k->err_pause, k->err_window_ms + RATE_WINDOW_MS - now);
+    }
+}
+
+static void on_pause_over(void *data)
+{
+    kernel_t *k = data;
+    if (k->err_fd < 0 || k->err_io)
+        return;
+    if (!(k->err_io = k->m->evl->io_add(k->m->evl, k->err_fd, on_readable, k)))
+        close_pipe(k); /* cannot watch it: the kernel's writes fail from now on */
 }
 
 int kstderr__open(kernel_t *k, int *ret_wfd)
@@ -64,6 +93,10 @@ int kstderr__open(kernel_t *k, int *ret_wfd)
     close_pipe(k);
     if (k->err_tail)
         tailbuf_init(k->err_tail); /* a new process: its own last words */
+    if (!k->err_pause && !(k->err_pause = k->m->evl->timer_new(k->m->evl, on_pause_over, k)))
+        return errno ? -errno : -ENOMEM;
+    k->err_window_ms = 0;
+    k->err_window_bytes = 0;
     if (pipe2(p, O_CLOEXEC) < 0)
         return -errno;
     if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0 ||
@@ -88,6 +121,7 @@ void kstderr__drain(kernel_t *k)
 void kstderr__free(kernel_t *k)
 {
     close_pipe(k);
+    evl_timer_destroy(k->m->evl, &k->err_pause);
     free(k->err_tail);
     k->err_tail = NULL;
 }

@@ -243,7 +243,10 @@ struct kernel {
     evl_io_t *pending_io;
     int setup_fd;        /* the sandbox's set-up report (-1: none) */
     int err_fd;          /* the read end of the process's stderr (kstderr.c; -1: none) */
-    evl_io_t *err_io;
+    evl_io_t *err_io;    /* NULL while paused (err_pause armed) */
+    evl_timer_t *err_pause;
+    uint64_t err_window_ms; /* the pacing window: since when, bytes read in it */
+    size_t err_window_bytes;
     struct tailbuf *err_tail; /* its newest bytes (NULL until the first) */
     char last_cause[512]; /* why the process ended unasked, for clients (kernel_last_cause) */
     uint64_t spawn_us;

@@ -168,3 +168,75 @@ def test_start_failure_leaves_stderr_in_log_and_cause(lgw):
     assert any(l.endswith("stderr: token " + "*" * len(SECRET)) for l in lines), lines
     assert SECRET not in log
 
+
+
+# writes to the kernel's own stderr (ipykernel sends what is written to fd 2 to iopub, and a
+# copy to the stderr the kernel was started with: that one is the gateway's pipe)
+STDERR_FD = "fd = getattr(sys.stderr, '_original_stdstream_copy', None) or 2\n"
+
+
+def test_death_cause_quotes_stderr(lgw):
+    """A kernel (forked from the fork server) that says something on stderr and dies: the
+    outcome of the execution in flight quotes it, and the log has it."""
+    from test_outcomes import provoke
+    gw = lgw
+    code = ("import os, sys, time\n" + STDERR_FD +
+            "os.write(fd, b'kgw-last-words: disk on fire\\n')\ntime.sleep(0.5)\nos._exit(3)")
+    provoke(gw, code, "KernelDied",
+            ["exited with status 3", "its stderr ended", "kgw-last-words: disk on fire"])
+    assert re.search(r"kernel=\S+: stderr: kgw-last-words: disk on fire", gw.log())
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_stderr_flood_costs_no_gateway_memory(lgw):
+    """A kernel writing to its stderr as fast as it can for 6 s: the gateway reads it all (the
+    total in the log), paced (the kernel blocks on its full pipe), its resident memory does not
+    grow and its CPU time stays small."""
+    gw = lgw
+    pid = gw.proc.pid
+    kid = S.new_kernel(gw)
+    flood = ("import os, sys, time\n" + STDERR_FD +
+             "chunk = (b'flood ' * 11000)[:65535] + b'\\n'\nn = 0\nt = time.monotonic()\n"
+             "while time.monotonic() - t < 6:\n    n += os.write(fd, chunk)\n"
+             "R['wrote'] = n\n")
+    S.kexec(gw, kid, "pass")  # connected once: the session's own memory is not the flood's
+    base = rss_kib(pid)
+    cpu0 = cpu_seconds(pid)
+    peak = [base]
+    result = {}
+    t = S.Background(lambda: result.update(S.kcall(gw, kid, flood, timeout=60)))
+    t.start()
+    while t.is_alive():
+        peak.append(rss_kib(pid))
+        time.sleep(0.1)
+    t.value(1)
+    cpu = cpu_seconds(pid) - cpu0
+    wrote = result["wrote"]
+    grew = (max(peak) - base) / 1024
+    print(f"flood: {wrote / 2**20:.1f} MiB written to stderr in 6 s; gateway RSS "
+          f"{base / 1024:.1f} MiB, peak +{grew:.2f} MiB, CPU {cpu:.2f} s")
+    assert wrote >= 4 << 20, wrote  # 512 times the ring: a leak would show
+    assert wrote <= 32 << 20, wrote  # paced: 1.25 MiB/s and a pipe's 64 KiB
+    assert grew < 8, (base, max(peak))
+    assert cpu < 2, cpu
+    # its death makes the gateway log its stderr's total: everything was read
+    S.kexec(gw, kid, "import os, sys, time\n" + STDERR_FD +
+            "os.write(fd, b'kgw-flood-end\\n')\ntime.sleep(0.3)\nos._exit(4)", guard=False,
+            timeout=30)
+    m = S.wait_for(lambda: re.search(r"kernel=%s: the end of its stderr \((\d+) bytes in all\)"
+                                     % kid, gw.log()), 30, what="the stderr log")
+    assert int(m.group(1)) >= wrote, (m.group(1), wrote)
+    lines = [l for l in gw.log().splitlines() if f"kernel={kid}: stderr: " in l]
+    assert lines[-1].endswith("stderr: kgw-flood-end"), lines[-3:]
+    assert len(lines) <= 41, len(lines)
+    gw.delete_kernel(kid)
