@@ -15,7 +15,7 @@ import pytest
 
 import sbxutil as S
 
-pytestmark = pytest.mark.kgw_only
+pytestmark = [pytest.mark.kgw_only, pytest.mark.needs_sandbox]
 
 GRACE_MS = 30000  # a kernel that ignored its shutdown_request would hold its DELETE this long
 
