@@ -99,7 +99,7 @@ static const struct cfg_option options[] = {
     MS("start-timeout", km.start_timeout_ms, "60", 1, 3600,
        "seconds a kernel has to answer at start"),
     I32("shutdown-grace-ms", km.shutdown_grace_ms, "5000", 0, 600000,
-      "wait after shutdown_request before SIGTERM"),
+      "wait after shutdown_request (a kernel is ended at its shutdown_reply) before SIGTERM"),
     I32("hb-interval-ms", km.hb_interval_ms, "3000", 0, 600000,
       "heartbeat period (0 = off); 3 missed beats mean the kernel hung"),
     I("max-body-bytes", max_body_bytes, "1048576", 1024, 1073741824, "largest REST request body"),

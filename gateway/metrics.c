@@ -231,6 +231,10 @@ int metrics_render(gw_t *g, buf_t *out)
     promtext_family(p, "kgw_sandbox_setup_failures_total", "counter",
                     "Kernel processes whose sandbox set-up failed");
     promtext_uint(p, "kgw_sandbox_setup_failures_total", NULL, 0, ks->sandbox_setup_failures);
+    promtext_family(p, "kgw_kernel_shutdown_forced_total", "counter",
+                    "kernel processes still running after shutdown_request and the grace period "
+                    "(--shutdown-grace-ms), then signalled");
+    promtext_uint(p, "kgw_kernel_shutdown_forced_total", NULL, 0, ks->shutdown_forced);
     promtext_family(p, "kgw_egress_connections_total", "counter",
                     "Connections to kernels' egress proxies, by whether they were let through");
     promtext_uint(p, "kgw_egress_connections_total", &(struct promtext_label){"result", "allowed"},

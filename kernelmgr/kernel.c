@@ -27,6 +27,11 @@ const char *kernel_id(const kernel_t *k)
     return k->id;
 }
 
+const char *kernel_last_cause(const kernel_t *k)
+{
+    return k->last_cause;
+}
+
 const char *kernel_spec_name(const kernel_t *k)
 {
     return k->spec->name;
@@ -172,6 +177,7 @@ void kernel__set_running(kernel_t *k)
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     k->state = KERNEL_RUNNING;
+    k->last_cause[0] = '\0'; /* a failed start before this one is history */
     k->own->fork_take_back(k); /* its proxy has moved in long ago */
     snprintf(k->exec_state, sizeof(k->exec_state), "idle");
     k->own->start_ok(k);
@@ -253,6 +259,25 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     k->own->relay(k, &m, &h);
 }
 
+/* The kernel answered the gateway's shutdown_request: its shutdown hooks have run and it has
+ * nothing left to say to the gateway. What remains is its interpreter's exit, which waits up to a
+ * second for ZeroMQ's linger (ipykernel's sockets): the gateway does not wait for that, it ends
+ * the process (its whole sandbox) now. */
+static void on_shutdown_reply(kernel_t *k, const jmsg_t *m)
+{
+    if (k->stop_stage != 1 || !k->stop_msg_id[0] ||
+        !memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->stop_msg_id,
+                strlen(k->stop_msg_id)))
+        return;
+    if (k->state != KERNEL_TERMINATING && k->state != KERNEL_RESTARTING)
+        return;
+    log_debug("kernel=%s: shutdown_reply after %.0f ms; ending the process", k->id,
+              (double)(util_now_us() - k->stop_us) / 1000.0);
+    k->stop_msg_id[0] = '\0';
+    k->stop_end = "ended after its shutdown_reply";
+    klaunch__signal(k, SIGKILL);
+}
+
 static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 {
     kernel_t *k = data;
@@ -260,6 +285,10 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     jhdr_t h;
     if (kernel__parse(k, frames, n, &m, &h) < 0)
         return;
+    if (z == &k->control && !strcmp(h.msg_type, "shutdown_reply")) {
+        on_shutdown_reply(k, &m);
+        return;
+    }
     if (!strcmp(h.msg_type, "execute_reply") && kinstance__env_parent(k, &m)) {
         json_t *c = json_loadb(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, 0, NULL);
         const char *st = json_string_value(json_object_get(c, "status"));
@@ -336,7 +365,9 @@ static void on_deadline(void *data)
         }
         break;
     case 1: /* shutdown_request was ignored */
-        log_debug("kernel=%s: still running after shutdown_request; SIGTERM", k->id);
+        k->stats->shutdown_forced++;
+        log_warn("kernel=%s: still running %d ms after shutdown_request%s; SIGTERM", k->id,
+                 k->m->o.shutdown_grace_ms, k->stop_end ? " and being signalled" : "");
         klaunch__signal(k, SIGTERM);
         k->stop_stage = 2;
         k->m->evl->timer_arm(k->m->evl, k->deadline, TERM_KILL_MS);
@@ -379,7 +410,9 @@ void kernel__set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
     emit(k, KERNEL_EV_DIED, why);
     k->own->capacity(k);
     complete(k, -ECHILD);
-    if (k->m->o.dead_linger_s > 0)
+    /* a waiter may have shut it down meanwhile (a failed start's request does): its removal,
+     * armed for the next turn, must not wait for the dead kernel's linger */
+    if (k->state == KERNEL_DEAD && k->m->o.dead_linger_s > 0)
         l->timer_arm(l, k->linger, (uint64_t)k->m->o.dead_linger_s * 1000);
 }
 
@@ -409,6 +442,10 @@ void kernel__on_exit_io(void *data)
     /* before any event: a client hears its request's end before "restarting" */
     enum kernel_outcome o = asked ? k->stop_outcome
                                   : klaunch__death_outcome(k, death, st, cause, sizeof(cause));
+    if (!asked) { /* the operator's and the client's view of why */
+        kstderr__log(k);
+        snprintf(k->last_cause, sizeof(k->last_cause), "%s", cause);
+    }
     kernel_fail_pending(k, o, asked ? k->stop_cause : cause);
     kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
     k->nsent = 0; /* what the process had been sent died with it */
@@ -455,9 +492,31 @@ static void stop_process(kernel_t *k, bool restart)
 {
     if (k->pid <= 0)
         return;
-    kernel__send_own(k, &k->control, "shutdown_request",
-                     restart ? "{\"restart\":true}" : "{\"restart\":false}");
+    if (k->stop_stage > 0) /* being stopped already (a restart's stop, now a shutdown) */
+        return;
+    if (!start_proven(k)) {
+        /* still starting: it has run no client code and may not read its control socket for
+         * seconds yet (a cold start under load takes longer than the grace), so a
+         * shutdown_request would only wait for its start, or be lost with a process that
+         * never got that far. Nothing to flush: end it now. */
+        log_debug("kernel=%s: stopped while starting; ending the process", k->id);
+        k->stop_msg_id[0] = '\0';
+        k->stop_stage = 1;
+        k->stop_end = "ended while starting";
+        k->stop_us = util_now_us();
+        k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
+        k->m->evl->timer_disarm(k->m->evl, k->nudge);
+        k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
+        klaunch__signal(k, SIGKILL);
+        return;
+    }
+    if (kernel__send_own_id(k, &k->control, "shutdown_request",
+                            restart ? "{\"restart\":true}" : "{\"restart\":false}",
+                            k->stop_msg_id) < 0)
+        k->stop_msg_id[0] = '\0';
     k->stop_stage = 1;
+    k->stop_end = NULL;
+    k->stop_us = util_now_us();
     k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
     k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
 }

@@ -211,7 +211,7 @@ static void reply_type(const char *req, char *out, size_t outsz)
 static void fail_one(kernel_t *k, struct kpending *p, enum kernel_outcome o, const char *cause)
 {
     const char *ename = kernel_outcome_ename(o);
-    char rtype[JMSG_MSG_TYPE_MAX + 8], line[400];
+    char rtype[JMSG_MSG_TYPE_MAX + 8], line[640];
     bool exec = !strcmp(p->msg_type, "execute_request");
     snprintf(line, sizeof(line), "%s: %s", ename, cause);
     if (exec) {

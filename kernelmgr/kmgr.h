@@ -271,6 +271,7 @@ struct kmgr_stats {
     uint64_t message_bytes[KMGR_DIR_N]; /* header, parent header, metadata, content, buffers */
     uint64_t fork_server_restarts;      /* starts of the fork server after its first */
     uint64_t sandbox_setup_failures;    /* kernel processes whose sandbox set-up failed */
+    uint64_t shutdown_forced;           /* shutdown_requests ignored for the grace: SIGTERM */
     uint64_t cpu_ns_gone;               /* CPU time of kernels' cgroups already removed */
     struct kegress_stats egress;        /* kernels' egress proxies: connections, bytes */
 };

@@ -242,6 +242,13 @@ struct kernel {
     sbx_pending_t *pending; /* an exec'd start whose proxy the gateway has not let go yet */
     evl_io_t *pending_io;
     int setup_fd;        /* the sandbox's set-up report (-1: none) */
+    int err_fd;          /* the read end of the process's stderr (kstderr.c; -1: none) */
+    evl_io_t *err_io;    /* NULL while paused (err_pause armed) */
+    evl_timer_t *err_pause;
+    uint64_t err_window_ms; /* the pacing window: since when, bytes read in it */
+    size_t err_window_bytes;
+    struct tailbuf *err_tail; /* its newest bytes (NULL until the first) */
+    char last_cause[512]; /* why the process ended unasked, for clients (kernel_last_cause) */
     uint64_t spawn_us;
     char setup_why[256]; /* why the sandbox's set-up failed */
     bool forked;         /* this process came from the fork server */
@@ -256,6 +263,10 @@ struct kernel {
     bool got_reply, got_iopub, got_starting; /* the start's proofs (check_ready) */
     bool probing; /* a kernel_info_request of on_nudge may still be answered on iopub */
     int stop_stage; /* 0 running, 1 shutdown_request sent, 2 SIGTERM sent */
+    char stop_msg_id[40]; /* the gateway's shutdown_request ("": none awaiting its reply) */
+    const char *stop_end; /* the gateway ended the process at once: why (its shutdown_reply
+                             came, or it had not finished its start); NULL: not */
+    uint64_t stop_us;     /* when it was sent */
     int hb_missed, restarts;
     bool hb_outstanding;
 
@@ -265,7 +276,7 @@ struct kernel {
     long long exec_cpu0;  /* the cgroup's CPU time when the execution began (-1: unknown) */
     long long exec_pids0; /* ... and its forks refused at the pids limit */
     enum kernel_outcome stop_outcome; /* why the process is being stopped (kernel__stop_why) */
-    char stop_cause[200];
+    char stop_cause[512];
     struct list waiters; /* kwait_t.link, newest first */
     kcall_t *calls;      /* callbacks */
 
@@ -316,6 +327,17 @@ void kmgr__ws_remove(kmgr_t *m, wspace_t *w);
 /* The least recently used workspace no kernel uses and no transfer holds (kept for downloads
  * only), or NULL. */
 wspace_t *kmgr__ws_idle(kmgr_t *m);
+
+/* kstderr.c: a kernel process's stderr, its newest TAILBUF_SIZE bytes kept.
+ * open: a new pipe for the process about to start (the tail starts empty); ret_wfd is its write
+ * end, for the process (the caller closes it once the process has it). drain: what is left,
+ * once the process has ended; the pipe is closed. excerpt: its last lines, short and printable,
+ * secrets blotted out (tailbuf_excerpt); log: its last lines to the log, as warnings. */
+int kstderr__open(kernel_t *k, int *ret_wfd);
+void kstderr__drain(kernel_t *k);
+void kstderr__free(kernel_t *k);
+size_t kstderr__excerpt(const kernel_t *k, char *out, size_t outsz);
+void kstderr__log(const kernel_t *k);
 
 /* kinstance.c: a kernel's set-up and teardown.
  * egress: the kernel's egress policy (NULL or empty: none; copied). own: its owner. */
