@@ -164,6 +164,10 @@
     return (n / 1024 / 1024).toFixed(1) + ' MiB';
   }
 
+  function formatMs(ms) {
+    return ms < 1000 ? ms.toFixed(1) + ' ms' : (ms / 1000).toFixed(2) + ' s';
+  }
+
   // The view of one execution: its events go into box.
   class ExecutionView {
     constructor(code) {
@@ -245,8 +249,8 @@
       line.appendChild(el('span', ev.status === 'ok' ? 'st-ok' : 'st-bad', ev.status));
       const parts = [];
       if (ev.cause) parts.push(ev.cause);
-      if (typeof ev.duration_ms === 'number') parts.push(ev.duration_ms + ' ms');
-      if (typeof ev.cpu_ms === 'number') parts.push('cpu ' + ev.cpu_ms + ' ms');
+      if (typeof ev.duration_ms === 'number') parts.push(formatMs(ev.duration_ms));
+      if (typeof ev.cpu_ms === 'number') parts.push('cpu ' + formatMs(ev.cpu_ms));
       parts.push('peak memory ' + formatBytes(ev.peak_memory_bytes));
       const f = ev.files || {};
       for (const k of ['created', 'modified', 'deleted'])

@@ -228,6 +228,7 @@ browser = pytest.mark.skipif(_browser_skip_reason() is not None,
 
 
 @browser
+@pytest.mark.needs_sandbox  # the files panel needs the kernel's workspace
 def test_playground_in_chromium(gateway):
     rc, out = _run_driver(gateway.url + "/", gateway.token, "http-root")
     print(out)
@@ -238,6 +239,7 @@ def test_playground_in_chromium(gateway):
 
 
 @browser
+@pytest.mark.needs_sandbox
 def test_playground_in_chromium_over_https_under_a_shard_prefix(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
