@@ -102,6 +102,7 @@
   }
 
   async function newKernel() {
+    if (state.running) state.running.abort.abort();
     const old = state.kernel;
     state.kernel = null;
     sessionStorage.removeItem(KERNEL);
@@ -398,6 +399,7 @@
       if (e.key === 'Enter') $('connect').click();
     });
     $('forget').addEventListener('click', () => {
+      if (state.running) state.running.abort.abort();
       sessionStorage.removeItem(KEY);
       sessionStorage.removeItem(KERNEL);
       state.key = '';

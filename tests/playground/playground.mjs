@@ -227,7 +227,14 @@ async function main() {
     check(r.status === 'ok', 'html: status ok');
     check(r.frames.length === 1 && r.frames[0].sandbox === '' && r.frames[0].src === 'blob:',
           'html: rendered in a sandboxed frame (no allow-scripts, no allow-same-origin)');
-    await new Promise((res) => setTimeout(res, 1500)); // give any script time to try
+    // a user clicks the output's form button and its target=_top link: the sandbox blocks both
+    const frame = page.frames().find((f) => f.url().startsWith('blob:'));
+    check(!!frame, 'html: the output frame is there');
+    check((await frame.$eval('#inner', (e) => e.textContent)) === 'an HTML output',
+          'html: the output is rendered');
+    await frame.click('#b');
+    await frame.click('#l');
+    await new Promise((res) => setTimeout(res, 1500)); // give any script or navigation time
     const pwned = await page.evaluate(() => ({
       body: document.body.dataset.pwned || null,
       storage: sessionStorage.getItem('pwned'),
@@ -240,8 +247,13 @@ async function main() {
     check(later.length === 0, 'html: the output made no request to the API');
     const pageBad = consoleLog.filter((m) => m.step === 'html' && !m.url.startsWith('blob:') &&
                                              m.type === 'error' &&
-                                             !/Blocked script execution in 'blob:/.test(m.text));
+                                             !/^Blocked (script execution|form submission) /.test(m.text) &&
+                                             !/^Unsafe attempt to initiate navigation/.test(m.text));
     check(pageBad.length === 0, 'html: no error of the page itself: ' + JSON.stringify(pageBad));
+    const blocked = (re) => consoleLog.some((m) => m.step === 'html' && re.test(m.text));
+    check(blocked(/^Blocked script execution/) && blocked(/^Blocked form submission/) &&
+          blocked(/^Unsafe attempt to initiate navigation/),
+          'html: the script, the form and the link were tried, and blocked by the sandbox');
     await screenshot(page, 'html');
 
     step = 'interrupt';
