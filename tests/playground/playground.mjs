@@ -1,7 +1,7 @@
 // The playground page (GET /) in headless Chromium, as a user drives it: enter the key, run a
 // print, a plot, an error, an HTML output that tries to reach the page, upload a file and read
-// it from code, download a file the code wrote, interrupt and restart. Fails on any console
-// error or CSP violation of the page. Started by tests/integration/test_playground.py.
+// it from code, download a file the code wrote, cancel, interrupt and restart. Fails on any
+// console error or CSP violation of the page. Started by tests/integration/test_playground.py.
 //
 //   node playground.mjs PAGE_URL API_KEY ARTIFACT_DIR
 //
@@ -256,6 +256,21 @@ async function main() {
           'html: the script, the form and the link were tried, and blocked by the sandbox');
     await screenshot(page, 'html');
 
+    step = 'cancel';
+    await page.$eval('#code', (e) => { e.value = 'import time\nprint("waiting", flush=True)\ntime.sleep(300)'; });
+    await page.click('#run');
+    await page.waitForSelector('#cancel:not([disabled])', { timeout: STEP_MS });
+    await page.waitForFunction(() => {
+      const b = document.querySelector('#output .execution pre.stdout');
+      return b && b.textContent.includes('waiting');
+    }, { timeout: STEP_MS });
+    await page.click('#cancel');
+    await page.waitForFunction(() => document.querySelector('#output .execution').dataset.status,
+                               { timeout: STEP_MS });
+    r = await page.$eval('#output .execution', (b) => b.dataset.status);
+    check(r === 'cancelled', 'cancel: the execution ends cancelled (' + r + ')');
+    await screenshot(page, 'cancel');
+
     step = 'interrupt';
     await page.waitForSelector('#run:not([disabled])');
     await page.$eval('#code', (e) => { e.value = 'import time\nprint("sleeping", flush=True)\ntime.sleep(300)'; });
@@ -300,7 +315,7 @@ async function main() {
       });
     });
     console.log('PASS: playground page: print, plot, error, HTML isolation, upload, download, ' +
-                'interrupt, restart; no console errors, no CSP violations');
+                'cancel, interrupt, restart; no console errors, no CSP violations');
   } finally {
     await browser.close();
     fs.rmSync(profile, { recursive: true, force: true });
