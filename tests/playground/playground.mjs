@@ -298,6 +298,10 @@ async function main() {
     check(r.status === 'ok' && r.stdout.includes('False'), 'restart: a fresh interpreter runs');
     await screenshot(page, 'restart');
 
+    // (a full-page screenshot may leave the out-of-process frame blank; its document is there)
+    const frame2 = page.frames().find((f) => f.url().startsWith('blob:'));
+    check(frame2 && (await frame2.$eval('#inner', (e) => e.textContent)) === 'an HTML output',
+          'the HTML output is still shown at the end');
     const violations2 = await page.evaluate(() => window.__kgwViolations);
     check(violations2.length === 0, 'no securitypolicyviolation event at the end');
     const bad2 = consoleLog.filter((m) => m.step !== 'html' && (m.type === 'error' ||
