@@ -92,13 +92,17 @@
     updateButtons();
     setStatus('connecting ...');
     const old = sessionStorage.getItem(KERNEL);
+    let model = null;
     if (old && /^[0-9A-Za-z_-]{1,64}$/.test(old)) {
       try {
-        return await useKernel(await api('GET', 'api/kernels/' + old));
+        model = await api('GET', 'api/kernels/' + old);
       } catch (e) { /* gone, or another key's: start a new one */ }
     }
-    setStatus('starting a kernel ...');
-    await useKernel(await api('POST', 'api/kernels', {}));
+    if (!model) {
+      setStatus('starting a kernel ...');
+      model = await api('POST', 'api/kernels', {});
+    }
+    await useKernel(model);
   }
 
   async function newKernel() {
@@ -114,7 +118,8 @@
   async function kernelAction(action) {
     setStatus(action + ' ...');
     const model = await api('POST', 'api/kernels/' + state.kernel + '/' + action);
-    setStatus(action + ': done' + (model && model.execution_state ? ' (' + model.execution_state + ')' : ''));
+    const st = model && model.execution_state ? ' (' + model.execution_state + ')' : '';
+    setStatus(action + ': done' + st);
   }
 
   // ---- outputs ----

@@ -142,6 +142,10 @@ async function main() {
     const kernelText = await page.$eval('#kernel', (e) => e.textContent);
     check(/^kernel [0-9a-f-]{36}$/.test(kernelText), 'a kernel: ' + kernelText);
     await screenshot(page, 'connected');
+    await page.reload({ waitUntil: 'load' });
+    await page.waitForSelector('#run:not([disabled])', { timeout: STEP_MS });
+    check((await page.$eval('#kernel', (e) => e.textContent)) === kernelText,
+          'a reload keeps the key and the kernel (session storage)');
 
     step = 'print';
     let r = await runCode(page, 'import sys\nprint("hello", 6 * 7)\n' +
