@@ -1,3 +1,5 @@
+/* The playground page and its assets (gateway/playground/, embedded by scripts/embed.py), served
+ * with the page's own Content-Security-Policy (playground.h); everything else as any answer. */
 #include "gateway/playground.h"
 
 #include <stdlib.h>
