@@ -394,7 +394,7 @@ int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *,
 static void dispatch(struct gw_req *r)
 {
     gw_t *g = r->g;
-    if (r->route.id != ROUTE_METRICS) /* scrapers are not activity */
+    if (!(r->route.flags & ROUTE_F_SCRAPE))
         g->last_activity_us = util_wall_us();
     if (r->route.flags & ROUTE_F_WEBSOCKET)
         return req_error(r, 400, "this endpoint needs a websocket upgrade");
@@ -531,7 +531,7 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
     if (!http_uri_decodable(wsi, path, len))
         return answer_now(g, wsi, pss, 400, HTTP_UNDECODABLE_MESSAGE);
     if (route_match(path, len, &r->route) < 0 ||
-        (metrics_only && r->route.id != ROUTE_METRICS))
+        (metrics_only && !(r->route.flags & ROUTE_F_SCRAPE)))
         return answer_now(g, wsi, pss, 404, "not found");
     r->ops = &g->routes[r->route.id];
     if (metrics_only && r->method != HTTP_M_GET)

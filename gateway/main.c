@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <malloc.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/signalfd.h>
@@ -247,28 +246,6 @@ static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n,
     }
     *ret_n = n;
     return 0;
-}
-
-/* Memory that bursts of clients needed (header tables, replay buffers, queues) goes back to
- * the system once they are gone, instead of staying in the allocator's free lists. */
-#define TRIM_INTERVAL_MS 30000
-#define TRIM_SOON_MS     1000
-
-static void on_trim(void *data)
-{
-    gw_t *g = data;
-    malloc_trim(0);
-    g->trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
-    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_INTERVAL_MS);
-}
-
-void gw_trim_soon(gw_t *g)
-{
-    uint64_t now = util_now_ms();
-    if (!g->trim_timer || g->trim_due_ms <= now + TRIM_SOON_MS)
-        return; /* due sooner anyway: re-arming would only put it off */
-    g->trim_due_ms = now + TRIM_SOON_MS;
-    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_SOON_MS);
 }
 
 /* A client that offers only subprotocols kgw does not speak is answered, as jupyter_server
@@ -787,15 +764,6 @@ static int configure(int argc, char **argv, bool *ret_generated)
     return 0;
 }
 
-static int trim_start(void)
-{
-    if (!(G.trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, &G)))
-        return -ENOMEM;
-    G.trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
-    G.loop.evl.timer_arm(&G.loop.evl, G.trim_timer, TRIM_INTERVAL_MS);
-    return 0;
-}
-
 /* The address on stdout (and the API key when kgw made it up), and readiness to systemd. */
 static void announce(bool generated)
 {
@@ -872,7 +840,7 @@ int main(int argc, char **argv)
     if (setup_listen(&G, protocols, metrics_protocols, fds) < 0)
         goto out;
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G) < 0 || trim_start() < 0)
+    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G) < 0 || gw_trim_start(&G) < 0)
         goto out;
     if (!(G.conns = conns_new(&G, fds))) {
         log_error("cannot track client connections: %s", strerror(errno));

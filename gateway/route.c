@@ -39,7 +39,7 @@ static const struct route_def routes[] = {
     {ROUTE_LIVENESS, "/check_liveness", HTTP_M_GET, ROUTE_F_PUBLIC},
     {ROUTE_READY, "/check_ready", HTTP_M_GET, ROUTE_F_PUBLIC},
     {ROUTE_OPENAPI, "/openapi.json", HTTP_M_GET, 0},
-    {ROUTE_METRICS, "/metrics", HTTP_M_GET, 0}, /* also, without the key, on --metrics-port */
+    {ROUTE_METRICS, "/metrics", HTTP_M_GET, ROUTE_F_SCRAPE},
     {ROUTE_PLAYGROUND, "/", HTTP_M_GET, ROUTE_F_PUBLIC}, /* the page holds no secret */
     {ROUTE_PLAYGROUND_ASSET, "/playground/{name}", HTTP_M_GET, ROUTE_F_PUBLIC},
 };

@@ -53,6 +53,8 @@ enum {
     ROUTE_F_PUBLIC = 1 << 0,    /* answered without the API key */
     ROUTE_F_WEBSOCKET = 1 << 1, /* a websocket: GET with an upgrade */
     ROUTE_F_UPLOAD = 1 << 2,    /* the body is streamed to a file, not collected */
+    ROUTE_F_SCRAPE = 1 << 3,    /* a monitor's scrape: not client activity; the one route of
+                                 * the --metrics-port listener (without the key there) */
 };
 
 #define ROUTE_MAX_PATH 2048

@@ -65,24 +65,25 @@ void kernel_connections(kernel_t *k, int delta)
         k->connections = 0;
 }
 
+const char *kernel_execution_state(const kernel_t *k)
+{
+    switch (k->state) {
+    case KERNEL_STARTING:
+        return "starting";
+    case KERNEL_RESTARTING:
+        return "restarting";
+    case KERNEL_DEAD:
+        return "dead";
+    default:
+        return k->exec_state;
+    }
+}
+
 json_t *kernel_model(const kernel_t *k)
 {
     char ts[40];
-    const char *st = k->exec_state;
+    const char *st = kernel_execution_state(k);
     util_iso_time(ts, sizeof(ts), k->last_activity_us);
-    switch (k->state) {
-    case KERNEL_STARTING:
-        st = "starting";
-        break;
-    case KERNEL_RESTARTING:
-        st = "restarting";
-        break;
-    case KERNEL_DEAD:
-        st = "dead";
-        break;
-    default:
-        break;
-    }
     return json_pack("{s:s, s:s, s:s, s:s, s:i, s:s}", "id", k->id, "name", k->spec->name,
                      "last_activity", ts, "execution_state", st, "connections", k->connections,
                      "workspace", k->ws->id);

@@ -62,6 +62,9 @@ enum kernel_state kernel_state(const kernel_t *k);
 /* {"id", "name", "last_activity", "execution_state", "connections", "workspace"}. New
  * reference. */
 json_t *kernel_model(const kernel_t *k);
+/* Its Jupyter execution_state as the model shows it: "starting", "idle", "busy",
+ * "restarting" or "dead". */
+const char *kernel_execution_state(const kernel_t *k);
 void kernel_touch(kernel_t *k);
 /* Its workspace (struct wspace, kernelmgr/wspace.h). */
 struct wspace *kernel_workspace(const kernel_t *k);

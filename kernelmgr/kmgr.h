@@ -70,9 +70,19 @@ struct kmgr_opts {
     size_t npool;
     long long pool_min_available; /* refill only while the host's MemAvailable is above */
     struct kegress_limits egress; /* per kernel, for kernels with an egress policy */
+    /* descriptors (kcapacity.c): a start is refused (-EMFILE) unless the open-file limit
+     * leaves KMGR_KERNEL_FDS + fd_per_client for it beyond fd_reserve */
+    int fd_per_client; /* what a kernel's clients cost the owner (one websocket) */
+    int fd_reserve;    /* kept for everything else: connections, transfers, logs */
 };
 
+/* Descriptors one kernel costs the kernel manager (measured about 20 once running; more while
+ * it starts) */
+#define KMGR_KERNEL_FDS 32
+
 #define KMGR_TENANT_MAX 64
+/* A kernel's CPU weight (cgroup v1 cpu.shares), shared by its tenant's kernels. */
+#define KMGR_CPU_SHARES 1024u
 
 /* What a kernel is started with. */
 struct kmgr_start {
@@ -188,6 +198,20 @@ kernel_t *kmgr_at(const kmgr_t *m, size_t i);
 /* True when the host's MemAvailable is below pool_min_available: the warm pool does not
  * refill then. False when the option is 0 or MemAvailable is unknown. */
 bool kmgr_memory_short(const kmgr_t *m);
+
+/* Headroom for more kernels, read now. -1: unknown. */
+struct kmgr_capacity {
+    long long fd_limit, fd_open; /* RLIMIT_NOFILE, descriptors open */
+    long long fd_per_kernel;     /* a kernel and its clients */
+    long long fd_reserve;        /* kept for other uses */
+    long long fd_kernels;        /* more kernels the descriptors fit (-1: no limit) */
+    long long kernels_free;      /* more kernels a client may start: --max-kernels and fds */
+    long long mem_available;     /* the host's MemAvailable */
+    long long mem_per_kernel;    /* a kernel's memory limit (0: none) */
+    long long mem_kernels;       /* kernels at their limit MemAvailable fits (overcommit is
+                                    allowed: reported, never refused) */
+};
+void kmgr_capacity(const kmgr_t *m, struct kmgr_capacity *ret);
 /* Begins a drain: from now on kmgr_start refuses (-ESHUTDOWN), and the warm pool stops
  * refilling and its kernels are killed at once (they never ran user code). Kernels in use keep
  * running; the caller shuts them down. */

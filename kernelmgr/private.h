@@ -446,6 +446,14 @@ void kpool__lost(kmgr_t *m, kernel_t *k, bool failed);
 void kpool__kick(kmgr_t *m);
 void kpool__remove(kmgr_t *m, kernel_t *k);
 /* Sandbox uid slots: -1 when all are taken. */
+/* kcapacity.c: MemAvailable in bytes (-1: unknown); descriptors a new kernel costs; the
+ * descriptors left for new kernels (LLONG_MAX: no limit); 0 when one more kernel fits, else
+ * -EMFILE (logged) after the warm pool gave way. */
+long long kmgr__mem_available(void);
+long long kmgr__fd_per_kernel(const kmgr_t *m);
+long long kmgr__fd_left(const kmgr_t *m);
+int kmgr__fd_room(kmgr_t *m);
+
 long kmgr__slot_take(kmgr_t *m);
 void kmgr__slot_put(kmgr_t *m, long slot);
 void kinstance__endpoint(const kernel_t *k, int port, char *out, size_t outsz);

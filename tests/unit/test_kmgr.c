@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "evl_poll.h"
 #include "kernelmgr/kconn.h"
 #include "kernelmgr/kmgr.h"
@@ -287,6 +289,29 @@ static void basic(evl_poll_t *lp, kmgr_t *m)
     CHECK(evl_poll_run(lp, x_done, NULL, 30000));
     CHECK(kmgr_executions(m) == 0);
     expect_output("second");
+
+    /* capacity: one of two kernels left; a start the open-file limit cannot carry is refused
+     * before anything is opened for it, and the headroom shows it */
+    struct kmgr_capacity cap;
+    struct rlimit rl, low;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    kmgr_capacity(m, &cap);
+    CHECK(cap.fd_limit == (long long)rl.rlim_cur && cap.fd_open > 0);
+    CHECK(cap.fd_per_kernel == KMGR_KERNEL_FDS && cap.fd_reserve == 0);
+    CHECK(cap.fd_kernels > 1 && cap.kernels_free == 1);
+    low = rl;
+    low.rlim_cur = (rlim_t)(cap.fd_open + KMGR_KERNEL_FDS - 1);
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    kmgr_capacity(m, &cap);
+    CHECK(cap.fd_kernels == 0 && cap.kernels_free == 0);
+    kernel_t *k3 = NULL;
+    long long open0 = util_open_fds();
+    CHECK(kmgr_start(m, &(struct kmgr_start){.spec_name = "python3"}, &k3) == -EMFILE);
+    CHECK(k3 == NULL && kmgr_count(m) == 1 && util_open_fds() == open0);
+    CHECK(st->start_failures[KMGR_FAIL_LIMIT] == 1);
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    kmgr_capacity(m, &cap);
+    CHECK(cap.kernels_free == 1);
 
     /* a drain refuses new kernels; the running one keeps working */
     CHECK(!kmgr_draining(m));
