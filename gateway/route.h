@@ -34,6 +34,8 @@ enum route_id {
     ROUTE_EXECUTE,
     ROUTE_EXECUTION,
     ROUTE_EXECUTION_EVENTS,
+    ROUTE_PLAYGROUND,
+    ROUTE_PLAYGROUND_ASSET,
     ROUTE_N /* the number of ids (gateway/routes.c has a row for each) */
 };
 
@@ -58,7 +60,7 @@ enum {
 #define ROUTE_MAX_PATH 2048
 #define ROUTE_ARG_MAX  256
 
-/* One row of the route table. Pattern segments are literals, "{id}" (a kernel or session
+/* One row of the route table. The pattern "/" matches "/" alone. Pattern segments are literals, "{id}" (a kernel or session
  * id), "{name}" (a kernelspec or file name) or, last only, "{path}": the rest of the request
  * path (one or more bytes, '/' included; checked by the handler, see protocol/fpath.h). */
 struct route_def {

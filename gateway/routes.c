@@ -7,6 +7,7 @@
 #include "gateway/channel.h"
 #include "gateway/files.h"
 #include "gateway/metrics.h"
+#include "gateway/playground.h"
 #include "gateway/rest.h"
 #include "gateway/sessions.h"
 #include "gateway/wschan.h"
@@ -47,6 +48,8 @@ static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_READY] = {.handle = rest_readiness},
     [ROUTE_OPENAPI] = {.handle = rest_openapi},
     [ROUTE_METRICS] = {.handle = metrics_handle},
+    [ROUTE_PLAYGROUND] = {.handle = playground_page},
+    [ROUTE_PLAYGROUND_ASSET] = {.handle = playground_asset},
 };
 
 const struct route_ops *routes_table(void)

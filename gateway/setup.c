@@ -125,6 +125,10 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
         info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
         info.ssl_cert_filepath = g->cfg.certfile;
         info.ssl_private_key_filepath = g->cfg.keyfile;
+        /* HTTP/1.1 only: over h2 (which lws offers by default) answers without a body (204)
+         * and streamed ones (executions, downloads) never ended their stream, so a browser's
+         * or curl's request hung */
+        info.alpn = "http/1.1";
     }
     g->ctx = lws_create_context(&info);
     if (!g->ctx) {
