@@ -154,6 +154,9 @@ static const struct cfg_option options[] = {
       "wall-time seconds per execution: then interrupt, and restart if ignored (0 = none)"),
     I("output-cap", km.output_cap, "134217728", 0, 1099511627776LL,
       "iopub output bytes per execution; beyond it output is cut with a notice (0 = none)"),
+    I("max-kernel-message-bytes", km.max_kernel_msg, "67108864", 1048576, 1099511627776LL,
+      "largest frame of a kernel's message the gateway accepts; a kernel that sends a larger "
+      "one is restarted (output_limit)"),
     S("callbacks", km.callbacks, KMGR_CALLBACKS_DEFAULT,
       "callbacks code in a kernel may make to its client, comma-separated ('' = none)"),
     I("callback-max-bytes", km.callback_max_bytes, "4194304", 1024, 1073741824,

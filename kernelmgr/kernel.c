@@ -608,6 +608,16 @@ static void on_linger(void *data)
     kinstance__free(k);
 }
 
+/* A message over --max-kernel-message-bytes reset one of the gateway's own sockets. */
+static void on_oversize(void *data, kzsock_t *z)
+{
+    kernel_t *k = data;
+    kexec__oversize(k, z == &k->iopub   ? "iopub"
+                       : z == &k->hb    ? "heartbeat"
+                       : z == &k->shell ? "shell"
+                                        : "control");
+}
+
 /* The kernel's timers and its manager sockets (SUB on iopub, DEALERs on shell and control, and
  * the heartbeat's); closed by kernel__unwatch. 0 or -errno. */
 int kernel__watch(kernel_t *k)
@@ -622,17 +632,20 @@ int kernel__watch(kernel_t *k)
         !(k->linger = l->timer_new(l, on_linger, k)) ||
         !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)))
         return errno ? -errno : -ENOMEM;
+    long long max = k->m->o.max_kernel_msg;
     kinstance__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
-    if ((r = kz_open(&k->iopub, l, zctx, ZMQ_SUB, NULL, ep, on_iopub, k)) < 0)
+    if ((r = kz_open(&k->iopub, l, zctx, ZMQ_SUB, NULL, ep, on_iopub, k, max, on_oversize)) < 0)
         return r;
     kinstance__endpoint(k, KPORT_SHELL, ep, sizeof(ep));
-    if ((r = kz_open(&k->shell, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k)) < 0)
+    if ((r = kz_open(&k->shell, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
+                     on_oversize)) < 0)
         return r;
     kinstance__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
-    if ((r = kz_open(&k->control, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k)) < 0)
+    if ((r = kz_open(&k->control, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
+                     on_oversize)) < 0)
         return r;
     kinstance__endpoint(k, KPORT_HB, ep, sizeof(ep));
-    return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, on_hb, k);
+    return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, on_hb, k, max, on_oversize);
 }
 
 void kernel__unwatch(kernel_t *k)

@@ -418,6 +418,33 @@ void kexec__on_timer(void *data)
     }
 }
 
+/* A kernel message over the limit: libzmq refused it from its header (the gateway holds none
+ * of it) and dropped the connection, and whatever the kernel sent on that socket until it was
+ * connected again is lost, its idle or reply perhaps. Rather than wait for messages that may
+ * never come, the requests in flight are answered now and the kernel restarts, as for the
+ * wall time (docs/protocol.md, "Outcomes"). */
+void kexec__oversize(kernel_t *k, const char *chan)
+{
+    if (k->state != KERNEL_RUNNING) { /* starting, restarting or stopping: that goes on */
+        log_warn("kernel=%s: %s message over %lld bytes refused", k->id, chan,
+                 k->m->o.max_kernel_msg);
+        return;
+    }
+    notice(k, "a %s message from the kernel exceeded the limit of %lld bytes per message: "
+              "restarting the kernel",
+           chan, k->m->o.max_kernel_msg);
+    exec_audit(k, "output_limit");
+    kernel__stop_why(k, KERNEL_OUT_OUTPUT_LIMIT,
+                     "a %s message from the kernel exceeded the gateway's limit of %lld bytes "
+                     "per message (--max-kernel-message-bytes): the kernel was restarted",
+                     chan, k->m->o.max_kernel_msg);
+    kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
+    if (kernel__restart(k) == 0) {
+        k->stats->restarts[KMGR_RESTART_AUTO]++;
+        k->own->event(k, KERNEL_EV_RESTARTING, "kernel message size limit");
+    }
+}
+
 void kexec__track_sent(kernel_t *k, const char *msg_id)
 {
     if (k->nsent == KERNEL_SENT_MAX) {

@@ -54,6 +54,8 @@ struct kmgr_opts {
     const struct kmgr_sandbox *sandbox; /* NULL: kernels run unsandboxed (development only) */
     int exec_timeout_ms;          /* wall time per execution (0: none) */
     long long output_cap;         /* iopub output bytes per execution (0: none) */
+    long long max_kernel_msg;     /* bytes per frame of a kernel's message (0: no limit); a
+                                     kernel that sends more is restarted (output_limit) */
     int max_workspaces;           /* with or without kernels (0: 2 x max_kernels, or 1024) */
     int workspace_grace_s;        /* a workspace outlives its last kernel this long */
     int tenant_max_kernels;       /* per tenant (0: only max_kernels) */

@@ -81,7 +81,14 @@ struct kmgr {
 };
 
 /* A watched ZeroMQ socket. ZMQ_FD is edge-triggered: after every send on the socket the
- * owner re-checks ZMQ_EVENTS (kz_after_send) so no arrival is missed. */
+ * owner re-checks ZMQ_EVENTS (kz_after_send) so no arrival is missed.
+ *
+ * With a message limit (maxmsg > 0) libzmq refuses a frame over it from its header, before
+ * allocating it, and drops the connection for good (a protocol error: libzmq 4.3 does not
+ * reconnect then). A monitor tells that drop from a peer that went away (which libzmq retries
+ * at once): a disconnect with no retry within KZ_OVERSIZE_CONFIRM_MS is an oversize message;
+ * the socket is then opened again and on_oversize runs. */
+#define KZ_OVERSIZE_CONFIRM_MS 1000
 typedef struct kzsock {
     void *s;
     int fd; /* dup of ZMQ_FD, owned */
@@ -90,11 +97,23 @@ typedef struct kzsock {
     evl_t *evl;
     void (*on_msg)(void *data, struct kzsock *z, zmq_msg_t *frames, size_t n);
     void *data;
+    /* to open it again, and the oversize watch (maxmsg > 0) */
+    void *zctx;
+    int type;
+    char *identity, *endpoint;
+    long long maxmsg;
+    void (*on_oversize)(void *data, struct kzsock *z);
+    void *mon;      /* PAIR socket reading the socket's monitor events */
+    int mon_fd;     /* dup of its ZMQ_FD, owned */
+    evl_io_t *mon_io;
+    evl_timer_t *quiet; /* a disconnect not followed by a retry: oversize */
 } kzsock_t;
 
+/* maxmsg: bytes per frame from the peer (0: libzmq's default, none); on_oversize runs once
+ * the socket was reset for a frame over it (NULL: only the reset). */
 int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
             const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
-            void *data);
+            void *data, long long maxmsg, void (*on_oversize)(void *, kzsock_t *));
 void kz_close(kzsock_t *z);
 /* Sends frames (MORE on all but the last); -EAGAIN when the queue is full. */
 int kz_send(kzsock_t *z, const jspan_t *frames, size_t n);
@@ -399,6 +418,10 @@ void kexec__track_sent(kernel_t *k, const char *msg_id);
 void kexec__status(kernel_t *k, const jmsg_t *m);
 void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h);
 bool kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h);
+/* A message from the kernel on chan went over --max-kernel-message-bytes (libzmq refused it and
+ * the socket was reset): the requests in flight end with output_limit and the kernel restarts
+ * (what it sent meanwhile is lost, so its later messages cannot be trusted to come). */
+void kexec__oversize(kernel_t *k, const char *chan);
 /* The execution in progress, if any, is over (how: its status in the statistics). */
 void kexec__finish(kernel_t *k, enum kmgr_exec how);
 /* The wall-time timer (data: the kernel). */
