@@ -254,9 +254,19 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
             kinstance__env_step(k, false, false, true);
         return;
     }
-    if (kexec__over_cap(k, &m, &h))
+    char *cut = NULL;
+    switch (kexec__over_cap(k, &m, &h, &cut)) {
+    case KEXEC_CAP_DROP:
         return;
+    case KEXEC_CAP_CUT: /* clients see the message up to the cap */
+        m.part[JPART_CONTENT] = (jspan_t){cut, strlen(cut)};
+        m.nbuf = 0;
+        break;
+    case KEXEC_CAP_PASS:
+        break;
+    }
     k->own->relay(k, &m, &h);
+    free(cut);
 }
 
 /* The kernel answered the gateway's shutdown_request: its shutdown hooks have run and it has

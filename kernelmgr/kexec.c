@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/private.h"
+#include "protocol/jcap.h"
 #include "sandbox/sbx.h"
 
 #define EXEC_INTERRUPT_GRACE_MS 5000 /* after a wall-time interrupt, before restarting */
@@ -523,31 +524,39 @@ void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
     json_decref(c);
 }
 
-/* Output per execution: beyond the cap, output messages of that execution are dropped, once
- * with a notice. The gateway's memory stays bounded whatever the kernel prints. */
-bool kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+/* Output per execution: the message that crosses the cap is cut to it (a stream's text up to
+ * the cap and a notice, a rich output replaced by a notice), later output messages of that
+ * execution are dropped, once with a notice. The gateway's memory stays bounded whatever the
+ * kernel prints. */
+enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
+                               char **ret_content)
 {
-    if (k->output_cap <= 0 || !k->exec_id[0])
-        return false;
-    if (strcmp(h->msg_type, "stream") && strcmp(h->msg_type, "display_data") &&
-        strcmp(h->msg_type, "update_display_data") && strcmp(h->msg_type, "execute_result"))
-        return false;
+    if (k->output_cap <= 0 || !k->exec_id[0] || !jcap_is_output(h->msg_type))
+        return KEXEC_CAP_PASS;
     if (!memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->exec_id,
                 strlen(k->exec_id)))
-        return false;
+        return KEXEC_CAP_PASS;
     long long n = (long long)m->part[JPART_CONTENT].n;
     for (size_t i = 0; i < m->nbuf; i++)
         n += (long long)m->buf[i].n;
+    long long before = k->exec_bytes;
     k->exec_bytes += n;
     if (k->exec_bytes <= k->output_cap)
-        return false;
-    if (!k->exec_capped) {
-        k->exec_capped = true;
-        notice(k, "output limit of %lld bytes for this execution reached: further output is "
-                  "discarded",
-               k->output_cap);
+        return KEXEC_CAP_PASS;
+    if (k->exec_capped)
+        return KEXEC_CAP_DROP;
+    k->exec_capped = true;
+    notice(k, "output limit of %lld bytes for this execution reached: further output is "
+              "discarded",
+           k->output_cap);
+    size_t room = before < k->output_cap ? (size_t)(k->output_cap - before) : 0;
+    int r = jcap_cut(h->msg_type, m->part[JPART_CONTENT], room, k->output_cap, ret_content);
+    if (r < 0) {
+        log_debug("kernel=%s: %s message over the output cap dropped: %s", k->id, h->msg_type,
+                  strerror(-r));
+        return KEXEC_CAP_DROP;
     }
-    return true;
+    return KEXEC_CAP_CUT;
 }
 
 size_t kernel_executions(const kernel_t *k)

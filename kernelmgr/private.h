@@ -413,11 +413,15 @@ void kernel__on_exit_io(void *data);
 /* kexec.c: the execution watch. A client's execute_request was sent to the kernel
  * (kconn_send). */
 void kexec__track_sent(kernel_t *k, const char *msg_id);
-/* iopub: a status message; another message (error, execute_input); whether an output
- * message is over the execution's output cap (then it is dropped). */
+/* iopub: a status message; another message (error, execute_input); what the execution's
+ * output cap makes of an output message: relayed as it is, dropped (the cap was reached
+ * before), or relayed with *ret_content (to free()) instead of its content and buffers (the
+ * message that crosses the cap, cut to it: protocol/jcap.h). */
+enum kexec_cap { KEXEC_CAP_PASS, KEXEC_CAP_DROP, KEXEC_CAP_CUT };
 void kexec__status(kernel_t *k, const jmsg_t *m);
 void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h);
-bool kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h);
+enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
+                               char **ret_content);
 /* A message from the kernel on chan went over --max-kernel-message-bytes (libzmq refused it and
  * the socket was reset): the requests in flight end with output_limit and the kernel restarts
  * (what it sent meanwhile is lost, so its later messages cannot be trusted to come). */
