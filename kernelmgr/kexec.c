@@ -275,8 +275,16 @@ void kexec__fail_all(kernel_t *k, enum kernel_outcome o, const char *cause)
         free(p);
         n++;
     }
-    /* an execution no session waits for (its reply came, its idle did not) still ends */
+    /* an execution no session waits for (its reply came, its idle did not) still ends, and
+     * its listeners hear how: its error, then its idle */
     if (k->exec_id[0] && !running_pending && strcmp(k->exec_id, k->env_id) != 0) {
+        const char *ename = kernel_outcome_ename(o);
+        char line[400];
+        snprintf(line, sizeof(line), "%s: %s", ename, cause);
+        if (k->exec_parent && ename)
+            send_made(k, NULL, JCHAN_IOPUB, "error", k->exec_parent,
+                      json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", cause,
+                                "traceback", line));
         if (k->exec_parent)
             send_made(k, NULL, JCHAN_IOPUB, "status", k->exec_parent,
                       json_pack("{s:s}", "execution_state", "idle"));
@@ -427,17 +435,17 @@ void kexec__on_timer(void *data)
 void kexec__oversize(kernel_t *k, const char *chan)
 {
     if (k->state != KERNEL_RUNNING) { /* starting, restarting or stopping: that goes on */
-        log_warn("kernel=%s: %s message over %lld bytes refused", k->id, chan,
+        log_warn("kernel=%s: a message on %s over %lld bytes refused", k->id, chan,
                  k->m->o.max_kernel_msg);
         return;
     }
-    notice(k, "a %s message from the kernel exceeded the limit of %lld bytes per message: "
+    notice(k, "a message from the kernel on %s exceeded the limit of %lld bytes per message: "
               "restarting the kernel",
            chan, k->m->o.max_kernel_msg);
     exec_audit(k, "output_limit");
     kernel__stop_why(k, KERNEL_OUT_OUTPUT_LIMIT,
-                     "a %s message from the kernel exceeded the gateway's limit of %lld bytes "
-                     "per message (--max-kernel-message-bytes): the kernel was restarted",
+                     "a message from the kernel on %s exceeded the gateway's limit of %lld "
+                     "bytes per message (--max-kernel-message-bytes): the kernel was restarted",
                      chan, k->m->o.max_kernel_msg);
     kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
     if (kernel__restart(k) == 0) {

