@@ -78,9 +78,9 @@ struct kmgr_opts {
     int fd_reserve;    /* kept for everything else: connections, transfers, logs */
 };
 
-/* Descriptors one kernel costs the kernel manager (measured about 20 once running; more while
- * it starts) */
-#define KMGR_KERNEL_FDS 32
+/* Descriptors one kernel costs the kernel manager (measured about 20 once running, plus 12 for
+ * the monitors of its four sockets (kzsock.c); more while it starts) */
+#define KMGR_KERNEL_FDS 44
 
 #define KMGR_TENANT_MAX 64
 /* A kernel's CPU weight (cgroup v1 cpu.shares), shared by its tenant's kernels. */

@@ -113,9 +113,8 @@ static int kz_monitor(kzsock_t *z)
     zmq_setsockopt(z->mon, ZMQ_LINGER, &zero, sizeof(zero));
     if (zmq_connect(z->mon, ep) < 0 || zmq_getsockopt(z->mon, ZMQ_FD, &zfd, &fdsz) < 0)
         return -errno;
-    if ((z->mon_fd = fcntl(zfd, F_DUPFD_CLOEXEC, 3)) < 0)
-        return -errno;
-    if (!(z->mon_io = z->evl->io_add(z->evl, z->mon_fd, kz_mon_drain, z)))
+    /* (the loop watches a dup of its own: no second one here, descriptors add up per session) */
+    if (!(z->mon_io = z->evl->io_add(z->evl, zfd, kz_mon_drain, z)))
         return errno ? -errno : -ENOMEM;
     return 0;
 }
@@ -151,7 +150,7 @@ static int kz_connect(kzsock_t *z)
         return -errno;
     if (z->type == ZMQ_SUB && zmq_setsockopt(z->s, ZMQ_SUBSCRIBE, "", 0) < 0)
         return -errno;
-    int r = z->maxmsg > 0 ? kz_monitor(z) : 0; /* before connect: it sees every event */
+    int r = z->maxmsg > 0 && z->on_oversize ? kz_monitor(z) : 0; /* before connect */
     if (r < 0)
         return r;
     if (zmq_connect(z->s, z->endpoint) < 0)
@@ -177,9 +176,6 @@ static void kz_disconnect(kzsock_t *z)
     if (z->fd >= 0)
         close(z->fd);
     z->fd = -1;
-    if (z->mon && z->mon_fd >= 0) /* (a socket never opened has mon_fd 0) */
-        close(z->mon_fd);
-    z->mon_fd = -1;
     if (z->s) {
         if (z->mon)
             zmq_socket_monitor(z->s, NULL, 0);
@@ -215,7 +211,7 @@ int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
     int err;
 
     memset(z, 0, sizeof(*z));
-    z->fd = z->mon_fd = -1;
+    z->fd = -1;
     z->evl = evl;
     z->zctx = zctx;
     z->type = type;

@@ -104,13 +104,13 @@ typedef struct kzsock {
     long long maxmsg;
     void (*on_oversize)(void *data, struct kzsock *z);
     void *mon;      /* PAIR socket reading the socket's monitor events */
-    int mon_fd;     /* dup of its ZMQ_FD, owned */
-    evl_io_t *mon_io;
+    evl_io_t *mon_io; /* on its ZMQ_FD */
     evl_timer_t *quiet; /* a disconnect not followed by a retry: oversize */
 } kzsock_t;
 
 /* maxmsg: bytes per frame from the peer (0: libzmq's default, none); on_oversize runs once
- * the socket was reset for a frame over it (NULL: only the reset). */
+ * the socket was reset for a frame over it (NULL: no watch, the connection stays dropped; a
+ * monitor costs three descriptors). */
 int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
             const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
             void *data, long long maxmsg, void (*on_oversize)(void *, kzsock_t *));
