@@ -272,3 +272,49 @@ def test_output_cap_cuts_within_the_message(gateway_factory):
         else:
             shown = [e["data"] for e in ev if e["type"] == "display"]
             assert shown == [{"text/plain": notice}], str(shown)[:300]
+
+
+def test_oversize_message_on_stdin_restarts_the_kernel(gateway_factory):
+    """A kernel message over --max-kernel-message-bytes on a session's own socket (here an
+    input_request with a 2 MiB prompt on stdin, against 1 MiB): libzmq refuses it and drops
+    that connection; the gateway connects the session's socket again, the execution ends with
+    OutputLimit naming the channel and the limit, and after the restart the same websocket
+    session works on every channel, stdin included."""
+    gw = gateway_factory("--max-kernel-message-bytes", str(MiB))
+    kid = S.new_kernel(gw)
+
+    def idle_again():
+        deadline = time.monotonic() + 60
+        while gw.request("GET", f"/api/kernels/{kid}")[1].get("execution_state") != "idle":
+            assert time.monotonic() < deadline, "the kernel did not come back"
+            time.sleep(0.2)
+
+    async def go():
+        c = await J.connect(gw, kid)
+        try:
+            await S.aexec(c, "pass")                   # the containment check first
+            msg_id = await c.request("execute_request", {
+                "code": "input('p' * (2 << 20))", "silent": False, "store_history": True,
+                "user_expressions": {}, "allow_stdin": True, "stop_on_error": True})
+            reply, seen = await outcome_of(c, msg_id, 60)
+            await asyncio.get_running_loop().run_in_executor(None, idle_again)
+            await c.wait_ready(timeout=60)
+            msg_id = await c.request("execute_request", {
+                "code": 'x = input("q? ")\nprint("got", x)', "silent": False,
+                "store_history": True, "user_expressions": {}, "allow_stdin": True,
+                "stop_on_error": True})
+            req = await c.recv(lambda m: m["channel"] == "stdin", 30)
+            await c.send(c.msg("input_reply", {"value": "forty two"}, channel="stdin",
+                               parent=req["header"]))
+            after, iopub = await c.collect(msg_id, timeout=30)
+            return reply, seen, req, after, iopub
+        finally:
+            await c.close()
+
+    reply, seen, req, after, iopub = run(go(), 200)
+    check_terminal(reply, seen, "OutputLimit",
+                   ["on stdin", f"limit of {MiB} bytes", "--max-kernel-message-bytes"])
+    assert req["content"]["prompt"] == "q? ", req["content"]
+    assert after["content"]["status"] == "ok", after["content"]
+    assert "".join(m["content"]["text"] for m in iopub
+                   if m["header"]["msg_type"] == "stream") == "got forty two\n"
