@@ -145,8 +145,7 @@ static int kz_connect(kzsock_t *z)
         if (zmq_setsockopt(z->s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0)
             return -errno;
     }
-    if (z->identity &&
-        zmq_setsockopt(z->s, ZMQ_ROUTING_ID, z->identity, strlen(z->identity)) < 0)
+    if (z->identity && zmq_setsockopt(z->s, ZMQ_ROUTING_ID, z->identity, strlen(z->identity)) < 0)
         return -errno;
     if (z->type == ZMQ_SUB && zmq_setsockopt(z->s, ZMQ_SUBSCRIBE, "", 0) < 0)
         return -errno;

@@ -54,8 +54,7 @@ static int cut_rich(json_t *c, const char *notice)
     return 0;
 }
 
-int jcap_cut(const char *msg_type, jspan_t content, size_t room, long long cap,
-             char **ret_content)
+int jcap_cut(const char *msg_type, jspan_t content, size_t room, long long cap, char **ret_content)
 {
     char notice[JCAP_NOTICE_MAX];
     int r;

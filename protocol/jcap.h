@@ -8,7 +8,8 @@
 #include "protocol/jmsg.h"
 
 /* The line a cut output ends with (stream) or becomes (rich output), naming the cap. */
-#define JCAP_NOTICE_FMT "[output truncated: the execution's output exceeded its limit of %lld bytes]"
+#define JCAP_NOTICE_FMT \
+    "[output truncated: the execution's output exceeded its limit of %lld bytes]"
 #define JCAP_NOTICE_MAX 128
 
 /* Whether msg_type is an output message the cap counts (stream, display_data,
@@ -21,7 +22,6 @@ bool jcap_is_output(const char *msg_type);
  * keys, e.g. transient and execution_count, stay). *ret_content: compact JSON, NUL-terminated,
  * to free(). 0; -EINVAL: not an output type; -EBADMSG: not a JSON object, or a stream without
  * a string "text"; -ENOMEM. */
-int jcap_cut(const char *msg_type, jspan_t content, size_t room, long long cap,
-             char **ret_content);
+int jcap_cut(const char *msg_type, jspan_t content, size_t room, long long cap, char **ret_content);
 
 #endif

@@ -22,8 +22,8 @@ static char *field(const char *json, const char *key)
     json_t *c = json_loads(json, 0, NULL);
     json_t *v = json_object_get(c, key);
     char *s = json_is_string(v) ? strdup(json_string_value(v))
-              : v             ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
-                              : NULL;
+              : v               ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+                                : NULL;
     json_decref(c);
     return s;
 }
@@ -80,9 +80,10 @@ int main(void)
     free(out);
 
     /* rich outputs: data replaced by the notice, metadata emptied, the rest kept */
-    out = cut("display_data", "{\"data\":{\"image/png\":\"AAAA\",\"text/plain\":\"<Figure>\"},"
-                              "\"metadata\":{\"image/png\":{\"width\":3}},\"transient\":"
-                              "{\"display_id\":\"d1\"}}",
+    out = cut("display_data",
+              "{\"data\":{\"image/png\":\"AAAA\",\"text/plain\":\"<Figure>\"},"
+              "\"metadata\":{\"image/png\":{\"width\":3}},\"transient\":"
+              "{\"display_id\":\"d1\"}}",
               1000, &r);
     CHECK(r == 0);
     s = field(out, "data");
@@ -95,8 +96,7 @@ int main(void)
     CHECK(!strcmp(s, "{\"display_id\":\"d1\"}"));
     free(s);
     free(out);
-    out = cut("execute_result", "{\"data\":{\"text/html\":\"<b>\"},\"execution_count\":7}", 0,
-              &r);
+    out = cut("execute_result", "{\"data\":{\"text/html\":\"<b>\"},\"execution_count\":7}", 0, &r);
     CHECK(r == 0);
     s = field(out, "execution_count");
     CHECK(!strcmp(s, "7"));
