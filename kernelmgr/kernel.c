@@ -622,7 +622,10 @@ static void on_linger(void *data)
 static void on_oversize(void *data, kzsock_t *z)
 {
     kernel_t *k = data;
-    kexec__oversize(k, z == &k->iopub ? "iopub" : z == &k->shell ? "shell" : "control");
+    kexec__oversize(k, z == &k->iopub   ? "iopub"
+                       : z == &k->shell ? "shell"
+                       : z == &k->hb    ? "heartbeat"
+                                        : "control");
 }
 
 /* The kernel's timers and its manager sockets (SUB on iopub, DEALERs on shell and control, and
@@ -652,8 +655,7 @@ int kernel__watch(kernel_t *k)
                      on_oversize)) < 0)
         return r;
     kinstance__endpoint(k, KPORT_HB, ep, sizeof(ep));
-    /* a heartbeat dropped for an oversize echo is missed heartbeats: no watch needed */
-    return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, on_hb, k, max, NULL);
+    return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, on_hb, k, max, on_oversize);
 }
 
 void kernel__unwatch(kernel_t *k)

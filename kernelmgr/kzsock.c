@@ -12,17 +12,10 @@
 #include "kernelmgr/private.h"
 #include "protocol/jsign.h"
 
-static void kz_mon_drain(void *data);
-
 static void kz_drain(void *data)
 {
     kzsock_t *z = data;
     zmq_msg_t frames[KZ_MAX_FRAMES];
-
-    /* The monitor's ZMQ_FD is edge-triggered too, and its first signal may have gone to a
-     * call before the watch began: its events are read here as well. */
-    if (z->mon)
-        kz_mon_drain(z);
 
     for (int batch = 0; batch < KZ_DRAIN_BATCH; batch++) {
         int ev = 0;
@@ -116,6 +109,9 @@ static int kz_monitor(kzsock_t *z)
     /* (the loop watches a dup of its own: no second one here, descriptors add up per session) */
     if (!(z->mon_io = z->evl->io_add(z->evl, zfd, kz_mon_drain, z)))
         return errno ? -errno : -ENOMEM;
+    /* ZMQ_FD is edge-triggered, and its first signal may have gone to the calls above: read
+     * what is there, so the next event signals again (only kz_mon_drain uses the socket). */
+    kz_mon_drain(z);
     return 0;
 }
 

@@ -109,8 +109,8 @@ typedef struct kzsock {
 } kzsock_t;
 
 /* maxmsg: bytes per frame from the peer (0: libzmq's default, none); on_oversize runs once
- * the socket was reset for a frame over it (NULL: no watch, the connection stays dropped; a
- * monitor costs three descriptors). */
+ * the socket was reset for a frame over it (NULL: no watch, and the connection stays
+ * dropped). A watch costs three descriptors. */
 int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
             const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
             void *data, long long maxmsg, void (*on_oversize)(void *, kzsock_t *));
