@@ -58,6 +58,21 @@ static struct {
     json_t *args, *kwargs;
 } H;
 
+/* the last execution's end, as listeners hear it */
+static struct {
+    int n;
+    enum kernel_outcome outcome;
+    char msg_id[64], cause[256];
+} E;
+
+static void on_exec_end(void *user, kernel_t *k, const struct kernel_exec_end *e)
+{
+    E.n++;
+    E.outcome = e->outcome;
+    snprintf(E.msg_id, sizeof(E.msg_id), "%s", e->msg_id);
+    snprintf(E.cause, sizeof(E.cause), "%s", e->cause);
+}
+
 static bool ours(const jmsg_t *m, const char *id)
 {
     const jspan_t *p = &m->part[JPART_PARENT];
@@ -332,6 +347,43 @@ static void basic(evl_poll_t *lp, kmgr_t *m)
     CHECK(st->restarts[KMGR_RESTART_AUTO] == 0 && st->restarts[KMGR_RESTART_REQUESTED] == 0);
 }
 
+/* The output cap cuts the message that crosses it; a message over the per-message limit
+ * (libzmq refuses it and drops the connection for good) reopens the socket, ends the execution
+ * with output_limit and restarts the kernel, which then works. */
+static void limits(evl_poll_t *lp, kmgr_t *m)
+{
+    kernel_t *k = NULL;
+    kwait_t *w = NULL;
+    S.ready = 0;
+    CHECK(kmgr_start(m, &(struct kmgr_start){.spec_name = "python3"}, &k) == 0);
+    CHECK(kernel_wait(k, on_done, NULL, &w) == 0);
+    CHECK(evl_poll_run(lp, is_ready, NULL, 60000) && S.status == 0);
+    static const struct kconn_ops ops = {.reply = on_reply};
+    kconn_t *c = kconn_new(k, "test-session", &ops, NULL);
+    CHECK(c);
+
+    run(lp, c, "print('a' * 300)"); /* one stream message, three times the cap (100) */
+    expect_output("[output truncated: the execution's output exceeded its limit of 100 bytes]");
+    CHECK(strspn(X.out, "a") > 50 && strspn(X.out, "a") <= 100);
+    CHECK(E.outcome == KERNEL_OUT_OUTPUT_LIMIT && !strcmp(E.msg_id, X.msg_id));
+
+    int started = S.started;
+    run(lp, c,
+        "k = get_ipython().kernel\n"
+        "k.session.send(k.iopub_socket, 'display_data', {'data': {'text/plain': 'x'}, "
+        "'metadata': {}}, parent=k.get_parent('shell'), buffers=[b'x' * (2 << 20)])");
+    /* the kernel's own reply may come first: the outcome is the listeners' */
+    CHECK(E.outcome == KERNEL_OUT_OUTPUT_LIMIT && !strcmp(E.msg_id, X.msg_id));
+    CHECK(strstr(E.cause, "on iopub") && strstr(E.cause, "limit of 1048576 bytes"));
+    CHECK(evl_poll_run(lp, restarted, &started, 60000));
+    run(lp, c, "print(6*7)");
+    expect_output("42");
+    kconn_destroy(&c);
+    S.gone = 0;
+    CHECK(kernel_shutdown(k, NULL) == 0);
+    CHECK(evl_poll_run(lp, is_gone, NULL, 30000));
+}
+
 #define TIMEOUT_MS 2000
 
 static void callbacks(evl_poll_t *lp, kmgr_t *m, bool sandboxed, const char *cwd)
@@ -466,7 +518,8 @@ static bool under_valgrind(void)
     return (p && strstr(p, "vgpreload")) || (x && strstr(x, "--no-sandbox"));
 }
 
-static const struct kmgr_listener_ops listener_ops = {.iopub = on_iopub, .event = on_event};
+static const struct kmgr_listener_ops listener_ops = {
+    .iopub = on_iopub, .event = on_event, .exec_end = on_exec_end};
 static struct kmgr_listener listener;
 
 static kmgr_t *open_mgr(evl_t *evl, const struct kmgr_opts *o)
@@ -514,6 +567,15 @@ int main(void)
 
     basic(lp, m);
     kmgr_destroy(&m);
+
+    o.output_cap = 100;
+    o.max_kernel_msg = 1 << 20;
+    reap_m = m = open_mgr(evl_poll_evl(lp), &o);
+    CHECK(m);
+    limits(lp, m);
+    kmgr_destroy(&m);
+    o.output_cap = 0;
+    o.max_kernel_msg = 0;
 
     if (!pydir) {
         fprintf(stderr, "KGW_PYTHON_PATH unset: callbacks not tested\n");
