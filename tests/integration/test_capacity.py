@@ -86,9 +86,10 @@ def test_start_until_refused_is_503_with_reason_and_kernels_keep_serving(small):
         assert S.kcall(gw, kid, "R['x'] = 6 * 7")["x"] == 42
 
     # kernels gone free their descriptors: a start fits again once a kernel and a client's
-    # worth (kgw_kernel_fds) is free, at most three kernels of about 20 each
+    # worth (kgw_kernel_fds) is free, at most three kernels of about 32 each (20, and the
+    # monitors that catch oversize kernel messages: docs/operations.md "Capacity")
     per = metric(gw, "kgw_kernel_fds")
-    assert 20 <= per <= 64
+    assert 20 <= per <= 80
     for gone in range(1, 4):
         assert gw.delete_kernel(ids.pop()) == 204
         deadline = time.monotonic() + 10  # its process reaped, its sockets closed
