@@ -29,6 +29,9 @@ bool util_json_depth_ok(const char *p, size_t n, int max);
 /* Reads a small file (a /proc or cgroup value) into buf, NUL-terminated: its length, or -1. */
 long util_read_small(const char *path, char *buf, size_t bufsz);
 
+/* Open descriptors of this process, or -1 when unknown. */
+long long util_open_fds(void);
+
 #define UTIL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "gateway/chclient.h"
 #include "gateway/chconn.h"
+#include "gateway/chrpc.h"
 #include "gateway/route.h"
 #include "gateway/wsconn.h"
 
@@ -20,9 +21,12 @@ int channel_confirm(gw_t *g, struct lws *wsi, const struct route *rt, struct gw_
     return wsconn_confirm(g, wsi, "channel", &who, no);
 }
 
+static const struct chconn_handlers handlers = {.dispatch = chrpc_dispatch,
+                                                 .client_free = chclient_free};
+
 int channel_open(gw_t *g, struct lws *wsi, struct gw_pss *pss)
 {
-    return chconn_open(g, wsi, pss);
+    return chconn_open(g, wsi, pss, &handlers);
 }
 
 void channel_close_all(gw_t *g, int code, const char *reason)

@@ -15,7 +15,6 @@
 #include "common/util.h"
 #include "gateway/auth.h"
 #include "gateway/chclient.h"
-#include "gateway/chrpc.h"
 
 /* ---- replies ---- */
 
@@ -239,7 +238,7 @@ static void on_message(wsconn_t *w)
         if (rc.err.type != RPC_ERR_NONE)
             chconn_violation(c, rc.request_id, &rc.err);
         else
-            chrpc_dispatch(c, &rc);
+            c->h->dispatch(c, &rc);
         break;
     case RPC_REGISTER_ACTIVITY_REQUEST: {
         kernel_t *k = rc.kernel_id[0] ? chconn_kernel(c, rc.kernel_id) : NULL;
@@ -267,7 +266,7 @@ static void on_closed(wsconn_t *w)
         c->clients = cl->next;
         if (cl->k)
             kernel_connections(cl->k, -1);
-        chclient_free(cl);
+        c->h->client_free(cl);
     }
     log_info("channel: %s closed", c->wc.who);
     wsconn_fini(&c->wc);
@@ -277,7 +276,7 @@ static void on_closed(wsconn_t *w)
 static const struct wsconn_ops chconn_ops = {
     .name = "channel", .message = on_message, .closed = on_closed};
 
-int chconn_open(gw_t *g, struct lws *wsi, struct gw_pss *pss)
+int chconn_open(gw_t *g, struct lws *wsi, struct gw_pss *pss, const struct chconn_handlers *h)
 {
     const char *tenant = auth_tenant(g, wsi);
     if (!tenant)
@@ -286,6 +285,7 @@ int chconn_open(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     if (!c)
         return -1;
     c->g = g;
+    c->h = h;
     wsconn_init(&c->wc, g, wsi, GW_FACE_CHANNEL, &chconn_ops, tenant, RPC_MAX_MESSAGE_BYTES);
     list_init(&c->calls);
     auth_peer(g, wsi, c->addr);

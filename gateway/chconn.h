@@ -67,6 +67,7 @@ struct chcb {
 struct chconn {
     wsconn_t wc; /* the websocket: queue, input, tenant, who */
     gw_t *g;
+    const struct chconn_handlers *h;
     int violations;
     char addr[RL_ADDR_MAX];
     struct chref refs[CH_MAX_REFS];
@@ -79,8 +80,15 @@ struct chconn {
     struct list link; /* on gw_t.ch_conns */
 };
 
+/* What a connection hands up (channel.c wires chrpc.c and chclient.c in): a call_request
+ * the allowlist parser accepted, and the kernel-client objects it frees on closing. */
+struct chconn_handlers {
+    void (*dispatch)(chconn_t *c, const rpc_call_t *rc);
+    void (*client_free)(chclient_t *cl);
+};
+
 /* LWS_CALLBACK_ESTABLISHED: a new connection in pss; 0, or -1 to close it. */
-int chconn_open(gw_t *g, struct lws *wsi, struct gw_pss *pss);
+int chconn_open(gw_t *g, struct lws *wsi, struct gw_pss *pss, const struct chconn_handlers *h);
 
 /* Replies. text (malloc'd, taken; NULL: out of memory, the connection closes 1011). */
 void chconn_send_text(chconn_t *c, char *text);

@@ -22,7 +22,8 @@ static void on_kernel_done(void *data, kernel_t *k, int status)
     call->wait = NULL;
     if (status < 0 && !call->ignore_fail)
         chconn_reply_error(c, call->rid, RPC_ERR_RUNTIME, "kernel %s failed to start: %s",
-                           call->kernel_id, strerror(-status));
+                           call->kernel_id,
+                           kernel_last_cause(k)[0] ? kernel_last_cause(k) : strerror(-status));
     else if (call->reply_id)
         chconn_reply_value(c, call->rid, json_string(call->kernel_id));
     else

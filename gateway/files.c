@@ -36,6 +36,7 @@
 #define BOUNDARY_MAX     70          /* RFC 2046 */
 #define MULTIPART_SLACK  65536       /* a multipart body's bytes beyond the file's (estimate) */
 #define STALL_SECS       60          /* a download whose reader takes nothing this long is cut */
+#define CHARGE_CHUNK     (16LL << 20) /* upload bytes charged to a kernel's cgroup at a time */
 
 enum fx_kind { FX_UPLOAD, FX_DOWNLOAD };
 
@@ -54,6 +55,9 @@ struct fxfer {
     struct lws_spa *spa;
     struct lwsac *ac; /* the spa's memory */
     int err;          /* first failure: its status (the body is still read to its end) */
+    long long expect;  /* the body's Content-Length */
+    long long charged; /* bytes allocated in a kernel's memory cgroup (wspace_charge) */
+    bool uncharged;    /* no kernel to charge: the gateway's cgroup holds the pages */
     char errmsg[200];
     char filename[FPATH_NAME_MAX + 2];
 };
@@ -499,8 +503,41 @@ static void upload_fail(struct fxfer *x, int status, const char *fmt, ...)
     }
 }
 
+/* Before n more bytes are written: the next pages charged to a kernel of the workspace (chunks
+ * of CHARGE_CHUNK, at most what the body still has). */
+static void upload_charge(struct fxfer *x, size_t n)
+{
+    if (x->err || x->fd < 0 || x->uncharged || x->size + (long long)n <= x->charged)
+        return;
+    long long left = x->expect - x->charged, chunk = left < CHARGE_CHUNK ? left : CHARGE_CHUNK;
+    if (chunk < (long long)n)
+        chunk = (long long)n;
+    int rc = wspace_charge(x->ws, x->fd, x->charged, chunk);
+    if (rc == -ENOSPC && chunk > (long long)n) /* the body's slack may not fit: what is written */
+        rc = wspace_charge(x->ws, x->fd, x->charged, chunk = (long long)n);
+    if (rc == 0) {
+        x->charged += chunk;
+    } else if (rc == -ENOMEM) {
+        log_info("files: workspace=%s: upload refused at %lld bytes: over its kernel's memory "
+                 "limit",
+                 wspace_id(x->ws), x->size);
+        upload_fail(x, 413,
+                    "the upload does not fit its kernel's memory limit (a workspace's files "
+                    "count against it; %lld bytes written, none kept)",
+                    x->size);
+    } else if (rc == -ENOSPC || rc == -EFBIG) {
+        upload_fail(x, 413, "the workspace is full (%lld bytes written, none kept)", x->size);
+    } else {
+        if (rc != -ESRCH)
+            log_warn("files: workspace=%s: cannot charge an upload to its kernel: %s",
+                     wspace_id(x->ws), strerror(-rc));
+        x->uncharged = true;
+    }
+}
+
 static void upload_write(struct fxfer *x, const char *p, size_t n)
 {
+    upload_charge(x, n);
     while (n > 0 && !x->err) {
         ssize_t w = write(x->fd, p, n);
         if (w < 0 && errno == EINTR)
@@ -604,6 +641,7 @@ int files_upload_start(struct gw_req *r, long long content_length)
     }
     r->xfer = x;
     x->multipart = multipart;
+    x->expect = content_length;
     x->fd = ws_open(root, ".", O_TMPFILE | O_WRONLY, 0600);
     if (x->fd < 0) {
         int rc = x->fd;
@@ -719,6 +757,8 @@ void files_upload_done(struct gw_req *r)
         return req_error(r, x->err, "%s", x->errmsg);
     }
     quote_path(q, sizeof(q), path);
+    if (x->charged > x->size) /* the pages charged beyond the end go back */
+        (void)!ftruncate(x->fd, x->size);
     int rc = link_into_place(x, path);
     audit_file(r, "file_upload", x->ws, path, x->size, rc == 0 ? "ok" : strerror(-rc));
     if (rc == -EISDIR || rc == -ENOTEMPTY || rc == -EEXIST)
@@ -774,6 +814,10 @@ int files_write(wspace_t *w, const char *path, const void *data, size_t len)
     if (fd < 0)
         return fd;
     int rc = give_to_kernel(fd, w);
+    if (rc == 0) { /* charged to a kernel of the workspace, as uploads are */
+        rc = wspace_charge(w, fd, 0, (long long)len);
+        rc = rc == -ENOMEM || rc == -ENOSPC ? rc : 0;
+    }
     for (size_t off = 0; rc == 0 && off < len;) {
         ssize_t n = write(fd, (const char *)data + off, len - off);
         if (n < 0 && errno == EINTR)

@@ -2,6 +2,7 @@
 #include "gateway/gw.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <string.h>
 
 #include "common/ident.h"
@@ -46,5 +47,36 @@ int gw_set_instance_id(gw_t *g, const char *id)
     /* a named instance is a shard: its ids carry its tag, "/s/<id>/..." is its prefix */
     shardid_set_instance(g->instance_id);
     route_set_shard(g->instance_id);
+    return 0;
+}
+
+/* Memory that bursts of clients needed (header tables, replay buffers, queues) goes back to
+ * the system once they are gone, instead of staying in the allocator's free lists. */
+#define TRIM_INTERVAL_MS 30000
+#define TRIM_SOON_MS     1000
+
+static void on_trim(void *data)
+{
+    gw_t *g = data;
+    malloc_trim(0);
+    g->trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
+    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_INTERVAL_MS);
+}
+
+void gw_trim_soon(gw_t *g)
+{
+    uint64_t now = util_now_ms();
+    if (!g->trim_timer || g->trim_due_ms <= now + TRIM_SOON_MS)
+        return; /* due sooner anyway: re-arming would only put it off */
+    g->trim_due_ms = now + TRIM_SOON_MS;
+    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_SOON_MS);
+}
+
+int gw_trim_start(gw_t *g)
+{
+    if (!(g->trim_timer = g->loop.evl.timer_new(&g->loop.evl, on_trim, g)))
+        return -ENOMEM;
+    g->trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
+    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_INTERVAL_MS);
     return 0;
 }

@@ -183,8 +183,10 @@ bool gw_owns(const kernel_t *k, const char *tenant);
  * random UUID. */
 int gw_set_instance_id(gw_t *g, const char *id);
 
-/* main.c: returns freed memory to the system within a second or so (a burst of clients is
+/* Returns freed memory to the system within a second or so (a burst of clients is
  * gone), besides the regular trim. */
 void gw_trim_soon(gw_t *g);
+/* Starts the regular trim (every 30 s). */
+int gw_trim_start(gw_t *g);
 
 #endif

@@ -39,12 +39,19 @@ static bool origin_allowed(gw_t *g, struct lws *wsi, char *origin, size_t sz)
     return !strcmp(allow, "*") || !strcmp(allow, origin);
 }
 
-int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end)
+/* The headers of every answer; csp: the page's Content-Security-Policy instead of the API's
+ * (NULL: the API's, which allows nothing). */
+static int add_common_headers(gw_t *g, struct lws *wsi, const char *csp, unsigned char **p,
+                              unsigned char *end)
 {
     char origin[256];
     int rc = 0;
-    for (size_t i = 0; i < UTIL_ARRAY_SIZE(security_headers); i++)
-        rc |= add_header(wsi, security_headers[i][0], security_headers[i][1], p, end);
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(security_headers); i++) {
+        const char *value = security_headers[i][1];
+        if (csp && !strcmp(security_headers[i][0], "content-security-policy:"))
+            value = csp;
+        rc |= add_header(wsi, security_headers[i][0], value, p, end);
+    }
     rc |= add_header(wsi, "x-kgw-self-identify:", g->instance_id, p, end);
     if (shardid_current_tag()[0]) /* lists and answers are this shard's alone */
         rc |= add_header(wsi, "x-kgw-shard:", g->instance_id, p, end);
@@ -66,6 +73,11 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
         rc |= add_header(wsi, "vary:", "Origin", p, end);
     }
     return rc ? -1 : 0;
+}
+
+int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end)
+{
+    return add_common_headers(g, wsi, NULL, p, end);
 }
 
 /* An answer is written whole. The connection takes the next request, or ends (-1) when the
@@ -134,8 +146,8 @@ static const char *reason_phrase(int status)
  * line is written here, the body goes out raw (put_body with LWS_WRITE_HTTP_HEADERS, outside
  * lws's body accounting) and the connection closes after it. */
 static int put_head(gw_t *g, struct lws *wsi, int status, const char *ctype, size_t len,
-                    const char *location, int retry_after, bool upgrade, unsigned char **p,
-                    unsigned char *end)
+                    const char *location, int retry_after, bool upgrade, const char *csp,
+                    unsigned char **p, unsigned char *end)
 {
     char num[24];
     int rc;
@@ -157,7 +169,7 @@ static int put_head(gw_t *g, struct lws *wsi, int status, const char *ctype, siz
         snprintf(num, sizeof(num), "%d", retry_after);
         rc |= add_header(wsi, "retry-after:", num, p, end);
     }
-    rc |= http_add_common_headers(g, wsi, p, end);
+    rc |= add_common_headers(g, wsi, csp, p, end);
     if (upgrade) {
         snprintf(num, sizeof(num), "%zu", len);
         rc |= add_header(wsi, "content-length:", num, p, end);
@@ -180,11 +192,12 @@ static int put_body(struct lws *wsi, const void *body, size_t len, enum lws_writ
 }
 
 static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctype,
-                          const void *body, size_t len, const char *location, int retry_after)
+                          const void *body, size_t len, const char *location, int retry_after,
+                          const char *csp)
 {
     unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
                                        *end = hdr + sizeof(hdr) - 1;
-    if (put_head(g, wsi, status, ctype, len, location, retry_after, false, &p, end) < 0 ||
+    if (put_head(g, wsi, status, ctype, len, location, retry_after, false, csp, &p, end) < 0 ||
         lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
         return -1;
     if (len > 0 && put_body(wsi, body, len, LWS_WRITE_HTTP_FINAL) < 0)
@@ -195,7 +208,7 @@ static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctyp
 int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
                    size_t len, const char *location)
 {
-    return write_response(g, wsi, status, ctype, body, len, location, 0);
+    return write_response(g, wsi, status, ctype, body, len, location, 0, NULL);
 }
 
 static char *error_json(int status, const char *message, size_t *len)
@@ -225,7 +238,7 @@ int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *mes
     size_t len;
     char *s = error_json(status, message, &len);
     int r = write_response(g, wsi, status, "application/json", s ? s : "", len, NULL,
-                           retry_after);
+                           retry_after, NULL);
     free(s);
     return r;
 }
@@ -273,7 +286,7 @@ int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no)
     size_t len;
     char *body = error_json(no->status, no->message, &len);
     if (body && put_head(g, wsi, no->status, "application/json", len, NULL, no->retry_after,
-                         true, &p, end) == 0 &&
+                         true, NULL, &p, end) == 0 &&
         lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) >= 0)
         put_body(wsi, body, len, LWS_WRITE_HTTP_HEADERS);
     free(body);
@@ -382,7 +395,7 @@ int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *,
 static void dispatch(struct gw_req *r)
 {
     gw_t *g = r->g;
-    if (r->route.id != ROUTE_METRICS) /* scrapers are not activity */
+    if (!(r->route.flags & ROUTE_F_SCRAPE))
         g->last_activity_us = util_wall_us();
     if (r->route.flags & ROUTE_F_WEBSOCKET)
         return req_error(r, 400, "this endpoint needs a websocket upgrade");
@@ -519,7 +532,7 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
     if (!http_uri_decodable(wsi, path, len))
         return answer_now(g, wsi, pss, 400, HTTP_UNDECODABLE_MESSAGE);
     if (route_match(path, len, &r->route) < 0 ||
-        (metrics_only && r->route.id != ROUTE_METRICS))
+        (metrics_only && !(r->route.flags & ROUTE_F_SCRAPE)))
         return answer_now(g, wsi, pss, 404, "not found");
     r->ops = &g->routes[r->route.id];
     if (metrics_only && r->method != HTTP_M_GET)
@@ -598,7 +611,7 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     snprintf(loc, sizeof(loc), "%s%s%s", r->route.prefix_len ? "/s/" : "",
              r->route.prefix_len ? g->instance_id : "", r->location);
     int rc = write_response(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
-                            r->location[0] ? loc : NULL, r->retry_after);
+                            r->location[0] ? loc : NULL, r->retry_after, r->csp);
     req_free(r);
     return rc;
 }

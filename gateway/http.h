@@ -36,6 +36,7 @@ struct gw_req {
     size_t resp_len;
     const char *ctype;
     int retry_after; /* seconds, for a Retry-After header (0: none) */
+    const char *csp; /* its Content-Security-Policy (NULL: the API's; playground.c's page) */
     char location[128];
     char fpath[FPATH_MAX + 1]; /* the {path} of a file route, checked (fpath_normalize) */
     struct fxfer *xfer;

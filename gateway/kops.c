@@ -45,6 +45,11 @@ static const struct kops_row rows[] = {
     {KOPS_START, -EPERM, 503, RPC_ERR_RUNTIME, 0,
      "kernels cannot be started: the sandbox is unavailable", ARG_SANDBOX},
     {KOPS_START, -EAGAIN, 503, RPC_ERR_RUNTIME, 0, "kernel limit reached", ARG_MAX_KERNELS},
+    {KOPS_START, -EMFILE, 503, RPC_ERR_RUNTIME, 0,
+     "kernel capacity reached: the gateway's open-file limit leaves no room for another kernel",
+     ARG_NONE},
+    {KOPS_START, -ENFILE, 503, RPC_ERR_RUNTIME, 0,
+     "kernel capacity reached: the host's open-file table is full", ARG_NONE},
     {KOPS_START, -ESHUTDOWN, 503, RPC_ERR_RUNTIME, DRAIN_RETRY_AFTER_S, DRAIN_MESSAGE, ARG_NONE},
     {KOPS_START, 0, 500, RPC_ERR_RUNTIME, 0, "cannot start a kernel: ", ARG_ERRNO},
     {KOPS_INTERRUPT, -EAGAIN, 0, RPC_ERR_RUNTIME, 0, "cannot interrupt: the kernel is not running",
@@ -121,7 +126,7 @@ static void audit_start(gw_t *g, const struct gw_caller *who, const struct kmgr_
 {
     if (rc == -EDQUOT)
         g->stats.refused[GW_REFUSED_QUOTA]++;
-    else if (rc == -EAGAIN)
+    else if (rc == -EAGAIN || rc == -EMFILE || rc == -ENFILE)
         g->stats.refused[GW_REFUSED_KERNEL_LIMIT]++;
     if (!audit_enabled())
         return;

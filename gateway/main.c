@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <malloc.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/signalfd.h>
@@ -101,7 +100,7 @@ static const struct cfg_option options[] = {
     MS("start-timeout", km.start_timeout_ms, "60", 1, 3600,
        "seconds a kernel has to answer at start"),
     I32("shutdown-grace-ms", km.shutdown_grace_ms, "5000", 0, 600000,
-      "wait after shutdown_request before SIGTERM"),
+      "wait after shutdown_request (a kernel is ended at its shutdown_reply) before SIGTERM"),
     I32("hb-interval-ms", km.hb_interval_ms, "3000", 0, 600000,
       "heartbeat period (0 = off); 3 missed beats mean the kernel hung"),
     I("max-body-bytes", max_body_bytes, "1048576", 1024, 1073741824, "largest REST request body"),
@@ -156,6 +155,9 @@ static const struct cfg_option options[] = {
       "wall-time seconds per execution: then interrupt, and restart if ignored (0 = none)"),
     I("output-cap", km.output_cap, "134217728", 0, 1099511627776LL,
       "iopub output bytes per execution; beyond it output is cut with a notice (0 = none)"),
+    I("max-kernel-message-bytes", km.max_kernel_msg, "67108864", 1048576, 1099511627776LL,
+      "largest frame of a kernel's message the gateway accepts; a kernel that sends a larger "
+      "one is restarted (output_limit)"),
     S("callbacks", km.callbacks, KMGR_CALLBACKS_DEFAULT,
       "callbacks code in a kernel may make to its client, comma-separated ('' = none)"),
     I("callback-max-bytes", km.callback_max_bytes, "4194304", 1024, 1073741824,
@@ -251,28 +253,6 @@ static int parse_pools(const char *s, struct kmgr_pool_size *out, size_t *ret_n,
     }
     *ret_n = n;
     return 0;
-}
-
-/* Memory that bursts of clients needed (header tables, replay buffers, queues) goes back to
- * the system once they are gone, instead of staying in the allocator's free lists. */
-#define TRIM_INTERVAL_MS 30000
-#define TRIM_SOON_MS     1000
-
-static void on_trim(void *data)
-{
-    gw_t *g = data;
-    malloc_trim(0);
-    g->trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
-    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_INTERVAL_MS);
-}
-
-void gw_trim_soon(gw_t *g)
-{
-    uint64_t now = util_now_ms();
-    if (!g->trim_timer || g->trim_due_ms <= now + TRIM_SOON_MS)
-        return; /* due sooner anyway: re-arming would only put it off */
-    g->trim_due_ms = now + TRIM_SOON_MS;
-    g->loop.evl.timer_arm(&g->loop.evl, g->trim_timer, TRIM_SOON_MS);
 }
 
 /* A client that offers only subprotocols kgw does not speak is answered, as jupyter_server
@@ -791,15 +771,6 @@ static int configure(int argc, char **argv, bool *ret_generated)
     return 0;
 }
 
-static int trim_start(void)
-{
-    if (!(G.trim_timer = G.loop.evl.timer_new(&G.loop.evl, on_trim, &G)))
-        return -ENOMEM;
-    G.trim_due_ms = util_now_ms() + TRIM_INTERVAL_MS;
-    G.loop.evl.timer_arm(&G.loop.evl, G.trim_timer, TRIM_INTERVAL_MS);
-    return 0;
-}
-
 /* The address on stdout (and the API key when kgw made it up), and readiness to systemd. */
 static void announce(bool generated)
 {
@@ -877,7 +848,7 @@ int main(int argc, char **argv)
     if (setup_listen(&G, protocols, metrics_protocols, fds) < 0)
         goto out;
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G) < 0 || trim_start() < 0)
+    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G) < 0 || gw_trim_start(&G) < 0)
         goto out;
     if (!(G.conns = conns_new(&G, fds))) {
         log_error("cannot track client connections: %s", strerror(errno));

@@ -6,13 +6,11 @@
  * address or a key. */
 #include "gateway/metrics.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -121,6 +119,45 @@ static void pools(promtext_t *p, const kmgr_t *km)
     }
 }
 
+/* Headroom for kernels: descriptors and (reported only) memory. Values that are unknown are
+ * left out. */
+static void capacity(promtext_t *p, const kmgr_t *km)
+{
+    struct kmgr_capacity c;
+    kmgr_capacity(km, &c);
+    if (c.fd_open >= 0) {
+        promtext_family(p, "kgw_open_fds", "gauge", "Open descriptors of the gateway process");
+        promtext_uint(p, "kgw_open_fds", NULL, 0, (uint64_t)c.fd_open);
+    }
+    if (c.fd_limit >= 0) {
+        promtext_family(p, "kgw_open_fds_limit", "gauge",
+                        "The gateway's open-file limit (RLIMIT_NOFILE)");
+        promtext_uint(p, "kgw_open_fds_limit", NULL, 0, (uint64_t)c.fd_limit);
+    }
+    promtext_family(p, "kgw_kernel_fds", "gauge",
+                    "Descriptors budgeted per kernel (the kernel and one client websocket)");
+    promtext_uint(p, "kgw_kernel_fds", NULL, 0, (uint64_t)c.fd_per_kernel);
+    if (c.fd_kernels >= 0) {
+        promtext_family(p, "kgw_kernel_fd_slots_free", "gauge",
+                        "More kernels the open-file limit fits, beyond the reserve for clients");
+        promtext_uint(p, "kgw_kernel_fd_slots_free", NULL, 0, (uint64_t)c.fd_kernels);
+    }
+    promtext_family(p, "kgw_kernel_slots_free", "gauge",
+                    "More kernels a client may start now: within --max-kernels and the "
+                    "open-file limit");
+    promtext_uint(p, "kgw_kernel_slots_free", NULL, 0, (uint64_t)c.kernels_free);
+    if (c.mem_available >= 0) {
+        promtext_family(p, "kgw_memory_available_bytes", "gauge", "The host's MemAvailable");
+        promtext_uint(p, "kgw_memory_available_bytes", NULL, 0, (uint64_t)c.mem_available);
+    }
+    if (c.mem_kernels >= 0) {
+        promtext_family(p, "kgw_kernel_memory_slots_free", "gauge",
+                        "Kernels at their --mem-limit that MemAvailable fits (reported only: "
+                        "kernels rarely use their whole limit)");
+        promtext_uint(p, "kgw_kernel_memory_slots_free", NULL, 0, (uint64_t)c.mem_kernels);
+    }
+}
+
 /* VmRSS of this process, bytes (-1: unknown). */
 static long long resident_bytes(void)
 {
@@ -130,23 +167,6 @@ static long long resident_bytes(void)
         sscanf(buf, "%lld %lld", &size, &resident) != 2)
         return -1;
     return resident * sysconf(_SC_PAGESIZE);
-}
-
-/* Open descriptors of this process (-1: unknown): the size of /proc/self/fd where the kernel
- * reports it (Linux 6.2), else its entries. */
-static long long open_fds(void)
-{
-    struct stat st;
-    if (stat("/proc/self/fd", &st) == 0 && st.st_size > 0)
-        return st.st_size;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    long long n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the directory's own descriptor */
 }
 
 int metrics_render(gw_t *g, buf_t *out)
@@ -211,6 +231,10 @@ int metrics_render(gw_t *g, buf_t *out)
     promtext_family(p, "kgw_sandbox_setup_failures_total", "counter",
                     "Kernel processes whose sandbox set-up failed");
     promtext_uint(p, "kgw_sandbox_setup_failures_total", NULL, 0, ks->sandbox_setup_failures);
+    promtext_family(p, "kgw_kernel_shutdown_forced_total", "counter",
+                    "kernel processes still running after shutdown_request and the grace period "
+                    "(--shutdown-grace-ms), then signalled");
+    promtext_uint(p, "kgw_kernel_shutdown_forced_total", NULL, 0, ks->shutdown_forced);
     promtext_family(p, "kgw_egress_connections_total", "counter",
                     "Connections to kernels' egress proxies, by whether they were let through");
     promtext_uint(p, "kgw_egress_connections_total", &(struct promtext_label){"result", "allowed"},
@@ -238,16 +262,13 @@ int metrics_render(gw_t *g, buf_t *out)
         promtext_double(p, "kgw_kernels_cpu_seconds_total", NULL, 0, (double)u.cpu_ns / 1e9);
     }
 
-    long long rss = resident_bytes(), fds = open_fds();
+    long long rss = resident_bytes();
     if (rss >= 0) {
         promtext_family(p, "kgw_resident_memory_bytes", "gauge",
                         "Resident memory of the gateway process");
         promtext_uint(p, "kgw_resident_memory_bytes", NULL, 0, (uint64_t)rss);
     }
-    if (fds >= 0) {
-        promtext_family(p, "kgw_open_fds", "gauge", "Open descriptors of the gateway process");
-        promtext_uint(p, "kgw_open_fds", NULL, 0, (uint64_t)fds);
-    }
+    capacity(p, g->km);
     promtext_family(p, "kgw_loop_lag_seconds", "histogram",
                     "How late the event loop's 1 s timer ran, each second");
     promtext_hist(p, "kgw_loop_lag_seconds", NULL, 0, &g->stats.loop_lag);

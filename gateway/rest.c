@@ -97,7 +97,9 @@ void rest_readiness(struct gw_req *r)
 {
     gw_t *g = r->g;
     char why[160];
+    struct kmgr_capacity cap;
     why[0] = '\0';
+    kmgr_capacity(g->km, &cap);
     if (drain_active(g))
         snprintf(why, sizeof(why), "draining: the gateway is shutting down");
     else if (g->loop_lag_ms > MAX_LAG_MS)
@@ -107,12 +109,17 @@ void rest_readiness(struct gw_req *r)
         snprintf(why, sizeof(why), "kernels cannot be started: the sandbox is unavailable");
     else if ((long long)kmgr_count(g->km) >= g->cfg.km.max_kernels)
         snprintf(why, sizeof(why), "kernel limit reached (%d)", g->cfg.km.max_kernels);
+    else if (cap.fd_kernels == 0)
+        snprintf(why, sizeof(why), "kernel capacity reached: the open-file limit leaves no "
+                                   "room for another kernel");
     else if (kmgr_memory_short(g->km))
         snprintf(why, sizeof(why), "host memory is short (MemAvailable below "
                                    "--pool-min-available)");
     if (why[0])
-        return req_reply(r, 503, json_pack("{s:s, s:s}", "status", "unavailable", "reason", why));
-    req_reply(r, 200, json_pack("{s:s}", "status", "ready"));
+        return req_reply(r, 503, json_pack("{s:s, s:s, s:I}", "status", "unavailable", "reason",
+                                           why, "kernels_free", (json_int_t)cap.kernels_free));
+    req_reply(r, 200, json_pack("{s:s, s:I}", "status", "ready", "kernels_free",
+                                (json_int_t)cap.kernels_free));
 }
 
 void rest_openapi(struct gw_req *r)
@@ -217,7 +224,8 @@ static void on_started(struct gw_req *r, kernel_t *k, int status)
         if (drain_active(r->g)) /* shut down by the drain while it started */
             req_error_draining(r);
         else
-            req_error(r, 500, "kernel %s failed to start", kernel_id(k));
+            req_error(r, 500, "kernel %s failed to start%s%s", kernel_id(k),
+                      kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
         kernel_shutdown(k, NULL);
         return;
     }

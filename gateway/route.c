@@ -40,7 +40,9 @@ static const struct route_def routes[] = {
     {ROUTE_LIVENESS, "/check_liveness", HTTP_M_GET, ROUTE_F_PUBLIC},
     {ROUTE_READY, "/check_ready", HTTP_M_GET, ROUTE_F_PUBLIC},
     {ROUTE_OPENAPI, "/openapi.json", HTTP_M_GET, 0},
-    {ROUTE_METRICS, "/metrics", HTTP_M_GET, 0}, /* also, without the key, on --metrics-port */
+    {ROUTE_METRICS, "/metrics", HTTP_M_GET, ROUTE_F_SCRAPE},
+    {ROUTE_PLAYGROUND, "/", HTTP_M_GET, ROUTE_F_PUBLIC}, /* the page holds no secret */
+    {ROUTE_PLAYGROUND_ASSET, "/playground/{name}", HTTP_M_GET, ROUTE_F_PUBLIC},
 };
 
 size_t route_count(void)
@@ -70,6 +72,8 @@ static int try_match(const char *pattern, const char *path, size_t len, struct r
     const char *pp = pattern, *pend = pattern + strlen(pattern);
     const char *p = path, *end = path + len;
     int nargs = 0;
+    if (pend - pattern == 1) /* "/": the root alone, no "//" */
+        return len == 1 && path[0] == '/' ? 0 : -ENOENT;
     while (pp < pend) {
         const char *pseg = NULL, *seg = NULL;
         int pn = next_seg(&pp, pend, &pseg);

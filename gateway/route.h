@@ -35,6 +35,8 @@ enum route_id {
     ROUTE_EXECUTION,
     ROUTE_EXECUTION_EVENTS,
     ROUTE_MCP,
+    ROUTE_PLAYGROUND,
+    ROUTE_PLAYGROUND_ASSET,
     ROUTE_N /* the number of ids (gateway/routes.c has a row for each) */
 };
 
@@ -52,12 +54,14 @@ enum {
     ROUTE_F_PUBLIC = 1 << 0,    /* answered without the API key */
     ROUTE_F_WEBSOCKET = 1 << 1, /* a websocket: GET with an upgrade */
     ROUTE_F_UPLOAD = 1 << 2,    /* the body is streamed to a file, not collected */
+    ROUTE_F_SCRAPE = 1 << 3,    /* a monitor's scrape: not client activity; the one route of
+                                 * the --metrics-port listener (without the key there) */
 };
 
 #define ROUTE_MAX_PATH 2048
 #define ROUTE_ARG_MAX  256
 
-/* One row of the route table. Pattern segments are literals, "{id}" (a kernel or session
+/* One row of the route table. The pattern "/" matches "/" alone. Pattern segments are literals, "{id}" (a kernel or session
  * id), "{name}" (a kernelspec or file name) or, last only, "{path}": the rest of the request
  * path (one or more bytes, '/' included; checked by the handler, see protocol/fpath.h). */
 struct route_def {

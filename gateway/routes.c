@@ -8,6 +8,7 @@
 #include "gateway/files.h"
 #include "gateway/mcp.h"
 #include "gateway/metrics.h"
+#include "gateway/playground.h"
 #include "gateway/rest.h"
 #include "gateway/sessions.h"
 #include "gateway/wschan.h"
@@ -49,6 +50,8 @@ static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_READY] = {.handle = rest_readiness},
     [ROUTE_OPENAPI] = {.handle = rest_openapi},
     [ROUTE_METRICS] = {.handle = metrics_handle},
+    [ROUTE_PLAYGROUND] = {.handle = playground_page},
+    [ROUTE_PLAYGROUND_ASSET] = {.handle = playground_asset},
 };
 
 const struct route_ops *routes_table(void)

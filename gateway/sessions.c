@@ -94,7 +94,8 @@ static void on_kernel_ready(struct gw_req *r, kernel_t *k, int status)
         if (drain_active(g)) /* shut down by the drain while it started */
             req_error_draining(r);
         else
-            req_error(r, 500, "kernel %s failed to start", kernel_id(k));
+            req_error(r, 500, "kernel %s failed to start%s%s", kernel_id(k),
+                      kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
         kernel_shutdown(k, NULL);
         return;
     }

@@ -25,12 +25,17 @@
 #include "gateway/mcp.h"
 #include "gateway/xexec.h"
 
-size_t setup_nofile(const gw_t *g)
+size_t setup_nofile(gw_t *g)
 {
     /* Kernels and clients need descriptors; lws sizes its tables from this limit. A kernel
-     * websocket costs about 10 (its socket; shell, control and stdin DEALERs: each a mailbox,
-     * an ipc connection and the watched ZMQ_FD), a kernel about 40. */
-    rlim_t want = 12 * (rlim_t)g->cfg.max_connections + 64 * (rlim_t)g->cfg.km.max_kernels + 256;
+     * websocket costs about 22 (its socket; shell, control and stdin DEALERs: each a mailbox,
+     * an ipc connection and the watched ZMQ_FD, and a monitor for oversize messages: two
+     * mailboxes and a watched fd), a kernel KMGR_KERNEL_FDS (measured: about 32 once running). The kernel manager refuses a start (503) that would leave less than
+     * SETUP_FD_RESERVE; at start-up this only warns when --max-kernels does not fit. */
+    g->cfg.km.fd_per_client = SETUP_FD_PER_CLIENT;
+    g->cfg.km.fd_reserve = SETUP_FD_RESERVE;
+    rlim_t want = SETUP_FD_PER_CLIENT * (rlim_t)g->cfg.max_connections +
+                  64 * (rlim_t)g->cfg.km.max_kernels + 256;
     struct rlimit rl = {want, want}; /* what is assumed should getrlimit fail */
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         if (rl.rlim_max < want) { /* root may raise the hard limit */
@@ -42,12 +47,18 @@ size_t setup_nofile(const gw_t *g)
         setrlimit(RLIMIT_NOFILE, &rl);
         if (rl.rlim_cur < want)
             log_warn("open files limited to %llu (wanted %llu for --max-connections and "
-                     "--max-kernels): about %llu kernel websockets fit",
-                     (unsigned long long)rl.rlim_cur, (unsigned long long)want,
-                     (unsigned long long)(rl.rlim_cur > 64 * (rlim_t)g->cfg.km.max_kernels + 256
-                                              ? (rl.rlim_cur - 64 * (rlim_t)g->cfg.km.max_kernels -
-                                                 256) / 12
-                                              : 0));
+                     "--max-kernels)",
+                     (unsigned long long)rl.rlim_cur, (unsigned long long)want);
+        /* what the gateway holds without kernels (listeners, loop, logs, fork server) is
+         * about SETUP_FD_BASE */
+        rlim_t per = KMGR_KERNEL_FDS + SETUP_FD_PER_CLIENT;
+        rlim_t fixed = SETUP_FD_BASE + SETUP_FD_RESERVE;
+        rlim_t fit = rl.rlim_cur > fixed ? (rl.rlim_cur - fixed) / per : 0;
+        if (fit < (rlim_t)g->cfg.km.max_kernels)
+            log_warn("--max-kernels %d: the open-file limit (%llu) fits about %llu kernels with a "
+                     "client each; starts beyond that are refused (503)",
+                     g->cfg.km.max_kernels, (unsigned long long)rl.rlim_cur,
+                     (unsigned long long)fit);
     }
     return (size_t)rl.rlim_cur;
 }
@@ -116,6 +127,10 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
         info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
         info.ssl_cert_filepath = g->cfg.certfile;
         info.ssl_private_key_filepath = g->cfg.keyfile;
+        /* HTTP/1.1 only: over h2 (which lws offers by default) answers without a body (204)
+         * and streamed ones (executions, downloads) never ended their stream, so a browser's
+         * or curl's request hung */
+        info.alpn = "http/1.1";
     }
     g->ctx = lws_create_context(&info);
     if (!g->ctx) {

@@ -198,8 +198,10 @@ static void on_reply(void *user, kconn_t *c, enum jchan chan, const jmsg_t *m, c
 
 static const struct kconn_ops sess_ops = {.reply = on_reply};
 
-/* An iopub message made by the gateway itself, in its own Jupyter session. */
-static void broadcast_own(khub_t *hub, const char *msg_type, jspan_t parent, const char *content)
+/* An iopub message made by the gateway itself, in its own Jupyter session: to one session
+ * (to), or to every session of the hub (to NULL). */
+static void send_own(khub_t *hub, wsess_t *to, const char *msg_type, jspan_t parent,
+                     const char *content)
 {
     jhdr_t h;
     char *hdr = jmsg_new_header(msg_type, hub->g->server_session, h.msg_id);
@@ -208,16 +210,23 @@ static void broadcast_own(khub_t *hub, const char *msg_type, jspan_t parent, con
     jmsg_t m;
     jmsg_own(&m, &h, hdr, h.msg_id, msg_type, NULL, content);
     m.part[JPART_PARENT] = parent; /* a span of the kernel's message, not a string */
-    broadcast(hub, JCHAN_IOPUB, &m, &h);
+    if (to) {
+        blob_t *enc[WSPROTO_N] = {0};
+        deliver(to, enc, JCHAN_IOPUB, &m, &h);
+        for (int i = 0; i < WSPROTO_N; i++)
+            blob_unref(&enc[i]);
+    } else {
+        broadcast(hub, JCHAN_IOPUB, &m, &h);
+    }
     free(hdr);
 }
 
 /* A status message with parent_header {}, as jupyter_server sends on restarts and deaths. */
-static void broadcast_status(khub_t *hub, const char *state)
+static void send_status(khub_t *hub, wsess_t *to, const char *state)
 {
     char content[64];
     snprintf(content, sizeof(content), "{\"execution_state\":\"%s\"}", state);
-    broadcast_own(hub, "status", (jspan_t){"{}", 2}, content);
+    send_own(hub, to, "status", (jspan_t){"{}", 2}, content);
 }
 
 static void on_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
@@ -231,7 +240,7 @@ static void on_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
     char *content = c ? json_dumps(c, JSON_COMPACT) : NULL;
     json_decref(c);
     if (content)
-        broadcast_own(hub, "stream", parent, content);
+        send_own(hub, NULL, "stream", parent, content);
     free(content);
 }
 
@@ -289,13 +298,13 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
     switch (ev) {
     case KERNEL_EV_RESTARTING:
         if (hub)
-            broadcast_status(hub, "restarting");
+            send_status(hub, NULL, "restarting");
         break;
     case KERNEL_EV_STARTED:
         break;
     case KERNEL_EV_DIED:
         if (hub) {
-            broadcast_status(hub, "dead");
+            send_status(hub, NULL, "dead");
             snprintf(reason, sizeof(reason), "kernel died: %s", detail ? detail : "unknown");
             hub_close_all(hub, 1011, reason);
         }
@@ -309,7 +318,7 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
         break;
     case KERNEL_EV_RESTART: /* a client's restart: "starting", as jupyter_server says */
         if (hub)
-            broadcast_status(hub, "starting");
+            send_status(hub, NULL, "starting");
         break;
     case KERNEL_EV_N:
         break;
@@ -425,6 +434,11 @@ int wschan_open(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     kernel_touch(k);
     log_info("ws: connected to kernel=%s session %s (%s)", kernel_id(k), sid,
              ws->proto == WSPROTO_V1 ? WSMSG_V1_NAME : "legacy");
+    /* The connection hears the kernel's state at once, after any replay: a client whose
+     * first kernel_info_request is lost on the way would otherwise show the state as unknown
+     * until its next request (jupyter_server 1.x's gateway client drops what its client sends
+     * before its own websocket to the gateway is open). */
+    send_status(hub, sess, kernel_execution_state(k));
     return 0;
 fail:
     wsconn_fini(&ws->wc);

@@ -781,8 +781,11 @@ static void oneshot_ready(void *data, kernel_t *k, int status)
     xexec_t *x = data;
     char cause[FPATH_MAX + 200];
     x->wait = NULL;
-    if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
-        return finish(x, "kernel_died", "the kernel failed to start", NULL);
+    if (status < 0 || kernel_state(k) != KERNEL_RUNNING) {
+        snprintf(cause, sizeof(cause), "the kernel failed to start%s%s",
+                 kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
+        return finish(x, "kernel_died", cause, NULL);
+    }
     for (size_t i = 0; i < x->req.nfiles; i++) {
         struct xreq_file *f = &x->req.files[i];
         int rc = files_write(kernel_workspace(k), f->path, f->data, f->len);

@@ -23,6 +23,13 @@ static void on_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     c->ops->reply(c->user, c, chan, &m, &h);
 }
 
+/* A reply over --max-kernel-message-bytes reset this session's socket. */
+static void on_oversize(void *data, kzsock_t *z)
+{
+    kconn_t *c = data;
+    kexec__oversize(c->k, jchan_name((enum jchan)(z - c->z)));
+}
+
 kconn_t *kconn_new(kernel_t *k, const char *session_id, const struct kconn_ops *ops, void *user)
 {
     char ep[PATH_MAX + 16];
@@ -41,7 +48,8 @@ kconn_t *kconn_new(kernel_t *k, const char *session_id, const struct kconn_ops *
         if (!chan_port[ch])
             continue;
         kinstance__endpoint(k, chan_port[ch], ep, sizeof(ep));
-        r = kz_open(&c->z[ch], k->m->evl, k->m->zctx, ZMQ_DEALER, c->session, ep, on_reply, c);
+        r = kz_open(&c->z[ch], k->m->evl, k->m->zctx, ZMQ_DEALER, c->session, ep, on_reply, c,
+                    k->m->o.max_kernel_msg, on_oversize);
     }
     if (r < 0) {
         for (int ch = 0; ch < JCHAN_N; ch++)

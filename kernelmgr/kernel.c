@@ -27,6 +27,11 @@ const char *kernel_id(const kernel_t *k)
     return k->id;
 }
 
+const char *kernel_last_cause(const kernel_t *k)
+{
+    return k->last_cause;
+}
+
 const char *kernel_spec_name(const kernel_t *k)
 {
     return k->spec->name;
@@ -65,24 +70,25 @@ void kernel_connections(kernel_t *k, int delta)
         k->connections = 0;
 }
 
+const char *kernel_execution_state(const kernel_t *k)
+{
+    switch (k->state) {
+    case KERNEL_STARTING:
+        return "starting";
+    case KERNEL_RESTARTING:
+        return "restarting";
+    case KERNEL_DEAD:
+        return "dead";
+    default:
+        return k->exec_state;
+    }
+}
+
 json_t *kernel_model(const kernel_t *k)
 {
     char ts[40];
-    const char *st = k->exec_state;
+    const char *st = kernel_execution_state(k);
     util_iso_time(ts, sizeof(ts), k->last_activity_us);
-    switch (k->state) {
-    case KERNEL_STARTING:
-        st = "starting";
-        break;
-    case KERNEL_RESTARTING:
-        st = "restarting";
-        break;
-    case KERNEL_DEAD:
-        st = "dead";
-        break;
-    default:
-        break;
-    }
     return json_pack("{s:s, s:s, s:s, s:s, s:i, s:s}", "id", k->id, "name", k->spec->name,
                      "last_activity", ts, "execution_state", st, "connections", k->connections,
                      "workspace", k->ws->id);
@@ -171,6 +177,7 @@ void kernel__set_running(kernel_t *k)
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     k->state = KERNEL_RUNNING;
+    k->last_cause[0] = '\0'; /* a failed start before this one is history */
     k->own->fork_take_back(k); /* its proxy has moved in long ago */
     snprintf(k->exec_state, sizeof(k->exec_state), "idle");
     k->own->start_ok(k);
@@ -247,9 +254,38 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
             kinstance__env_step(k, false, false, true);
         return;
     }
-    if (kexec__over_cap(k, &m, &h))
+    char *cut = NULL;
+    switch (kexec__over_cap(k, &m, &h, &cut)) {
+    case KEXEC_CAP_DROP:
         return;
+    case KEXEC_CAP_CUT: /* clients see the message up to the cap */
+        m.part[JPART_CONTENT] = (jspan_t){cut, strlen(cut)};
+        m.nbuf = 0;
+        break;
+    case KEXEC_CAP_PASS:
+        break;
+    }
     k->own->relay(k, &m, &h);
+    free(cut);
+}
+
+/* The kernel answered the gateway's shutdown_request: its shutdown hooks have run and it has
+ * nothing left to say to the gateway. What remains is its interpreter's exit, which waits up to a
+ * second for ZeroMQ's linger (ipykernel's sockets): the gateway does not wait for that, it ends
+ * the process (its whole sandbox) now. */
+static void on_shutdown_reply(kernel_t *k, const jmsg_t *m)
+{
+    if (k->stop_stage != 1 || !k->stop_msg_id[0] ||
+        !memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->stop_msg_id,
+                strlen(k->stop_msg_id)))
+        return;
+    if (k->state != KERNEL_TERMINATING && k->state != KERNEL_RESTARTING)
+        return;
+    log_debug("kernel=%s: shutdown_reply after %.0f ms; ending the process", k->id,
+              (double)(util_now_us() - k->stop_us) / 1000.0);
+    k->stop_msg_id[0] = '\0';
+    k->stop_end = "ended after its shutdown_reply";
+    klaunch__signal(k, SIGKILL);
 }
 
 static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
@@ -259,6 +295,10 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     jhdr_t h;
     if (kernel__parse(k, frames, n, &m, &h) < 0)
         return;
+    if (z == &k->control && !strcmp(h.msg_type, "shutdown_reply")) {
+        on_shutdown_reply(k, &m);
+        return;
+    }
     if (!strcmp(h.msg_type, "execute_reply") && kinstance__env_parent(k, &m)) {
         json_t *c = json_loadb(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, 0, NULL);
         const char *st = json_string_value(json_object_get(c, "status"));
@@ -335,7 +375,9 @@ static void on_deadline(void *data)
         }
         break;
     case 1: /* shutdown_request was ignored */
-        log_debug("kernel=%s: still running after shutdown_request; SIGTERM", k->id);
+        k->stats->shutdown_forced++;
+        log_warn("kernel=%s: still running %d ms after shutdown_request%s; SIGTERM", k->id,
+                 k->m->o.shutdown_grace_ms, k->stop_end ? " and being signalled" : "");
         klaunch__signal(k, SIGTERM);
         k->stop_stage = 2;
         k->m->evl->timer_arm(k->m->evl, k->deadline, TERM_KILL_MS);
@@ -378,7 +420,9 @@ void kernel__set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
     emit(k, KERNEL_EV_DIED, why);
     k->own->capacity(k);
     complete(k, -ECHILD);
-    if (k->m->o.dead_linger_s > 0)
+    /* a waiter may have shut it down meanwhile (a failed start's request does): its removal,
+     * armed for the next turn, must not wait for the dead kernel's linger */
+    if (k->state == KERNEL_DEAD && k->m->o.dead_linger_s > 0)
         l->timer_arm(l, k->linger, (uint64_t)k->m->o.dead_linger_s * 1000);
 }
 
@@ -408,6 +452,10 @@ void kernel__on_exit_io(void *data)
     /* before any event: a client hears its request's end before "restarting" */
     enum kernel_outcome o = asked ? k->stop_outcome
                                   : klaunch__death_outcome(k, death, st, cause, sizeof(cause));
+    if (!asked) { /* the operator's and the client's view of why */
+        kstderr__log(k);
+        snprintf(k->last_cause, sizeof(k->last_cause), "%s", cause);
+    }
     kernel_fail_pending(k, o, asked ? k->stop_cause : cause);
     kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
     k->nsent = 0; /* what the process had been sent died with it */
@@ -454,9 +502,31 @@ static void stop_process(kernel_t *k, bool restart)
 {
     if (k->pid <= 0)
         return;
-    kernel__send_own(k, &k->control, "shutdown_request",
-                     restart ? "{\"restart\":true}" : "{\"restart\":false}");
+    if (k->stop_stage > 0) /* being stopped already (a restart's stop, now a shutdown) */
+        return;
+    if (!start_proven(k)) {
+        /* still starting: it has run no client code and may not read its control socket for
+         * seconds yet (a cold start under load takes longer than the grace), so a
+         * shutdown_request would only wait for its start, or be lost with a process that
+         * never got that far. Nothing to flush: end it now. */
+        log_debug("kernel=%s: stopped while starting; ending the process", k->id);
+        k->stop_msg_id[0] = '\0';
+        k->stop_stage = 1;
+        k->stop_end = "ended while starting";
+        k->stop_us = util_now_us();
+        k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
+        k->m->evl->timer_disarm(k->m->evl, k->nudge);
+        k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
+        klaunch__signal(k, SIGKILL);
+        return;
+    }
+    if (kernel__send_own_id(k, &k->control, "shutdown_request",
+                            restart ? "{\"restart\":true}" : "{\"restart\":false}",
+                            k->stop_msg_id) < 0)
+        k->stop_msg_id[0] = '\0';
     k->stop_stage = 1;
+    k->stop_end = NULL;
+    k->stop_us = util_now_us();
     k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
     k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
 }
@@ -548,6 +618,16 @@ static void on_linger(void *data)
     kinstance__free(k);
 }
 
+/* A message over --max-kernel-message-bytes reset one of the gateway's own sockets. */
+static void on_oversize(void *data, kzsock_t *z)
+{
+    kernel_t *k = data;
+    kexec__oversize(k, z == &k->iopub   ? "iopub"
+                       : z == &k->shell ? "shell"
+                       : z == &k->hb    ? "heartbeat"
+                                        : "control");
+}
+
 /* The kernel's timers and its manager sockets (SUB on iopub, DEALERs on shell and control, and
  * the heartbeat's); closed by kernel__unwatch. 0 or -errno. */
 int kernel__watch(kernel_t *k)
@@ -562,17 +642,20 @@ int kernel__watch(kernel_t *k)
         !(k->linger = l->timer_new(l, on_linger, k)) ||
         !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)))
         return errno ? -errno : -ENOMEM;
+    long long max = k->m->o.max_kernel_msg;
     kinstance__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
-    if ((r = kz_open(&k->iopub, l, zctx, ZMQ_SUB, NULL, ep, on_iopub, k)) < 0)
+    if ((r = kz_open(&k->iopub, l, zctx, ZMQ_SUB, NULL, ep, on_iopub, k, max, on_oversize)) < 0)
         return r;
     kinstance__endpoint(k, KPORT_SHELL, ep, sizeof(ep));
-    if ((r = kz_open(&k->shell, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k)) < 0)
+    if ((r = kz_open(&k->shell, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
+                     on_oversize)) < 0)
         return r;
     kinstance__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
-    if ((r = kz_open(&k->control, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k)) < 0)
+    if ((r = kz_open(&k->control, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
+                     on_oversize)) < 0)
         return r;
     kinstance__endpoint(k, KPORT_HB, ep, sizeof(ep));
-    return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, on_hb, k);
+    return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, on_hb, k, max, on_oversize);
 }
 
 void kernel__unwatch(kernel_t *k)

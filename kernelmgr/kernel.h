@@ -55,6 +55,9 @@ typedef void (*kernel_done_cb)(void *data, kernel_t *k, int status);
 
 const char *kernel_id(const kernel_t *k);
 const char *kernel_spec_name(const kernel_t *k);
+/* Why its process last ended unasked (or could not start), in one line for a client, with a
+ * short excerpt of its stderr where that explains it; "" when it never did. */
+const char *kernel_last_cause(const kernel_t *k);
 /* Its process (sandboxed: the proxy, whose namespaces and cgroup are the kernel's, but pid);
  * 0 when none. */
 pid_t kernel_pid(const kernel_t *k);
@@ -62,6 +65,9 @@ enum kernel_state kernel_state(const kernel_t *k);
 /* {"id", "name", "last_activity", "execution_state", "connections", "workspace"}. New
  * reference. */
 json_t *kernel_model(const kernel_t *k);
+/* Its Jupyter execution_state as the model shows it: "starting", "idle", "busy",
+ * "restarting" or "dead". */
+const char *kernel_execution_state(const kernel_t *k);
 void kernel_touch(kernel_t *k);
 /* Its workspace (struct wspace, kernelmgr/wspace.h). */
 struct wspace *kernel_workspace(const kernel_t *k);

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/private.h"
+#include "protocol/jcap.h"
 #include "sandbox/sbx.h"
 
 #define EXEC_INTERRUPT_GRACE_MS 5000 /* after a wall-time interrupt, before restarting */
@@ -211,7 +212,7 @@ static void reply_type(const char *req, char *out, size_t outsz)
 static void fail_one(kernel_t *k, struct kpending *p, enum kernel_outcome o, const char *cause)
 {
     const char *ename = kernel_outcome_ename(o);
-    char rtype[JMSG_MSG_TYPE_MAX + 8], line[400];
+    char rtype[JMSG_MSG_TYPE_MAX + 8], line[640];
     bool exec = !strcmp(p->msg_type, "execute_request");
     snprintf(line, sizeof(line), "%s: %s", ename, cause);
     if (exec) {
@@ -274,8 +275,16 @@ void kexec__fail_all(kernel_t *k, enum kernel_outcome o, const char *cause)
         free(p);
         n++;
     }
-    /* an execution no session waits for (its reply came, its idle did not) still ends */
+    /* an execution no session waits for (its reply came, its idle did not) still ends, and
+     * its listeners hear how: its error, then its idle */
     if (k->exec_id[0] && !running_pending && strcmp(k->exec_id, k->env_id) != 0) {
+        const char *ename = kernel_outcome_ename(o);
+        char line[400];
+        snprintf(line, sizeof(line), "%s: %s", ename, cause);
+        if (k->exec_parent && ename)
+            send_made(k, NULL, JCHAN_IOPUB, "error", k->exec_parent,
+                      json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", cause,
+                                "traceback", line));
         if (k->exec_parent)
             send_made(k, NULL, JCHAN_IOPUB, "status", k->exec_parent,
                       json_pack("{s:s}", "execution_state", "idle"));
@@ -418,6 +427,33 @@ void kexec__on_timer(void *data)
     }
 }
 
+/* A kernel message over the limit: libzmq refused it from its header (the gateway holds none
+ * of it) and dropped the connection, and whatever the kernel sent on that socket until it was
+ * connected again is lost, its idle or reply perhaps. Rather than wait for messages that may
+ * never come, the requests in flight are answered now and the kernel restarts, as for the
+ * wall time (docs/protocol.md, "Outcomes"). */
+void kexec__oversize(kernel_t *k, const char *chan)
+{
+    if (k->state != KERNEL_RUNNING) { /* starting, restarting or stopping: that goes on */
+        log_warn("kernel=%s: a message on %s over %lld bytes refused", k->id, chan,
+                 k->m->o.max_kernel_msg);
+        return;
+    }
+    notice(k, "a message from the kernel on %s exceeded the limit of %lld bytes per message: "
+              "restarting the kernel",
+           chan, k->m->o.max_kernel_msg);
+    exec_audit(k, "output_limit");
+    kernel__stop_why(k, KERNEL_OUT_OUTPUT_LIMIT,
+                     "a message from the kernel on %s exceeded the gateway's limit of %lld "
+                     "bytes per message (--max-kernel-message-bytes): the kernel was restarted",
+                     chan, k->m->o.max_kernel_msg);
+    kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
+    if (kernel__restart(k) == 0) {
+        k->stats->restarts[KMGR_RESTART_AUTO]++;
+        k->own->event(k, KERNEL_EV_RESTARTING, "kernel message size limit");
+    }
+}
+
 void kexec__track_sent(kernel_t *k, const char *msg_id)
 {
     if (k->nsent == KERNEL_SENT_MAX) {
@@ -496,31 +532,39 @@ void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
     json_decref(c);
 }
 
-/* Output per execution: beyond the cap, output messages of that execution are dropped, once
- * with a notice. The gateway's memory stays bounded whatever the kernel prints. */
-bool kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+/* Output per execution: the message that crosses the cap is cut to it (a stream's text up to
+ * the cap and a notice, a rich output replaced by a notice), later output messages of that
+ * execution are dropped, once with a notice. The gateway's memory stays bounded whatever the
+ * kernel prints. */
+enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
+                               char **ret_content)
 {
-    if (k->output_cap <= 0 || !k->exec_id[0])
-        return false;
-    if (strcmp(h->msg_type, "stream") && strcmp(h->msg_type, "display_data") &&
-        strcmp(h->msg_type, "update_display_data") && strcmp(h->msg_type, "execute_result"))
-        return false;
+    if (k->output_cap <= 0 || !k->exec_id[0] || !jcap_is_output(h->msg_type))
+        return KEXEC_CAP_PASS;
     if (!memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->exec_id,
                 strlen(k->exec_id)))
-        return false;
+        return KEXEC_CAP_PASS;
     long long n = (long long)m->part[JPART_CONTENT].n;
     for (size_t i = 0; i < m->nbuf; i++)
         n += (long long)m->buf[i].n;
+    long long before = k->exec_bytes;
     k->exec_bytes += n;
     if (k->exec_bytes <= k->output_cap)
-        return false;
-    if (!k->exec_capped) {
-        k->exec_capped = true;
-        notice(k, "output limit of %lld bytes for this execution reached: further output is "
-                  "discarded",
-               k->output_cap);
+        return KEXEC_CAP_PASS;
+    if (k->exec_capped)
+        return KEXEC_CAP_DROP;
+    k->exec_capped = true;
+    notice(k, "output limit of %lld bytes for this execution reached: further output is "
+              "discarded",
+           k->output_cap);
+    size_t room = before < k->output_cap ? (size_t)(k->output_cap - before) : 0;
+    int r = jcap_cut(h->msg_type, m->part[JPART_CONTENT], room, k->output_cap, ret_content);
+    if (r < 0) {
+        log_debug("kernel=%s: %s message over the output cap dropped: %s", k->id, h->msg_type,
+                  strerror(-r));
+        return KEXEC_CAP_DROP;
     }
-    return true;
+    return KEXEC_CAP_CUT;
 }
 
 size_t kernel_executions(const kernel_t *k)

@@ -188,6 +188,7 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     k->spec = spec;
     k->pidfd = -1;
     k->setup_fd = -1;
+    k->err_fd = -1;
     k->ws = ws;
     wspace__attach(ws);
     k->exec_timeout_ms = m->o.exec_timeout_ms;
@@ -299,6 +300,7 @@ void kinstance__free(kernel_t *k)
     if (k->pidfd >= 0)
         close(k->pidfd);
     klaunch__setup_end(k);
+    kstderr__free(k);
     kernel__unwatch(k);
     kcall__destroy(&k->calls);
     free(k->exec_parent);

@@ -183,7 +183,7 @@ void klaunch__abandon(kernel_t *k)
     sbx_pending_free(&k->pending);
 }
 
-static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
+static int spawn_sandboxed(kernel_t *k, char **argv, int errfd, char *why, size_t whysz)
 {
     const struct kmgr_sandbox *sb = k->m->o.sandbox;
     struct exec_args a = {argv, k->envp};
@@ -198,7 +198,8 @@ static int spawn_sandboxed(kernel_t *k, char **argv, char *why, size_t whysz)
         .cgroup = k->cgroup,
         .init_fd = sb->init_fd,
         .envp = k->envp,
-        .stderr_fd = -1, /* never the gateway's log: a kernel could read it back or forge lines */
+        .stderr_fd = errfd, /* never the gateway's log: a kernel could read it back or forge
+                               lines; a pipe the gateway reads (kstderr.c), or /dev/null */
     };
     if (argv[0][0] != '/') {
         snprintf(why, whysz, "kernelspec argv[0] must be an absolute path in the sandbox");
@@ -263,24 +264,31 @@ void klaunch__start(kernel_t *k)
         log_warn("kernel=%s: no callbacks: cannot listen on %s/%s: %s", k->id, k->dir,
                  KCALL_SOCKET_NAME, strerror(-r));
     k->spawn_us = util_now_us();
+    int errfd = -1;
+    if ((r = kstderr__open(k, &errfd)) < 0)
+        log_warn("kernel=%s: its stderr goes to /dev/null: no pipe: %s", k->id, strerror(-r));
     if (!argv) {
         r = -ENOMEM;
     } else if (k->m->o.sandbox) {
-        r = spawn_sandboxed(k, argv, why, sizeof(why));
+        r = spawn_sandboxed(k, argv, errfd, why, sizeof(why));
     } else {
         struct sbx_spawn_opts so = {.argv = argv,
                                     .envp = k->envp,
                                     .cwd = k->m->o.kernel_cwd ? k->m->o.kernel_cwd : k->ws->path,
                                     .stdout_fd = -1,
-                                    .stderr_fd = 2};
+                                    .stderr_fd = errfd};
         r = sbx_spawn(&so, &k->pid, &k->pidfd);
     }
+    if (errfd >= 0)
+        close(errfd); /* the process has its own copy */
     klaunch__free_strv(argv);
     if (r < 0) {
         char msg[400];
         snprintf(msg, sizeof(msg), "could not start the kernel process: %s",
                  why[0] ? why : strerror(-r));
         k->pid = 0;
+        kstderr__drain(k);
+        snprintf(k->last_cause, sizeof(k->last_cause), "%s", msg);
         kernel__set_dead(k, msg, KMGR_FAIL_SPAWN);
         return;
     }
@@ -294,10 +302,15 @@ void klaunch__start(kernel_t *k)
     k->exit_status = 0;
     k->hb_killed = false;
     k->stop_stage = 0;
+    k->stop_end = NULL;
     log_debug("kernel=%s: spawned pid %d", k->id, (int)k->pid);
     kernel__nudge(k);
     l->timer_arm(l, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
 }
+
+#define EXCERPT_MAX 300 /* bytes of stderr quoted in a cause */
+static enum kernel_outcome death_outcome(kernel_t *k, enum kmgr_death d, int st, char *cause,
+                                         size_t sz);
 
 static void describe_exit(int st, char *out, size_t outsz)
 {
@@ -364,9 +377,30 @@ static void fmt_bytes(long long n, char *out, size_t outsz)
         snprintf(out, outsz, "%lld bytes", n);
 }
 
+/* cause, then what the kernel's stderr said last (a short excerpt), where it explains a death */
+static void add_excerpt(const kernel_t *k, char *cause, size_t sz)
+{
+    char ex[EXCERPT_MAX + 1];
+    size_t len = strlen(cause), room = sz - len;
+    if (room < 40) /* "; its stderr ended: " and a few words */
+        return;
+    if (kstderr__excerpt(k, ex, room - 20 < sizeof(ex) ? room - 20 : sizeof(ex)) > 0)
+        snprintf(cause + len, room, "; its stderr ended: %s", ex);
+}
+
 /* What a death nobody asked for means for the requests in flight, in one line. */
 enum kernel_outcome klaunch__death_outcome(kernel_t *k, enum kmgr_death d, int st, char *cause,
                                            size_t sz)
+{
+    enum kernel_outcome o = death_outcome(k, d, st, cause, sz);
+    if (d == KMGR_DEATH_EXIT || d == KMGR_DEATH_SIGNAL || d == KMGR_DEATH_TIMEOUT ||
+        d == KMGR_DEATH_SANDBOX)
+        add_excerpt(k, cause, sz);
+    return o;
+}
+
+static enum kernel_outcome death_outcome(kernel_t *k, enum kmgr_death d, int st, char *cause,
+                                         size_t sz)
 {
     char lim[32];
     int sig = WIFSIGNALED(st) ? WTERMSIG(st) : WIFEXITED(st) ? WEXITSTATUS(st) - 128 : 0;
@@ -413,6 +447,7 @@ int klaunch__reap(kernel_t *k, int *ret_status)
     if (waitpid(k->pid, &st, 0) < 0)
         st = 0;
     evl_io_destroy(k->m->evl, &k->pid_io);
+    kstderr__drain(k); /* its last words: what the pipe still holds */
     klaunch__abandon(k);
     k->own->fork_take_back(k);
     kegress_destroy(&k->egress); /* a new process gets a new namespace, and a new proxy */
@@ -437,6 +472,8 @@ enum kmgr_death klaunch__death(kernel_t *k, int st, bool asked, char *why, size_
     if (!asked)
         k->stats->deaths[death]++;
     describe_exit(st, why, whysz);
+    if (asked && k->stop_end && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+        snprintf(why, whysz, "%s", k->stop_end);
     if (k->setup_why[0]) {
         snprintf(why, whysz, "could not start the kernel process: %s", k->setup_why);
         k->setup_why[0] = '\0';

@@ -851,27 +851,72 @@ int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_
     return 0;
 }
 
-/* The tenant's quotas: kernels, workspaces and the bytes its workspaces may hold. -EDQUOT. */
-static int tenant_quota(const kmgr_t *m, const char *tenant, long long new_ws_bytes)
+/* The tenant's oldest workspace kept only for downloads (no kernel, no transfer), or NULL. */
+static wspace_t *tenant_idle_ws(const kmgr_t *m, const char *tenant)
 {
-    size_t kernels = 0, spaces = 0;
-    long long bytes = new_ws_bytes;
+    wspace_t *best = NULL;
+    for (size_t i = 0; i < m->nws; i++) {
+        wspace_t *w = m->ws[i];
+        if (!w->pooled && w->kernels == 0 && w->holds == 0 && !strcmp(w->tenant, tenant) &&
+            (!best || w->last_used_us < best->last_used_us))
+            best = w;
+    }
+    return best;
+}
+
+/* The tenant's quotas: kernels, workspaces and the bytes its workspaces may hold (their
+ * sizes: a workspace's bytes, uploads included, never exceed its size). When only a new
+ * workspace does not fit, the tenant's own workspaces kept only for downloads make room, the
+ * oldest first. -EDQUOT. */
+static int tenant_quota(kmgr_t *m, const char *tenant, long long new_ws_bytes)
+{
+    size_t kernels = 0;
     for (size_t i = 0; i < m->n; i++)
         kernels += !strcmp(m->v[i]->ws->tenant, tenant);
-    for (size_t i = 0; i < m->nws; i++)
-        if (!m->ws[i]->pooled && !strcmp(m->ws[i]->tenant, tenant)) {
-            spaces++;
-            bytes += m->ws[i]->size;
-        }
-    if ((m->o.tenant_max_kernels > 0 && kernels >= (size_t)m->o.tenant_max_kernels) ||
-        (new_ws_bytes >= 0 && m->o.tenant_max_workspaces > 0 &&
-         spaces >= (size_t)m->o.tenant_max_workspaces) ||
-        (new_ws_bytes > 0 && m->o.tenant_max_bytes > 0 && bytes > m->o.tenant_max_bytes))
+    if (m->o.tenant_max_kernels > 0 && kernels >= (size_t)m->o.tenant_max_kernels)
         return -EDQUOT;
-    return 0;
+    if (new_ws_bytes < 0) /* shares one */
+        return 0;
+    for (;;) {
+        size_t spaces = 0;
+        long long bytes = new_ws_bytes;
+        for (size_t i = 0; i < m->nws; i++)
+            if (!m->ws[i]->pooled && !strcmp(m->ws[i]->tenant, tenant)) {
+                spaces++;
+                bytes += m->ws[i]->size;
+            }
+        bool over_n =
+            m->o.tenant_max_workspaces > 0 && spaces >= (size_t)m->o.tenant_max_workspaces;
+        bool over_b =
+            new_ws_bytes > 0 && m->o.tenant_max_bytes > 0 && bytes > m->o.tenant_max_bytes;
+        if (!over_n && !over_b)
+            return 0;
+        wspace_t *old = tenant_idle_ws(m, tenant);
+        if (!old)
+            return -EDQUOT;
+        log_info("workspace=%s: removed early: its tenant needs room for a new workspace "
+                 "(--tenant-max-%s)",
+                 old->id, over_n ? "workspaces" : "bytes");
+        kmgr__ws_remove(m, old);
+        wspace__free(old);
+    }
 }
 
 /* A client's start that failed before a kernel existed: counted, and returned. */
+/* CPU is shared between tenants, not between kernels: each of a tenant's n kernels weighs
+ * 1/n of a kernel's default, so 16 busy kernels of one tenant together weigh what another
+ * tenant's one kernel does (the kernels' CPU limits still cap each one). */
+static void tenant_weights(kmgr_t *m, const char *tenant)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++)
+        n += m->v[i]->cgroup && !strcmp(m->v[i]->ws->tenant, tenant);
+    for (size_t i = 0; n && i < m->n; i++)
+        if (m->v[i]->cgroup && !strcmp(m->v[i]->ws->tenant, tenant) &&
+            sbx_cgroup_set_weight(m->v[i]->cgroup, (unsigned)(KMGR_CPU_SHARES / n)) < 0)
+            log_debug("kernel=%s: cannot set its CPU weight", m->v[i]->id);
+}
+
 static int refuse(kmgr_t *m, enum kmgr_start_fail why, int r)
 {
     m->stats.start_failures[why]++;
@@ -930,11 +975,15 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         }
         snprintf(k->ws->tenant, sizeof(k->ws->tenant), "%s", tenant);
         m->v[m->n++] = k;
+        tenant_weights(m, tenant);
         log_info("kernel=%s: %s taken from the pool, workspace=%s", k->id, spec->name, k->ws->id);
         kmgr__start_begin(k, t0, true);
         *ret = k;
         return 0;
     }
+    /* a new kernel's descriptors, before anything is opened for it */
+    if ((r = kmgr__fd_room(m)) < 0)
+        return refuse(m, KMGR_FAIL_LIMIT, r);
     /* pooled kernels never push the gateway past max-kernels: one gives way */
     while (m->o.max_kernels > 0 && m->n + m->pn >= (size_t)m->o.max_kernels && kpool__shrink(m))
         ;
@@ -950,6 +999,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
     if (!k)
         return refuse(m, KMGR_FAIL_SPAWN, -errno);
     m->v[m->n++] = k;
+    tenant_weights(m, tenant);
     log_info("kernel=%s: starting %s in workspace=%s", k->id, spec->name, ws->id);
     kmgr__start_begin(k, t0, false);
     *ret = k;
@@ -1002,6 +1052,8 @@ void kmgr__remove(kmgr_t *m, kernel_t *k)
         if (m->v[i] == k) {
             memmove(&m->v[i], &m->v[i + 1], (m->n - i - 1) * sizeof(*m->v));
             m->n--;
+            if (k->ws)
+                tenant_weights(m, k->ws->tenant);
             kpool__kick(m); /* room for the pool again */
             return;
         }

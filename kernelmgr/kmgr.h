@@ -54,6 +54,8 @@ struct kmgr_opts {
     const struct kmgr_sandbox *sandbox; /* NULL: kernels run unsandboxed (development only) */
     int exec_timeout_ms;          /* wall time per execution (0: none) */
     long long output_cap;         /* iopub output bytes per execution (0: none) */
+    long long max_kernel_msg;     /* bytes per frame of a kernel's message (0: no limit); a
+                                     kernel that sends more is restarted (output_limit) */
     int max_workspaces;           /* with or without kernels (0: 2 x max_kernels, or 1024) */
     int workspace_grace_s;        /* a workspace outlives its last kernel this long */
     int tenant_max_kernels;       /* per tenant (0: only max_kernels) */
@@ -70,9 +72,19 @@ struct kmgr_opts {
     size_t npool;
     long long pool_min_available; /* refill only while the host's MemAvailable is above */
     struct kegress_limits egress; /* per kernel, for kernels with an egress policy */
+    /* descriptors (kcapacity.c): a start is refused (-EMFILE) unless the open-file limit
+     * leaves KMGR_KERNEL_FDS + fd_per_client for it beyond fd_reserve */
+    int fd_per_client; /* what a kernel's clients cost the owner (one websocket) */
+    int fd_reserve;    /* kept for everything else: connections, transfers, logs */
 };
 
+/* Descriptors one kernel costs the kernel manager (measured about 20 once running, plus 12 for
+ * the monitors of its four sockets (kzsock.c); more while it starts) */
+#define KMGR_KERNEL_FDS 44
+
 #define KMGR_TENANT_MAX 64
+/* A kernel's CPU weight (cgroup v1 cpu.shares), shared by its tenant's kernels. */
+#define KMGR_CPU_SHARES 1024u
 
 /* What a kernel is started with. */
 struct kmgr_start {
@@ -188,6 +200,20 @@ kernel_t *kmgr_at(const kmgr_t *m, size_t i);
 /* True when the host's MemAvailable is below pool_min_available: the warm pool does not
  * refill then. False when the option is 0 or MemAvailable is unknown. */
 bool kmgr_memory_short(const kmgr_t *m);
+
+/* Headroom for more kernels, read now. -1: unknown. */
+struct kmgr_capacity {
+    long long fd_limit, fd_open; /* RLIMIT_NOFILE, descriptors open */
+    long long fd_per_kernel;     /* a kernel and its clients */
+    long long fd_reserve;        /* kept for other uses */
+    long long fd_kernels;        /* more kernels the descriptors fit (-1: no limit) */
+    long long kernels_free;      /* more kernels a client may start: --max-kernels and fds */
+    long long mem_available;     /* the host's MemAvailable */
+    long long mem_per_kernel;    /* a kernel's memory limit (0: none) */
+    long long mem_kernels;       /* kernels at their limit MemAvailable fits (overcommit is
+                                    allowed: reported, never refused) */
+};
+void kmgr_capacity(const kmgr_t *m, struct kmgr_capacity *ret);
 /* Begins a drain: from now on kmgr_start refuses (-ESHUTDOWN), and the warm pool stops
  * refilling and its kernels are killed at once (they never ran user code). Kernels in use keep
  * running; the caller shuts them down. */
@@ -247,6 +273,7 @@ struct kmgr_stats {
     uint64_t message_bytes[KMGR_DIR_N]; /* header, parent header, metadata, content, buffers */
     uint64_t fork_server_restarts;      /* starts of the fork server after its first */
     uint64_t sandbox_setup_failures;    /* kernel processes whose sandbox set-up failed */
+    uint64_t shutdown_forced;           /* shutdown_requests ignored for the grace: SIGTERM */
     uint64_t cpu_ns_gone;               /* CPU time of kernels' cgroups already removed */
     struct kegress_stats egress;        /* kernels' egress proxies: connections, bytes */
 };

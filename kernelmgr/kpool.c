@@ -146,26 +146,11 @@ static void count(const kmgr_t *m, const struct kpool *p, int *ret_ready, int *r
     *ret_starting = starting;
 }
 
-/* MemAvailable in bytes, or -1 when unknown. */
-static long long mem_available(void)
-{
-    char line[128];
-    long long kb = -1;
-    FILE *f = fopen("/proc/meminfo", "re");
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
-            break;
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 bool kmgr_memory_short(const kmgr_t *m)
 {
     if (m->o.pool_min_available <= 0)
         return false;
-    long long avail = mem_available();
+    long long avail = kmgr__mem_available();
     return avail >= 0 && avail < m->o.pool_min_available;
 }
 
@@ -177,8 +162,8 @@ static bool slot_free(const kmgr_t *m)
     return false;
 }
 
-/* Room for one more pooled kernel: -EAGAIN (wait for a kick) or -ENOMEM (look again later).
- * Kernels: only what users leave free. Workspaces: when all are taken, the oldest one kept
+/* Room for one more pooled kernel: -EAGAIN (wait for a kick), -ENOMEM or -EMFILE (look again
+ * later). Kernels: only what users leave free. Workspaces: when all are taken, the oldest one kept
  * only for downloads makes room, as it would for the next user's start (which the pooled
  * kernel is, started early; the pool holds at most its target). */
 static int room(kmgr_t *m)
@@ -190,6 +175,9 @@ static int room(kmgr_t *m)
         return -EAGAIN;
     if (kmgr_memory_short(m))
         return -ENOMEM;
+    /* descriptors: a pooled kernel leaves room for a user's start beside it */
+    if (kmgr__fd_left(m) < 2 * kmgr__fd_per_kernel(m))
+        return -EMFILE;
     return 0;
 }
 
@@ -273,8 +261,10 @@ static void on_refill(void *data)
         return;
     }
     int r = room(m);
-    if (r == -ENOMEM) {
-        log_debug("pool: host memory below --pool-min-available; not refilling");
+    if (r == -ENOMEM || r == -EMFILE) {
+        log_debug("pool: %s; not refilling",
+                  r == -ENOMEM ? "host memory below --pool-min-available"
+                               : "the open-file limit leaves no room beside a user's start");
         rearm(m, POOL_MEM_RETRY_MS);
         return;
     }

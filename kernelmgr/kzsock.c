@@ -2,6 +2,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -56,20 +59,68 @@ void kz_drain_now(kzsock_t *z)
         kz_drain(z);
 }
 
-int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
-            const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
-            void *data)
+/* The monitor's events: a disconnect starts the oversize watch, a retry ends it. */
+static void kz_mon_drain(void *data)
+{
+    kzsock_t *z = data;
+    for (;;) {
+        zmq_msg_t ev, ep;
+        zmq_msg_init(&ev);
+        if (!z->mon || zmq_msg_recv(&ev, z->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&ev) >= sizeof(event))
+            memcpy(&event, zmq_msg_data(&ev), sizeof(event));
+        bool more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        while (more) { /* the endpoint */
+            zmq_msg_init(&ep);
+            if (zmq_msg_recv(&ep, z->mon, ZMQ_DONTWAIT) < 0)
+                more = false;
+            else
+                more = zmq_msg_more(&ep);
+            zmq_msg_close(&ep);
+        }
+        if (event == ZMQ_EVENT_DISCONNECTED)
+            z->evl->timer_arm(z->evl, z->quiet, KZ_OVERSIZE_CONFIRM_MS);
+        else
+            z->evl->timer_disarm(z->evl, z->quiet);
+    }
+}
+
+static int kz_monitor(kzsock_t *z)
+{
+    static unsigned long long seq;
+    char ep[64];
+    int zero = 0, zfd;
+    size_t fdsz = sizeof(zfd);
+    snprintf(ep, sizeof(ep), "inproc://kgw-kzmon-%llu", ++seq);
+    if (zmq_socket_monitor(z->s, ep,
+                           ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED |
+                               ZMQ_EVENT_CONNECT_DELAYED | ZMQ_EVENT_CONNECT_RETRIED) < 0)
+        return -errno;
+    if (!(z->mon = zmq_socket(z->zctx, ZMQ_PAIR)))
+        return -errno;
+    zmq_setsockopt(z->mon, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_connect(z->mon, ep) < 0 || zmq_getsockopt(z->mon, ZMQ_FD, &zfd, &fdsz) < 0)
+        return -errno;
+    /* (the loop watches a dup of its own: no second one here, descriptors add up per session) */
+    if (!(z->mon_io = z->evl->io_add(z->evl, zfd, kz_mon_drain, z)))
+        return errno ? -errno : -ENOMEM;
+    /* ZMQ_FD is edge-triggered, and its first signal may have gone to the calls above: read
+     * what is there, so the next event signals again (only kz_mon_drain uses the socket). */
+    kz_mon_drain(z);
+    return 0;
+}
+
+/* The ZeroMQ side: socket, options, connect, its fd on the loop (and its monitor). */
+static int kz_connect(kzsock_t *z)
 {
     int zero = 0, ivl = 10, hwm = 10000, zfd;
     size_t fdsz = sizeof(zfd);
-    int err;
-
-    memset(z, 0, sizeof(*z));
-    z->fd = -1;
-    z->evl = evl;
-    z->on_msg = on_msg;
-    z->data = data;
-    z->s = zmq_socket(zctx, type);
+    z->s = zmq_socket(z->zctx, z->type);
     if (!z->s)
         return -errno;
     zmq_setsockopt(z->s, ZMQ_LINGER, &zero, sizeof(zero));
@@ -82,45 +133,112 @@ int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
     /* A kernel's PUB socket drops what does not fit in its queue plus ours: give iopub a deep
      * queue on this side, so a gateway briefly starved of CPU (the kernel and its client
      * spinning on two cores) does not lose a kernel's output, its final status included. */
-    int rcvhwm = type == ZMQ_SUB ? 100000 : hwm;
+    int rcvhwm = z->type == ZMQ_SUB ? 100000 : hwm;
     zmq_setsockopt(z->s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
     zmq_setsockopt(z->s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-    if (identity && zmq_setsockopt(z->s, ZMQ_ROUTING_ID, identity, strlen(identity)) < 0)
-        goto fail;
-    if (type == ZMQ_SUB && zmq_setsockopt(z->s, ZMQ_SUBSCRIBE, "", 0) < 0)
-        goto fail;
-    if (zmq_connect(z->s, endpoint) < 0)
-        goto fail;
+    if (z->maxmsg > 0) {
+        int64_t max = z->maxmsg;
+        if (zmq_setsockopt(z->s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0)
+            return -errno;
+    }
+    if (z->identity && zmq_setsockopt(z->s, ZMQ_ROUTING_ID, z->identity, strlen(z->identity)) < 0)
+        return -errno;
+    if (z->type == ZMQ_SUB && zmq_setsockopt(z->s, ZMQ_SUBSCRIBE, "", 0) < 0)
+        return -errno;
+    int r = z->maxmsg > 0 && z->on_oversize ? kz_monitor(z) : 0; /* before connect */
+    if (r < 0)
+        return r;
+    if (zmq_connect(z->s, z->endpoint) < 0)
+        return -errno;
     if (zmq_getsockopt(z->s, ZMQ_FD, &zfd, &fdsz) < 0)
-        goto fail;
+        return -errno;
     z->fd = fcntl(zfd, F_DUPFD_CLOEXEC, 3);
     if (z->fd < 0)
-        goto fail;
-    z->again = evl->timer_new(evl, kz_drain, z);
-    if (!z->again)
-        goto fail;
-    z->io = evl->io_add(evl, z->fd, kz_drain, z);
+        return -errno;
+    z->io = z->evl->io_add(z->evl, z->fd, kz_drain, z);
     if (!z->io)
+        return errno ? -errno : -ENOMEM;
+    z->evl->timer_arm(z->evl, z->again, 0); /* what was signalled before the watch began */
+    return 0;
+}
+
+static void kz_disconnect(kzsock_t *z)
+{
+    if (z->evl) {
+        evl_io_destroy(z->evl, &z->io);
+        evl_io_destroy(z->evl, &z->mon_io);
+    }
+    if (z->fd >= 0)
+        close(z->fd);
+    z->fd = -1;
+    if (z->s) {
+        if (z->mon)
+            zmq_socket_monitor(z->s, NULL, 0);
+        zmq_close(z->s);
+    }
+    z->s = NULL;
+    if (z->mon)
+        zmq_close(z->mon);
+    z->mon = NULL;
+}
+
+/* A disconnect libzmq does not retry: the peer sent a frame over the limit. */
+static void kz_on_quiet(void *data)
+{
+    kzsock_t *z = data;
+    int r;
+    log_warn("kernel socket %.128s: a message over the limit of %lld bytes per frame was "
+             "refused; connecting again",
+             z->endpoint, z->maxmsg);
+    kz_disconnect(z);
+    if ((r = kz_connect(z)) < 0) {
+        log_error("kernel socket %.128s: cannot connect again: %s", z->endpoint, strerror(-r));
+        kz_disconnect(z);
+    }
+    if (z->on_oversize)
+        z->on_oversize(z->data, z);
+}
+
+int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
+            const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
+            void *data, long long maxmsg, void (*on_oversize)(void *, kzsock_t *))
+{
+    int err;
+
+    memset(z, 0, sizeof(*z));
+    z->fd = -1;
+    z->evl = evl;
+    z->zctx = zctx;
+    z->type = type;
+    z->on_msg = on_msg;
+    z->data = data;
+    z->maxmsg = maxmsg;
+    z->on_oversize = on_oversize;
+    if ((identity && !(z->identity = strdup(identity))) || !(z->endpoint = strdup(endpoint)) ||
+        !(z->again = evl->timer_new(evl, kz_drain, z)) ||
+        !(z->quiet = evl->timer_new(evl, kz_on_quiet, z))) {
+        err = errno ? -errno : -ENOMEM;
+        goto fail;
+    }
+    if ((err = kz_connect(z)) < 0)
         goto fail;
     return 0;
 fail:
-    err = -errno;
     kz_close(z);
     return err ? err : -EIO;
 }
 
 void kz_close(kzsock_t *z)
 {
+    kz_disconnect(z);
     if (z->evl) {
-        evl_io_destroy(z->evl, &z->io);
         evl_timer_destroy(z->evl, &z->again);
+        evl_timer_destroy(z->evl, &z->quiet);
     }
-    if (z->fd >= 0)
-        close(z->fd);
-    z->fd = -1;
-    if (z->s)
-        zmq_close(z->s);
-    z->s = NULL;
+    free(z->identity);
+    z->identity = NULL;
+    free(z->endpoint);
+    z->endpoint = NULL;
 }
 
 int kz_send(kzsock_t *z, const jspan_t *frames, size_t n)

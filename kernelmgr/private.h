@@ -81,7 +81,14 @@ struct kmgr {
 };
 
 /* A watched ZeroMQ socket. ZMQ_FD is edge-triggered: after every send on the socket the
- * owner re-checks ZMQ_EVENTS (kz_after_send) so no arrival is missed. */
+ * owner re-checks ZMQ_EVENTS (kz_after_send) so no arrival is missed.
+ *
+ * With a message limit (maxmsg > 0) libzmq refuses a frame over it from its header, before
+ * allocating it, and drops the connection for good (a protocol error: libzmq 4.3 does not
+ * reconnect then). A monitor tells that drop from a peer that went away (which libzmq retries
+ * at once): a disconnect with no retry within KZ_OVERSIZE_CONFIRM_MS is an oversize message;
+ * the socket is then opened again and on_oversize runs. */
+#define KZ_OVERSIZE_CONFIRM_MS 1000
 typedef struct kzsock {
     void *s;
     int fd; /* dup of ZMQ_FD, owned */
@@ -90,11 +97,23 @@ typedef struct kzsock {
     evl_t *evl;
     void (*on_msg)(void *data, struct kzsock *z, zmq_msg_t *frames, size_t n);
     void *data;
+    /* to open it again, and the oversize watch (maxmsg > 0) */
+    void *zctx;
+    int type;
+    char *identity, *endpoint;
+    long long maxmsg;
+    void (*on_oversize)(void *data, struct kzsock *z);
+    void *mon;      /* PAIR socket reading the socket's monitor events */
+    evl_io_t *mon_io; /* on its ZMQ_FD */
+    evl_timer_t *quiet; /* a disconnect not followed by a retry: oversize */
 } kzsock_t;
 
+/* maxmsg: bytes per frame from the peer (0: libzmq's default, none); on_oversize runs once
+ * the socket was reset for a frame over it (NULL: no watch, and the connection stays
+ * dropped). A watch costs three descriptors. */
 int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
             const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
-            void *data);
+            void *data, long long maxmsg, void (*on_oversize)(void *, kzsock_t *));
 void kz_close(kzsock_t *z);
 /* Sends frames (MORE on all but the last); -EAGAIN when the queue is full. */
 int kz_send(kzsock_t *z, const jspan_t *frames, size_t n);
@@ -242,6 +261,13 @@ struct kernel {
     sbx_pending_t *pending; /* an exec'd start whose proxy the gateway has not let go yet */
     evl_io_t *pending_io;
     int setup_fd;        /* the sandbox's set-up report (-1: none) */
+    int err_fd;          /* the read end of the process's stderr (kstderr.c; -1: none) */
+    evl_io_t *err_io;    /* NULL while paused (err_pause armed) */
+    evl_timer_t *err_pause;
+    uint64_t err_window_ms; /* the pacing window: since when, bytes read in it */
+    size_t err_window_bytes;
+    struct tailbuf *err_tail; /* its newest bytes (NULL until the first) */
+    char last_cause[512]; /* why the process ended unasked, for clients (kernel_last_cause) */
     uint64_t spawn_us;
     char setup_why[256]; /* why the sandbox's set-up failed */
     bool forked;         /* this process came from the fork server */
@@ -256,6 +282,10 @@ struct kernel {
     bool got_reply, got_iopub, got_starting; /* the start's proofs (check_ready) */
     bool probing; /* a kernel_info_request of on_nudge may still be answered on iopub */
     int stop_stage; /* 0 running, 1 shutdown_request sent, 2 SIGTERM sent */
+    char stop_msg_id[40]; /* the gateway's shutdown_request ("": none awaiting its reply) */
+    const char *stop_end; /* the gateway ended the process at once: why (its shutdown_reply
+                             came, or it had not finished its start); NULL: not */
+    uint64_t stop_us;     /* when it was sent */
     int hb_missed, restarts;
     bool hb_outstanding;
 
@@ -265,7 +295,7 @@ struct kernel {
     long long exec_cpu0;  /* the cgroup's CPU time when the execution began (-1: unknown) */
     long long exec_pids0; /* ... and its forks refused at the pids limit */
     enum kernel_outcome stop_outcome; /* why the process is being stopped (kernel__stop_why) */
-    char stop_cause[200];
+    char stop_cause[512];
     struct list waiters; /* kwait_t.link, newest first */
     kcall_t *calls;      /* callbacks */
 
@@ -316,6 +346,17 @@ void kmgr__ws_remove(kmgr_t *m, wspace_t *w);
 /* The least recently used workspace no kernel uses and no transfer holds (kept for downloads
  * only), or NULL. */
 wspace_t *kmgr__ws_idle(kmgr_t *m);
+
+/* kstderr.c: a kernel process's stderr, its newest TAILBUF_SIZE bytes kept.
+ * open: a new pipe for the process about to start (the tail starts empty); ret_wfd is its write
+ * end, for the process (the caller closes it once the process has it). drain: what is left,
+ * once the process has ended; the pipe is closed. excerpt: its last lines, short and printable,
+ * secrets blotted out (tailbuf_excerpt); log: its last lines to the log, as warnings. */
+int kstderr__open(kernel_t *k, int *ret_wfd);
+void kstderr__drain(kernel_t *k);
+void kstderr__free(kernel_t *k);
+size_t kstderr__excerpt(const kernel_t *k, char *out, size_t outsz);
+void kstderr__log(const kernel_t *k);
 
 /* kinstance.c: a kernel's set-up and teardown.
  * egress: the kernel's egress policy (NULL or empty: none; copied). own: its owner. */
@@ -372,11 +413,19 @@ void kernel__on_exit_io(void *data);
 /* kexec.c: the execution watch. A client's execute_request was sent to the kernel
  * (kconn_send). */
 void kexec__track_sent(kernel_t *k, const char *msg_id);
-/* iopub: a status message; another message (error, execute_input); whether an output
- * message is over the execution's output cap (then it is dropped). */
+/* iopub: a status message; another message (error, execute_input); what the execution's
+ * output cap makes of an output message: relayed as it is, dropped (the cap was reached
+ * before), or relayed with *ret_content (to free()) instead of its content and buffers (the
+ * message that crosses the cap, cut to it: protocol/jcap.h). */
+enum kexec_cap { KEXEC_CAP_PASS, KEXEC_CAP_DROP, KEXEC_CAP_CUT };
 void kexec__status(kernel_t *k, const jmsg_t *m);
 void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h);
-bool kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h);
+enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
+                               char **ret_content);
+/* A message from the kernel on chan went over --max-kernel-message-bytes (libzmq refused it and
+ * the socket was reset): the requests in flight end with output_limit and the kernel restarts
+ * (what it sent meanwhile is lost, so its later messages cannot be trusted to come). */
+void kexec__oversize(kernel_t *k, const char *chan);
 /* The execution in progress, if any, is over (how: its status in the statistics). */
 void kexec__finish(kernel_t *k, enum kmgr_exec how);
 /* The wall-time timer (data: the kernel). */
@@ -446,6 +495,14 @@ void kpool__lost(kmgr_t *m, kernel_t *k, bool failed);
 void kpool__kick(kmgr_t *m);
 void kpool__remove(kmgr_t *m, kernel_t *k);
 /* Sandbox uid slots: -1 when all are taken. */
+/* kcapacity.c: MemAvailable in bytes (-1: unknown); descriptors a new kernel costs; the
+ * descriptors left for new kernels (LLONG_MAX: no limit); 0 when one more kernel fits, else
+ * -EMFILE (logged) after the warm pool gave way. */
+long long kmgr__mem_available(void);
+long long kmgr__fd_per_kernel(const kmgr_t *m);
+long long kmgr__fd_left(const kmgr_t *m);
+int kmgr__fd_room(kmgr_t *m);
+
 long kmgr__slot_take(kmgr_t *m);
 void kmgr__slot_put(kmgr_t *m, long slot);
 void kinstance__endpoint(const kernel_t *k, int port, char *out, size_t outsz);

@@ -24,6 +24,13 @@ uid_t wspace_uid(const wspace_t *w);
 gid_t wspace_gid(const wspace_t *w);
 /* Capacity in bytes (0: unbounded, unsandboxed development mode). */
 long long wspace_size_limit(const wspace_t *w);
+/* Charges len bytes of the file fd (in the workspace) from off to the memory cgroup of a
+ * running kernel of the workspace, before the caller writes them: files the gateway writes
+ * there count against the kernel's memory limit as the kernel's own writes do, not against the
+ * gateway (sbx_cgroup_charge). -ESRCH: no running sandboxed kernel (the bytes are then the
+ * gateway's, bounded by the workspace's size); -ENOMEM: over the kernel's memory limit;
+ * -ENOSPC: the workspace is full. Blocks for a fork and the allocation. */
+int wspace_charge(wspace_t *w, int fd, long long off, long long len);
 /* Number of kernels using it. */
 int wspace_kernels(const wspace_t *w);
 /* Marks it used now: with no kernel, its grace period starts again. */

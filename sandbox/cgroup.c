@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -348,6 +349,19 @@ int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,
     return r;
 }
 
+int sbx_cgroup_set_weight(sbx_cgroup_t *cg, unsigned shares)
+{
+    char v[32];
+    shares = shares < 2 ? 2 : shares > 262144 ? 262144 : shares;
+    if (cg->cgs->version == 1) {
+        snprintf(v, sizeof(v), "%u", shares);
+        return write_file(cg->path[2], "cpu.shares", v);
+    }
+    unsigned w = (unsigned)((unsigned long long)shares * 100 / 1024);
+    snprintf(v, sizeof(v), "%u", w < 1 ? 1 : w > 10000 ? 10000 : w);
+    return write_file(cg->path[0], "cpu.weight", v);
+}
+
 int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name)
 {
     char to[NCTL][PATH_MAX];
@@ -479,6 +493,60 @@ void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret)
     else if (!v1 && read_held(&cg->cpu_fd, cg->path[0], "cpu.stat", buf, sizeof(buf)) > 0 &&
              !strncmp(buf, "usage_usec ", 11)) /* the first line (kernel/cgroup/rstat.c) */
         ret->cpu_ns = atoll(buf + 11) * 1000;
+}
+
+/* The cgroup's memory limit less its use, bytes (LLONG_MAX: no limit or unknown). */
+static long long mem_room(const sbx_cgroup_t *cg)
+{
+    char lim[64], use[64];
+    bool v1 = cg->cgs->version == 1;
+    if (read_file(cg->path[0], v1 ? "memory.limit_in_bytes" : "memory.max", lim, sizeof(lim)) <=
+            0 ||
+        read_file(cg->path[0], v1 ? "memory.usage_in_bytes" : "memory.current", use,
+                  sizeof(use)) <= 0 ||
+        !strncmp(lim, "max", 3))
+        return LLONG_MAX;
+    return atoll(lim) - atoll(use);
+}
+
+int sbx_cgroup_charge(sbx_cgroup_t *cg, int fd, long long off, long long len)
+{
+    if (len <= 0)
+        return 0;
+    if (mem_room(cg) < len)
+        return -ENOMEM;
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof(p), "%s/cgroup.procs", cg->path[0]); /* v1: the memory hierarchy */
+    int procs = open(p, O_WRONLY | O_CLOEXEC);
+    if (procs < 0)
+        return -errno;
+    int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = -errno;
+        close(procs);
+        if (adj >= 0)
+            close(adj);
+        return err;
+    }
+    if (pid == 0) { /* async-signal-safe calls only: the gateway has other threads */
+        /* should the cgroup's OOM killer run after all, this child goes first, not a kernel */
+        if (adj >= 0 && write(adj, "1000", 4) < 0)
+            _exit(EIO);
+        if (write(procs, "0", 1) < 0)
+            _exit(errno);
+        _exit(fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) < 0 ? errno : 0);
+    }
+    close(procs);
+    if (adj >= 0)
+        close(adj);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    if (WIFSIGNALED(st)) /* the cgroup's OOM killer: over its memory limit */
+        return -ENOMEM;
+    return WEXITSTATUS(st) ? -WEXITSTATUS(st) : 0;
 }
 
 long long sbx_cgroup_peak(sbx_cgroup_t *cg, bool reset)

@@ -32,6 +32,9 @@ int sbx_cgroup_attach(sbx_cgroup_t *cg, pid_t pid);
 bool sbx_cgroup_has(const sbx_cgroup_t *cg, pid_t pid);
 int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,
                           long long cpu_millis);
+/* Its CPU weight among its siblings, on cgroup v1's scale (cpu.shares: 1024 is the default,
+ * 2..262144; v2's cpu.weight gets the same fraction of its default of 100). */
+int sbx_cgroup_set_weight(sbx_cgroup_t *cg, unsigned shares);
 /* Renames it within its parent (-errno: cgroup v2 cannot rename; the name stays). */
 int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name);
 /* Gives its cgroup.procs files (one per hierarchy) to uid, so a process of that uid can move
@@ -65,6 +68,14 @@ void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret);
 /* The cgroup's peak memory use in bytes (-1: unknown); reset: start measuring again (cgroup
  * v1; on v2 the peak counts from the cgroup's creation, and reset answers -1). */
 long long sbx_cgroup_peak(sbx_cgroup_t *cg, bool reset);
+/* Charges len bytes of the file fd from off to the cgroup's memory: a short-lived child moves
+ * into the cgroup and allocates them (fallocate, FALLOC_FL_KEEP_SIZE: the file's size stays),
+ * so a tmpfs file's pages count against the cgroup, not the caller's, when the caller writes
+ * them afterwards (a page is charged to whoever allocates it; cgroup v1 and v2 alike).
+ * Truncating the file releases what was not written. -ENOMEM when the cgroup's memory limit
+ * does not leave room (checked first; should its OOM killer run anyway, the child is its first
+ * victim), -ENOSPC when the file system is full, else -errno. Blocks while the child runs. */
+int sbx_cgroup_charge(sbx_cgroup_t *cg, int fd, long long off, long long len);
 /* Kills anything left and removes the cgroup. */
 void sbx_cgroup_destroy(sbx_cgroup_t **cg);
 

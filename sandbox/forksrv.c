@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,12 +25,15 @@
 #define FORK_MSG_MAX (64 * 1024)
 #define FORK_STR_MAX 1024 /* environment and payload strings, each list */
 #define FORK_FIXED   4    /* the profile's directories */
+#define FORK_F_STDERR 1U  /* fork_wire.flags: the kernel's stderr is the 4th descriptor */
+#define FORK_FDS_MAX (4 + SBX_CGROUP_MAX_DIRS)
 
 struct fork_wire {
     uint32_t magic;
     int32_t gateway;
     uint32_t uid, root_uid;
     uint32_t nenv, npayload;
+    uint32_t flags; /* FORK_F_* */
     struct sbx_limits lim;
     /* then NUL-terminated: runtime_dir, root_dir, workspace_dir, python_dir ("" = none),
      * env..., payload... */
@@ -40,16 +44,16 @@ struct sbx_fork_req {
     char *buf;
     char **env, **payload;
     sbx_profile_t p;
-    int efd, syncfd, gofd;
+    int efd, syncfd, gofd, errfd;
     int cgdirs[SBX_CGROUP_MAX_DIRS], ncgdirs;
 };
 
-/* One message with nfds descriptors (at most 3 + SBX_CGROUP_MAX_DIRS) to the fork server,
+/* One message with nfds descriptors (at most FORK_FDS_MAX) to the fork server,
  * without blocking: sendmsg's result. */
 static ssize_t send_fds(int server, const void *buf, size_t len, const int *fds, int nfds)
 {
     union {
-        char buf[CMSG_SPACE((3 + SBX_CGROUP_MAX_DIRS) * sizeof(int))];
+        char buf[CMSG_SPACE(FORK_FDS_MAX * sizeof(int))];
         struct cmsghdr align;
     } u;
     struct iovec iov = {(void *)buf, len};
@@ -71,7 +75,8 @@ int sbx_start_forked(const struct sbx_start_opts *opts, pid_t *ret_pid, int *ret
     int server = opts->server;
     int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
     struct fork_wire w = {.magic = FORK_MAGIC, .gateway = (int32_t)getpid(), .uid = p->uid,
-                          .root_uid = p->root_uid, .lim = *p->lim};
+                          .root_uid = p->root_uid, .lim = *p->lim,
+                          .flags = p->stderr_fd >= 0 ? FORK_F_STDERR : 0};
     const char *fixed[FORK_FIXED] = {p->runtime_dir, p->root_dir,
                                      p->workspace_dir ? p->workspace_dir : "",
                                      p->python_dir ? p->python_dir : ""};
@@ -105,10 +110,11 @@ int sbx_start_forked(const struct sbx_start_opts *opts, pid_t *ret_pid, int *ret
         r = -errno;
         goto fail;
     }
-    int fds[3 + SBX_CGROUP_MAX_DIRS] = {efd[1], syncp[1], gop[0]};
+    int fds[FORK_FDS_MAX] = {efd[1], syncp[1], gop[0], p->stderr_fd};
+    int nfixed = p->stderr_fd >= 0 ? 4 : 3;
     for (int i = 0; i < p->ncgroup_dirfds; i++)
-        fds[3 + i] = p->cgroup_dirfds[i];
-    if (send_fds(server, msg, len, fds, 3 + p->ncgroup_dirfds) != (ssize_t)len) {
+        fds[nfixed + i] = p->cgroup_dirfds[i];
+    if (send_fds(server, msg, len, fds, nfixed + p->ncgroup_dirfds) != (ssize_t)len) {
         r = errno == EAGAIN ? -ETIMEDOUT : -errno;
         snprintf(why, whysz, "cannot reach the fork server: %s", strerror(-r));
         goto fail;
@@ -181,6 +187,8 @@ void sbx_fork_req_free(sbx_fork_req_t **pr)
         close(r->syncfd);
     if (r->gofd >= 0)
         close(r->gofd);
+    if (r->errfd >= 0)
+        close(r->errfd);
     for (int i = 0; i < r->ncgdirs; i++)
         close(r->cgdirs[i]);
     free(r->buf);
@@ -194,13 +202,13 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
 {
     sbx_fork_req_t *r = calloc(1, sizeof(*r));
     union {
-        char buf[CMSG_SPACE((3 + SBX_CGROUP_MAX_DIRS) * sizeof(int))];
+        char buf[CMSG_SPACE(FORK_FDS_MAX * sizeof(int))];
         struct cmsghdr align;
     } u;
     int err = EBADMSG;
     if (!r)
         return -ENOMEM;
-    r->efd = r->syncfd = r->gofd = -1;
+    r->efd = r->syncfd = r->gofd = r->errfd = -1;
     if (!(r->buf = malloc(FORK_MSG_MAX + 1))) {
         free(r);
         return -ENOMEM;
@@ -215,7 +223,7 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
         err = n == 0 ? EPIPE : errno;
         goto fail;
     }
-    int fds[3 + SBX_CGROUP_MAX_DIRS], nfds = 0;
+    int fds[FORK_FDS_MAX], nfds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && !nfds &&
             c->cmsg_len >= CMSG_LEN(sizeof(int)) && c->cmsg_len <= CMSG_LEN(sizeof(fds))) {
@@ -231,12 +239,17 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
         sbx_fork_req_free(&r);
         return moved < 0 ? moved : SBX_FORK_MOVED;
     }
-    if (nfds >= 3 && magic == FORK_MAGIC) {
+    uint32_t flags = 0;
+    if ((size_t)n >= sizeof(r->w))
+        memcpy(&flags, r->buf + offsetof(struct fork_wire, flags), sizeof(flags));
+    int nfixed = flags & FORK_F_STDERR ? 4 : 3;
+    if (nfds >= nfixed && nfds - nfixed <= SBX_CGROUP_MAX_DIRS && magic == FORK_MAGIC) {
         r->efd = fds[0];
         r->syncfd = fds[1];
         r->gofd = fds[2];
-        r->ncgdirs = nfds - 3; /* the kernel's cgroup, for its proxy to move into */
-        memcpy(r->cgdirs, fds + 3, (size_t)r->ncgdirs * sizeof(int));
+        r->errfd = nfixed > 3 ? fds[3] : -1;
+        r->ncgdirs = nfds - nfixed; /* the kernel's cgroup, for its proxy to move into */
+        memcpy(r->cgdirs, fds + nfixed, (size_t)r->ncgdirs * sizeof(int));
     } else {
         for (int i = 0; i < nfds; i++)
             close(fds[i]);
@@ -277,7 +290,7 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
                            .python_dir = strs[3][0] ? strs[3] : NULL, .uid = r->w.uid,
                            .root_uid = r->w.root_uid, .lim = &r->w.lim, .cgroup = NULL,
                            .cgroup_dirfds = r->cgdirs, .ncgroup_dirfds = r->ncgdirs,
-                           .init_fd = init_fd, .envp = r->env, .stderr_fd = -1};
+                           .init_fd = init_fd, .envp = r->env, .stderr_fd = r->errfd};
     free(strs);
     *ret = r;
     return 0;

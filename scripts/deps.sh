@@ -6,7 +6,7 @@ set -eu
 PKGS="meson ninja-build pkg-config gcc libc6-dev libzmq3-dev libwebsockets-dev libjansson-dev
 libsodium-dev uuid-dev libseccomp-dev libssl-dev python3-dev python3-ipykernel python3-jupyter-client"
 if [ "${1:-}" = "--test" ]; then
-    PKGS="$PKGS jupyter-server python3-websockets python3-pytest python3-numpy python3-pandas python3-matplotlib python3-pip libsystemd-dev valgrind nodejs npm openssl clang libclang-rt-14-dev prometheus haproxy yamllint"
+    PKGS="$PKGS jupyter-server python3-websockets python3-pytest python3-numpy python3-pandas python3-matplotlib python3-pip libsystemd-dev valgrind nodejs npm openssl clang libclang-rt-14-dev prometheus haproxy yamllint chromium"
 fi
 if [ "${1:-}" = "--package" ]; then
     PKGS="$PKGS debhelper dpkg-dev fakeroot lintian libsystemd-dev systemd prometheus python3-websockets"
@@ -26,7 +26,8 @@ $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || true
 # shellcheck disable=SC2086
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2
 # prometheus is here for promtool, haproxy for the scale-out test's router (each test starts its
-# own): a machine booted with systemd would also start the servers
+# own): a machine booted with systemd would also start the servers; chromium for the playground
+# test (tests/playground drives it headless with puppeteer-core, which downloads no browser)
 for s in prometheus haproxy; do
     case " $missing " in *" $s "*)
         [ -d /run/systemd/system ] && $SUDO systemctl disable --now "$s.service" >&2 || true;;

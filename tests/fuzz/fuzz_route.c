@@ -49,6 +49,8 @@ static const struct {
     {ROUTE_READY, "/check_ready"},
     {ROUTE_OPENAPI, "/openapi.json"},
     {ROUTE_METRICS, "/metrics"},
+    {ROUTE_PLAYGROUND, "/"},
+    {ROUTE_PLAYGROUND_ASSET, "/playground/%N"},
 };
 
 static const char *shape_of(enum route_id id)

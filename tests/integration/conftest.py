@@ -111,7 +111,8 @@ def _wait_ready(gw, timeout=30):
     raise RuntimeError("server did not become ready:\n" + gw.log())
 
 
-def start_gateway(extra_args=(), env=None):
+def start_gateway(extra_args=(), env=None, prefix=()):
+    """prefix: a command kgw (and KGW_WRAPPER) runs under, e.g. prlimit."""
     port = free_port()
     token = secrets.token_hex(16)
     log = tempfile.NamedTemporaryFile(prefix="kgw-test-", suffix=".log", delete=False)
@@ -128,7 +129,8 @@ def start_gateway(extra_args=(), env=None):
     else:
         # Test modules share a gateway and many of them present wrong keys on purpose: the
         # failed-login and request-rate limits are off unless a test asks for them.
-        argv = [*shlex.split(os.environ.get("KGW_WRAPPER", "")), KGW_BIN, "--ip", "127.0.0.1",
+        argv = [*prefix, *shlex.split(os.environ.get("KGW_WRAPPER", "")), KGW_BIN,
+                "--ip", "127.0.0.1",
                 "--port", str(port), "--api-key", token, "--log-level", "debug",
                 "--auth-fail-limit=0", "--rate-limit=0",
                 *shlex.split(os.environ.get("KGW_EXTRA_ARGS", "")), *extra_args]
@@ -237,8 +239,8 @@ def gateway_factory():
     """Start extra servers with custom flags; all are stopped at the end of the test."""
     started = []
 
-    def make(*args, env=None):
-        gw = start_gateway(args, env=env)
+    def make(*args, env=None, prefix=()):
+        gw = start_gateway(args, env=env, prefix=prefix)
         started.append(gw)
         return gw
 

@@ -1348,34 +1348,81 @@ def gateway_memory_mib(gw):
                  for k in ("VmHWM", "VmRSS"))
 
 
-@pytest.mark.xfail(strict=True, reason="open: libzmq allocates a kernel's whole frame before "
-                   "the gateway sees it; ZMQ_MAXMSGSIZE resets the connection and loses the "
-                   "execution's later messages. Bounded today only by the kernel's --mem-limit.")
-def test_kernel_cannot_balloon_gateway_memory(gateway_factory):
-    """The gateway runs outside every kernel's cgroup. A kernel that sends huge iopub messages
-    (whatever their signature) must not make it hold much more than its own per-execution
-    output cap: here 4 messages of 128 MiB against a 16 MiB cap. (Without a bound, the
-    messages a kernel can send are limited only by its own --mem-limit, and a few kernels at
-    once can exhaust the host through the gateway.)"""
-    g = gateway_factory("--mem-limit", str(1024 * MiB), "--output-cap", str(16 * MiB))
-    S.assert_sandboxed_gateway(g)
-    kid = S.new_kernel(g)
-    kexec(g, kid, "1+1", guard=False)
-    _, before = gateway_memory_mib(g)
-    ex = kexec(g, kid, """
+BALLOON = """
 k = get_ipython().kernel
 big = b"\\xa5" * (128 << 20)
 for i in range(4):
     k.session.send(k.iopub_socket, "display_data", {"data": {"text/plain": "x"}, "metadata": {}},
                    parent=k.get_parent("shell"), buffers=[big])
 del big
-""", timeout=120)
-    assert ex.status == "ok", S.errors_of(ex)
-    time.sleep(1)
+"""
+
+
+def back_after_restart(g, kid, timeout=60):
+    """Waits until the kernel has been restarted and is idle (a request sent while the old
+    process is still being stopped would end with the restart's outcome)."""
+    deadline = time.monotonic() + timeout
+    while g.request("GET", f"/api/kernels/{kid}")[1].get("execution_state") != "idle":
+        assert time.monotonic() < deadline, "the kernel did not come back after its restart"
+        time.sleep(0.2)
+
+
+def test_kernel_cannot_balloon_gateway_memory(gateway_factory):
+    """The gateway runs outside every kernel's cgroup. A kernel that sends huge iopub messages
+    (whatever their signature) must not make it hold more than --max-kernel-message-bytes per
+    message: here 4 messages of 128 MiB against a 32 MiB limit. libzmq refuses such a frame from
+    its header and drops the connection; the gateway connects again, ends the execution with
+    outcome output_limit naming the limit and restarts the kernel, so every request still gets
+    its answer (the idle included) and the next cell runs. (Without a bound, the messages a
+    kernel can send are limited only by its own --mem-limit, and a few kernels at once can
+    exhaust the host through the gateway.)"""
+    limit = 32 * MiB
+    g = gateway_factory("--mem-limit", str(1024 * MiB), "--output-cap", str(16 * MiB),
+                        "--max-kernel-message-bytes", str(limit))
+    S.assert_sandboxed_gateway(g)
+    kid = S.new_kernel(g)
+    kexec(g, kid, "1+1", guard=False)
+    _, before = gateway_memory_mib(g)
+
+    async def on_websocket():
+        c = await J.connect(g, kid)
+        try:
+            ex = await S.aexec(c, BALLOON, timeout=120)      # reply and iopub idle, or timeout
+            await asyncio.get_running_loop().run_in_executor(None, back_after_restart, g, kid)
+            await c.wait_ready(timeout=60)
+            after = await c.execute("1+1", timeout=30)
+            return ex, after
+        finally:
+            await c.close()
+
+    ex, after = run(on_websocket(), 240)
     peak, _ = gateway_memory_mib(g)
     print(f"gateway resident memory: {before} MiB before, peak {peak} MiB")
-    assert peak - before < 64, (f"one kernel grew the gateway's memory by {peak - before} MiB "
-                                f"(output cap 16 MiB)")
+    assert peak - before < limit // MiB, (f"one kernel grew the gateway's memory by "
+                                          f"{peak - before} MiB (limit {limit // MiB} MiB)")
+    errors = [m["content"] for m in ex.of_type("error")]
+    assert [e["ename"] for e in errors] == ["OutputLimit"], S.errors_of(ex)
+    assert f"{limit} bytes" in errors[0]["evalue"], errors[0]
+    assert "--max-kernel-message-bytes" in errors[0]["evalue"], errors[0]
+    # the kernel's own reply may have come before the gateway saw the drop; either way there
+    # is one reply, and one idle (the gateway's: the kernel's was lost with the connection)
+    assert ex.reply["content"]["status"] in ("ok", "error"), ex.reply["content"]
+    assert ex.reply["content"].get("ename") in (None, "OutputLimit"), ex.reply["content"]
+    assert [S.status_of(m) for m in ex.of_type("status")].count("idle") == 1, ex.types
+    assert after.status == "ok", S.errors_of(after)
+    assert after.of_type("execute_result")[0]["content"]["data"]["text/plain"] == "2"
+
+    # the execute API: its end event says the same, and the kernel works after it
+    status, doc, _ = g.request("POST", f"/api/kernels/{kid}/execute",
+                               body={"code": S.wrap(BALLOON)},
+                               headers={"Accept": "application/json"})
+    assert status in (200, 201), (status, doc)
+    end = [e for e in doc["events"] if e["type"] == "end"]
+    assert len(end) == 1 and end[0]["status"] == "output_limit", doc["events"][-3:]
+    assert f"{limit} bytes" in end[0]["cause"], end[0]
+    peak, _ = gateway_memory_mib(g)
+    assert peak - before < limit // MiB, f"peak {peak} MiB, {before} MiB before"
+    back_after_restart(g, kid)
     ex = kexec(g, kid, "1+1", guard=False)
     assert ex.of_type("execute_result")[0]["content"]["data"]["text/plain"] == "2"
 

@@ -805,13 +805,14 @@ def test_check_liveness_and_readiness(gateway_factory):
     status, hdrs, body = call(gw, "GET", "/check_liveness", auth=False)
     assert status == 200 and jbody(body) == {"status": "ok"}
     status, hdrs, body = call(gw, "GET", "/check_ready", auth=False)
-    assert status == 200 and jbody(body) == {"status": "ready"}
+    assert status == 200 and jbody(body) == {"status": "ready", "kernels_free": 1}
     status, model, _ = gw.request("POST", "/api/kernels", {})
     assert status == 201
     status, _, body = call(gw, "GET", "/check_ready", auth=False)
     assert status == 503
     doc = jbody(body)
     assert doc["status"] == "unavailable" and "kernel limit" in doc["reason"]
+    assert doc["kernels_free"] == 0
     # at the kernel limit the gateway is alive all the same
     status, _, body = call(gw, "GET", "/check_liveness", auth=False)
     assert status == 200 and jbody(body) == {"status": "ok"}

@@ -217,3 +217,104 @@ def test_channel_client_gets_the_outcome(gateway_factory):
     errors = [m for m in iopub if m["msg_type"] == "error"]
     assert [e["content"]["ename"] for e in errors] == ["KernelDied"]
     assert all(m["parent_header"]["msg_id"] == msg_id for m in iopub)
+
+
+CUT_STREAM = "import sys\nsys.stdout.write('a' * {n})\nsys.stdout.flush()"
+CUT_RICH = ("from IPython.display import display\n"
+            "display({{'text/html': '<p>' + 'b' * {n} + '</p>', 'text/plain': 'big'}}, raw=True)")
+
+
+def test_output_cap_cuts_within_the_message(gateway_factory):
+    """The output message that crosses --output-cap is cut to it rather than dropped whole: a
+    first stream message three times the cap shows its text up to the cap and a notice naming
+    the limit; a first rich output over the cap becomes a text/plain notice. On the Jupyter
+    websocket and in the execute API's events alike."""
+    cap = 1 * MiB
+    gw = gateway_factory("--output-cap", str(cap))
+    kid = S.new_kernel(gw)
+    notice = f"[output truncated: the execution's output exceeded its limit of {cap} bytes]"
+
+    def check_text(text):
+        body, _, tail = text.partition("\n")
+        assert tail == notice + "\n", tail[:200]
+        assert set(body) == {"a"} and cap - 4096 <= len(body) <= cap, len(body)
+
+    async def go():
+        c = await J.connect(gw, kid)
+        try:
+            await S.aexec(c, "pass")                   # the containment check first
+            stream = await c.execute(CUT_STREAM.format(n=3 * cap), timeout=60)
+            rich = await c.execute(CUT_RICH.format(n=2 * cap), timeout=60)
+            return stream, rich
+        finally:
+            await c.close()
+
+    stream, rich = run(go(), 150)
+    assert stream.status == "ok" and rich.status == "ok", S.errors_of(stream) + S.errors_of(rich)
+    check_text(stream.stdout)
+    assert "output limit" in "".join(m["content"]["text"] for m in stream.of_type("stream")
+                                     if m["content"]["name"] == "stderr")
+    shown = [m["content"] for m in rich.of_type("display_data")]
+    assert [d["data"] for d in shown] == [{"text/plain": notice}], str(shown)[:300]
+
+    # the execute API: the same cut in its events, and output_limit as the end status
+    for code, kind in ((CUT_STREAM, "stream"), (CUT_RICH, "display")):
+        status, doc, _ = gw.request("POST", f"/api/kernels/{kid}/execute",
+                                    body={"code": code.format(n=3 * cap)},
+                                    headers={"Accept": "application/json"})
+        assert status in (200, 201), (status, str(doc)[:300])
+        ev = doc["events"]
+        assert ev[-1]["type"] == "end" and ev[-1]["status"] == "output_limit", ev[-1]
+        assert f"{cap} bytes" in ev[-1]["cause"], ev[-1]
+        if kind == "stream":
+            check_text("".join(e["text"] for e in ev
+                               if e["type"] == "stream" and e["name"] == "stdout"))
+        else:
+            shown = [e["data"] for e in ev if e["type"] == "display"]
+            assert shown == [{"text/plain": notice}], str(shown)[:300]
+
+
+def test_oversize_message_on_stdin_restarts_the_kernel(gateway_factory):
+    """A kernel message over --max-kernel-message-bytes on a session's own socket (here an
+    input_request with a 2 MiB prompt on stdin, against 1 MiB): libzmq refuses it and drops
+    that connection; the gateway connects the session's socket again, the execution ends with
+    OutputLimit naming the channel and the limit, and after the restart the same websocket
+    session works on every channel, stdin included."""
+    gw = gateway_factory("--max-kernel-message-bytes", str(MiB))
+    kid = S.new_kernel(gw)
+
+    def idle_again():
+        deadline = time.monotonic() + 60
+        while gw.request("GET", f"/api/kernels/{kid}")[1].get("execution_state") != "idle":
+            assert time.monotonic() < deadline, "the kernel did not come back"
+            time.sleep(0.2)
+
+    async def go():
+        c = await J.connect(gw, kid)
+        try:
+            await S.aexec(c, "pass")                   # the containment check first
+            msg_id = await c.request("execute_request", {
+                "code": "input('p' * (2 << 20))", "silent": False, "store_history": True,
+                "user_expressions": {}, "allow_stdin": True, "stop_on_error": True})
+            reply, seen = await outcome_of(c, msg_id, 60)
+            await asyncio.get_running_loop().run_in_executor(None, idle_again)
+            await c.wait_ready(timeout=60)
+            msg_id = await c.request("execute_request", {
+                "code": 'x = input("q? ")\nprint("got", x)', "silent": False,
+                "store_history": True, "user_expressions": {}, "allow_stdin": True,
+                "stop_on_error": True})
+            req = await c.recv(lambda m: m["channel"] == "stdin", 30)
+            await c.send(c.msg("input_reply", {"value": "forty two"}, channel="stdin",
+                               parent=req["header"]))
+            after, iopub = await c.collect(msg_id, timeout=30)
+            return reply, seen, req, after, iopub
+        finally:
+            await c.close()
+
+    reply, seen, req, after, iopub = run(go(), 200)
+    check_terminal(reply, seen, "OutputLimit",
+                   ["on stdin", f"limit of {MiB} bytes", "--max-kernel-message-bytes"])
+    assert req["content"]["prompt"] == "q? ", req["content"]
+    assert after["content"]["status"] == "ok", after["content"]
+    assert "".join(m["content"]["text"] for m in iopub
+                   if m["header"]["msg_type"] == "stream") == "got forty two\n"

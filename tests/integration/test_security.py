@@ -622,20 +622,32 @@ def test_tenant_quotas(tenants):
         assert status == 201, k
         made.append((bob, k["id"]))
         # a deleted kernel's workspace still counts while it is kept for downloads
+        status, first, _ = req(gw, "GET", f"/api/kernels/{made[0][1]}", alice)
         assert req(gw, "DELETE", f"/api/kernels/{made[0][1]}", alice)[0] == 204
         made.pop(0)
         status, k, _ = req(gw, "POST", "/api/kernels", alice, {})
         assert status == 201, k  # 2 kernels, 3 workspaces
         made.append((alice, k["id"]))
+        second = k
         assert req(gw, "DELETE", f"/api/kernels/{k['id']}", alice)[0] == 204
         made.pop()
-        status, body, _ = req(gw, "POST", "/api/kernels", alice, {})
-        assert status == 403, body  # 1 kernel but 3 workspaces
+        # a download uses the first: the second is now the least recently used
+        assert req(gw, "GET", f"/files?workspace={first['workspace']}", alice)[0] == 200
+        # 1 kernel and 3 workspaces: the oldest kept only for downloads makes room
+        status, k, _ = req(gw, "POST", "/api/kernels", alice, {})
+        assert status == 201, k
+        made.append((alice, k["id"]))
+        assert req(gw, "GET", f"/files?workspace={second['workspace']}", alice)[0] == 404
+        assert req(gw, "GET", f"/files?workspace={first['workspace']}", alice)[0] == 200
+        assert "its tenant needs room for a new workspace" in gw.log()
+        assert req(gw, "DELETE", f"/api/kernels/{made.pop()[1]}", alice)[0] == 204
         # sharing a workspace needs no new one
         status, model, _ = req(gw, "GET", f"/api/kernels/{made[0][1]}", alice)
         status, k, _ = req(gw, "POST", "/api/kernels", alice, {"workspace": model["workspace"]})
         assert status == 201, k
         made.append((alice, k["id"]))
+        # ... and evicts nothing
+        assert req(gw, "GET", f"/files?workspace={first['workspace']}", alice)[0] == 200
     finally:
         for key, kid in made:
             req(gw, "DELETE", f"/api/kernels/{kid}", key)

@@ -312,6 +312,31 @@ def test_restart_sends_restarting_status(gateway, kernel, proto):
 
 
 @pytest.mark.kgw_only
+def test_connection_hears_the_kernel_state_first(gateway, kernel, proto):
+    """A new connection gets the kernel's execution_state before it asks anything (parent {},
+    the gateway's session), so a client whose first kernel_info_request a proxy lost still
+    learns that the kernel is idle (or busy: the state is the kernel's, not a fixed one)."""
+    async def go():
+        c = await J.connect(gateway, kernel["id"], proto)
+        await c.wait_ready(20)
+        await c.close()
+        c = await J.connect(gateway, kernel["id"], proto)
+        first = await c.recv(timeout=5)
+        assert status_of(first) == "idle" and first["parent_header"] == {}, first
+        assert first["channel"] == "iopub" and first["header"]["session"] != c.session
+        msg_id = await c.request("execute_request", {"code": "import time; time.sleep(3)",
+                                                      "silent": False})
+        await c.recv(lambda m: status_of(m) == "busy" and
+                     m["parent_header"].get("msg_id") == msg_id)
+        other = await J.connect(gateway, kernel["id"], proto)
+        assert status_of(await other.recv(timeout=5)) == "busy"
+        await c.reply(msg_id, timeout=20)
+        await other.close()
+        await c.close()
+    run(go())
+
+
+@pytest.mark.kgw_only
 def test_start_probes_stay_private(gateway, kernel, proto):
     """The kernel_info_request the gateway sends to learn that a (re)started kernel is ready is
     its own: a client connected meanwhile sees none of the kernel's answers to it."""

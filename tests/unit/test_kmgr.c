@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "evl_poll.h"
 #include "kernelmgr/kconn.h"
 #include "kernelmgr/kmgr.h"
@@ -55,6 +57,21 @@ static struct {
     char name[80], exec[80];
     json_t *args, *kwargs;
 } H;
+
+/* the last execution's end, as listeners hear it */
+static struct {
+    int n;
+    enum kernel_outcome outcome;
+    char msg_id[64], cause[256];
+} E;
+
+static void on_exec_end(void *user, kernel_t *k, const struct kernel_exec_end *e)
+{
+    E.n++;
+    E.outcome = e->outcome;
+    snprintf(E.msg_id, sizeof(E.msg_id), "%s", e->msg_id);
+    snprintf(E.cause, sizeof(E.cause), "%s", e->cause);
+}
 
 static bool ours(const jmsg_t *m, const char *id)
 {
@@ -288,6 +305,29 @@ static void basic(evl_poll_t *lp, kmgr_t *m)
     CHECK(kmgr_executions(m) == 0);
     expect_output("second");
 
+    /* capacity: one of two kernels left; a start the open-file limit cannot carry is refused
+     * before anything is opened for it, and the headroom shows it */
+    struct kmgr_capacity cap;
+    struct rlimit rl, low;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    kmgr_capacity(m, &cap);
+    CHECK(cap.fd_limit == (long long)rl.rlim_cur && cap.fd_open > 0);
+    CHECK(cap.fd_per_kernel == KMGR_KERNEL_FDS && cap.fd_reserve == 0);
+    CHECK(cap.fd_kernels > 1 && cap.kernels_free == 1);
+    low = rl;
+    low.rlim_cur = (rlim_t)(cap.fd_open + KMGR_KERNEL_FDS - 1);
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    kmgr_capacity(m, &cap);
+    CHECK(cap.fd_kernels == 0 && cap.kernels_free == 0);
+    kernel_t *k3 = NULL;
+    long long open0 = util_open_fds();
+    CHECK(kmgr_start(m, &(struct kmgr_start){.spec_name = "python3"}, &k3) == -EMFILE);
+    CHECK(k3 == NULL && kmgr_count(m) == 1 && util_open_fds() == open0);
+    CHECK(st->start_failures[KMGR_FAIL_LIMIT] == 1);
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    kmgr_capacity(m, &cap);
+    CHECK(cap.kernels_free == 1);
+
     /* a drain refuses new kernels; the running one keeps working */
     CHECK(!kmgr_draining(m));
     kmgr_drain(m);
@@ -305,6 +345,43 @@ static void basic(evl_poll_t *lp, kmgr_t *m)
     for (int i = 0; i < KMGR_DEATH_N; i++) /* asked to end: no death */
         CHECK(st->deaths[i] == 0);
     CHECK(st->restarts[KMGR_RESTART_AUTO] == 0 && st->restarts[KMGR_RESTART_REQUESTED] == 0);
+}
+
+/* The output cap cuts the message that crosses it; a message over the per-message limit
+ * (libzmq refuses it and drops the connection for good) reopens the socket, ends the execution
+ * with output_limit and restarts the kernel, which then works. */
+static void limits(evl_poll_t *lp, kmgr_t *m)
+{
+    kernel_t *k = NULL;
+    kwait_t *w = NULL;
+    S.ready = 0;
+    CHECK(kmgr_start(m, &(struct kmgr_start){.spec_name = "python3"}, &k) == 0);
+    CHECK(kernel_wait(k, on_done, NULL, &w) == 0);
+    CHECK(evl_poll_run(lp, is_ready, NULL, 60000) && S.status == 0);
+    static const struct kconn_ops ops = {.reply = on_reply};
+    kconn_t *c = kconn_new(k, "test-session", &ops, NULL);
+    CHECK(c);
+
+    run(lp, c, "print('a' * 300)"); /* one stream message, three times the cap (100) */
+    expect_output("[output truncated: the execution's output exceeded its limit of 100 bytes]");
+    CHECK(strspn(X.out, "a") > 50 && strspn(X.out, "a") <= 100);
+    CHECK(E.outcome == KERNEL_OUT_OUTPUT_LIMIT && !strcmp(E.msg_id, X.msg_id));
+
+    int started = S.started;
+    run(lp, c,
+        "k = get_ipython().kernel\n"
+        "k.session.send(k.iopub_socket, 'display_data', {'data': {'text/plain': 'x'}, "
+        "'metadata': {}}, parent=k.get_parent('shell'), buffers=[b'x' * (2 << 20)])");
+    /* the kernel's own reply may come first: the outcome is the listeners' */
+    CHECK(E.outcome == KERNEL_OUT_OUTPUT_LIMIT && !strcmp(E.msg_id, X.msg_id));
+    CHECK(strstr(E.cause, "on iopub") && strstr(E.cause, "limit of 1048576 bytes"));
+    CHECK(evl_poll_run(lp, restarted, &started, 60000));
+    run(lp, c, "print(6*7)");
+    expect_output("42");
+    kconn_destroy(&c);
+    S.gone = 0;
+    CHECK(kernel_shutdown(k, NULL) == 0);
+    CHECK(evl_poll_run(lp, is_gone, NULL, 30000));
 }
 
 #define TIMEOUT_MS 2000
@@ -441,7 +518,8 @@ static bool under_valgrind(void)
     return (p && strstr(p, "vgpreload")) || (x && strstr(x, "--no-sandbox"));
 }
 
-static const struct kmgr_listener_ops listener_ops = {.iopub = on_iopub, .event = on_event};
+static const struct kmgr_listener_ops listener_ops = {
+    .iopub = on_iopub, .event = on_event, .exec_end = on_exec_end};
 static struct kmgr_listener listener;
 
 static kmgr_t *open_mgr(evl_t *evl, const struct kmgr_opts *o)
@@ -489,6 +567,15 @@ int main(void)
 
     basic(lp, m);
     kmgr_destroy(&m);
+
+    o.output_cap = 100;
+    o.max_kernel_msg = 1 << 20;
+    reap_m = m = open_mgr(evl_poll_evl(lp), &o);
+    CHECK(m);
+    limits(lp, m);
+    kmgr_destroy(&m);
+    o.output_cap = 0;
+    o.max_kernel_msg = 0;
 
     if (!pydir) {
         fprintf(stderr, "KGW_PYTHON_PATH unset: callbacks not tested\n");

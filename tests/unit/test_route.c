@@ -43,6 +43,7 @@ static const struct {
     {"/check_ready", ROUTE_READY, HTTP_M_GET, "", ""},
     {"/openapi.json", ROUTE_OPENAPI, HTTP_M_GET, "", ""},
     {"/metrics", ROUTE_METRICS, HTTP_M_GET, "", ""},
+    {"/playground/app.js", ROUTE_PLAYGROUND_ASSET, HTTP_M_GET, "app.js", ""},
 };
 
 static void test_good_routes(void)
@@ -63,12 +64,29 @@ static void test_good_routes(void)
     }
 }
 
+/* The playground's page is "/" alone. */
+static void test_root(void)
+{
+    struct route r;
+    CHECK_CASE("/");
+    CHECK_INT(route_match("/", 1, &r), 0);
+    CHECK_INT(r.id, ROUTE_PLAYGROUND);
+    CHECK_INT(r.methods, HTTP_M_GET);
+    CHECK(r.flags & ROUTE_F_PUBLIC);
+    CHECK_INT(route_match("/playground/app.js", 18, &r), 0);
+    CHECK(r.flags & ROUTE_F_PUBLIC);
+}
+
 static void test_bad_shapes(void)
 {
     static const char *const bad[] = {
         "",
-        "/",
         "//",
+        "///",
+        "/playground",
+        "/playground/",
+        "/playground/a/b",
+        "/playground/../app.js",
         "api",
         "api/status",
         "/API",
@@ -342,13 +360,20 @@ static void test_shard_prefix(void)
     CHECK_INT(r.id, ROUTE_DOWNLOAD);
     CHECK_INT(r.rest_len, 7);
     CHECK(!strncmp(p + r.rest_off, "a/b.txt", r.rest_len));
+    CHECK_CASE("the playground under the prefix: its root, with the slash");
+    CHECK_INT(route_match("/s/kgw-1/", 9, &r), 0);
+    CHECK_INT(r.id, ROUTE_PLAYGROUND);
+    CHECK_INT(r.prefix_len, 8);
+    CHECK_INT(route_match("/s/kgw-1/playground/app.css", 27, &r), 0);
+    CHECK_INT(r.id, ROUTE_PLAYGROUND_ASSET);
+    CHECK_STR(r.arg[0], "app.css");
+    CHECK_INT(route_match("/s/kgw-1//", 10, &r), -ENOENT);
     CHECK_CASE("unprefixed paths still match");
     CHECK_INT(route_match("/api/kernels", 12, &r), 0);
     CHECK_INT(r.prefix_len, 0);
     CHECK_CASE("another shard, a bare prefix, a prefix of the name");
     CHECK_INT(route_match("/s/kgw-2/api/kernels", 20, &r), -ENOENT);
     CHECK_INT(route_match("/s/kgw-1", 8, &r), -ENOENT);
-    CHECK_INT(route_match("/s/kgw-1/", 9, &r), -ENOENT);
     CHECK_INT(route_match("/s/kgw-/api/kernels", 19, &r), -ENOENT);
     CHECK_INT(route_match("/s/kgw-10/api/kernels", 21, &r), -ENOENT);
     CHECK_INT(route_match("/s/kgw-1/s/kgw-1/api/kernels", 28, &r), -ENOENT);
@@ -359,6 +384,7 @@ static void test_shard_prefix(void)
 int main(void)
 {
     test_good_routes();
+    test_root();
     test_bad_shapes();
     test_dot_dot();
     test_nul_and_length();

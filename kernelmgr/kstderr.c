@@ -1,0 +1,188 @@
+/* A kernel process's stderr: a pipe per process, read on the loop into a fixed ring of its
+ * newest bytes (common/tailbuf.h, TAILBUF_SIZE: whatever the kernel writes, the gateway holds no
+ * more), written to the log when the process fails to start or dies unasked, and quoted in
+ * short in the cause a client sees. The kernel's secrets (its connection key, the values of its
+ * environment) are blotted out of both. Reading is paced (RATE_BYTES per RATE_WINDOW_MS): a
+ * kernel flooding its stderr blocks on its own full pipe instead of costing the gateway's loop
+ * more than that. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/tailbuf.h"
+#include "common/util.h"
+#include "kernelmgr/private.h"
+
+#define READ_CHUNK     16384
+#define RATE_WINDOW_MS 100
+#define RATE_BYTES     (128 * 1024) /* per window: 1.25 MiB/s per kernel, then paused */
+#define DRAIN_MAX     (1 << 20)   /* read at the process's end, at most (a pipe holds 64 KiB) */
+#define EXCERPT_LINES 3
+#define LOG_LINES     40
+
+static void on_readable(void *data);
+
+static void close_pipe(kernel_t *k)
+{
+    evl_io_destroy(k->m->evl, &k->err_io);
+    if (k->err_pause)
+        k->m->evl->timer_disarm(k->m->evl, k->err_pause);
+    if (k->err_fd >= 0)
+        close(k->err_fd);
+    k->err_fd = -1;
+}
+
+/* Reads up to max bytes; false at EOF or an error (the pipe is closed then). */
+static bool read_some(kernel_t *k, size_t max)
+{
+    char buf[READ_CHUNK];
+    for (size_t got = 0; got < max;) {
+        ssize_t n = read(k->err_fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        if (n <= 0) {
+            close_pipe(k);
+            return false;
+        }
+        if (!k->err_tail && (k->err_tail = malloc(sizeof(*k->err_tail))))
+            tailbuf_init(k->err_tail);
+        if (k->err_tail)
+            tailbuf_append(k->err_tail, buf, (size_t)n);
+        got += (size_t)n;
+    }
+    return true;
+}
+
+static void on_readable(void *data)
+{
+    kernel_t *k = data;
+    evl_t *l = k->m->evl;
+    uint64_t now = util_now_ms();
+    if (now - k->err_window_ms >= RATE_WINDOW_MS) {
+        k->err_window_ms = now;
+        k->err_window_bytes = 0;
+    }
+    uint64_t before = k->err_tail ? k->err_tail->total : 0;
+    if (!read_some(k, RATE_BYTES - k->err_window_bytes))
+        return; /* EOF: closed */
+    k->err_window_bytes += (size_t)((k->err_tail ? k->err_tail->total : 0) - before);
+    if (k->err_window_bytes >= RATE_BYTES && k->err_pause) {
+        /* its share of this window is read: not watched until the next one */
+        evl_io_destroy(l, &k->err_io);
+        l->timer_arm(l, k->err_pause, k->err_window_ms + RATE_WINDOW_MS - now);
+    }
+}
+
+static void on_pause_over(void *data)
+{
+    kernel_t *k = data;
+    if (k->err_fd < 0 || k->err_io)
+        return;
+    if (!(k->err_io = k->m->evl->io_add(k->m->evl, k->err_fd, on_readable, k)))
+        close_pipe(k); /* cannot watch it: the kernel's writes fail from now on */
+}
+
+int kstderr__open(kernel_t *k, int *ret_wfd)
+{
+    int p[2];
+    close_pipe(k);
+    if (k->err_tail)
+        tailbuf_init(k->err_tail); /* a new process: its own last words */
+    if (!k->err_pause && !(k->err_pause = k->m->evl->timer_new(k->m->evl, on_pause_over, k)))
+        return errno ? -errno : -ENOMEM;
+    k->err_window_ms = 0;
+    k->err_window_bytes = 0;
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0 ||
+        !(k->err_io = k->m->evl->io_add(k->m->evl, p[0], on_readable, k))) {
+        int r = errno ? -errno : -ENOMEM;
+        close(p[0]);
+        close(p[1]);
+        return r;
+    }
+    k->err_fd = p[0];
+    *ret_wfd = p[1];
+    return 0;
+}
+
+void kstderr__drain(kernel_t *k)
+{
+    if (k->err_fd >= 0)
+        read_some(k, DRAIN_MAX);
+    close_pipe(k);
+}
+
+void kstderr__free(kernel_t *k)
+{
+    close_pipe(k);
+    evl_timer_destroy(k->m->evl, &k->err_pause);
+    free(k->err_tail);
+    k->err_tail = NULL;
+}
+
+/* Environment variables whose values are not secrets and help to read an error. */
+static bool harmless(const char *name, size_t n)
+{
+    static const char *const names[] = {"PATH", "HOME", "LANG", "TERM", "USER", "SHELL",
+                                        "PYTHONPATH", "MPLBACKEND", "PWD", "TMPDIR"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == n && !memcmp(names[i], name, n))
+            return true;
+    return n >= 3 && !memcmp(name, "LC_", 3);
+}
+
+/* The tail, oldest first, with the kernel's secrets blotted out; its length. */
+static size_t tail_copy(const kernel_t *k, char out[TAILBUF_SIZE])
+{
+    if (!k->err_tail)
+        return 0;
+    size_t n = tailbuf_copy(k->err_tail, out, TAILBUF_SIZE);
+    tailbuf_redact(out, n, k->key, strlen(k->key));
+    for (size_t i = 0; k->envp && k->envp[i]; i++) {
+        const char *eq = strchr(k->envp[i], '=');
+        if (eq && !harmless(k->envp[i], (size_t)(eq - k->envp[i])) && strlen(eq + 1) >= 6)
+            tailbuf_redact(out, n, eq + 1, strlen(eq + 1));
+    }
+    return n;
+}
+
+size_t kstderr__excerpt(const kernel_t *k, char *out, size_t outsz)
+{
+    char t[TAILBUF_SIZE];
+    size_t n = tail_copy(k, t);
+    if (outsz)
+        out[0] = '\0';
+    return n ? tailbuf_excerpt(t, n, EXCERPT_LINES, out, outsz) : 0;
+}
+
+void kstderr__log(const kernel_t *k)
+{
+    char t[TAILBUF_SIZE], line[TAILBUF_SIZE];
+    size_t n = tail_copy(k, t);
+    if (!n) {
+        log_debug("kernel=%s: its stderr was empty", k->id);
+        return;
+    }
+    /* the last LOG_LINES lines, each sanitised as an excerpt of one line */
+    size_t start = n, lines = 0;
+    while (start > 0 && lines <= LOG_LINES)
+        if (t[--start] == '\n')
+            lines++;
+    if (lines > LOG_LINES)
+        start++;
+    log_warn("kernel=%s: the end of its stderr (%llu bytes in all):", k->id,
+             (unsigned long long)k->err_tail->total);
+    for (size_t i = start; i < n;) {
+        const char *nl = memchr(t + i, '\n', n - i);
+        size_t len = nl ? (size_t)(nl - (t + i)) : n - i;
+        if (tailbuf_excerpt(t + i, len, 1, line, sizeof(line)))
+            log_warn("kernel=%s: stderr: %s", k->id, line);
+        i += len + 1;
+    }
+}

@@ -1,0 +1,1 @@
+/playground/app.js
