@@ -349,6 +349,7 @@ void kexec__finish(kernel_t *k, enum kmgr_exec how)
     k->exec_parent = NULL;
     k->exec_bytes = 0;
     k->exec_capped = false;
+    k->exec_cap_stopped = false;
     k->exec_stage = 0;
     k->exec_error = false;
     k->exec_sha[0] = '\0';
@@ -534,8 +535,8 @@ void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 
 /* Output per execution: the message that crosses the cap is cut to it (a stream's text up to
  * the cap and a notice, a rich output replaced by a notice), later output messages of that
- * execution are dropped, once with a notice. The gateway's memory stays bounded whatever the
- * kernel prints. */
+ * execution are dropped, once with a notice, and an execution that prints on is interrupted.
+ * The gateway's memory stays bounded whatever the kernel prints. */
 enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
                                char **ret_content)
 {
@@ -551,11 +552,20 @@ enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
     k->exec_bytes += n;
     if (k->exec_bytes <= k->output_cap)
         return KEXEC_CAP_PASS;
-    if (k->exec_capped)
+    if (k->exec_capped) {
+        /* it prints on past the cap: what it prints is thrown away, and the gateway would
+         * only spend its CPU receiving it. Interrupted then, not at the crossing message,
+         * which may be its last (a late SIGINT would hit the next execution). A kernel that
+         * ignores the interrupt still meets its wall-time limit. */
+        if (!k->exec_cap_stopped) {
+            k->exec_cap_stopped = true;
+            kernel_interrupt(k);
+        }
         return KEXEC_CAP_DROP;
+    }
     k->exec_capped = true;
     notice(k, "output limit of %lld bytes for this execution reached: further output is "
-              "discarded",
+              "discarded and the execution is interrupted",
            k->output_cap);
     size_t room = before < k->output_cap ? (size_t)(k->output_cap - before) : 0;
     int r = jcap_cut(h->msg_type, m->part[JPART_CONTENT], room, k->output_cap, ret_content);

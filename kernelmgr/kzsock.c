@@ -17,7 +17,8 @@ static void kz_drain(void *data)
     kzsock_t *z = data;
     zmq_msg_t frames[KZ_MAX_FRAMES];
 
-    for (int batch = 0; batch < KZ_DRAIN_BATCH; batch++) {
+    size_t bytes = 0;
+    for (int batch = 0; batch < KZ_DRAIN_BATCH && bytes < KZ_DRAIN_BYTES; batch++) {
         int ev = 0;
         size_t evsz = sizeof(ev);
         if (!z->s || zmq_getsockopt(z->s, ZMQ_EVENTS, &ev, &evsz) < 0 || !(ev & ZMQ_POLLIN))
@@ -33,6 +34,7 @@ static void kz_drain(void *data)
                 break;
             }
             more = zmq_msg_more(f);
+            bytes += zmq_msg_size(f);
             if (f == &scratch) {
                 overflow = true;
                 zmq_msg_close(f);

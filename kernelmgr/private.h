@@ -24,6 +24,7 @@
 #define KGW_MS_NOSYMFOLLOW 256 /* MS_NOSYMFOLLOW, Linux 5.10 */
 #define KZ_MAX_FRAMES (JMSG_MAX_IDS + 6 + JMSG_MAX_BUFFERS)
 #define KZ_DRAIN_BATCH 256 /* messages per socket per loop turn, for fairness */
+#define KZ_DRAIN_BYTES (256 * 1024) /* and bytes: a flood of big messages yields as often */
 #define KERNEL_SENT_MAX 32 /* execute_requests in flight tracked per kernel */
 
 /* ZeroMQ ports as used in the ipc:// transport: <dir>/k-<port>. */
@@ -243,6 +244,7 @@ struct kernel {
     char *exec_parent;       /* its header, for notices */
     long long exec_bytes;
     bool exec_capped;
+    bool exec_cap_stopped;      /* interrupted for printing on past its output cap */
     int exec_stage;          /* 0 running, 1 interrupted for exceeding its wall time */
     int64_t exec_start_us;
     bool exec_error;         /* an error message came */

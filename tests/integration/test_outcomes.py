@@ -274,6 +274,38 @@ def test_output_cap_cuts_within_the_message(gateway_factory):
             assert shown == [{"text/plain": notice}], str(shown)[:300]
 
 
+def test_printing_on_past_the_cap_is_interrupted(gateway_factory):
+    """An execution that goes on printing past --output-cap is interrupted (its output would
+    only be thrown away): an endless print loop ends within seconds with output_limit, not at
+    its wall-time limit, and the kernel keeps its state; a cell whose last output crosses the
+    cap is not interrupted, nor is the next one."""
+    gw = gateway_factory("--output-cap", str(MiB))
+    kid = S.new_kernel(gw)
+
+    def run_code(code, timeout=120):
+        status, doc, _ = gw.request("POST", f"/api/kernels/{kid}/execute",
+                                    body={"code": code, "timeout": timeout},
+                                    headers={"Accept": "application/json"})
+        assert status in (200, 201), (status, str(doc)[:300])
+        return doc["events"]
+
+    assert run_code("kgw_state = 7")[-1]["status"] == "ok"
+    t0 = time.monotonic()
+    # paced: a kernel printing flat out can batch one stream message over
+    # --max-kernel-message-bytes, which restarts it (test_kernel_cannot_balloon_gateway_memory)
+    ev = run_code("import time\nwhile True:\n    print('x' * 1000)\n    time.sleep(0.0005)")
+    took = time.monotonic() - t0
+    assert ev[-1]["status"] == "output_limit", ev[-1]
+    assert took < 30, f"the flood ran {took:.1f} s"
+    errors = [e for e in ev if e["type"] == "error"]
+    assert errors and errors[0]["ename"] == "KeyboardInterrupt", errors
+    ev = run_code(CUT_STREAM.format(n=3 * MiB) + "\nimport time; time.sleep(0.5)\n" + "kgw_state")
+    assert ev[-1]["status"] == "output_limit" and not [e for e in ev if e["type"] == "error"]
+    ev = run_code("import time; time.sleep(1); kgw_state * 6")
+    assert ev[-1]["status"] == "ok", ev[-1]
+    assert [e["data"]["text/plain"] for e in ev if e["type"] == "result"] == ["42"]
+
+
 def test_oversize_message_on_stdin_restarts_the_kernel(gateway_factory):
     """A kernel message over --max-kernel-message-bytes on a session's own socket (here an
     input_request with a 2 MiB prompt on stdin, against 1 MiB): libzmq refuses it and drops
