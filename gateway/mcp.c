@@ -116,7 +116,8 @@ static void run_restart(struct mcp_call *c, kernel_t *k);
 #define END_SCHEMA                                                                            \
     "{\"type\":\"object\",\"properties\":{"                                                   \
     "\"status\":{\"type\":\"string\",\"description\":\"ok, error, cancelled, timeout, "       \
-    "output_limit, memory_limit, kernel_died, kernel_restarted, shutdown\"},"                 \
+    "output_limit, out_of_memory, pids_limit, killed, kernel_died, kernel_restarted, "       \
+    "shutdown\"},"                                                                            \
     "\"cause\":{\"type\":\"string\"},\"duration_ms\":{\"type\":\"number\"},"                  \
     "\"cpu_ms\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}]},"                     \
     "\"peak_memory_bytes\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"         \
