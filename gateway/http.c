@@ -80,6 +80,36 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
     return add_common_headers(g, wsi, NULL, p, end);
 }
 
+static int add_hdr(struct lws *wsi, const char *name, const char *value, unsigned char **p,
+                   unsigned char *end)
+{
+    return lws_add_http_header_by_name(wsi, (const unsigned char *)name,
+                                       (const unsigned char *)value, (int)strlen(value), p, end);
+}
+
+int http_write_head(struct gw_req *r, int status, const char *ctype, const char *name,
+                    const char *value, long long length)
+{
+    unsigned char hdr[LWS_PRE + 2048], *start = hdr + LWS_PRE, *p = start,
+                                       *end = hdr + sizeof(hdr) - 1;
+    int rc = lws_add_http_header_status(r->wsi, (unsigned)status, &p, end);
+    if (ctype)
+        rc |= add_hdr(r->wsi, "content-type:", ctype, &p, end);
+    if (name)
+        rc |= add_hdr(r->wsi, name, value, &p, end);
+    rc |= http_add_common_headers(r->g, r->wsi, &p, end);
+    if (length >= 0) {
+        rc |= lws_add_http_header_content_length(r->wsi, (lws_filepos_t)length, &p, end);
+    } else {
+        rc |= add_hdr(r->wsi, "transfer-encoding:", "chunked", &p, end);
+        rc |= add_hdr(r->wsi, "x-accel-buffering:", "no", &p, end);
+    }
+    rc |= lws_finalize_http_header(r->wsi, &p, end);
+    if (rc || lws_write(r->wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
+        return -1;
+    return 0;
+}
+
 /* An answer is written whole. The connection takes the next request, or ends (-1) when the
  * client pipelined (gateway/reqguard.h) or lws says so. */
 static int transaction_done(struct lws *wsi)

@@ -103,6 +103,11 @@ int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no);
  * security headers) for writing outside lws: its length, 0 when it does not fit in outsz. */
 size_t http_format_error(gw_t *g, int status, const char *message, char *out, size_t outsz);
 int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigned char *end);
+/* Writes a response head of a handler's own: the status, Content-Type (ctype NULL: none), one
+ * more header (name like "location:", NULL: none), the common headers, and Content-Length, or
+ * for length < 0 a chunked body that proxies must not buffer. 0, or -1 when lws failed. */
+int http_write_head(struct gw_req *r, int status, const char *ctype, const char *name,
+                    const char *value, long long length);
 /* False when the decoded path (len bytes) or query holds a control byte: a DEL where
  * gateway/reqguard.c marked an escape that cannot be decoded (%00, '%' without two hex
  * digits), or a control character, never valid in a URI. Such requests are answered 400. */

@@ -1097,32 +1097,10 @@ void mcp_handle(struct gw_req *r)
     jrpc_fini(&msg);
 }
 
-static int
-add_hdr(struct lws *wsi, const char *name, const char *value, unsigned char **p, unsigned char *end)
-{
-    return lws_add_http_header_by_name(wsi, (const unsigned char *)name,
-                                       (const unsigned char *)value, (int)strlen(value), p, end);
-}
-
 static int write_head(struct mcp_call *c, const char *ctype, long long length)
 {
-    struct gw_req *r = c->r;
-    unsigned char hdr[LWS_PRE + 2048], *start = hdr + LWS_PRE, *p = start,
-                                       *end = hdr + sizeof(hdr) - 1;
-    int rc = lws_add_http_header_status(r->wsi, (unsigned)c->status, &p, end);
-    if (ctype)
-        rc |= add_hdr(r->wsi, "content-type:", ctype, &p, end);
-    if (c->sid[0])
-        rc |= add_hdr(r->wsi, "mcp-session-id:", c->sid, &p, end);
-    rc |= http_add_common_headers(r->g, r->wsi, &p, end);
-    if (length >= 0) {
-        rc |= lws_add_http_header_content_length(r->wsi, (lws_filepos_t)length, &p, end);
-    } else {
-        rc |= add_hdr(r->wsi, "transfer-encoding:", "chunked", &p, end);
-        rc |= add_hdr(r->wsi, "x-accel-buffering:", "no", &p, end);
-    }
-    rc |= lws_finalize_http_header(r->wsi, &p, end);
-    if (rc || lws_write(r->wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
+    if (http_write_head(c->r, c->status, ctype, c->sid[0] ? "mcp-session-id:" : NULL, c->sid,
+                        length) < 0)
         return -1;
     c->head_sent = true;
     return 0;

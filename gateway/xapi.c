@@ -74,30 +74,10 @@ static void attach(struct gw_req *r, xexec_t *x, int status, uint64_t since)
     lws_callback_on_writable(r->wsi);
 }
 
-static int add_hdr(struct lws *wsi, const char *name, const char *value, unsigned char **p,
-                   unsigned char *end)
-{
-    return lws_add_http_header_by_name(wsi, (const unsigned char *)name,
-                                       (const unsigned char *)value, (int)strlen(value), p, end);
-}
-
 /* The head; length < 0: chunked. */
 static int write_head(struct gw_req *r, const char *ctype, long long length)
 {
-    unsigned char hdr[LWS_PRE + 2048], *start = hdr + LWS_PRE, *p = start,
-                                       *end = hdr + sizeof(hdr) - 1;
-    int rc = lws_add_http_header_status(r->wsi, (unsigned)r->xr->status, &p, end);
-    rc |= add_hdr(r->wsi, "content-type:", ctype, &p, end);
-    rc |= add_hdr(r->wsi, "location:", r->location, &p, end);
-    rc |= http_add_common_headers(r->g, r->wsi, &p, end);
-    if (length >= 0) {
-        rc |= lws_add_http_header_content_length(r->wsi, (lws_filepos_t)length, &p, end);
-    } else {
-        rc |= add_hdr(r->wsi, "transfer-encoding:", "chunked", &p, end);
-        rc |= add_hdr(r->wsi, "x-accel-buffering:", "no", &p, end);
-    }
-    rc |= lws_finalize_http_header(r->wsi, &p, end);
-    if (rc || lws_write(r->wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
+    if (http_write_head(r, r->xr->status, ctype, "location:", r->location, length) < 0)
         return -1;
     r->xr->headers_sent = true;
     return 0;

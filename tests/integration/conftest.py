@@ -34,6 +34,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def keygen(tenant):
+    """`kgw keygen --tenant TENANT`: (the key, its key-file line)."""
+    p = subprocess.run([KGW_BIN, "keygen", "--tenant", tenant], capture_output=True, text=True,
+                       timeout=10)
+    assert p.returncode == 0, p.stderr
+    key, line = p.stdout.splitlines()
+    return key, line
+
+
 class Gateway:
     """A running server: base URLs, the API key and helpers for authenticated REST calls."""
 

@@ -25,7 +25,7 @@ import pytest
 
 import jclient as J
 import sbxutil as S
-from conftest import KGW_BIN, start_gateway, stop_gateway
+from conftest import keygen, start_gateway, stop_gateway
 
 MiB = 1 << 20
 HOSTILE_KERNELS = 16
@@ -90,14 +90,6 @@ for i in range(4000):
 WORKLOADS = [("big_messages", BIG_MESSAGES), ("output_flood", OUTPUT_FLOOD),
              ("fork_bomb", FORK_BOMB), ("memory_bomb", MEMORY_BOMB),
              ("stderr_flood", STDERR_FLOOD), ("restart_loop", None)]
-
-
-def keygen(tenant):
-    p = subprocess.run([KGW_BIN, "keygen", "--tenant", tenant], capture_output=True, text=True,
-                       timeout=10)
-    assert p.returncode == 0, p.stderr
-    key, line = p.stdout.splitlines()
-    return key, line
 
 
 def as_tenant(gw, key):

@@ -18,7 +18,7 @@ import pytest
 import websockets
 
 import jclient as J
-from conftest import KGW_BIN, REPO, free_port, start_gateway, stop_gateway
+from conftest import KGW_BIN, REPO, free_port, keygen, start_gateway, stop_gateway
 from jclient import run
 
 sys.path.insert(0, os.path.join(REPO, "examples"))
@@ -26,14 +26,6 @@ from channel_client import Channel, RemoteError  # noqa: E402
 
 SECURITY_HEADERS = {"x-content-type-options": "nosniff", "x-frame-options": "DENY",
                     "cache-control": "no-store"}
-
-
-def keygen(tenant):
-    p = subprocess.run([KGW_BIN, "keygen", "--tenant", tenant], capture_output=True, text=True,
-                       timeout=10)
-    assert p.returncode == 0, p.stderr
-    key, line = p.stdout.splitlines()
-    return key, line
 
 
 def req(gw, method, path, key=None, body=None, headers=None, port=None):

@@ -16,7 +16,7 @@ import websockets
 import websockets.exceptions
 
 import jclient as J
-from conftest import KGW_BIN, start_gateway, stop_gateway
+from conftest import keygen, start_gateway, stop_gateway
 from jclient import run
 
 pytestmark = pytest.mark.kgw_only
@@ -27,13 +27,6 @@ NODE = shutil.which("node")
 HAVE_NODE_WS = NODE is not None and os.path.isdir(os.path.join(NODE_DIR, "node_modules", "ws"))
 
 UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
-
-
-def keygen(tenant):
-    p = subprocess.run([KGW_BIN, "keygen", "--tenant", tenant], capture_output=True, text=True,
-                       timeout=10)
-    assert p.returncode == 0, p.stderr
-    return p.stdout.splitlines()
 
 
 @pytest.fixture(scope="module")
