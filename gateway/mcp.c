@@ -19,6 +19,7 @@
 
 #include "common/audit.h"
 #include "common/log.h"
+#include "common/shardid.h"
 #include "common/util.h"
 #include "gateway/files.h"
 #include "gateway/kops.h"
@@ -33,8 +34,7 @@
 #define MCP_RESULT_MAX   (8 * 1024 * 1024) /* bytes of output a tool result carries */
 #define MCP_READ_MAX     (4 * 1024 * 1024) /* bytes of a file read_file returns */
 #define MCP_PROGRESS_MAX (64 * 1024)       /* bytes of output in one progress notification */
-#define MCP_SID_BYTES    16                /* random bytes of a session id */
-#define MCP_SID_LEN      (2 * MCP_SID_BYTES)
+#define MCP_SID_LEN      UTIL_UUID_LEN /* a session id: a random UUID naming its shard */
 #define MCP_VERSION_MAX  32
 #define MCP_HEADER_MAX   1024 /* bytes of an Accept or Content-Type header looked at */
 
@@ -760,9 +760,7 @@ static void m_initialize(struct mcp_call *c, json_t *params)
     struct mcp_session *s = calloc(1, sizeof(*s));
     if (!s)
         return reply_error(c, 500, JRPC_INTERNAL_ERROR, "out of memory");
-    unsigned char raw[MCP_SID_BYTES];
-    randombytes_buf(raw, sizeof(raw));
-    sodium_bin2hex(s->id, sizeof(s->id), raw, sizeof(raw));
+    shardid_mint(s->id); /* a router sends the session's requests to this shard by it */
     snprintf(s->tenant, sizeof(s->tenant), "%s", c->r->caller.tenant);
     snprintf(s->version, sizeof(s->version), "%s", supported(asked) ? asked : versions[0]);
     s->last_ms = util_now_ms();

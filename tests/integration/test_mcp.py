@@ -17,6 +17,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
 
@@ -82,7 +83,7 @@ def initialize(gw, version="2025-06-18"):
                                        "clientInfo": {"name": "raw", "version": "1"}}})
     assert st == 200, (st, body)
     sid = h["Mcp-Session-Id"]
-    assert sid and len(sid) == 32
+    assert uuid.UUID(sid).version == 4, sid
     st, body, _ = post(gw, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
     assert st == 202 and body is None
     return sid

@@ -302,6 +302,30 @@ def test_channel_through_the_router(cluster):
     J.run(go(), timeout=90)
 
 
+def test_mcp_sessions_through_the_router(cluster):
+    """One URL for MCP too: initialize goes to any ready shard, and every later message of the
+    session to the shard whose tag its Mcp-Session-Id carries, so its kernel keeps its state;
+    a session id naming no shard of the router is 404."""
+    import test_mcp as M
+    router = cluster["router"]
+    for i in range(4):
+        sid = M.initialize(router)
+        assert sid.split("-")[4][:4] in {tag(n) for n in NAMES}, sid
+        st, body, h = M.call(router, sid, 2, "execute_code", {"code": f"x = {i + 1}"})
+        assert st == 200 and not body["result"]["isError"], body
+        shard = h["X-KGW-Shard"]
+        assert sid.split("-")[4][:4] == tag(shard), (sid, shard)
+        st, body, h = M.call(router, sid, 3, "execute_code", {"code": "print(x * 2)"})
+        assert st == 200 and h["X-KGW-Shard"] == shard, (st, body)
+        out = body["result"]["content"][0]["text"]     # then the end event, as JSON text
+        assert out == f"{2 * (i + 1)}\n", body
+        assert M.post(router, None, sid, method="DELETE")[0] == 204
+    stray = str(uuid.uuid4())
+    st, body, _ = M.post(router, {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                         stray[:24] + "ffff" + stray[28:])
+    assert st == 404, (st, body)
+
+
 def _audit_addrs(shard):
     addrs = []
     with open(shard.audit) as f:
