@@ -27,11 +27,11 @@ def main():
     os.environ["KGW_BIN"] = os.path.abspath(args.kgw)   # read by conftest at import
     sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
     import test_noisy as N
-    from conftest import start_gateway, stop_gateway
+    from conftest import key_file, start_gateway, stop_gateway
 
     rows = []
     for i in range(args.runs):
-        path, keys = N.key_file(("hostile", "steady"))
+        path, keys = key_file(("hostile", "steady"))
         gw = start_gateway([f"--key-file={path}", *N.gateway_args()])
         try:
             res = N.scenario(gw, keys, attack_seconds=args.seconds)

@@ -911,10 +911,16 @@ static void tenant_weights(kmgr_t *m, const char *tenant)
     size_t n = 0;
     for (size_t i = 0; i < m->n; i++)
         n += m->v[i]->cgroup && !strcmp(m->v[i]->ws->tenant, tenant);
-    for (size_t i = 0; n && i < m->n; i++)
-        if (m->v[i]->cgroup && !strcmp(m->v[i]->ws->tenant, tenant) &&
-            sbx_cgroup_set_weight(m->v[i]->cgroup, (unsigned)(KMGR_CPU_SHARES / n)) < 0)
-            log_debug("kernel=%s: cannot set its CPU weight", m->v[i]->id);
+    unsigned shares = n ? (unsigned)(KMGR_CPU_SHARES / n) : 0;
+    for (size_t i = 0; n && i < m->n; i++) {
+        kernel_t *k = m->v[i];
+        if (!k->cgroup || k->cpu_shares == shares || strcmp(k->ws->tenant, tenant) != 0)
+            continue; /* unchanged: no write (a tenant's many kernels rarely change weight) */
+        if (sbx_cgroup_set_weight(k->cgroup, shares) < 0)
+            log_debug("kernel=%s: cannot set its CPU weight", k->id);
+        else
+            k->cpu_shares = shares;
+    }
 }
 
 static int refuse(kmgr_t *m, enum kmgr_start_fail why, int r)

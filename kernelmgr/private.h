@@ -233,6 +233,7 @@ struct kernel {
     char **envp;
 
     sbx_cgroup_t *cgroup;
+    unsigned cpu_shares; /* its cgroup's weight as last written (0: the default) */
     bool cgroup_used;        /* a process of this kernel was in it */
     bool cgroup_lent;        /* its cgroup.procs is the fork server's uid's (kzygote__lend) */
     struct sbx_limits lim;   /* this kernel's sandbox limits */

@@ -43,6 +43,18 @@ def keygen(tenant):
     return key, line
 
 
+def key_file(tenants, directory=None):
+    """A --key-file with one new key per tenant: (its path, {tenant: key}). The caller removes
+    it (or gives a directory that goes away)."""
+    lines, keys = [], {}
+    for t in tenants:
+        keys[t], line = keygen(t)
+        lines.append(line)
+    with tempfile.NamedTemporaryFile("w", prefix="kgw-keys-", dir=directory, delete=False) as f:
+        f.write("\n".join(lines) + "\n")
+    return f.name, keys
+
+
 class Gateway:
     """A running server: base URLs, the API key and helpers for authenticated REST calls."""
 

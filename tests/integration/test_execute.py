@@ -8,13 +8,12 @@ import http.client
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import KGW_BIN
+from conftest import key_file
 
 pytestmark = pytest.mark.kgw_only
 
@@ -374,15 +373,7 @@ def test_bad_input(gateway, kernel):
 
 
 def test_other_tenant_sees_nothing(gateway_factory, tmp_path):
-    keys, lines = {}, []
-    for t in ("alice", "bob"):
-        p = subprocess.run([KGW_BIN, "keygen", "--tenant", t], capture_output=True, text=True,
-                           timeout=10)
-        assert p.returncode == 0, p.stderr
-        keys[t], line = p.stdout.splitlines()
-        lines.append(line)
-    kf = tmp_path / "keys"
-    kf.write_text("\n".join(lines) + "\n")
+    kf, keys = key_file(("alice", "bob"), tmp_path)
     gw = gateway_factory(f"--key-file={kf}")
     c, r = post(gw, "/api/execute", {"code": "print(1)", "keep": True}, key=keys["alice"])
     ev = ndjson(r)

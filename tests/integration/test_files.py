@@ -16,6 +16,7 @@ import urllib.parse
 import pytest
 
 import sbxutil as S
+from conftest import key_file
 from sbxutil import kcall
 
 MiB = 1024 * 1024
@@ -604,17 +605,7 @@ def test_file_endpoints_need_the_key(gw, kw):
 
 
 def test_another_tenants_workspace_looks_missing(gateway_factory, tmp_path):
-    from conftest import KGW_BIN
-    import subprocess
-    keys, lines = {}, []
-    for t in ("alice", "bob"):
-        p = subprocess.run([KGW_BIN, "keygen", "--tenant", t], capture_output=True, text=True,
-                           timeout=10)
-        assert p.returncode == 0, p.stderr
-        keys[t], line = p.stdout.splitlines()
-        lines.append(line)
-    kf = tmp_path / "keys"
-    kf.write_text("\n".join(lines) + "\n")
+    kf, keys = key_file(("alice", "bob"), tmp_path)
     gw = gateway_factory(f"--key-file={kf}")
     c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
     c.request("POST", "/api/kernels", body=b"{}", headers={"Authorization": f"token {keys['alice']}"})

@@ -21,6 +21,8 @@ import uuid
 
 import pytest
 
+from conftest import key_file
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MCP_DIR = os.path.join(os.path.dirname(HERE), "mcp")
 NODE = shutil.which("node")
@@ -270,16 +272,7 @@ def test_allowed_origin_and_idle_end(gateway_factory):
 
 
 def test_other_tenant_sees_nothing(gateway_factory, tmp_path):
-    from conftest import KGW_BIN
-    keys, lines = {}, []
-    for t in ("alice", "bob"):
-        p = subprocess.run([KGW_BIN, "keygen", "--tenant", t], capture_output=True, text=True,
-                           timeout=10)
-        assert p.returncode == 0, p.stderr
-        keys[t], line = p.stdout.splitlines()
-        lines.append(line)
-    kf = tmp_path / "keys"
-    kf.write_text("\n".join(lines) + "\n")
+    kf, keys = key_file(("alice", "bob"), tmp_path)
     gw = gateway_factory(f"--key-file={kf}")
     gw.token = keys["alice"]
     sid = initialize(gw)

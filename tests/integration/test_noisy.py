@@ -15,7 +15,6 @@ import os
 import re
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.error
@@ -25,7 +24,7 @@ import pytest
 
 import jclient as J
 import sbxutil as S
-from conftest import keygen, start_gateway, stop_gateway
+from conftest import key_file, start_gateway, stop_gateway
 
 MiB = 1 << 20
 HOSTILE_KERNELS = 16
@@ -164,17 +163,6 @@ def gateway_args():
     return ["--mem-limit", str(512 * MiB), "--output-cap", str(8 * MiB), "--pids-limit", "128",
             "--max-kernels", "24", "--shutdown-grace-ms", "1000",
             "--execution-budget-bytes", str(EXEC_BUDGET_MIB * MiB)]
-
-
-def key_file(tenants):
-    """A key file with one key per tenant: (path, {tenant: key})."""
-    lines, keys = [], {}
-    for t in tenants:
-        keys[t], line = keygen(t)
-        lines.append(line)
-    with tempfile.NamedTemporaryFile("w", prefix="kgw-keys-", delete=False) as f:
-        f.write("\n".join(lines) + "\n")
-    return f.name, keys
 
 
 def scenario(gw, keys, attack_seconds=ATTACK_SECONDS, quiet_seconds=8, workloads=WORKLOADS):
