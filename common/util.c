@@ -2,10 +2,14 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
@@ -134,4 +138,21 @@ long long util_open_fds(void)
         n += e->d_name[0] != '.';
     closedir(d);
     return n - 1; /* the directory's own descriptor */
+}
+
+int util_sched_slice(uint64_t ns)
+{
+    struct { /* struct sched_attr, SCHED_ATTR_SIZE_VER0: glibc 2.36 has no wrapper */
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+    } a = {.size = sizeof(a), .policy = SCHED_OTHER, .runtime = ns};
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, 0); /* this thread's */
+    if (nice == -1 && errno)
+        return -errno;
+    a.nice = nice;
+    return syscall(SYS_sched_setattr, 0, &a, 0) < 0 ? -errno : 0;
 }

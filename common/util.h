@@ -32,6 +32,12 @@ long util_read_small(const char *path, char *buf, size_t bufsz);
 /* Open descriptors of this process, or -1 when unknown. */
 long long util_open_fds(void);
 
+/* The calling thread's scheduler slice (Linux 6.12+ EEVDF: sched_attr.sched_runtime for a
+ * SCHED_OTHER thread; the kernel clamps it to 0.1..100 ms) in nanoseconds, 0 for the kernel's
+ * default. Keeps the nice value. Threads and children created later inherit it. 0, or -errno
+ * (older kernels take the call and ignore the slice). Async-signal-safe. */
+int util_sched_slice(uint64_t ns);
+
 #define UTIL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 

@@ -45,6 +45,7 @@ struct gw_config {
     long long session_linger;
     long long max_replay_bytes;
     long long max_connections;
+    long long sched_slice_us;
     bool sandbox;
     const char *sandbox_init;
     const char *python_path;

@@ -122,6 +122,9 @@ static const struct cfg_option options[] = {
       "output kept for all disconnected sessions together, replayed when they reconnect"),
     I("max-connections", max_connections, "4096", 16, 1000000,
       "client connections; also the most websockets open at once (more: 503)"),
+    I("sched-slice-us", sched_slice_us, "100", 0, 100000,
+      "the gateway's CPU slice on Linux 6.12+ (0: the kernel's default): short, so that its "
+      "wake-ups run ahead of busy kernels (its CPU share is unchanged; kernels get the default)"),
     B("sandbox", sandbox, "true",
       "run every kernel in a sandbox (--no-sandbox: unsandboxed, for development only)"),
     S("sandbox-init", sandbox_init, "",
@@ -835,6 +838,7 @@ int main(int argc, char **argv)
     if (selftest)
         selftest_config(selftest_port);
     size_t fds = setup_nofile(&G);
+    setup_sched(&G);
     int sfd = setup_signals();
     if (sfd < 0) {
         log_error("signalfd: %s", strerror(-sfd));

@@ -18,6 +18,9 @@
  * lower), warns when --max-kernels does not fit the limit, and sets the kernel manager's
  * descriptor budget (g->cfg.km.fd_*); returns the descriptor limit in force. */
 size_t setup_nofile(gw_t *g);
+/* The gateway's scheduler slice (--sched-slice-us), before any thread or child exists: its
+ * threads inherit it; its children (kernels, the fork server) set the default back. */
+void setup_sched(gw_t *g);
 /* Blocks SIGINT, SIGTERM, SIGCHLD and SIGHUP for a signalfd, which it returns (non-blocking,
  * close-on-exec), and ignores SIGPIPE. -errno on failure. */
 int setup_signals(void);

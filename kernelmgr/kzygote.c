@@ -179,6 +179,7 @@ static int spawn(kmgr_t *m)
             signal(s, SIG_DFL);
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        util_sched_slice(0); /* its kernels get the default slice, not the gateway's */
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);
         struct rlimit core = {0, 0};
         if (setsid() < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 ||

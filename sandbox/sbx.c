@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "sandbox/filter.h"
 
 static const char *const step_names[ST_N] = {
@@ -201,6 +202,7 @@ static int fork_proxy(const struct sbx_start_opts *o, int efd[2], int syncp[2], 
         return -errno;
     if (pid == 0) {
         sbx__reset_signals();
+        util_sched_slice(0); /* a kernel gets the default slice, not the gateway's */
         close(efd[0]);
         close(syncp[0]);
         close(gop[1]);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 
 static void child_fail(int errfd, int err)
 {
@@ -38,6 +39,7 @@ static void child(const struct sbx_spawn_opts *o, pid_t parent, int errfd)
         signal(s, SIG_DFL);
     sigemptyset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
+    util_sched_slice(0); /* the default slice, not the gateway's */
     if (setsid() < 0)
         child_fail(errfd, errno);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)

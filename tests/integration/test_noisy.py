@@ -210,7 +210,8 @@ def scenario(gw, keys, attack_seconds=ATTACK_SECONDS, quiet_seconds=8, workloads
     child = subprocess.Popen(
         ["/usr/bin/python3", os.path.abspath(__file__), b.url, b.token, bkid,
          str(quiet_seconds), str(attack_seconds)],
-        stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+        stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.abspath(__file__)),
+        start_new_session=True)  # not the attackers' session: their scheduler autogroup
     try:
         assert child.stdout.readline().strip() == "quiet-done"
         cpu0, t0 = cpu_s(), time.monotonic()
