@@ -23,8 +23,10 @@
 
 #define KGW_MS_NOSYMFOLLOW 256 /* MS_NOSYMFOLLOW, Linux 5.10 */
 #define KZ_MAX_FRAMES (JMSG_MAX_IDS + 6 + JMSG_MAX_BUFFERS)
-#define KZ_DRAIN_BATCH 256 /* messages per socket per loop turn, for fairness */
-#define KZ_DRAIN_BYTES (256 * 1024) /* and bytes: a flood of big messages yields as often */
+/* Messages and bytes a socket reads per loop turn before it yields to the others: with several
+ * kernels flooding output, a quiet kernel's message waits for one turn of all of them. */
+#define KZ_DRAIN_BATCH 64
+#define KZ_DRAIN_BYTES (64 * 1024)
 #define KERNEL_SENT_MAX 32 /* execute_requests in flight tracked per kernel */
 
 /* ZeroMQ ports as used in the ipc:// transport: <dir>/k-<port>. */
