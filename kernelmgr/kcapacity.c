@@ -58,20 +58,6 @@ long long kmgr__fd_left(const kmgr_t *m)
     return (long long)rl.rlim_cur - open - pending - (m->o.fd_reserve > 0 ? m->o.fd_reserve : 0);
 }
 
-int kmgr__fd_room(kmgr_t *m)
-{
-    long long left = kmgr__fd_left(m), need = kmgr__fd_per_kernel(m);
-    /* the warm pool gives way first: a pooled kernel's descriptors are closed as it goes */
-    while (left != LLONG_MAX && left < need && kpool__shrink(m))
-        left += KMGR_KERNEL_FDS;
-    if (left >= need)
-        return 0;
-    log_warn("kernel start refused: the open-file limit leaves %lld descriptors for kernels, a "
-             "kernel needs %lld (raise LimitNOFILE or lower --max-kernels)",
-             left > 0 ? left : 0, need);
-    return -EMFILE;
-}
-
 void kmgr_capacity(const kmgr_t *m, struct kmgr_capacity *ret)
 {
     struct kmgr_capacity c = {.fd_limit = -1, .mem_available = -1, .mem_kernels = -1};

@@ -720,7 +720,7 @@ kegress_t *kegress_new(evl_t *l,
                        const struct kegress_limits *lim,
                        struct kegress_stats *stats,
                        const char *tenant,
-                       const char *kernel_id)
+                       const char *kid)
 {
     kegress_t *e = calloc(1, sizeof(*e));
     if (!e) {
@@ -733,7 +733,7 @@ kegress_t *kegress_new(evl_t *l,
     e->lim = lim;
     e->stats = stats;
     snprintf(e->tenant, sizeof(e->tenant), "%s", tenant ? tenant : "");
-    snprintf(e->kernel, sizeof(e->kernel), "%s", kernel_id);
+    snprintf(e->kernel, sizeof(e->kernel), "%s", kid);
     list_init(&e->conns);
     list_init(&e->dead);
     int fl = fcntl(listen_fd, F_GETFL);

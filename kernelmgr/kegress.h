@@ -37,7 +37,7 @@ typedef struct kegress kegress_t;
  * must outlive the proxy. NULL + errno. */
 kegress_t *kegress_new(evl_t *l, int listen_fd, const egpol_t *pol,
                        const struct kegress_limits *lim, struct kegress_stats *stats,
-                       const char *tenant, const char *kernel_id);
+                       const char *tenant, const char *kid);
 /* The distinct "host:port" the proxy let connections through to since the last call (at most
  * KEGRESS_HOSTS_MAX, then "..."), as a new JSON array; forgets them. For the audit event of an
  * execution: the caller takes them when it begins (discarded) and when it ends. */

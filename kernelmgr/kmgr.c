@@ -96,6 +96,10 @@ static void remove_tree(int parentfd, const char *name, int depth)
 
 #define STALE_UNLOCKED_S 600 /* an instance directory without its lock this old is stale */
 
+static void ws_remove(kmgr_t *m, wspace_t *w);
+static const struct wspace_ops ws_ops;
+static const struct kpool_ops pool_ops;
+
 /* Each running gateway holds an exclusive lock on <its dir>/.lock; a directory whose lock can
  * be taken belongs to a gateway that died without cleaning up (SIGKILL, crash). */
 static void sweep_stale(const char *runtime_dir)
@@ -133,22 +137,6 @@ static void sweep_stale(const char *runtime_dir)
     if (d)
         closedir(d);
     close(basefd);
-}
-
-long kmgr__slot_take(kmgr_t *m)
-{
-    for (size_t i = 0; i < m->nslots; i++)
-        if (!m->slots[i]) {
-            m->slots[i] = 1;
-            return (long)i;
-        }
-    return -1;
-}
-
-void kmgr__slot_put(kmgr_t *m, long slot)
-{
-    if (slot >= 0 && (size_t)slot < m->nslots)
-        m->slots[slot] = 0;
 }
 
 /* A gateway instance is alive while it holds the lock in its runtime directory. */
@@ -662,7 +650,7 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
         python_setup(m, o->python_dir);
     if (o->sandbox)
         sandbox_setup(m);
-    if (kzygote__init(m) < 0 || kpool__init(m) < 0)
+    if (kzygote__init(m, kpool__kick) < 0 || kpool__init(m, &pool_ops) < 0)
         goto fail;
     if (o->cull_idle_timeout_s > 0) {
         m->cull = evl->timer_new(evl, on_cull, m);
@@ -805,7 +793,7 @@ static int grow(void **v, size_t *cap, size_t n, size_t size)
 }
 
 /* The least recently used workspace no kernel uses and no transfer holds, or NULL. */
-wspace_t *kmgr__ws_idle(kmgr_t *m)
+static wspace_t *ws_idle(kmgr_t *m)
 {
     wspace_t *best = NULL;
     for (size_t i = 0; i < m->nws; i++) {
@@ -816,34 +804,35 @@ wspace_t *kmgr__ws_idle(kmgr_t *m)
     return best;
 }
 
-int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_pool,
-                        wspace_t **ret)
+/* for_pool: the warm pool's own start (it never shrinks the pool to make room). */
+static int new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_pool,
+                         wspace_t **ret)
 {
     long slot = -1;
     /* for a user, the warm pool gives way first, before a workspace kept for downloads */
     while ((m->nws >= (size_t)m->o.max_workspaces ||
-            (m->o.sandbox && (slot = kmgr__slot_take(m)) < 0)) &&
+            (m->o.sandbox && (slot = wspace__slot_take(m)) < 0)) &&
            !for_pool && kpool__shrink(m))
         ;
-    if (m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && slot < 0 && (slot = kmgr__slot_take(m)) < 0)) {
+    if (m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && slot < 0 && (slot = wspace__slot_take(m)) < 0)) {
         /* full: the oldest workspace left only for downloads makes room */
-        wspace_t *old = kmgr__ws_idle(m);
+        wspace_t *old = ws_idle(m);
         if (!old)
             return -EAGAIN;
         log_info("workspace=%s: removed early to make room for a new one", old->id);
-        kmgr__ws_remove(m, old);
+        ws_remove(m, old);
         wspace__free(old);
-        if (m->o.sandbox && slot < 0 && (slot = kmgr__slot_take(m)) < 0)
+        if (m->o.sandbox && slot < 0 && (slot = wspace__slot_take(m)) < 0)
             return -EAGAIN;
     }
     if (grow((void **)&m->ws, &m->capws, m->nws, sizeof(*m->ws)) < 0) {
-        kmgr__slot_put(m, slot);
+        wspace__slot_put(m, slot);
         return -ENOMEM;
     }
-    wspace_t *w = wspace__new(m, tenant, size, slot);
+    wspace_t *w = wspace__new(m, tenant, size, slot, &ws_ops);
     if (!w) {
         int err = errno;
-        kmgr__slot_put(m, slot);
+        wspace__slot_put(m, slot);
         return -err;
     }
     m->ws[m->nws++] = w;
@@ -897,7 +886,7 @@ static int tenant_quota(kmgr_t *m, const char *tenant, long long new_ws_bytes)
         log_info("workspace=%s: removed early: its tenant needs room for a new workspace "
                  "(--tenant-max-%s)",
                  old->id, over_n ? "workspaces" : "bytes");
-        kmgr__ws_remove(m, old);
+        ws_remove(m, old);
         wspace__free(old);
     }
 }
@@ -927,6 +916,22 @@ static int refuse(kmgr_t *m, enum kmgr_start_fail why, int r)
 {
     m->stats.start_failures[why]++;
     return r;
+}
+
+/* 0 when one more kernel's descriptors fit, else -EMFILE (logged) after the warm pool gave
+ * way (kcapacity.c has the arithmetic). */
+static int fd_room(kmgr_t *m)
+{
+    long long left = kmgr__fd_left(m), need = kmgr__fd_per_kernel(m);
+    /* the warm pool gives way first: a pooled kernel's descriptors are closed as it goes */
+    while (left != LLONG_MAX && left < need && kpool__shrink(m))
+        left += KMGR_KERNEL_FDS;
+    if (left >= need)
+        return 0;
+    log_warn("kernel start refused: the open-file limit leaves %lld descriptors for kernels, a "
+             "kernel needs %lld (raise LimitNOFILE or lower --max-kernels)",
+             left > 0 ? left : 0, need);
+    return -EMFILE;
 }
 
 int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
@@ -973,7 +978,9 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
     if (grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
         return refuse(m, KMGR_FAIL_SPAWN, -ENOMEM);
     /* a pooled kernel's environment has no proxy variables, nor its sandbox a proxy */
-    kernel_t *k = req->egress && req->egress->n ? NULL : kpool__take(m, spec, req);
+    kernel_t *k = req->egress && req->egress->n
+                      ? NULL
+                      : kpool__take(m, spec, req->workspace != NULL, req->lim);
     if (k) {
         if ((r = kinstance__adopt(k, req->env, lim)) < 0) {
             kpool__drop(m, k);
@@ -988,7 +995,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         return 0;
     }
     /* a new kernel's descriptors, before anything is opened for it */
-    if ((r = kmgr__fd_room(m)) < 0)
+    if ((r = fd_room(m)) < 0)
         return refuse(m, KMGR_FAIL_LIMIT, r);
     /* pooled kernels never push the gateway past max-kernels: one gives way */
     while (m->o.max_kernels > 0 && m->n + m->pn >= (size_t)m->o.max_kernels && kpool__shrink(m))
@@ -997,7 +1004,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         long long size = lim && lim->workspace_bytes > 0 ? lim->workspace_bytes
                          : m->o.sandbox                  ? m->o.sandbox->lim.workspace_bytes
                                                          : 0;
-        if ((r = kmgr__new_workspace(m, tenant, size, false, &ws)) < 0)
+        if ((r = new_workspace(m, tenant, size, false, &ws)) < 0)
             return refuse(m, r == -EAGAIN ? KMGR_FAIL_LIMIT : KMGR_FAIL_SPAWN, r);
     }
     k = kinstance__new(m, spec, req->env, lim, ws, NULL, req->egress,
@@ -1012,7 +1019,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
     return 0;
 }
 
-void kmgr__ws_remove(kmgr_t *m, wspace_t *w)
+static void ws_remove(kmgr_t *m, wspace_t *w)
 {
     for (size_t i = 0; i < m->nws; i++)
         if (m->ws[i] == w) {
@@ -1022,6 +1029,18 @@ void kmgr__ws_remove(kmgr_t *m, wspace_t *w)
             return;
         }
 }
+
+/* What a workspace and the warm pool ask of the manager (wspace.c, kpool.c). */
+static const struct wspace_ops ws_ops = {
+    .gone = ws_remove,
+};
+
+static const struct kpool_ops pool_ops = {
+    .kernel_owner = &kmgr__kernel_owner,
+    .new_workspace = new_workspace,
+    .ws_idle = ws_idle,
+    .ws_remove = ws_remove,
+};
 
 /* Workspaces of pooled kernels belong to nobody yet: hidden until the kernel is handed out. */
 wspace_t *kmgr_workspace(const kmgr_t *m, const char *id)

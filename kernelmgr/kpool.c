@@ -43,8 +43,9 @@
 static void on_refill(void *data);
 static void on_adapt(void *data);
 
-int kpool__init(kmgr_t *m)
+int kpool__init(kmgr_t *m, const struct kpool_ops *ops)
 {
+    m->pool_ops = ops;
     if (m->o.npool == 0)
         return 0;
     m->pools = calloc(m->o.npool, sizeof(*m->pools));
@@ -100,7 +101,7 @@ void kpool__drop(kmgr_t *m, kernel_t *k)
     kpool__remove(m, k);
     ws->holds++; /* kept until the kernel is freed, then removed now, without grace */
     kinstance__free(k);
-    kmgr__ws_remove(m, ws);
+    m->pool_ops->ws_remove(m, ws);
     wspace__free(ws);
 }
 
@@ -171,7 +172,7 @@ static int room(kmgr_t *m)
     if (m->o.max_kernels > 0 && m->n + m->pn >= (size_t)m->o.max_kernels)
         return -EAGAIN;
     if ((m->nws >= (size_t)m->o.max_workspaces || (m->o.sandbox && !slot_free(m))) &&
-        !kmgr__ws_idle(m))
+        !m->pool_ops->ws_idle(m))
         return -EAGAIN;
     if (kmgr_memory_short(m))
         return -ENOMEM;
@@ -206,17 +207,17 @@ static void spawn(kmgr_t *m, struct kpool *p)
         m->pv = nv;
         m->pcap = c;
     }
-    int r = kmgr__new_workspace(m, "", size, true, &ws);
+    int r = m->pool_ops->new_workspace(m, "", size, true, &ws);
     if (r < 0) {
         log_warn("pool: cannot create a workspace: %s", strerror(-r));
         return failed(m, p);
     }
     ws->pooled = true;
     ws->holds++; /* a failed kinstance__new must not free it behind our back */
-    kernel_t *k = kinstance__new(m, p->spec, NULL, NULL, ws, p, NULL, &kmgr__kernel_owner);
+    kernel_t *k = kinstance__new(m, p->spec, NULL, NULL, ws, p, NULL, m->pool_ops->kernel_owner);
     ws->holds--;
     if (!k) {
-        kmgr__ws_remove(m, ws);
+        m->pool_ops->ws_remove(m, ws);
         wspace__free(ws);
         return failed(m, p);
     }
@@ -301,10 +302,9 @@ static void on_adapt(void *data)
 
 /* Only what can be applied to a started kernel without cheating: a fresh workspace, and the
  * sandbox limits the pooled kernel was started with. */
-static bool fits(const kmgr_t *m, const struct kmgr_start *req)
+static bool fits(const kmgr_t *m, bool shared_ws, const struct kmgr_limits *lim)
 {
-    const struct kmgr_limits *lim = req->lim;
-    if (req->workspace)
+    if (shared_ws)
         return false;
     if (!lim)
         return true;
@@ -317,13 +317,14 @@ static bool fits(const kmgr_t *m, const struct kmgr_start *req)
            (!lim->workspace_bytes || lim->workspace_bytes == g->workspace_bytes);
 }
 
-kernel_t *kpool__take(kmgr_t *m, const kspec_t *spec, const struct kmgr_start *req)
+kernel_t *kpool__take(kmgr_t *m, const kspec_t *spec, bool shared_ws,
+                      const struct kmgr_limits *lim)
 {
     struct kpool *p = NULL;
     for (size_t i = 0; i < m->npools; i++)
         if (m->pools[i].spec == spec)
             p = &m->pools[i];
-    if (!p || !fits(m, req))
+    if (!p || !fits(m, shared_ws, lim))
         return NULL;
     kernel_t *best = NULL;
     for (size_t i = 0; i < m->pn; i++) {

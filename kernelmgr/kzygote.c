@@ -305,7 +305,7 @@ static void on_io(void *data)
         log_info("fork server: ready (pid %d, pre-loaded in %llu ms, dry run %llu ms)",
                  (int)z->pid, (unsigned long long)(t0 - z->started_ms),
                  (unsigned long long)(util_now_ms() - t0));
-        kpool__kick(m);
+        z->on_ready(m);
         return;
     }
     log_warn("fork server: pid %d gone%s; kernels start with exec meanwhile", (int)z->pid,
@@ -327,10 +327,11 @@ static void on_respawn(void *data)
     }
 }
 
-int kzygote__init(kmgr_t *m)
+int kzygote__init(kmgr_t *m, void (*on_ready)(kmgr_t *m))
 {
     struct kzygote *z = &m->zyg;
     z->fd = -1;
+    z->on_ready = on_ready;
     const struct kmgr_sandbox *sb = m->o.sandbox;
     if (!sb || sb->zygote_fd <= 0 || m->sandbox_error[0])
         return 0;

@@ -45,6 +45,7 @@ struct kzygote {
     evl_timer_t *respawn;
     sbx_cgroup_t *next_cg; /* the cgroup it moved into for the next kernel (kzygote__adopt) */
     unsigned serial;
+    void (*on_ready)(kmgr_t *m); /* it became ready: kernels can start through it */
 };
 
 struct kmgr {
@@ -65,6 +66,7 @@ struct kmgr {
     evl_timer_t *cull;
     /* the warm pool (kpool.c): started kernels nobody owns yet, outside v */
     struct kpool *pools; /* one per configured kernelspec */
+    const struct kpool_ops *pool_ops;
     size_t npools;
     kernel_t **pv;
     size_t pn, pcap;
@@ -325,8 +327,15 @@ struct kpool {
     bool filled;          /* has had its configured size ready once (logged) */
 };
 
+/* What a workspace asks of its owner (kmgr.c provides it). */
+struct wspace_ops {
+    /* w is unused past its grace: the owner forgets it (w frees itself next) */
+    void (*gone)(kmgr_t *m, wspace_t *w);
+};
+
 struct wspace {
     kmgr_t *m;
+    const struct wspace_ops *ops;
     char id[WSPACE_ID_MAX];
     char tenant[KMGR_TENANT_MAX + 1];
     char path[PATH_MAX];
@@ -342,15 +351,15 @@ struct wspace {
 };
 
 /* A new workspace (slot: its sandbox uid slot, owned from now on). NULL + errno. */
-wspace_t *wspace__new(kmgr_t *m, const char *tenant, long long size, long slot);
+wspace_t *wspace__new(kmgr_t *m, const char *tenant, long long size, long slot,
+                      const struct wspace_ops *ops);
+/* Sandbox uid slots (m->slots): -1 when all are taken. */
+long wspace__slot_take(kmgr_t *m);
+void wspace__slot_put(kmgr_t *m, long slot);
 void wspace__free(wspace_t *w);
 /* A kernel starts or stops using it; the last detach starts the grace period. */
 void wspace__attach(wspace_t *w);
 void wspace__detach(wspace_t *w);
-void kmgr__ws_remove(kmgr_t *m, wspace_t *w);
-/* The least recently used workspace no kernel uses and no transfer holds (kept for downloads
- * only), or NULL. */
-wspace_t *kmgr__ws_idle(kmgr_t *m);
 
 /* kstderr.c: a kernel process's stderr, its newest TAILBUF_SIZE bytes kept.
  * open: a new pipe for the process about to start (the tail starts empty); ret_wfd is its write
@@ -457,12 +466,10 @@ void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail
 void kmgr__emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
 void kmgr__emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text);
 void kmgr__emit_exec_end(kmgr_t *m, kernel_t *k, const struct kernel_exec_end *e);
-/* for_pool: the warm pool's own start (it never shrinks the pool to make room). */
-int kmgr__new_workspace(kmgr_t *m, const char *tenant, long long size, bool for_pool,
-                        wspace_t **ret);
 
 /* The fork server (kzygote.c). */
-int kzygote__init(kmgr_t *m);
+/* on_ready: each time it is ready (the owner's warm pool may start kernels through it). */
+int kzygote__init(kmgr_t *m, void (*on_ready)(kmgr_t *m));
 void kzygote__fini(kmgr_t *m);
 /* Its socket, when it is ready and runs this kernelspec; else -1. */
 int kzygote__fd(kmgr_t *m, const kspec_t *spec);
@@ -484,11 +491,23 @@ void kzygote__forked(kmgr_t *m, bool ok);
 /* Reaps children that are neither kernels nor the fork server (we are a subreaper). */
 void kzygote__reap_strays(kmgr_t *m);
 
-/* The warm pool (kpool.c). */
-int kpool__init(kmgr_t *m);
+/* The warm pool (kpool.c). What it asks of the manager (kmgr.c provides it): the owner ops of
+ * the kernels it starts, and workspaces (new_workspace: for_pool true, it never shrinks the
+ * pool to make room; ws_idle: the least recently used workspace no kernel uses and no
+ * transfer holds, kept for downloads only, or NULL; ws_remove: forgets one, before its free). */
+struct kpool_ops {
+    const struct kernel_owner_ops *kernel_owner;
+    int (*new_workspace)(kmgr_t *m, const char *tenant, long long size, bool for_pool,
+                         wspace_t **ret);
+    wspace_t *(*ws_idle)(kmgr_t *m);
+    void (*ws_remove)(kmgr_t *m, wspace_t *w);
+};
+int kpool__init(kmgr_t *m, const struct kpool_ops *ops);
 void kpool__fini(kmgr_t *m);
-/* A pooled kernel for this request, taken out of the pool (NULL: none fits). */
-kernel_t *kpool__take(kmgr_t *m, const kspec_t *spec, const struct kmgr_start *req);
+/* A pooled kernel for a request (shared_ws: it shares a workspace; lim: its limits, NULL: the
+ * gateway's), taken out of the pool (NULL: none fits). */
+kernel_t *kpool__take(kmgr_t *m, const kspec_t *spec, bool shared_ws,
+                      const struct kmgr_limits *lim);
 /* Kills and frees a pooled kernel (in the pool or just taken out) with its workspace. */
 void kpool__drop(kmgr_t *m, kernel_t *k);
 /* Kills and frees one pooled kernel (with its workspace) to make room; false if none. */
@@ -499,17 +518,12 @@ void kpool__lost(kmgr_t *m, kernel_t *k, bool failed);
 /* Capacity was freed or demand changed: look at the pool again soon. */
 void kpool__kick(kmgr_t *m);
 void kpool__remove(kmgr_t *m, kernel_t *k);
-/* Sandbox uid slots: -1 when all are taken. */
 /* kcapacity.c: MemAvailable in bytes (-1: unknown); descriptors a new kernel costs; the
- * descriptors left for new kernels (LLONG_MAX: no limit); 0 when one more kernel fits, else
- * -EMFILE (logged) after the warm pool gave way. */
+ * descriptors left for new kernels (LLONG_MAX: no limit). */
 long long kmgr__mem_available(void);
 long long kmgr__fd_per_kernel(const kmgr_t *m);
 long long kmgr__fd_left(const kmgr_t *m);
-int kmgr__fd_room(kmgr_t *m);
 
-long kmgr__slot_take(kmgr_t *m);
-void kmgr__slot_put(kmgr_t *m, long slot);
 void kinstance__endpoint(const kernel_t *k, int port, char *out, size_t outsz);
 /* Verifies and splits frames from the kernel. 0 or -EBADMSG (logged by the caller). */
 int kernel__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h);

@@ -96,7 +96,7 @@ static void on_grace(void *data)
     if (w->kernels > 0 || w->holds > 0)
         return;
     log_info("workspace=%s: removed (no kernel for %d s)", w->id, w->m->o.workspace_grace_s);
-    kmgr__ws_remove(w->m, w);
+    w->ops->gone(w->m, w);
     wspace__free(w);
 }
 
@@ -105,13 +105,32 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path) < 0 && errno != ENOENT ? -1 : 0;
 }
 
-wspace_t *wspace__new(kmgr_t *m, const char *tenant, long long size, long slot)
+/* A workspace's sandbox uid slot (its uid and its kernels' derive from it). */
+long wspace__slot_take(kmgr_t *m)
+{
+    for (size_t i = 0; i < m->nslots; i++)
+        if (!m->slots[i]) {
+            m->slots[i] = 1;
+            return (long)i;
+        }
+    return -1;
+}
+
+void wspace__slot_put(kmgr_t *m, long slot)
+{
+    if (slot >= 0 && (size_t)slot < m->nslots)
+        m->slots[slot] = 0;
+}
+
+wspace_t *wspace__new(kmgr_t *m, const char *tenant, long long size, long slot,
+                      const struct wspace_ops *ops)
 {
     int err;
     wspace_t *w = calloc(1, sizeof(*w));
     if (!w)
         return NULL;
     w->m = m;
+    w->ops = ops;
     w->slot = slot;
     w->size = size;
     shardid_mint(w->id);
@@ -164,7 +183,7 @@ void wspace__detach(wspace_t *w)
         w->kernels--;
     wspace_touch(w);
     if (w->kernels == 0 && w->m->o.workspace_grace_s == 0 && w->holds == 0) {
-        kmgr__ws_remove(w->m, w);
+        w->ops->gone(w->m, w);
         wspace__free(w);
     }
 }
@@ -181,6 +200,6 @@ void wspace__free(wspace_t *w)
     if (w->made)
         rmdir(w->path);
     if (w->slot >= 0)
-        kmgr__slot_put(w->m, w->slot);
+        wspace__slot_put(w->m, w->slot);
     free(w);
 }
