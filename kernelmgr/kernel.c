@@ -4,7 +4,6 @@
  * (private.h) and never calls up into the manager, the warm pool or the fork server. */
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,15 +425,6 @@ void kernel__set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
         l->timer_arm(l, k->linger, (uint64_t)k->m->o.dead_linger_s * 1000);
 }
 
-void kernel__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    k->stop_outcome = o;
-    vsnprintf(k->stop_cause, sizeof(k->stop_cause), fmt, ap);
-    va_end(ap);
-}
-
 void kernel__on_exit_io(void *data)
 {
     kernel_t *k = data;
@@ -552,7 +542,7 @@ int kernel_restart(kernel_t *k)
 {
     if (k->state == KERNEL_TERMINATING || k->state == KERNEL_RESTARTING)
         return -EBUSY;
-    kernel__stop_why(k, KERNEL_OUT_RESTARTED, "the kernel was restarted by a client");
+    kexec__stop_why(k, KERNEL_OUT_RESTARTED, "the kernel was restarted by a client");
     kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
     int r = kernel__restart(k);
     if (r == 0) {
@@ -568,7 +558,7 @@ int kernel_shutdown(kernel_t *k, const char *cause)
         return -EALREADY;
     k->req_us = 0; /* a client's start in progress: cancelled, neither ready nor failed */
     k->state = KERNEL_TERMINATING;
-    kernel__stop_why(k, KERNEL_OUT_SHUTDOWN, "%s", cause ? cause : "the kernel was shut down");
+    kexec__stop_why(k, KERNEL_OUT_SHUTDOWN, "%s", cause ? cause : "the kernel was shut down");
     /* requests in flight are answered now, not when the process has ended (its grace) */
     kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
     if (k->pid <= 0) {
@@ -579,15 +569,6 @@ int kernel_shutdown(kernel_t *k, const char *cause)
     complete(k, -ECANCELED); /* a pending start or restart will not finish */
     stop_process(k, false);
     return 0;
-}
-
-void kernel_fail_pending(kernel_t *k, enum kernel_outcome o, const char *cause)
-{
-    if (k->pool)
-        return;
-    kexec__fail_all(k, o, cause);
-    /* the execution running is over for its clients: a late idle of it is not tracked */
-    kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
 }
 
 int kernel_call_reply(kernel_t *k, uint64_t call_id, json_t *value, const char *err_type,
@@ -618,6 +599,12 @@ static void on_linger(void *data)
     kinstance__free(k);
 }
 
+/* What the execution watch (kexec.c) asks of the kernel. */
+static const struct kexec_ops exec_ops = {
+    .interrupt = kernel_interrupt,
+    .restart = kernel__restart,
+};
+
 /* A message over --max-kernel-message-bytes reset one of the gateway's own sockets. */
 static void on_oversize(void *data, kzsock_t *z)
 {
@@ -636,6 +623,7 @@ int kernel__watch(kernel_t *k)
     evl_t *l = k->m->evl;
     void *zctx = k->m->zctx;
     int r;
+    k->exec_ops = &exec_ops;
     if (!(k->nudge = l->timer_new(l, kernel__nudge, k)) ||
         !(k->deadline = l->timer_new(l, on_deadline, k)) ||
         !(k->hb_timer = l->timer_new(l, on_hb_timer, k)) ||

@@ -4,6 +4,7 @@
  * "Outcomes"); and the execution watch: which execution runs, its wall time, output cap,
  * audit event and statistics. */
 #include <errno.h>
+#include <stdarg.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -401,6 +402,24 @@ static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
 }
 
+void kexec__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    k->stop_outcome = o;
+    vsnprintf(k->stop_cause, sizeof(k->stop_cause), fmt, ap);
+    va_end(ap);
+}
+
+void kernel_fail_pending(kernel_t *k, enum kernel_outcome o, const char *cause)
+{
+    if (k->pool)
+        return;
+    kexec__fail_all(k, o, cause);
+    /* the execution running is over for its clients: a late idle of it is not tracked */
+    kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
+}
+
 /* Wall time per execution: interrupt first; a kernel that ignores SIGINT is restarted. */
 void kexec__on_timer(void *data)
 {
@@ -410,19 +429,19 @@ void kexec__on_timer(void *data)
     if (k->exec_stage == 0) {
         notice(k, "execution exceeded the wall-time limit of %d s: interrupting it",
                k->exec_timeout_ms / 1000);
-        kernel_interrupt(k);
+        k->exec_ops->interrupt(k);
         k->exec_stage = 1;
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, EXEC_INTERRUPT_GRACE_MS);
         return;
     }
     notice(k, "the kernel ignored the interrupt: restarting it");
     exec_audit(k, "timeout");
-    kernel__stop_why(k, KERNEL_OUT_TIMEOUT,
+    kexec__stop_why(k, KERNEL_OUT_TIMEOUT,
                      "the execution exceeded its wall-time limit of %d s and ignored the "
                      "interrupt: the kernel was restarted",
                      k->exec_timeout_ms / 1000);
     kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
-    if (kernel__restart(k) == 0) {
+    if (k->exec_ops->restart(k) == 0) {
         k->stats->restarts[KMGR_RESTART_AUTO]++;
         k->own->event(k, KERNEL_EV_RESTARTING, "execution wall-time limit");
     }
@@ -444,12 +463,12 @@ void kexec__oversize(kernel_t *k, const char *chan)
               "restarting the kernel",
            chan, k->m->o.max_kernel_msg);
     exec_audit(k, "output_limit");
-    kernel__stop_why(k, KERNEL_OUT_OUTPUT_LIMIT,
+    kexec__stop_why(k, KERNEL_OUT_OUTPUT_LIMIT,
                      "a message from the kernel on %s exceeded the gateway's limit of %lld "
                      "bytes per message (--max-kernel-message-bytes): the kernel was restarted",
                      chan, k->m->o.max_kernel_msg);
     kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
-    if (kernel__restart(k) == 0) {
+    if (k->exec_ops->restart(k) == 0) {
         k->stats->restarts[KMGR_RESTART_AUTO]++;
         k->own->event(k, KERNEL_EV_RESTARTING, "kernel message size limit");
     }
@@ -559,7 +578,7 @@ enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
          * ignores the interrupt still meets its wall-time limit. */
         if (!k->exec_cap_stopped) {
             k->exec_cap_stopped = true;
-            kernel_interrupt(k);
+            k->exec_ops->interrupt(k);
         }
         return KEXEC_CAP_DROP;
     }

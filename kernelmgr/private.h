@@ -259,6 +259,7 @@ struct kernel {
     char sent_exec[KERNEL_SENT_MAX][JMSG_MSG_ID_MAX];
     size_t nsent;
     evl_timer_t *exec_timer;
+    const struct kexec_ops *exec_ops; /* set by kernel__watch */
     wspace_t *ws;        /* bound at /mnt/data; its uid slot is the kernel's */
     char root_dir[PATH_MAX];
     bool dir_mounted;
@@ -301,7 +302,7 @@ struct kernel {
     struct kpending *failing_now;
     long long exec_cpu0;  /* the cgroup's CPU time when the execution began (-1: unknown) */
     long long exec_pids0; /* ... and its forks refused at the pids limit */
-    enum kernel_outcome stop_outcome; /* why the process is being stopped (kernel__stop_why) */
+    enum kernel_outcome stop_outcome; /* why the process is being stopped (kexec__stop_why) */
     char stop_cause[512];
     struct list waiters; /* kwait_t.link, newest first */
     kcall_t *calls;      /* callbacks */
@@ -424,7 +425,17 @@ int kernel__restart(kernel_t *k);
 void kernel__nudge(void *data);
 void kernel__on_exit_io(void *data);
 
-/* kexec.c: the execution watch. A client's execute_request was sent to the kernel
+/* kexec.c: the execution watch. What it asks of the kernel (kernel.c hands it, k->exec_ops):
+ * an interrupt (kernel_interrupt) and a restart without event or statistics (kernel__restart);
+ * 0 or -errno. */
+struct kexec_ops {
+    int (*interrupt)(kernel_t *k);
+    int (*restart)(kernel_t *k);
+};
+/* Why the process is being stopped: what requests in flight are told when it ends. */
+void kexec__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A client's execute_request was sent to the kernel
  * (kconn_send). */
 void kexec__track_sent(kernel_t *k, const char *msg_id);
 /* iopub: a status message; another message (error, execute_input); what the execution's
@@ -458,9 +469,6 @@ int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char 
 int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
                         char ret_msg_id[40]);
 void kmgr__remove(kmgr_t *m, kernel_t *k);
-/* Why the process is being stopped: what requests in flight are told when it ends. */
-void kernel__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 /* Tells every listener (kernels out of the warm pool only). */
 void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail);
 void kmgr__emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
