@@ -13,12 +13,12 @@ static void on_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     jmsg_t m;
     jhdr_t h;
     enum jchan chan = (enum jchan)(z - c->z);
-    if (kernel__parse(c->k, frames, n, &m, &h) < 0) {
+    if (kwire__parse(c->k, frames, n, &m, &h) < 0) {
         log_debug("kernel=%s: malformed %s message dropped", c->k->id, jchan_name(chan));
         return;
     }
     kernel_touch(c->k);
-    kernel__count_msg(c->k, KMGR_TO_CLIENT, &m);
+    kwire__count(c->k, KMGR_TO_CLIENT, &m);
     kexec__answered(c, &m, &h);
     c->ops->reply(c->user, c, chan, &m, &h);
 }
@@ -47,7 +47,7 @@ kconn_t *kconn_new(kernel_t *k, const char *session_id, const struct kconn_ops *
     for (int ch = 0; ch < JCHAN_N && r == 0; ch++) {
         if (!chan_port[ch])
             continue;
-        kinstance__endpoint(k, chan_port[ch], ep, sizeof(ep));
+        kwire__endpoint(k, chan_port[ch], ep, sizeof(ep));
         r = kz_open(&c->z[ch], k->m->evl, k->m->zctx, ZMQ_DEALER, c->session, ep, on_reply, c,
                     k->m->o.max_kernel_msg, on_oversize);
     }
@@ -86,7 +86,7 @@ int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
     if (r == 0)
         kexec__sent(c, chan, m, h);
     if (r >= 0)
-        kernel__count_msg(c->k, KMGR_TO_KERNEL, m);
+        kwire__count(c->k, KMGR_TO_KERNEL, m);
     return r;
 }
 

@@ -140,33 +140,6 @@ static void complete(kernel_t *k, int status)
 
 /* ---- messages from the kernel ---- */
 
-int kernel__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h)
-{
-    jspan_t spans[KZ_MAX_FRAMES];
-    for (size_t i = 0; i < n; i++)
-        spans[i] = (jspan_t){zmq_msg_data(&frames[i]), zmq_msg_size(&frames[i])};
-    if (jmsg_parse_frames(spans, n, m) < 0)
-        return -EBADMSG;
-    if (!jsign_verify(k->sign, m->part, m->sig)) {
-        log_warn("kernel=%s: message with a bad signature dropped", k->id);
-        return -EBADMSG;
-    }
-    if (jhdr_parse(m->part[JPART_HEADER], h) < 0)
-        return -EBADMSG;
-    return 0;
-}
-
-void kernel__count_msg(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m)
-{
-    size_t n = 0;
-    for (size_t i = 0; i <= JPART_CONTENT; i++) /* header, parent, metadata, content */
-        n += m->part[i].n;
-    for (size_t i = 0; i < m->nbuf; i++)
-        n += m->buf[i].n;
-    k->stats->messages[dir]++;
-    k->stats->message_bytes[dir] += n;
-}
-
 /* Starting -> running: the start (or the hand-out of a pooled kernel) is complete. */
 void kernel__set_running(kernel_t *k)
 {
@@ -200,7 +173,7 @@ static void check_ready(kernel_t *k)
     k->m->evl->timer_disarm(k->m->evl, k->nudge);
     klaunch__setup_end(k);
     if (k->env_code && k->state == KERNEL_STARTING) {
-        kinstance__env_send(k); /* a pooled kernel handed out while it was starting */
+        kenv__send(k); /* a pooled kernel handed out while it was starting */
         return;
     }
     klaunch__egress_start(k);
@@ -226,7 +199,7 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     kernel_t *k = data;
     jmsg_t m;
     jhdr_t h;
-    if (kernel__parse(k, frames, n, &m, &h) < 0) {
+    if (kwire__parse(k, frames, n, &m, &h) < 0) {
         log_debug("kernel=%s: malformed iopub message dropped", k->id);
         return;
     }
@@ -247,10 +220,11 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         kexec__track(k, &m, &h);
     if (!proven && start_proven(k))
         check_ready(k);
-    if (kinstance__env_parent(k, &m)) {
+    if (kenv__parent(k, &m)) {
         if (!strcmp(h.msg_type, "status") &&
             memmem(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, "\"idle\"", 6))
-            kinstance__env_step(k, false, false, true);
+            if (kenv__step(k, false, false, true))
+                kernel__set_running(k);
         return;
     }
     char *cut = NULL;
@@ -292,18 +266,19 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     kernel_t *k = data;
     jmsg_t m;
     jhdr_t h;
-    if (kernel__parse(k, frames, n, &m, &h) < 0)
+    if (kwire__parse(k, frames, n, &m, &h) < 0)
         return;
     if (z == &k->control && !strcmp(h.msg_type, "shutdown_reply")) {
         on_shutdown_reply(k, &m);
         return;
     }
-    if (!strcmp(h.msg_type, "execute_reply") && kinstance__env_parent(k, &m)) {
+    if (!strcmp(h.msg_type, "execute_reply") && kenv__parent(k, &m)) {
         json_t *c = json_loadb(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, 0, NULL);
         const char *st = json_string_value(json_object_get(c, "status"));
         bool ok = st && !strcmp(st, "ok");
         json_decref(c);
-        kinstance__env_step(k, ok, !ok, false);
+        if (kenv__step(k, ok, !ok, false))
+            kernel__set_running(k);
         return;
     }
     if (!strcmp(h.msg_type, "kernel_info_reply") && !k->got_reply) {
@@ -323,31 +298,6 @@ static void on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     k->hb_missed = 0;
 }
 
-int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content)
-{
-    char msg_id[40];
-    return kernel__send_own_id(k, z, msg_type, content, msg_id);
-}
-
-int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
-                        char ret_msg_id[40])
-{
-    char msg_id[40];
-    char *hdr = jmsg_new_header(msg_type, k->session, msg_id);
-    if (!hdr)
-        return -ENOMEM;
-    jmsg_t m = {.nbuf = 0};
-    m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
-    m.part[JPART_PARENT] = (jspan_t){"{}", 2};
-    m.part[JPART_METADATA] = (jspan_t){"{}", 2};
-    m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
-    int r = kz_send_jmsg(z, k->sign, &m);
-    free(hdr);
-    if (r >= 0)
-        memcpy(ret_msg_id, msg_id, sizeof(msg_id));
-    return r;
-}
-
 /* ---- timers ---- */
 
 void kernel__nudge(void *data)
@@ -356,7 +306,7 @@ void kernel__nudge(void *data)
     /* ZeroMQ SUB sockets join late: the kernel counts as started only once an iopub message
      * proves the subscription is live, so no client misses the first messages of a request.
      * The request waits in the DEALER's queue until the kernel binds its socket. */
-    kernel__send_own(k, &k->shell, "kernel_info_request", "{}");
+    kwire__send_own(k, &k->shell, "kernel_info_request", "{}");
     k->probing = true;
     k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_RETRY_MS);
 }
@@ -510,7 +460,7 @@ static void stop_process(kernel_t *k, bool restart)
         klaunch__signal(k, SIGKILL);
         return;
     }
-    if (kernel__send_own_id(k, &k->control, "shutdown_request",
+    if (kwire__send_own_id(k, &k->control, "shutdown_request",
                             restart ? "{\"restart\":true}" : "{\"restart\":false}",
                             k->stop_msg_id) < 0)
         k->stop_msg_id[0] = '\0';
@@ -582,7 +532,7 @@ int kernel_interrupt(kernel_t *k)
     if (k->state != KERNEL_RUNNING)
         return -EAGAIN;
     if (k->spec->interrupt_message)
-        return kernel__send_own(k, &k->control, "interrupt_request", "{}");
+        return kwire__send_own(k, &k->control, "interrupt_request", "{}");
     klaunch__signal(k, SIGINT);
     return 0;
 }
@@ -631,18 +581,18 @@ int kernel__watch(kernel_t *k)
         !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)))
         return errno ? -errno : -ENOMEM;
     long long max = k->m->o.max_kernel_msg;
-    kinstance__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
+    kwire__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
     if ((r = kz_open(&k->iopub, l, zctx, ZMQ_SUB, NULL, ep, on_iopub, k, max, on_oversize)) < 0)
         return r;
-    kinstance__endpoint(k, KPORT_SHELL, ep, sizeof(ep));
+    kwire__endpoint(k, KPORT_SHELL, ep, sizeof(ep));
     if ((r = kz_open(&k->shell, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
                      on_oversize)) < 0)
         return r;
-    kinstance__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
+    kwire__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
     if ((r = kz_open(&k->control, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
                      on_oversize)) < 0)
         return r;
-    kinstance__endpoint(k, KPORT_HB, ep, sizeof(ep));
+    kwire__endpoint(k, KPORT_HB, ep, sizeof(ep));
     return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, on_hb, k, max, on_oversize);
 }
 

@@ -460,7 +460,7 @@ static void own_relay(kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
 {
     if (k->pool) /* no client sees a pooled kernel's messages */
         return;
-    kernel__count_msg(k, KMGR_TO_CLIENT, msg);
+    kwire__count(k, KMGR_TO_CLIENT, msg);
     kmgr__emit_iopub(k->m, k, msg, h);
 }
 

@@ -362,6 +362,17 @@ void wspace__free(wspace_t *w);
 void wspace__attach(wspace_t *w);
 void wspace__detach(wspace_t *w);
 
+/* kwire.c: the endpoint of the kernel's socket on port (KPORT_*); verifies and splits frames
+ * from the kernel (0 or -EBADMSG, logged by the caller); counts a message relayed between
+ * clients and k (kmgr_stats.messages); sends a gateway-made message on one of the kernel's
+ * manager sockets (0 or -errno; ret_msg_id: its msg_id). */
+void kwire__endpoint(const kernel_t *k, int port, char *out, size_t outsz);
+int kwire__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h);
+void kwire__count(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m);
+int kwire__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content);
+int kwire__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
+                       char ret_msg_id[40]);
+
 /* kstderr.c: a kernel process's stderr, its newest TAILBUF_SIZE bytes kept.
  * open: a new pipe for the process about to start (the tail starts empty); ret_wfd is its write
  * end, for the process (the caller closes it once the process has it). drain: what is left,
@@ -383,12 +394,16 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
  * done). 0 or -errno. */
 int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim);
 void kinstance__free(kernel_t *k);
-/* A pooled kernel's request environment: the silent execution that applies it, its answers
- * (replied ok or with an error, or its iopub idle came), and whether m is one of its
+
+/* kenv.c: a pooled kernel's request environment: the code that applies the request's KERNEL_*
+ * variables (NULL: none, errno 0; or NULL + errno), the silent execution that runs it, its
+ * answers (replied ok or with an error, or its iopub idle came; true: it is applied, the
+ * kernel is ready to run; a failure restarts the kernel cold), and whether m is one of its
  * messages (no client sees those). */
-void kinstance__env_send(kernel_t *k);
-void kinstance__env_step(kernel_t *k, bool replied_ok, bool replied_err, bool idle);
-bool kinstance__env_parent(const kernel_t *k, const jmsg_t *m);
+char *kenv__code_new(json_t *req_env);
+void kenv__send(kernel_t *k);
+bool kenv__step(kernel_t *k, bool replied_ok, bool replied_err, bool idle);
+bool kenv__parent(const kernel_t *k, const jmsg_t *m);
 
 /* klaunch.c: the launch. Starts k's process (a failure sets k dead). */
 void klaunch__start(kernel_t *k);
@@ -458,16 +473,10 @@ void kexec__on_timer(void *data);
 /* A client's start of k (kmgr_start, at since_us) is in progress: it is counted in the
  * statistics once ready, or as a failure (at once if k is ready already). */
 void kmgr__start_begin(kernel_t *k, uint64_t since_us, bool pooled);
-/* Counts a message relayed between clients and k (kmgr_stats.messages). */
-void kernel__count_msg(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m);
 /* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
 void klaunch__signal(kernel_t *k, int sig);
 /* Reaps the kernel's process if it has exited (SIGCHLD path). */
 void klaunch__check_exit(kernel_t *k);
-/* Sends a gateway-made message on one of the kernel's manager sockets. */
-int kernel__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content);
-int kernel__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
-                        char ret_msg_id[40]);
 void kmgr__remove(kmgr_t *m, kernel_t *k);
 /* Tells every listener (kernels out of the warm pool only). */
 void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail);
@@ -532,8 +541,5 @@ long long kmgr__mem_available(void);
 long long kmgr__fd_per_kernel(const kmgr_t *m);
 long long kmgr__fd_left(const kmgr_t *m);
 
-void kinstance__endpoint(const kernel_t *k, int port, char *out, size_t outsz);
-/* Verifies and splits frames from the kernel. 0 or -EBADMSG (logged by the caller). */
-int kernel__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h);
 
 #endif
