@@ -300,7 +300,7 @@ static void on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 
 /* ---- timers ---- */
 
-void kernel__nudge(void *data)
+static void nudge(void *data)
 {
     kernel_t *k = data;
     /* ZeroMQ SUB sockets join late: the kernel counts as started only once an iopub message
@@ -375,7 +375,7 @@ void kernel__set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
         l->timer_arm(l, k->linger, (uint64_t)k->m->o.dead_linger_s * 1000);
 }
 
-void kernel__on_exit_io(void *data)
+static void on_exit_io(void *data)
 {
     kernel_t *k = data;
     evl_t *l = k->m->evl;
@@ -407,13 +407,12 @@ void kernel__on_exit_io(void *data)
         log_info("kernel=%s: shut down (%s)", k->id, why);
         complete(k, 0);
         emit(k, KERNEL_EV_GONE, NULL);
-        k->own->gone(k);
-        kinstance__free(k);
+        k->own->gone(k); /* frees k */
         return;
     case KERNEL_RESTARTING:
         if (k->stop_stage > 0) {
             log_info("kernel=%s: restarting (old process %s)", k->id, why);
-            klaunch__start(k);
+            kernel__launch(k);
             return;
         }
         /* the new process died while starting */
@@ -428,7 +427,7 @@ void kernel__on_exit_io(void *data)
                      k->m->o.max_restarts);
             k->state = KERNEL_RESTARTING;
             emit(k, KERNEL_EV_RESTARTING, why);
-            klaunch__start(k);
+            kernel__launch(k);
             return;
         }
         kernel__set_dead(k, why, klaunch__start_fail(death));
@@ -436,6 +435,28 @@ void kernel__on_exit_io(void *data)
     default:
         return;
     }
+}
+
+/* Starts the kernel's process (klaunch.c) and watches it: its end, the start's proofs and
+ * deadline. A failure sets the kernel dead. */
+void kernel__launch(kernel_t *k)
+{
+    evl_t *l = k->m->evl;
+    char why[400];
+    if (klaunch__start(k, why, sizeof(why)) < 0) {
+        kernel__set_dead(k, why, KMGR_FAIL_SPAWN);
+        return;
+    }
+    if (k->pidfd >= 0)
+        k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k);
+    nudge(k);
+    l->timer_arm(l, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
+}
+
+void kernel__check_exit(kernel_t *k)
+{
+    if (k->pid > 0)
+        on_exit_io(k);
 }
 
 static void stop_process(kernel_t *k, bool restart)
@@ -480,7 +501,7 @@ int kernel__restart(kernel_t *k)
     if (k->state == KERNEL_DEAD || k->pid <= 0) {
         k->m->evl->timer_disarm(k->m->evl, k->linger);
         k->state = KERNEL_RESTARTING;
-        klaunch__start(k);
+        kernel__launch(k);
         return 0;
     }
     k->state = KERNEL_RESTARTING;
@@ -545,8 +566,7 @@ static void on_linger(void *data)
     k->state = KERNEL_TERMINATING;
     complete(k, 0);
     emit(k, KERNEL_EV_GONE, NULL);
-    k->own->gone(k);
-    kinstance__free(k);
+    k->own->gone(k); /* frees k */
 }
 
 /* What the execution watch (kexec.c) asks of the kernel. */
@@ -574,7 +594,7 @@ int kernel__watch(kernel_t *k)
     void *zctx = k->m->zctx;
     int r;
     k->exec_ops = &exec_ops;
-    if (!(k->nudge = l->timer_new(l, kernel__nudge, k)) ||
+    if (!(k->nudge = l->timer_new(l, nudge, k)) ||
         !(k->deadline = l->timer_new(l, on_deadline, k)) ||
         !(k->hb_timer = l->timer_new(l, on_hb_timer, k)) ||
         !(k->linger = l->timer_new(l, on_linger, k)) ||

@@ -151,7 +151,7 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         goto fail;
     }
     k->state = KERNEL_STARTING;
-    klaunch__start(k);
+    kernel__launch(k);
     if (k->state == KERNEL_DEAD) {
         errno = ECHILD;
         goto fail;

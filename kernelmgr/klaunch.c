@@ -252,9 +252,8 @@ static int spawn_sandboxed(kernel_t *k, char **argv, int errfd, char *why, size_
     return r;
 }
 
-void klaunch__start(kernel_t *k)
+int klaunch__start(kernel_t *k, char *msg, size_t msgsz)
 {
-    evl_t *l = k->m->evl;
     char why[256] = "";
     char **argv = build_argv(k);
     int r;
@@ -283,17 +282,13 @@ void klaunch__start(kernel_t *k)
         close(errfd); /* the process has its own copy */
     klaunch__free_strv(argv);
     if (r < 0) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "could not start the kernel process: %s",
+        snprintf(msg, msgsz, "could not start the kernel process: %s",
                  why[0] ? why : strerror(-r));
         k->pid = 0;
         kstderr__drain(k);
         snprintf(k->last_cause, sizeof(k->last_cause), "%s", msg);
-        kernel__set_dead(k, msg, KMGR_FAIL_SPAWN);
-        return;
+        return r;
     }
-    if (k->pidfd >= 0)
-        k->pid_io = l->io_add(l, k->pidfd, kernel__on_exit_io, k);
     if (k->m->o.sandbox)
         k->cgroup_used = true;
     k->got_reply = k->got_iopub = k->got_starting = false;
@@ -304,8 +299,7 @@ void klaunch__start(kernel_t *k)
     k->stop_stage = 0;
     k->stop_end = NULL;
     log_debug("kernel=%s: spawned pid %d", k->id, (int)k->pid);
-    kernel__nudge(k);
-    l->timer_arm(l, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
+    return 0;
 }
 
 #define EXCERPT_MAX 300 /* bytes of stderr quoted in a cause */
@@ -515,10 +509,4 @@ void klaunch__signal(kernel_t *k, int sig)
         return;
     if (kill(-k->pid, sig) < 0 && errno == ESRCH)
         kill(k->pid, sig);
-}
-
-void klaunch__check_exit(kernel_t *k)
-{
-    if (k->pid > 0)
-        kernel__on_exit_io(k);
 }

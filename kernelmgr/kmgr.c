@@ -97,6 +97,7 @@ static void remove_tree(int parentfd, const char *name, int depth)
 #define STALE_UNLOCKED_S 600 /* an instance directory without its lock this old is stale */
 
 static void ws_remove(kmgr_t *m, wspace_t *w);
+static void remove_kernel(kmgr_t *m, kernel_t *k);
 static const struct wspace_ops ws_ops;
 static const struct kpool_ops pool_ops;
 
@@ -521,7 +522,8 @@ static bool own_lost(kernel_t *k, const char *why)
 
 static void own_gone(kernel_t *k)
 {
-    kmgr__remove(k->m, k);
+    remove_kernel(k->m, k);
+    kinstance__free(k);
 }
 
 static void own_capacity(kernel_t *k)
@@ -1067,7 +1069,7 @@ wspace_t *kmgr_workspace_at(const kmgr_t *m, size_t i)
     return NULL;
 }
 
-void kmgr__remove(kmgr_t *m, kernel_t *k)
+static void remove_kernel(kmgr_t *m, kernel_t *k)
 {
     if (k->pool) {
         kpool__remove(m, k);
@@ -1088,13 +1090,13 @@ void kmgr_reap(kmgr_t *m)
 {
     for (size_t i = 0; i < m->n;) {
         size_t before = m->n;
-        klaunch__check_exit(m->v[i]);
+        kernel__check_exit(m->v[i]);
         if (m->n == before) /* else v[i] was removed: look at the same index again */
             i++;
     }
     for (size_t i = 0; i < m->pn;) {
         size_t before = m->pn;
-        klaunch__check_exit(m->pv[i]);
+        kernel__check_exit(m->pv[i]);
         if (m->pn == before)
             i++;
     }

@@ -193,7 +193,7 @@ struct kernel_owner_ops {
     /* k's process ended (why: how): true if the owner took k (a pooled kernel: freed);
      * false: k goes on by itself (restart, death, removal) */
     bool (*lost)(kernel_t *k, const char *why);
-    /* k is going: the owner forgets it (k frees itself next) */
+    /* k is going: the owner forgets it and frees it (kinstance__free) */
     void (*gone)(kernel_t *k);
     /* a start in flight ended: capacity may have changed */
     void (*capacity)(kernel_t *k);
@@ -405,8 +405,9 @@ void kenv__send(kernel_t *k);
 bool kenv__step(kernel_t *k, bool replied_ok, bool replied_err, bool idle);
 bool kenv__parent(const kernel_t *k, const jmsg_t *m);
 
-/* klaunch.c: the launch. Starts k's process (a failure sets k dead). */
-void klaunch__start(kernel_t *k);
+/* klaunch.c: the launch. Starts k's process; 0, or -errno and in msg why (k->last_cause too).
+ * The caller watches it (kernel__launch). */
+int klaunch__start(kernel_t *k, char *msg, size_t msgsz);
 /* k's process environment (req_env: the request's, KERNEL_* taken), NULL-terminated. */
 char **klaunch__env(const kernel_t *k, json_t *req_env);
 void klaunch__free_strv(char **v);
@@ -435,10 +436,10 @@ void kernel__set_running(kernel_t *k);
 void kernel__set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail);
 /* Restarts the process (no event, no statistics). 0 or -EBUSY. */
 int kernel__restart(kernel_t *k);
-/* Timer and io callbacks (data: the kernel): asks the kernel for kernel_info, and its
- * process's exit. */
-void kernel__nudge(void *data);
-void kernel__on_exit_io(void *data);
+/* Starts k's process and watches it (a failure sets k dead); reaps it if it has exited
+ * (SIGCHLD path). */
+void kernel__launch(kernel_t *k);
+void kernel__check_exit(kernel_t *k);
 
 /* kexec.c: the execution watch. What it asks of the kernel (kernel.c hands it, k->exec_ops):
  * an interrupt (kernel_interrupt) and a restart without event or statistics (kernel__restart);
@@ -475,9 +476,6 @@ void kexec__on_timer(void *data);
 void kmgr__start_begin(kernel_t *k, uint64_t since_us, bool pooled);
 /* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
 void klaunch__signal(kernel_t *k, int sig);
-/* Reaps the kernel's process if it has exited (SIGCHLD path). */
-void klaunch__check_exit(kernel_t *k);
-void kmgr__remove(kmgr_t *m, kernel_t *k);
 /* Tells every listener (kernels out of the warm pool only). */
 void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail);
 void kmgr__emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
