@@ -14,7 +14,6 @@
 
 #define NUDGE_RETRY_MS 2000 /* resend kernel_info_request if a start seems stuck */
 #define NUDGE_IOPUB_MS 20   /* resend when the reply came but no iopub message yet */
-#define TERM_KILL_MS 1000 /* SIGTERM -> SIGKILL */
 
 static void emit(kernel_t *k, enum kernel_event ev, const char *detail)
 {
@@ -291,13 +290,6 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     }
 }
 
-static void on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
-{
-    kernel_t *k = data;
-    k->hb_outstanding = false;
-    k->hb_missed = 0;
-}
-
 /* ---- timers ---- */
 
 static void nudge(void *data)
@@ -309,51 +301,6 @@ static void nudge(void *data)
     kwire__send_own(k, &k->shell, "kernel_info_request", "{}");
     k->probing = true;
     k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_RETRY_MS);
-}
-
-static void on_deadline(void *data)
-{
-    kernel_t *k = data;
-    switch (k->stop_stage) {
-    case 0: /* started but never answered */
-        if (k->state == KERNEL_STARTING || k->state == KERNEL_RESTARTING) {
-            log_warn("kernel=%s: no kernel_info_reply within %d ms; killing it", k->id,
-                     k->m->o.start_timeout_ms);
-            k->exit_status = -ETIMEDOUT;
-            klaunch__signal(k, SIGKILL);
-        }
-        break;
-    case 1: /* shutdown_request was ignored */
-        k->stats->shutdown_forced++;
-        log_warn("kernel=%s: still running %d ms after shutdown_request%s; SIGTERM", k->id,
-                 k->m->o.shutdown_grace_ms, k->stop_end ? " and being signalled" : "");
-        klaunch__signal(k, SIGTERM);
-        k->stop_stage = 2;
-        k->m->evl->timer_arm(k->m->evl, k->deadline, TERM_KILL_MS);
-        break;
-    default:
-        log_debug("kernel=%s: still running after SIGTERM; SIGKILL", k->id);
-        klaunch__signal(k, SIGKILL);
-        break;
-    }
-}
-
-static void on_hb_timer(void *data)
-{
-    kernel_t *k = data;
-    if (k->state != KERNEL_RUNNING)
-        return;
-    if (k->hb_outstanding && ++k->hb_missed >= k->m->o.hb_misses) {
-        log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, k->hb_missed);
-        k->exit_status = -ETIMEDOUT;
-        k->hb_killed = true;
-        klaunch__signal(k, SIGKILL);
-        return;
-    }
-    jspan_t ping = {"ping", 4};
-    kz_send(&k->hb, &ping, 1);
-    k->hb_outstanding = true;
-    k->m->evl->timer_arm(k->m->evl, k->hb_timer, (uint64_t)k->m->o.hb_interval_ms);
 }
 
 /* fail: why, if a client's start was in progress. */
@@ -595,8 +542,8 @@ int kernel__watch(kernel_t *k)
     int r;
     k->exec_ops = &exec_ops;
     if (!(k->nudge = l->timer_new(l, nudge, k)) ||
-        !(k->deadline = l->timer_new(l, on_deadline, k)) ||
-        !(k->hb_timer = l->timer_new(l, on_hb_timer, k)) ||
+        !(k->deadline = l->timer_new(l, kwatchdog__on_deadline, k)) ||
+        !(k->hb_timer = l->timer_new(l, kwatchdog__on_hb_timer, k)) ||
         !(k->linger = l->timer_new(l, on_linger, k)) ||
         !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)))
         return errno ? -errno : -ENOMEM;
@@ -613,7 +560,8 @@ int kernel__watch(kernel_t *k)
                      on_oversize)) < 0)
         return r;
     kwire__endpoint(k, KPORT_HB, ep, sizeof(ep));
-    return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, on_hb, k, max, on_oversize);
+    return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, kwatchdog__on_hb, k, max,
+                   on_oversize);
 }
 
 void kernel__unwatch(kernel_t *k)

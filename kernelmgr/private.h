@@ -373,6 +373,12 @@ int kwire__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *
 int kwire__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
                        char ret_msg_id[40]);
 
+/* kwatchdog.c: the heartbeat socket's callback, and the heartbeat and deadline timers
+ * (data: the kernel; armed by kernel.c). */
+void kwatchdog__on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n);
+void kwatchdog__on_hb_timer(void *data);
+void kwatchdog__on_deadline(void *data);
+
 /* kstderr.c: a kernel process's stderr, its newest TAILBUF_SIZE bytes kept.
  * open: a new pipe for the process about to start (the tail starts empty); ret_wfd is its write
  * end, for the process (the caller closes it once the process has it). drain: what is left,

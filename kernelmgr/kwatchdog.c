@@ -1,0 +1,64 @@
+/* A kernel's watchdog: its heartbeats (every --hb-interval-ms; a kernel that misses three in a
+ * row is hung and killed), the deadline of its start (no kernel_info_reply within
+ * --start-timeout: killed) and the escalation of its stop (a shutdown_request ignored for
+ * --shutdown-grace-ms: SIGTERM, then SIGKILL). It only signals the process: its end is
+ * handled by kernel.c like any other. */
+#include <errno.h>
+#include <signal.h>
+
+#include "common/log.h"
+#include "kernelmgr/private.h"
+
+#define TERM_KILL_MS 1000 /* SIGTERM -> SIGKILL */
+
+void kwatchdog__on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
+{
+    kernel_t *k = data;
+    k->hb_outstanding = false;
+    k->hb_missed = 0;
+}
+
+void kwatchdog__on_deadline(void *data)
+{
+    kernel_t *k = data;
+    switch (k->stop_stage) {
+    case 0: /* started but never answered */
+        if (k->state == KERNEL_STARTING || k->state == KERNEL_RESTARTING) {
+            log_warn("kernel=%s: no kernel_info_reply within %d ms; killing it", k->id,
+                     k->m->o.start_timeout_ms);
+            k->exit_status = -ETIMEDOUT;
+            klaunch__signal(k, SIGKILL);
+        }
+        break;
+    case 1: /* shutdown_request was ignored */
+        k->stats->shutdown_forced++;
+        log_warn("kernel=%s: still running %d ms after shutdown_request%s; SIGTERM", k->id,
+                 k->m->o.shutdown_grace_ms, k->stop_end ? " and being signalled" : "");
+        klaunch__signal(k, SIGTERM);
+        k->stop_stage = 2;
+        k->m->evl->timer_arm(k->m->evl, k->deadline, TERM_KILL_MS);
+        break;
+    default:
+        log_debug("kernel=%s: still running after SIGTERM; SIGKILL", k->id);
+        klaunch__signal(k, SIGKILL);
+        break;
+    }
+}
+
+void kwatchdog__on_hb_timer(void *data)
+{
+    kernel_t *k = data;
+    if (k->state != KERNEL_RUNNING)
+        return;
+    if (k->hb_outstanding && ++k->hb_missed >= k->m->o.hb_misses) {
+        log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, k->hb_missed);
+        k->exit_status = -ETIMEDOUT;
+        k->hb_killed = true;
+        klaunch__signal(k, SIGKILL);
+        return;
+    }
+    jspan_t ping = {"ping", 4};
+    kz_send(&k->hb, &ping, 1);
+    k->hb_outstanding = true;
+    k->m->evl->timer_arm(k->m->evl, k->hb_timer, (uint64_t)k->m->o.hb_interval_ms);
+}
