@@ -140,7 +140,7 @@ static void complete(kernel_t *k, int status)
 /* ---- messages from the kernel ---- */
 
 /* Starting -> running: the start (or the hand-out of a pooled kernel) is complete. */
-void kernel__set_running(kernel_t *k)
+static void set_running(kernel_t *k)
 {
     evl_t *l = k->m->evl;
     if (k->m->o.hb_interval_ms > 0)
@@ -179,7 +179,7 @@ static void check_ready(kernel_t *k)
     log_info("kernel=%s: ready (pid %d, %s, %.0f ms)%s", k->id, (int)k->pid,
              k->forked ? "forked" : "exec", (double)(util_now_us() - k->spawn_us) / 1000.0,
              k->pool ? " in the pool" : "");
-    kernel__set_running(k);
+    set_running(k);
     k->own->ready(k);
 }
 
@@ -223,7 +223,7 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         if (!strcmp(h.msg_type, "status") &&
             memmem(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, "\"idle\"", 6))
             if (kenv__step(k, false, false, true))
-                kernel__set_running(k);
+                set_running(k);
         return;
     }
     char *cut = NULL;
@@ -277,7 +277,7 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         bool ok = st && !strcmp(st, "ok");
         json_decref(c);
         if (kenv__step(k, ok, !ok, false))
-            kernel__set_running(k);
+            set_running(k);
         return;
     }
     if (!strcmp(h.msg_type, "kernel_info_reply") && !k->got_reply) {
@@ -304,7 +304,7 @@ static void nudge(void *data)
 }
 
 /* fail: why, if a client's start was in progress. */
-void kernel__set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
+static void set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
 {
     k->own->start_failed(k, fail);
     k->state = KERNEL_DEAD;
@@ -377,7 +377,7 @@ static void on_exit_io(void *data)
             kernel__launch(k);
             return;
         }
-        kernel__set_dead(k, why, klaunch__start_fail(death));
+        set_dead(k, why, klaunch__start_fail(death));
         return;
     default:
         return;
@@ -391,7 +391,7 @@ void kernel__launch(kernel_t *k)
     evl_t *l = k->m->evl;
     char why[400];
     if (klaunch__start(k, why, sizeof(why)) < 0) {
-        kernel__set_dead(k, why, KMGR_FAIL_SPAWN);
+        set_dead(k, why, KMGR_FAIL_SPAWN);
         return;
     }
     if (k->pidfd >= 0)
@@ -439,7 +439,8 @@ static void stop_process(kernel_t *k, bool restart)
     k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
 }
 
-int kernel__restart(kernel_t *k)
+/* Restarts the process (no event, no statistics). 0 or -EBUSY. */
+static int restart_process(kernel_t *k)
 {
     if (k->state == KERNEL_TERMINATING || k->state == KERNEL_RESTARTING)
         return -EBUSY;
@@ -462,7 +463,7 @@ int kernel_restart(kernel_t *k)
         return -EBUSY;
     kexec__stop_why(k, KERNEL_OUT_RESTARTED, "the kernel was restarted by a client");
     kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
-    int r = kernel__restart(k);
+    int r = restart_process(k);
     if (r == 0) {
         k->stats->restarts[KMGR_RESTART_REQUESTED]++;
         emit(k, KERNEL_EV_RESTART, NULL);
@@ -519,7 +520,7 @@ static void on_linger(void *data)
 /* What the execution watch (kexec.c) asks of the kernel. */
 static const struct kexec_ops exec_ops = {
     .interrupt = kernel_interrupt,
-    .restart = kernel__restart,
+    .restart = restart_process,
 };
 
 /* A message over --max-kernel-message-bytes reset one of the gateway's own sockets. */

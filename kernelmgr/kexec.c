@@ -148,7 +148,8 @@ void kexec__forget(kconn_t *c)
 
 /* ---- the end of an execution ---- */
 
-void kexec__usage_begin(kernel_t *k)
+/* An execution began running: its cgroup's CPU time and peak memory are measured from here. */
+static void usage_begin(kernel_t *k)
 {
     struct sbx_cgroup_usage u = {.cpu_ns = -1};
     struct sbx_cgroup_events ev = {0};
@@ -161,8 +162,9 @@ void kexec__usage_begin(kernel_t *k)
     k->exec_pids0 = ev.pids_max;
 }
 
-void kexec__end(kernel_t *k, const char *msg_id, enum kernel_outcome o, const char *cause,
-                int64_t duration_us)
+/* An execution is over: listeners hear of it (duration_us 0: it never ran). */
+static void announce_end(kernel_t *k, const char *msg_id, enum kernel_outcome o,
+                         const char *cause, int64_t duration_us)
 {
     struct kernel_exec_end e = {.msg_id = msg_id,
                                 .outcome = o,
@@ -237,7 +239,7 @@ static void fail_one(kernel_t *k, struct kpending *p, enum kernel_outcome o, con
         json_decref(content);
     if (exec) {
         bool ran = !strcmp(p->msg_id, k->exec_id);
-        kexec__end(k, p->msg_id, o, cause, ran ? util_now_us() - k->exec_start_us : 0);
+        announce_end(k, p->msg_id, o, cause, ran ? util_now_us() - k->exec_start_us : 0);
     }
 }
 
@@ -289,7 +291,7 @@ void kexec__fail_all(kernel_t *k, enum kernel_outcome o, const char *cause)
         if (k->exec_parent)
             send_made(k, NULL, JCHAN_IOPUB, "status", k->exec_parent,
                       json_pack("{s:s}", "execution_state", "idle"));
-        kexec__end(k, k->exec_id, o, cause, util_now_us() - k->exec_start_us);
+        announce_end(k, k->exec_id, o, cause, util_now_us() - k->exec_start_us);
         n++;
     }
     if (n)
@@ -386,7 +388,7 @@ static void exec_outcome(kernel_t *k)
         snprintf(cause, sizeof(cause), "the execution's output exceeded its limit of %lld "
                  "bytes: the rest was discarded", k->output_cap);
     }
-    kexec__end(k, k->exec_id, o, cause, util_now_us() - k->exec_start_us);
+    announce_end(k, k->exec_id, o, cause, util_now_us() - k->exec_start_us);
 }
 
 static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
@@ -395,7 +397,7 @@ static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
     snprintf(k->exec_id, sizeof(k->exec_id), "%s", msg_id);
     k->exec_parent = strndup(parent.p, parent.n);
     k->exec_start_us = util_now_us();
-    kexec__usage_begin(k);
+    usage_begin(k);
     if (k->egress) /* what came before is not this execution's */
         json_decref(kegress_hosts_take(k->egress));
     if (k->exec_timeout_ms > 0)

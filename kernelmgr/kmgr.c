@@ -397,7 +397,8 @@ void kmgr_on_call(kmgr_t *m, kmgr_call_fn fn, void *user)
 /* A listener may unlisten itself from its op: the next one is taken before the call. */
 #define EACH_LISTENER(m, l, tmp) list_for_each_safe(l, tmp, &(m)->listeners, link)
 
-void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail)
+/* Tells every listener (kernels out of the warm pool only). */
+static void emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail)
 {
     struct kmgr_listener *l, *tmp;
     if (k->pool)
@@ -409,7 +410,7 @@ void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail
     }
 }
 
-void kmgr__emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
+static void emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
 {
     struct kmgr_listener *l, *tmp;
     if (k->pool)
@@ -421,7 +422,7 @@ void kmgr__emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h
     }
 }
 
-void kmgr__emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text)
+static void emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text)
 {
     struct kmgr_listener *l, *tmp;
     if (k->pool)
@@ -433,7 +434,7 @@ void kmgr__emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text)
     }
 }
 
-void kmgr__emit_exec_end(kmgr_t *m, kernel_t *k, const struct kernel_exec_end *e)
+static void emit_exec_end(kmgr_t *m, kernel_t *k, const struct kernel_exec_end *e)
 {
     struct kmgr_listener *l, *tmp;
     if (k->pool)
@@ -449,12 +450,12 @@ void kmgr__emit_exec_end(kmgr_t *m, kernel_t *k, const struct kernel_exec_end *e
 
 static void own_event(kernel_t *k, enum kernel_event ev, const char *detail)
 {
-    kmgr__emit(k->m, k, ev, detail);
+    emit(k->m, k, ev, detail);
 }
 
 static void own_iopub(kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
 {
-    kmgr__emit_iopub(k->m, k, msg, h);
+    emit_iopub(k->m, k, msg, h);
 }
 
 static void own_relay(kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
@@ -462,17 +463,17 @@ static void own_relay(kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
     if (k->pool) /* no client sees a pooled kernel's messages */
         return;
     kwire__count(k, KMGR_TO_CLIENT, msg);
-    kmgr__emit_iopub(k->m, k, msg, h);
+    emit_iopub(k->m, k, msg, h);
 }
 
 static void own_notice(kernel_t *k, jspan_t parent, const char *text)
 {
-    kmgr__emit_notice(k->m, k, parent, text);
+    emit_notice(k->m, k, parent, text);
 }
 
 static void own_exec_end(kernel_t *k, const struct kernel_exec_end *e)
 {
-    kmgr__emit_exec_end(k->m, k, e);
+    emit_exec_end(k->m, k, e);
 }
 
 /* A client's start is over: ready, counted by how it started and how long it took... */
@@ -497,7 +498,9 @@ static void own_start_failed(kernel_t *k, enum kmgr_start_fail why)
     k->req_us = 0;
 }
 
-void kmgr__start_begin(kernel_t *k, uint64_t since_us, bool pooled)
+/* A client's start of k (kmgr_start, at since_us) is in progress: it is counted in the
+ * statistics once ready, or as a failure (at once if k is ready already). */
+static void start_begin(kernel_t *k, uint64_t since_us, bool pooled)
 {
     k->req_us = since_us ? since_us : 1;
     k->req_pool = pooled;
@@ -561,7 +564,7 @@ static void own_forked(kernel_t *k, bool ok)
     kzygote__forked(k->m, ok);
 }
 
-const struct kernel_owner_ops kmgr__kernel_owner = {
+static const struct kernel_owner_ops kernel_owner = {
     .event = own_event,
     .iopub = own_iopub,
     .relay = own_relay,
@@ -698,7 +701,7 @@ void kmgr_destroy(kmgr_t **pm)
     while (m->n > 0) {
         kernel_t *k = m->v[--m->n];
         kexec__fail_all(k, KERNEL_OUT_SHUTDOWN, "the gateway is shutting down");
-        kmgr__emit(m, k, KERNEL_EV_GONE, NULL);
+        emit(m, k, KERNEL_EV_GONE, NULL);
         kinstance__free(k);
     }
     while (m->nws > 0)
@@ -992,7 +995,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         m->v[m->n++] = k;
         tenant_weights(m, tenant);
         log_info("kernel=%s: %s taken from the pool, workspace=%s", k->id, spec->name, k->ws->id);
-        kmgr__start_begin(k, t0, true);
+        start_begin(k, t0, true);
         *ret = k;
         return 0;
     }
@@ -1010,13 +1013,13 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
             return refuse(m, r == -EAGAIN ? KMGR_FAIL_LIMIT : KMGR_FAIL_SPAWN, r);
     }
     k = kinstance__new(m, spec, req->env, lim, ws, NULL, req->egress,
-                       &kmgr__kernel_owner);
+                       &kernel_owner);
     if (!k)
         return refuse(m, KMGR_FAIL_SPAWN, -errno);
     m->v[m->n++] = k;
     tenant_weights(m, tenant);
     log_info("kernel=%s: starting %s in workspace=%s", k->id, spec->name, ws->id);
-    kmgr__start_begin(k, t0, false);
+    start_begin(k, t0, false);
     *ret = k;
     return 0;
 }
@@ -1038,7 +1041,7 @@ static const struct wspace_ops ws_ops = {
 };
 
 static const struct kpool_ops pool_ops = {
-    .kernel_owner = &kmgr__kernel_owner,
+    .kernel_owner = &kernel_owner,
     .new_workspace = new_workspace,
     .ws_idle = ws_idle,
     .ws_remove = ws_remove,

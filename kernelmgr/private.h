@@ -169,11 +169,6 @@ void kexec__forget(kconn_t *c);
  * execute_reply with status "error"; others: an error reply), and listeners hear each
  * execution's end. What the kernel had sent already is handled first. */
 void kexec__fail_all(kernel_t *k, enum kernel_outcome o, const char *cause);
-/* An execution began running (its cgroup's CPU time and peak memory are measured from here),
- * or is over: listeners hear of it (duration_us 0: it never ran). */
-void kexec__usage_begin(kernel_t *k);
-void kexec__end(kernel_t *k, const char *msg_id, enum kernel_outcome o, const char *cause,
-                int64_t duration_us);
 
 /* What a kernel tells its owner, and asks of it (kmgr.c provides these for every kernel, pooled
  * or not: the owner knows which is which). Every member is set. */
@@ -207,8 +202,6 @@ struct kernel_owner_ops {
     /* a start went through the fork server, or (ok false) failed because of it */
     void (*forked)(kernel_t *k, bool ok);
 };
-/* kmgr.c: the owner of every kernel */
-extern const struct kernel_owner_ops kmgr__kernel_owner;
 
 struct kwait {
     kernel_done_cb cb;
@@ -437,11 +430,6 @@ enum kmgr_start_fail klaunch__start_fail(enum kmgr_death d);
 /* kernel.c: the state machine, called by its other files. */
 int kernel__watch(kernel_t *k);
 void kernel__unwatch(kernel_t *k);
-void kernel__set_running(kernel_t *k);
-/* fail: why, if a client's start was in progress. */
-void kernel__set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail);
-/* Restarts the process (no event, no statistics). 0 or -EBUSY. */
-int kernel__restart(kernel_t *k);
 /* Starts k's process and watches it (a failure sets k dead); reaps it if it has exited
  * (SIGCHLD path). */
 void kernel__launch(kernel_t *k);
@@ -477,16 +465,8 @@ void kexec__oversize(kernel_t *k, const char *chan);
 void kexec__finish(kernel_t *k, enum kmgr_exec how);
 /* The wall-time timer (data: the kernel). */
 void kexec__on_timer(void *data);
-/* A client's start of k (kmgr_start, at since_us) is in progress: it is counted in the
- * statistics once ready, or as a failure (at once if k is ready already). */
-void kmgr__start_begin(kernel_t *k, uint64_t since_us, bool pooled);
 /* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
 void klaunch__signal(kernel_t *k, int sig);
-/* Tells every listener (kernels out of the warm pool only). */
-void kmgr__emit(kmgr_t *m, kernel_t *k, enum kernel_event ev, const char *detail);
-void kmgr__emit_iopub(kmgr_t *m, kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
-void kmgr__emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text);
-void kmgr__emit_exec_end(kmgr_t *m, kernel_t *k, const struct kernel_exec_end *e);
 
 /* The fork server (kzygote.c). */
 /* on_ready: each time it is ready (the owner's warm pool may start kernels through it). */
