@@ -7,6 +7,8 @@
  * kernel's uid; connections, bytes buffered, calls in progress, refused requests per
  * connection, time to send a frame and time to answer are all bounded; a connection that
  * breaks the protocol is closed. Connections are freed outside their own callbacks. */
+#include "kernelmgr/kcall_int.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/kzsock_int.h"
 #include "kernelmgr/private.h"
 #include "protocol/kcallmsg.h"
 

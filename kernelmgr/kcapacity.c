@@ -9,6 +9,8 @@
  * (fd_per_client: one websocket) and keeps a reserve for everything else (fd_reserve: new
  * connections, file transfers, logs). Kernels still starting have not opened all theirs yet:
  * each counts half a kernel on top of what is open. */
+#include "kernelmgr/kcapacity_int.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -18,7 +20,7 @@
 #include "common/util.h"
 #include "kernelmgr/private.h"
 
-long long kmgr__mem_available(void)
+long long kcapacity__mem_available(void)
 {
     char line[128];
     long long kb = -1;
@@ -40,14 +42,14 @@ static size_t starting(kernel_t *const *v, size_t n)
     return s;
 }
 
-long long kmgr__fd_per_kernel(const kmgr_t *m)
+long long kcapacity__fd_per_kernel(const kmgr_t *m)
 {
     return KMGR_KERNEL_FDS + (m->o.fd_per_client > 0 ? m->o.fd_per_client : 0);
 }
 
 /* Descriptors left for new kernels: the limit less what is open, what starting kernels will
  * still open and the reserve (may be negative; LLONG_MAX when unlimited or unknown). */
-long long kmgr__fd_left(const kmgr_t *m)
+long long kcapacity__fd_left(const kmgr_t *m)
 {
     struct rlimit rl;
     long long open = util_open_fds();
@@ -65,9 +67,9 @@ void kmgr_capacity(const kmgr_t *m, struct kmgr_capacity *ret)
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         c.fd_limit = (long long)rl.rlim_cur;
     c.fd_open = util_open_fds();
-    c.fd_per_kernel = kmgr__fd_per_kernel(m);
+    c.fd_per_kernel = kcapacity__fd_per_kernel(m);
     c.fd_reserve = m->o.fd_reserve > 0 ? m->o.fd_reserve : 0;
-    long long left = kmgr__fd_left(m);
+    long long left = kcapacity__fd_left(m);
     if (left != LLONG_MAX) /* pooled kernels give way to a start */
         left += (long long)m->pn * KMGR_KERNEL_FDS;
     c.fd_kernels = left == LLONG_MAX ? -1 : left > 0 ? left / c.fd_per_kernel : 0;
@@ -76,7 +78,7 @@ void kmgr_capacity(const kmgr_t *m, struct kmgr_capacity *ret)
                           : 0;
     c.kernels_free = c.fd_kernels >= 0 && c.fd_kernels < slots ? c.fd_kernels : slots;
     c.mem_per_kernel = m->o.sandbox ? m->o.sandbox->lim.mem_bytes : 0;
-    c.mem_available = kmgr__mem_available();
+    c.mem_available = kcapacity__mem_available();
     if (c.mem_available >= 0 && c.mem_per_kernel > 0)
         c.mem_kernels = c.mem_available / c.mem_per_kernel;
     *ret = c;

@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "kernelmgr/kexec_int.h"
+#include "kernelmgr/kwire_int.h"
+#include "kernelmgr/kzsock_int.h"
 #include "kernelmgr/private.h"
 
 static const int chan_port[JCHAN_N] = {KPORT_SHELL, 0, KPORT_STDIN, KPORT_CONTROL};

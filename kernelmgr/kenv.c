@@ -8,6 +8,8 @@
  * its messages. The variables reach os.environ and so every subprocess; the kernel process's
  * initial environment (/proc/self/environ) does not have them. If the execution fails, the
  * kernel is restarted cold with the variables in its environment. */
+#include "kernelmgr/kenv_int.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,6 +17,8 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "kernelmgr/klaunch_int.h"
+#include "kernelmgr/kwire_int.h"
 #include "kernelmgr/private.h"
 
 char *kenv__code_new(json_t *req_env)

@@ -1,7 +1,10 @@
 /* One kernel: its state machine (starting, running, restarting, terminating, dead), its
- * waiters, the messages of its manager sockets (the start's proofs, heartbeats), the end of its
- * process, restart, shutdown and interrupt. It reports to its owner through kernel_owner_ops
- * (private.h) and never calls up into the manager, the warm pool or the fork server. */
+ * waiters, the messages of its manager sockets (the start's proofs), the end of its process,
+ * restart, shutdown and interrupt. It reports to its owner through kernel_owner_ops
+ * (private.h) and calls only files below it (private.h: floors): never the set-up, the
+ * sessions, the manager, the warm pool or the fork server. */
+#include "kernelmgr/kernel_int.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,6 +13,14 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kenv_int.h"
+#include "kernelmgr/kexec_int.h"
+#include "kernelmgr/klaunch_int.h"
+#include "kernelmgr/kstderr_int.h"
+#include "kernelmgr/kwatchdog_int.h"
+#include "kernelmgr/kwire_int.h"
+#include "kernelmgr/kzsock_int.h"
 #include "kernelmgr/private.h"
 
 #define NUDGE_RETRY_MS 2000 /* resend kernel_info_request if a start seems stuck */
@@ -290,8 +301,9 @@ static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     }
 }
 
-/* ---- timers ---- */
+/* ---- the process: its start, its end, a stop ---- */
 
+/* The start's timer (data: the kernel): asks the kernel for kernel_info. */
 static void nudge(void *data)
 {
     kernel_t *k = data;

@@ -3,6 +3,8 @@
  * kernel's name, so no client waits for a reply that cannot come (docs/protocol.md,
  * "Outcomes"); and the execution watch: which execution runs, its wall time, output cap,
  * audit event and statistics. */
+#include "kernelmgr/kexec_int.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <sodium.h>
@@ -13,6 +15,8 @@
 #include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kzsock_int.h"
 #include "kernelmgr/private.h"
 #include "protocol/jcap.h"
 #include "sandbox/sbx.h"

@@ -1,6 +1,8 @@
 /* A kernel instance's set-up and teardown: its runtime directory (a tmpfs of its own when
  * sandboxed), cgroup, limits, keys, environment and connection file; and a pooled kernel's
  * hand-out to a request (kinstance__adopt: its limits and KERNEL_* variables). */
+#include "kernelmgr/kinstance_int.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,7 +16,13 @@
 #include "common/log.h"
 #include "common/shardid.h"
 #include "common/util.h"
+#include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kenv_int.h"
+#include "kernelmgr/kernel_int.h"
+#include "kernelmgr/klaunch_int.h"
+#include "kernelmgr/kstderr_int.h"
 #include "kernelmgr/private.h"
+#include "kernelmgr/wspace_int.h"
 #include "sandbox/sbx.h"
 
 static void apply_limits(kernel_t *k, const struct kmgr_limits *lim)

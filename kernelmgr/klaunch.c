@@ -1,6 +1,8 @@
 /* A kernel's launch: its environment, argv and connection file, the spawn (plain, sandboxed
  * by exec, or through the fork server, which its owner lends: kernel_owner_ops), the
  * sandbox's set-up report, its egress proxy once ready, and what its process's end means. */
+#include "kernelmgr/klaunch_int.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -12,6 +14,8 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kstderr_int.h"
 #include "kernelmgr/private.h"
 #include "sandbox/sbx.h"
 #include "sandbox/spawn.h"

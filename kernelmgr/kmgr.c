@@ -16,7 +16,16 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/kcapacity_int.h"
+#include "kernelmgr/kernel_int.h"
+#include "kernelmgr/kexec_int.h"
+#include "kernelmgr/kinstance_int.h"
+#include "kernelmgr/klaunch_int.h"
+#include "kernelmgr/kpool_int.h"
+#include "kernelmgr/kwire_int.h"
+#include "kernelmgr/kzygote_int.h"
 #include "kernelmgr/private.h"
+#include "kernelmgr/wspace_int.h"
 #include "protocol/kcallmsg.h"
 
 #define PY_MAX_FILES 64
@@ -927,7 +936,7 @@ static int refuse(kmgr_t *m, enum kmgr_start_fail why, int r)
  * way (kcapacity.c has the arithmetic). */
 static int fd_room(kmgr_t *m)
 {
-    long long left = kmgr__fd_left(m), need = kmgr__fd_per_kernel(m);
+    long long left = kcapacity__fd_left(m), need = kcapacity__fd_per_kernel(m);
     /* the warm pool gives way first: a pooled kernel's descriptors are closed as it goes */
     while (left != LLONG_MAX && left < need && kpool__shrink(m))
         left += KMGR_KERNEL_FDS;

@@ -23,6 +23,8 @@
  *   refill while the host's MemAvailable is below --pool-min-available.
  * - Shutdown: pooled kernels are killed at once (they never ran user code).
  */
+#include "kernelmgr/kpool_int.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,7 +33,11 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/kcapacity_int.h"
+#include "kernelmgr/kinstance_int.h"
+#include "kernelmgr/klaunch_int.h"
 #include "kernelmgr/private.h"
+#include "kernelmgr/wspace_int.h"
 
 #define POOL_MAX_STARTING    2     /* pooled starts in flight at once */
 #define POOL_REFILL_DELAY_MS 20    /* after a hand-out, before the next spawn */
@@ -151,7 +157,7 @@ bool kmgr_memory_short(const kmgr_t *m)
 {
     if (m->o.pool_min_available <= 0)
         return false;
-    long long avail = kmgr__mem_available();
+    long long avail = kcapacity__mem_available();
     return avail >= 0 && avail < m->o.pool_min_available;
 }
 
@@ -177,7 +183,7 @@ static int room(kmgr_t *m)
     if (kmgr_memory_short(m))
         return -ENOMEM;
     /* descriptors: a pooled kernel leaves room for a user's start beside it */
-    if (kmgr__fd_left(m) < 2 * kmgr__fd_per_kernel(m))
+    if (kcapacity__fd_left(m) < 2 * kcapacity__fd_per_kernel(m))
         return -EMFILE;
     return 0;
 }

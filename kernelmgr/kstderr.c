@@ -5,6 +5,8 @@
  * environment) are blotted out of both. Reading is paced (RATE_BYTES per RATE_WINDOW_MS): a
  * kernel flooding its stderr blocks on its own full pipe instead of costing the gateway's loop
  * more than that. */
+#include "kernelmgr/kstderr_int.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>

@@ -3,10 +3,14 @@
  * --start-timeout: killed) and the escalation of its stop (a shutdown_request ignored for
  * --shutdown-grace-ms: SIGTERM, then SIGKILL). It only signals the process: its end is
  * handled by kernel.c like any other. */
+#include "kernelmgr/kwatchdog_int.h"
+
 #include <errno.h>
 #include <signal.h>
 
 #include "common/log.h"
+#include "kernelmgr/klaunch_int.h"
+#include "kernelmgr/kzsock_int.h"
 #include "kernelmgr/private.h"
 
 #define TERM_KILL_MS 1000 /* SIGTERM -> SIGKILL */

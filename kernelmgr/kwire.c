@@ -1,12 +1,15 @@
 /* A kernel's wire as the gateway speaks it: the ipc endpoints of its sockets, frames from the
  * kernel verified (its key) and split, the relayed messages counted, and messages the gateway
  * makes itself (its own Jupyter session) signed and sent on one of its manager sockets. */
+#include "kernelmgr/kwire_int.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "kernelmgr/kzsock_int.h"
 #include "kernelmgr/private.h"
 
 void kwire__endpoint(const kernel_t *k, int port, char *out, size_t outsz)

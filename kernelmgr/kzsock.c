@@ -1,4 +1,6 @@
 /* kzsock: a ZeroMQ socket on the event loop. */
+#include "kernelmgr/kzsock_int.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>

@@ -12,6 +12,8 @@
  * Between kernels the server sits in the cgroup of the next kernel (place, kzygote__adopt): a
  * move into a cgroup costs an RCU grace period on cgroup v1 (10-25 ms here), so it is paid by
  * the server while it is idle, not by the gateway's loop while a kernel starts. */
+#include "kernelmgr/kzygote_int.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,7 @@
 /* Workspaces: the directories kernels see as /mnt/data, shared by kernels of one tenant and
  * kept for a grace period after the last of them is gone. */
+#include "kernelmgr/wspace_int.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>

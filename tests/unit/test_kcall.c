@@ -17,6 +17,7 @@
 #include "check.h"
 #include "common/util.h"
 #include "evl_poll.h"
+#include "kernelmgr/kcall_int.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/private.h"
 

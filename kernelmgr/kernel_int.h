@@ -1,0 +1,18 @@
+/* kernelmgr internal (floor 4): the kernel's state machine, as its set-up and the manager
+ * call it (kernel.c; the public part: kernel.h). It reports to its owner through struct
+ * kernel_owner_ops (private.h). */
+#ifndef KGW_KERNELMGR_KERNEL_INT_H
+#define KGW_KERNELMGR_KERNEL_INT_H
+
+#include "kernelmgr/private.h"
+
+/* The kernel's timers and manager sockets, opened once it is set up (0 or -errno) and closed
+ * at its teardown. */
+int kernel__watch(kernel_t *k);
+void kernel__unwatch(kernel_t *k);
+/* Starts k's process and watches it (a failure sets k dead); reaps it if it has exited
+ * (SIGCHLD path). */
+void kernel__launch(kernel_t *k);
+void kernel__check_exit(kernel_t *k);
+
+#endif

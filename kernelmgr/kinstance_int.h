@@ -1,0 +1,18 @@
+/* kernelmgr internal (floor 6): a kernel's set-up and teardown (kinstance.c). */
+#ifndef KGW_KERNELMGR_KINSTANCE_INT_H
+#define KGW_KERNELMGR_KINSTANCE_INT_H
+
+#include "kernelmgr/private.h"
+
+/* A kernel's set-up and teardown.
+ * egress: the kernel's egress policy (NULL or empty: none; copied). own: its owner. */
+kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
+                      const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
+                      const egpol_t *egress, const struct kernel_owner_ops *own);
+/* Hands a pooled kernel to a request: per-kernel limits that apply after start, and the
+ * request's KERNEL_* variables (a silent execution; the kernel is "starting" until it is
+ * done). 0 or -errno. */
+int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim);
+void kinstance__free(kernel_t *k);
+
+#endif

@@ -1,0 +1,18 @@
+/* kernelmgr internal (floor 1): a kernel process's stderr (kstderr.c). */
+#ifndef KGW_KERNELMGR_KSTDERR_INT_H
+#define KGW_KERNELMGR_KSTDERR_INT_H
+
+#include "kernelmgr/private.h"
+
+/* A kernel process's stderr, its newest TAILBUF_SIZE bytes kept.
+ * open: a new pipe for the process about to start (the tail starts empty); ret_wfd is its write
+ * end, for the process (the caller closes it once the process has it). drain: what is left,
+ * once the process has ended; the pipe is closed. excerpt: its last lines, short and printable,
+ * secrets blotted out (tailbuf_excerpt); log: its last lines to the log, as warnings. */
+int kstderr__open(kernel_t *k, int *ret_wfd);
+void kstderr__drain(kernel_t *k);
+void kstderr__free(kernel_t *k);
+size_t kstderr__excerpt(const kernel_t *k, char *out, size_t outsz);
+void kstderr__log(const kernel_t *k);
+
+#endif
