@@ -232,9 +232,9 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         check_ready(k);
     if (kenv__parent(k, &m)) {
         if (!strcmp(h.msg_type, "status") &&
-            memmem(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, "\"idle\"", 6))
-            if (kenv__step(k, false, false, true))
-                set_running(k);
+            memmem(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, "\"idle\"", 6) &&
+            kenv__step(k, false, false, true))
+            set_running(k);
         return;
     }
     char *cut = NULL;
