@@ -1,6 +1,7 @@
 /* Capacity: how many more kernels the gateway's descriptors (and, reported only, the host's
- * memory) fit. A start that the descriptor limit could not carry is refused up front (-EMFILE)
- * instead of failing half-way ("Too many open files" in the fork server, then in exec).
+ * memory) fit. A start that the descriptor limit could not carry is refused up front (-EMFILE,
+ * kmgr.c, after the warm pool gave way) instead of failing half-way ("Too many open files" in
+ * the fork server, then in exec). This file is the arithmetic only.
  *
  * The cost of a kernel is measured, not assumed: about 20 descriptors once it runs (its five
  * ZeroMQ sockets with their mailboxes, ipc connections and watched ZMQ_FDs, the pidfd, its
