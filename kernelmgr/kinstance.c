@@ -1,8 +1,8 @@
 /* A kernel instance's set-up and teardown: its runtime directory (a tmpfs of its own when
  * sandboxed), cgroup, limits, keys, environment and connection file; and a pooled kernel's
  * hand-out to a request (kinstance__adopt: its limits and KERNEL_* variables, which kenv.c
- * applies). It builds the kernel (kernel.c) and is called back to free it through the owner's
- * gone (kernel_owner_ops). */
+ * applies). It builds the kernel (kernel.c); the owner frees it here (kinstance__free) once the
+ * kernel says it is gone (kernel_owner_ops.gone). */
 #include "kernelmgr/kinstance_int.h"
 
 #include <errno.h>
