@@ -218,17 +218,20 @@ static void reply_model(struct gw_req *r, kernel_t *k, int status)
     req_reply(r, status, kernel_model(k));
 }
 
+void rest_start_failed(struct gw_req *r, kernel_t *k)
+{
+    if (drain_active(r->g)) /* shut down by the drain while it started */
+        req_error_draining(r);
+    else
+        req_error(r, 500, "kernel %s failed to start%s%s", kernel_id(k),
+                  kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
+    kernel_shutdown(k, NULL);
+}
+
 static void on_started(struct gw_req *r, kernel_t *k, int status)
 {
-    if (status < 0) {
-        if (drain_active(r->g)) /* shut down by the drain while it started */
-            req_error_draining(r);
-        else
-            req_error(r, 500, "kernel %s failed to start%s%s", kernel_id(k),
-                      kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
-        kernel_shutdown(k, NULL);
-        return;
-    }
+    if (status < 0)
+        return rest_start_failed(r, k);
     reply_model(r, k, 201);
 }
 
