@@ -281,11 +281,5 @@ void metrics_handle(struct gw_req *r)
     }
     log_debug("metrics: %zu bytes rendered in %llu us", b.len,
               (unsigned long long)(util_now_us() - t0));
-    free(r->resp);
-    r->resp = b.data; /* taken over: freed with the request */
-    r->resp_len = b.len;
-    r->status = 200;
-    r->ctype = PROMTEXT_CONTENT_TYPE;
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
+    req_reply_data(r, PROMTEXT_CONTENT_TYPE, b.data, b.len); /* taken over: freed with r */
 }

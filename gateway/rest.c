@@ -124,17 +124,7 @@ void rest_readiness(struct gw_req *r)
 
 void rest_openapi(struct gw_req *r)
 {
-    char *doc = malloc(kgw_openapi_json_len);
-    if (!doc)
-        return req_error(r, 500, "out of memory");
-    memcpy(doc, kgw_openapi_json, kgw_openapi_json_len);
-    free(r->resp);
-    r->resp = doc;
-    r->resp_len = kgw_openapi_json_len;
-    r->status = 200;
-    r->ctype = "application/json";
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
+    req_reply_copy(r, "application/json", kgw_openapi_json, kgw_openapi_json_len);
 }
 
 
@@ -199,13 +189,7 @@ void rest_kspec_resource(struct gw_req *r)
         free(data);
         return req_error(r, 500, "cannot read resource");
     }
-    free(r->resp);
-    r->resp = data;
-    r->resp_len = (size_t)n;
-    r->status = 200;
-    r->ctype = mime_of(r->route.arg[1]);
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
+    req_reply_data(r, mime_of(r->route.arg[1]), data, (size_t)n);
 }
 
 
