@@ -293,25 +293,28 @@ void rest_kernel(struct gw_req *r)
         req_reply(r, 204, NULL);
 }
 
-void rest_kernel_interrupt(struct gw_req *r)
+/* Runs op (kops_interrupt, kops_restart) on the request's kernel: the kernel, or NULL after
+ * replying (no such kernel, or op's error). */
+static kernel_t *kernel_op(struct gw_req *r, int (*op)(gw_t *, kernel_t *, struct kops_error *))
 {
     struct kops_error err;
     kernel_t *k = req_kernel(r, false);
-    if (!k)
-        return;
-    if (kops_interrupt(r->g, k, &err) < 0 && err.status)
-        return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
-    req_reply(r, 204, NULL);
+    if (k && op(r->g, k, &err) < 0 && err.status) {
+        req_error_retry(r, err.status, err.retry_after, "%s", err.message);
+        return NULL;
+    }
+    return k;
+}
+
+void rest_kernel_interrupt(struct gw_req *r)
+{
+    if (kernel_op(r, kops_interrupt))
+        req_reply(r, 204, NULL);
 }
 
 void rest_kernel_restart(struct gw_req *r)
 {
-    struct kops_error err;
-    kernel_t *k = req_kernel(r, false);
-    if (!k)
-        return;
-    if (kops_restart(r->g, k, &err) < 0 && err.status)
-        return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
-    if (req_wait_kernel(r, k, on_restarted) < 0)
+    kernel_t *k = kernel_op(r, kops_restart);
+    if (k && req_wait_kernel(r, k, on_restarted) < 0)
         reply_model(r, k, 200);
 }
