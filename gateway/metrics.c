@@ -28,6 +28,8 @@ static const char *const directions[] = {"to_kernel", "to_client"};
 static const char *const refusals[] = {"auth",           "lockout",   "rate_limit", "quota",
                                        "connection_cap", "bad_input", "kernel_limit"};
 static const char *const faces[] = {"channels", "channel"};
+static const char *const egress_results[] = {"allowed", "denied"};
+static const char *const egress_directions[] = {"to_host", "to_kernel"};
 /* enum kernel_state */
 static const char *const kernel_states[] = {"starting", "running", "restarting", "terminating",
                                             "dead"};
@@ -234,18 +236,13 @@ int metrics_render(gw_t *g, buf_t *out)
             "kernel processes still running after shutdown_request and the grace period "
             "(--shutdown-grace-ms), then signalled",
             ks->shutdown_forced);
-    promtext_family(p, "kgw_egress_connections_total", "counter",
-                    "Connections to kernels' egress proxies, by whether they were let through");
-    promtext_uint(p, "kgw_egress_connections_total", &(struct promtext_label){"result", "allowed"},
-                  1, ks->egress.allowed);
-    promtext_uint(p, "kgw_egress_connections_total", &(struct promtext_label){"result", "denied"},
-                  1, ks->egress.denied);
-    promtext_family(p, "kgw_egress_bytes_total", "counter",
-                    "Bytes kernels' egress proxies relayed, to hosts and from them to kernels");
-    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "to_host"}, 1,
-                  ks->egress.bytes_out);
-    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "to_kernel"},
-                  1, ks->egress.bytes_in);
+    counters(p, "kgw_egress_connections_total",
+             "Connections to kernels' egress proxies, by whether they were let through", "result",
+             egress_results, (const uint64_t[]){ks->egress.allowed, ks->egress.denied}, 2);
+    counters(p, "kgw_egress_bytes_total",
+             "Bytes kernels' egress proxies relayed, to hosts and from them to kernels",
+             "direction", egress_directions,
+             (const uint64_t[]){ks->egress.bytes_out, ks->egress.bytes_in}, 2);
 
     kmgr_usage(g->km, &u); /* absent where not accounted: no sandbox, or no CPU accounting */
     gauge(p, "kgw_kernels_memory_bytes",
