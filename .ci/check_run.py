@@ -61,6 +61,17 @@ def wait_for(pred, what, log_path, proc):
              + open(log_path, errors="replace").read())
 
 
+def stop(proc, timeout):
+    """SIGTERM to proc if it still runs, SIGKILL if it has not ended within timeout seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def main():
     port, token = free_port(), secrets.token_hex(16)
     base = f"http://127.0.0.1:{port}"
@@ -92,13 +103,7 @@ def main():
         status, _ = K.request(base, token, "DELETE", f"/api/kernels/{model['id']}")
         assert status == 204, status
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc, 30)
     if proc.returncode not in (0, -signal.SIGTERM):
         sys.exit(f"check_run: kgw exited with {proc.returncode}:\n" + text())
     print(f"check_run: ./scripts/run.sh started kgw with the fork server and a filled pool; "

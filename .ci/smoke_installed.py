@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_run import free_port, one_plus_one  # noqa: E402  the same 1+1 as the run check
+from check_run import free_port, one_plus_one, stop  # noqa: E402  as the run check does
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEADLINE_S = 120
@@ -155,13 +155,7 @@ def main():
         if rc != 0:
             fail(f"kgw exited with {rc} after SIGTERM", log_path)
     finally:
-        if proc.poll() is None:  # a failed check: stop it as the unit would
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc, 60)  # after a failed check: as the unit would, SIGTERM then SIGKILL
         notify.close()
     print(f"smoke_installed: {version} from {root}: READY=1, fork server and pool ready, "
           f"1+1 = 2, a key reloaded by SIGHUP, /metrics 200, STOPPING=1 and exit 0 on SIGTERM "

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -121,6 +122,17 @@ long util_read_small(const char *path, char *buf, size_t bufsz)
         return -1;
     buf[n] = '\0';
     return (long)n;
+}
+
+int util_write_small(const char *path, const char *value)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = write(fd, value, strlen(value));
+    int err = n < 0 ? -errno : 0;
+    close(fd);
+    return err;
 }
 
 /* Open descriptors of this process (-1: unknown): the size of /proc/self/fd where the kernel

@@ -29,6 +29,9 @@ bool util_json_depth_ok(const char *p, size_t n, int max);
 /* Reads a small file (a /proc or cgroup value) into buf, NUL-terminated: its length, or -1. */
 long util_read_small(const char *path, char *buf, size_t bufsz);
 
+/* Writes value to an existing file (a /proc or cgroup control file) in one write: 0 or -errno. */
+int util_write_small(const char *path, const char *value);
+
 /* Open descriptors of this process, or -1 when unknown. */
 long long util_open_fds(void);
 

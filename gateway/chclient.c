@@ -13,44 +13,21 @@
 
 /* ---- message queues ---- */
 
-static void q_clear(struct chq *q)
+static void q_clear(ring_t *q)
 {
-    while (q->len > 0) {
-        json_decref(q->v[q->head]);
-        q->head = (q->head + 1) % q->cap;
-        q->len--;
-    }
+    json_t *m;
+    while ((m = ring_pop(q)))
+        json_decref(m);
 }
 
-static int q_push(struct chq *q, json_t *m)
+static int q_push(ring_t *q, json_t *m)
 {
     if (q->len >= CH_QUEUE_MAX)
         return -ENOBUFS;
-    if (q->len == q->cap) {
-        size_t cap = q->cap ? 2 * q->cap : 32;
-        json_t **v = malloc(cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        for (size_t i = 0; i < q->len; i++)
-            v[i] = q->v[(q->head + i) % q->cap];
-        free(q->v);
-        q->v = v;
-        q->head = 0;
-        q->cap = cap;
-    }
-    q->v[(q->head + q->len) % q->cap] = json_incref(m);
-    q->len++;
-    return 0;
-}
-
-static json_t *q_pop(struct chq *q)
-{
-    if (q->len == 0)
-        return NULL;
-    json_t *m = q->v[q->head];
-    q->head = (q->head + 1) % q->cap;
-    q->len--;
-    return m;
+    int r = ring_push(q, m);
+    if (r == 0)
+        json_incref(m); /* the queue's reference */
+    return r;
 }
 
 /* ---- the clients of a kernel ---- */
@@ -93,7 +70,7 @@ void chclient_free(chclient_t *cl)
     list_remove(&cl->klink);
     for (int i = 0; i < CHQ_N; i++) {
         q_clear(&cl->q[i]);
-        free(cl->q[i].v);
+        ring_fini(&cl->q[i]);
     }
     kconn_destroy(&cl->kc);
     free(cl);
@@ -321,7 +298,7 @@ void chclient_get_msg(chclient_t *cl, const char *rid, enum jchan chan, double t
 {
     chconn_t *c = cl->c;
     int qi = chan == JCHAN_IOPUB ? CHQ_IOPUB : chan == JCHAN_SHELL ? CHQ_SHELL : CHQ_STDIN;
-    json_t *m = q_pop(&cl->q[qi]);
+    json_t *m = ring_pop(&cl->q[qi]);
     if (m)
         return chconn_reply_value(c, rid, m);
     if (!cl->k)

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "common/list.h"
+#include "common/ring.h"
 #include "gateway/chconn.h"
 #include "kernelmgr/kconn.h"
 #include "protocol/jmsg.h"
@@ -20,11 +21,6 @@
 enum { CHQ_IOPUB = 0, CHQ_SHELL, CHQ_STDIN, CHQ_N };
 
 /* unread messages of one client channel: a ring of message dicts */
-struct chq {
-    json_t **v;
-    size_t head, len, cap;
-};
-
 struct chclient {
     chconn_t *c;
     char ref[40]; /* its object reference id */
@@ -33,7 +29,7 @@ struct chclient {
     kconn_t *kc;
     char session[40];
     bool started; /* start_channels: iopub is collected */
-    struct chq q[CHQ_N];
+    ring_t q[CHQ_N]; /* of json_t *, each a reference */
     char exec_ids[CH_EXEC_IDS][JMSG_MSG_ID_MAX]; /* its recent executions */
     unsigned nexec;
     chclient_t *next;

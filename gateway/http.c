@@ -338,34 +338,52 @@ static void req_free(struct gw_req *r)
     free(r);
 }
 
-void req_reply(struct gw_req *r, int status, json_t *body)
+/* Stores the response (taking data: NULL is an empty body) and asks lws for a writeable
+ * callback. */
+static void respond(struct gw_req *r, int status, const char *ctype, char *data, size_t len)
 {
     free(r->resp);
-    r->resp = NULL;
-    r->resp_len = 0;
-    if (body) {
-        r->resp = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
-        r->resp_len = r->resp ? strlen(r->resp) : 0;
-        json_decref(body);
-    }
+    r->resp = data;
+    r->resp_len = data ? len : 0;
     r->status = status;
-    r->ctype = "application/json";
+    r->ctype = ctype;
     r->has_response = true;
     lws_callback_on_writable(r->wsi);
+}
+
+void req_reply(struct gw_req *r, int status, json_t *body)
+{
+    char *s = NULL;
+    if (body) {
+        s = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(body);
+    }
+    respond(r, status, "application/json", s, s ? strlen(s) : 0);
+}
+
+void req_reply_data(struct gw_req *r, const char *ctype, char *data, size_t len)
+{
+    respond(r, 200, ctype, data, len);
+}
+
+void req_reply_copy(struct gw_req *r, const char *ctype, const void *data, size_t len)
+{
+    char *copy = malloc(len ? len : 1);
+    if (!copy)
+        return req_error(r, 500, "out of memory");
+    memcpy(copy, data, len);
+    respond(r, 200, ctype, copy, len);
 }
 
 static void req_verror(struct gw_req *r, int status, int retry_after, const char *fmt,
                        va_list ap)
 {
     char msg[512];
+    size_t len = 0;
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    free(r->resp);
-    r->resp = error_json(status, msg, &r->resp_len);
-    r->status = status;
+    char *s = error_json(status, msg, &len);
     r->retry_after = retry_after;
-    r->ctype = "application/json";
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
+    respond(r, status, "application/json", s, len);
 }
 
 void req_error(struct gw_req *r, int status, const char *fmt, ...)

@@ -46,6 +46,11 @@ struct gw_req {
 
 /* Stores a JSON response (steals body; NULL: empty) and asks lws for a writeable callback. */
 void req_reply(struct gw_req *r, int status, json_t *body);
+/* Stores a 200 response of type ctype that takes data (malloc'd, len bytes) and asks lws for a
+ * writeable callback. */
+void req_reply_data(struct gw_req *r, const char *ctype, char *data, size_t len);
+/* req_reply_data of a copy of data (static bytes); 500 when out of memory. */
+void req_reply_copy(struct gw_req *r, const char *ctype, const void *data, size_t len);
 void req_error(struct gw_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Parses the request body as a JSON object; empty body gives {}. NULL after replying 400. */

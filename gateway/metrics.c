@@ -28,6 +28,8 @@ static const char *const directions[] = {"to_kernel", "to_client"};
 static const char *const refusals[] = {"auth",           "lockout",   "rate_limit", "quota",
                                        "connection_cap", "bad_input", "kernel_limit"};
 static const char *const faces[] = {"channels", "channel"};
+static const char *const egress_results[] = {"allowed", "denied"};
+static const char *const egress_directions[] = {"to_host", "to_kernel"};
 /* enum kernel_state */
 static const char *const kernel_states[] = {"starting", "running", "restarting", "terminating",
                                             "dead"};
@@ -60,6 +62,23 @@ static void counters(promtext_t *p, const char *name, const char *help, const ch
     promtext_family(p, name, "counter", help);
     for (size_t i = 0; i < n; i++)
         promtext_uint(p, name, &(struct promtext_label){label, values[i]}, 1, v[i]);
+}
+
+/* A counter family with one unlabelled sample. */
+static void counter(promtext_t *p, const char *name, const char *help, uint64_t v)
+{
+    promtext_family(p, name, "counter", help);
+    promtext_uint(p, name, NULL, 0, v);
+}
+
+/* A gauge family with one unlabelled sample; a negative value is unknown and leaves the family
+ * out. */
+static void gauge(promtext_t *p, const char *name, const char *help, long long v)
+{
+    if (v < 0)
+        return;
+    promtext_family(p, name, "gauge", help);
+    promtext_uint(p, name, NULL, 0, (uint64_t)v);
 }
 
 static void kernels(promtext_t *p, const kmgr_t *km)
@@ -125,37 +144,20 @@ static void capacity(promtext_t *p, const kmgr_t *km)
 {
     struct kmgr_capacity c;
     kmgr_capacity(km, &c);
-    if (c.fd_open >= 0) {
-        promtext_family(p, "kgw_open_fds", "gauge", "Open descriptors of the gateway process");
-        promtext_uint(p, "kgw_open_fds", NULL, 0, (uint64_t)c.fd_open);
-    }
-    if (c.fd_limit >= 0) {
-        promtext_family(p, "kgw_open_fds_limit", "gauge",
-                        "The gateway's open-file limit (RLIMIT_NOFILE)");
-        promtext_uint(p, "kgw_open_fds_limit", NULL, 0, (uint64_t)c.fd_limit);
-    }
-    promtext_family(p, "kgw_kernel_fds", "gauge",
-                    "Descriptors budgeted per kernel (the kernel and one client websocket)");
-    promtext_uint(p, "kgw_kernel_fds", NULL, 0, (uint64_t)c.fd_per_kernel);
-    if (c.fd_kernels >= 0) {
-        promtext_family(p, "kgw_kernel_fd_slots_free", "gauge",
-                        "More kernels the open-file limit fits, beyond the reserve for clients");
-        promtext_uint(p, "kgw_kernel_fd_slots_free", NULL, 0, (uint64_t)c.fd_kernels);
-    }
-    promtext_family(p, "kgw_kernel_slots_free", "gauge",
-                    "More kernels a client may start now: within --max-kernels and the "
-                    "open-file limit");
-    promtext_uint(p, "kgw_kernel_slots_free", NULL, 0, (uint64_t)c.kernels_free);
-    if (c.mem_available >= 0) {
-        promtext_family(p, "kgw_memory_available_bytes", "gauge", "The host's MemAvailable");
-        promtext_uint(p, "kgw_memory_available_bytes", NULL, 0, (uint64_t)c.mem_available);
-    }
-    if (c.mem_kernels >= 0) {
-        promtext_family(p, "kgw_kernel_memory_slots_free", "gauge",
-                        "Kernels at their --mem-limit that MemAvailable fits (reported only: "
-                        "kernels rarely use their whole limit)");
-        promtext_uint(p, "kgw_kernel_memory_slots_free", NULL, 0, (uint64_t)c.mem_kernels);
-    }
+    gauge(p, "kgw_open_fds", "Open descriptors of the gateway process", c.fd_open);
+    gauge(p, "kgw_open_fds_limit", "The gateway's open-file limit (RLIMIT_NOFILE)", c.fd_limit);
+    gauge(p, "kgw_kernel_fds",
+          "Descriptors budgeted per kernel (the kernel and one client websocket)", c.fd_per_kernel);
+    gauge(p, "kgw_kernel_fd_slots_free",
+          "More kernels the open-file limit fits, beyond the reserve for clients", c.fd_kernels);
+    gauge(p, "kgw_kernel_slots_free",
+          "More kernels a client may start now: within --max-kernels and the open-file limit",
+          c.kernels_free);
+    gauge(p, "kgw_memory_available_bytes", "The host's MemAvailable", c.mem_available);
+    gauge(p, "kgw_kernel_memory_slots_free",
+          "Kernels at their --mem-limit that MemAvailable fits (reported only: kernels rarely "
+          "use their whole limit)",
+          c.mem_kernels);
 }
 
 /* VmRSS of this process, bytes (-1: unknown). */
@@ -225,36 +227,27 @@ int metrics_render(gw_t *g, buf_t *out)
              "reason", refusals, g->stats.refused, GW_REFUSED_N);
 
     pools(p, g->km);
-    promtext_family(p, "kgw_fork_server_restarts_total", "counter",
-                    "Times the fork server was started again (it died, failed, or was recycled)");
-    promtext_uint(p, "kgw_fork_server_restarts_total", NULL, 0, ks->fork_server_restarts);
-    promtext_family(p, "kgw_sandbox_setup_failures_total", "counter",
-                    "Kernel processes whose sandbox set-up failed");
-    promtext_uint(p, "kgw_sandbox_setup_failures_total", NULL, 0, ks->sandbox_setup_failures);
-    promtext_family(p, "kgw_kernel_shutdown_forced_total", "counter",
-                    "kernel processes still running after shutdown_request and the grace period "
-                    "(--shutdown-grace-ms), then signalled");
-    promtext_uint(p, "kgw_kernel_shutdown_forced_total", NULL, 0, ks->shutdown_forced);
-    promtext_family(p, "kgw_egress_connections_total", "counter",
-                    "Connections to kernels' egress proxies, by whether they were let through");
-    promtext_uint(p, "kgw_egress_connections_total", &(struct promtext_label){"result", "allowed"},
-                  1, ks->egress.allowed);
-    promtext_uint(p, "kgw_egress_connections_total", &(struct promtext_label){"result", "denied"},
-                  1, ks->egress.denied);
-    promtext_family(p, "kgw_egress_bytes_total", "counter",
-                    "Bytes kernels' egress proxies relayed, to hosts and from them to kernels");
-    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "to_host"}, 1,
-                  ks->egress.bytes_out);
-    promtext_uint(p, "kgw_egress_bytes_total", &(struct promtext_label){"direction", "to_kernel"},
-                  1, ks->egress.bytes_in);
+    counter(p, "kgw_fork_server_restarts_total",
+            "Times the fork server was started again (it died, failed, or was recycled)",
+            ks->fork_server_restarts);
+    counter(p, "kgw_sandbox_setup_failures_total", "Kernel processes whose sandbox set-up failed",
+            ks->sandbox_setup_failures);
+    counter(p, "kgw_kernel_shutdown_forced_total",
+            "kernel processes still running after shutdown_request and the grace period "
+            "(--shutdown-grace-ms), then signalled",
+            ks->shutdown_forced);
+    counters(p, "kgw_egress_connections_total",
+             "Connections to kernels' egress proxies, by whether they were let through", "result",
+             egress_results, (const uint64_t[]){ks->egress.allowed, ks->egress.denied}, 2);
+    counters(p, "kgw_egress_bytes_total",
+             "Bytes kernels' egress proxies relayed, to hosts and from them to kernels",
+             "direction", egress_directions,
+             (const uint64_t[]){ks->egress.bytes_out, ks->egress.bytes_in}, 2);
 
     kmgr_usage(g->km, &u); /* absent where not accounted: no sandbox, or no CPU accounting */
-    if (u.mem_bytes >= 0) {
-        promtext_family(p, "kgw_kernels_memory_bytes", "gauge",
-                        "Memory charged to the kernels' cgroups (pooled kernels too), their "
-                        "tmpfs files included");
-        promtext_uint(p, "kgw_kernels_memory_bytes", NULL, 0, (uint64_t)u.mem_bytes);
-    }
+    gauge(p, "kgw_kernels_memory_bytes",
+          "Memory charged to the kernels' cgroups (pooled kernels too), their tmpfs files included",
+          u.mem_bytes);
     if (u.cpu_ns >= 0) {
         promtext_family(p, "kgw_kernels_cpu_seconds_total", "counter",
                         "CPU time of the kernels' cgroups since the gateway started (kernels "
@@ -262,12 +255,8 @@ int metrics_render(gw_t *g, buf_t *out)
         promtext_double(p, "kgw_kernels_cpu_seconds_total", NULL, 0, (double)u.cpu_ns / 1e9);
     }
 
-    long long rss = resident_bytes();
-    if (rss >= 0) {
-        promtext_family(p, "kgw_resident_memory_bytes", "gauge",
-                        "Resident memory of the gateway process");
-        promtext_uint(p, "kgw_resident_memory_bytes", NULL, 0, (uint64_t)rss);
-    }
+    gauge(p, "kgw_resident_memory_bytes", "Resident memory of the gateway process",
+          resident_bytes());
     capacity(p, g->km);
     promtext_family(p, "kgw_loop_lag_seconds", "histogram",
                     "How late the event loop's 1 s timer ran, each second");
@@ -289,11 +278,5 @@ void metrics_handle(struct gw_req *r)
     }
     log_debug("metrics: %zu bytes rendered in %llu us", b.len,
               (unsigned long long)(util_now_us() - t0));
-    free(r->resp);
-    r->resp = b.data; /* taken over: freed with the request */
-    r->resp_len = b.len;
-    r->status = 200;
-    r->ctype = PROMTEXT_CONTENT_TYPE;
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
+    req_reply_data(r, PROMTEXT_CONTENT_TYPE, b.data, b.len); /* taken over: freed with r */
 }

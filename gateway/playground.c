@@ -2,7 +2,6 @@
  * with the page's own Content-Security-Policy (playground.h); everything else as any answer. */
 #include "gateway/playground.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
@@ -20,18 +19,8 @@ static const struct {
 
 static void serve(struct gw_req *r, const char *ctype, const unsigned char *data, size_t len)
 {
-    char *copy = malloc(len);
-    if (!copy)
-        return req_error(r, 500, "out of memory");
-    memcpy(copy, data, len);
-    free(r->resp);
-    r->resp = copy;
-    r->resp_len = len;
-    r->status = 200;
-    r->ctype = ctype;
     r->csp = PLAYGROUND_CSP;
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
+    req_reply_copy(r, ctype, data, len);
 }
 
 void playground_page(struct gw_req *r)

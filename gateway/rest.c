@@ -124,17 +124,7 @@ void rest_readiness(struct gw_req *r)
 
 void rest_openapi(struct gw_req *r)
 {
-    char *doc = malloc(kgw_openapi_json_len);
-    if (!doc)
-        return req_error(r, 500, "out of memory");
-    memcpy(doc, kgw_openapi_json, kgw_openapi_json_len);
-    free(r->resp);
-    r->resp = doc;
-    r->resp_len = kgw_openapi_json_len;
-    r->status = 200;
-    r->ctype = "application/json";
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
+    req_reply_copy(r, "application/json", kgw_openapi_json, kgw_openapi_json_len);
 }
 
 
@@ -199,13 +189,7 @@ void rest_kspec_resource(struct gw_req *r)
         free(data);
         return req_error(r, 500, "cannot read resource");
     }
-    free(r->resp);
-    r->resp = data;
-    r->resp_len = (size_t)n;
-    r->status = 200;
-    r->ctype = mime_of(r->route.arg[1]);
-    r->has_response = true;
-    lws_callback_on_writable(r->wsi);
+    req_reply_data(r, mime_of(r->route.arg[1]), data, (size_t)n);
 }
 
 
@@ -218,17 +202,20 @@ static void reply_model(struct gw_req *r, kernel_t *k, int status)
     req_reply(r, status, kernel_model(k));
 }
 
+void rest_start_failed(struct gw_req *r, kernel_t *k)
+{
+    if (drain_active(r->g)) /* shut down by the drain while it started */
+        req_error_draining(r);
+    else
+        req_error(r, 500, "kernel %s failed to start%s%s", kernel_id(k),
+                  kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
+    kernel_shutdown(k, NULL);
+}
+
 static void on_started(struct gw_req *r, kernel_t *k, int status)
 {
-    if (status < 0) {
-        if (drain_active(r->g)) /* shut down by the drain while it started */
-            req_error_draining(r);
-        else
-            req_error(r, 500, "kernel %s failed to start%s%s", kernel_id(k),
-                      kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
-        kernel_shutdown(k, NULL);
-        return;
-    }
+    if (status < 0)
+        return rest_start_failed(r, k);
     reply_model(r, k, 201);
 }
 
@@ -306,25 +293,28 @@ void rest_kernel(struct gw_req *r)
         req_reply(r, 204, NULL);
 }
 
-void rest_kernel_interrupt(struct gw_req *r)
+/* Runs op (kops_interrupt, kops_restart) on the request's kernel: the kernel, or NULL after
+ * replying (no such kernel, or op's error). */
+static kernel_t *kernel_op(struct gw_req *r, int (*op)(gw_t *, kernel_t *, struct kops_error *))
 {
     struct kops_error err;
     kernel_t *k = req_kernel(r, false);
-    if (!k)
-        return;
-    if (kops_interrupt(r->g, k, &err) < 0 && err.status)
-        return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
-    req_reply(r, 204, NULL);
+    if (k && op(r->g, k, &err) < 0 && err.status) {
+        req_error_retry(r, err.status, err.retry_after, "%s", err.message);
+        return NULL;
+    }
+    return k;
+}
+
+void rest_kernel_interrupt(struct gw_req *r)
+{
+    if (kernel_op(r, kops_interrupt))
+        req_reply(r, 204, NULL);
 }
 
 void rest_kernel_restart(struct gw_req *r)
 {
-    struct kops_error err;
-    kernel_t *k = req_kernel(r, false);
-    if (!k)
-        return;
-    if (kops_restart(r->g, k, &err) < 0 && err.status)
-        return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
-    if (req_wait_kernel(r, k, on_restarted) < 0)
+    kernel_t *k = kernel_op(r, kops_restart);
+    if (k && req_wait_kernel(r, k, on_restarted) < 0)
         reply_model(r, k, 200);
 }

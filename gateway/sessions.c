@@ -10,7 +10,6 @@
 #include "common/log.h"
 #include "common/shardid.h"
 #include "common/util.h"
-#include "gateway/drain.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
 #include "gateway/kops.h"
@@ -91,13 +90,7 @@ static void on_kernel_ready(struct gw_req *r, kernel_t *k, int status)
     if (status < 0) {
         json_decref(s->fields);
         free(s);
-        if (drain_active(g)) /* shut down by the drain while it started */
-            req_error_draining(r);
-        else
-            req_error(r, 500, "kernel %s failed to start%s%s", kernel_id(k),
-                      kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
-        kernel_shutdown(k, NULL);
-        return;
+        return rest_start_failed(r, k);
     }
     snprintf(s->kernel_id, sizeof(s->kernel_id), "%s", kernel_id(k));
     gsess_t *existing = find(g, s->id, NULL);

@@ -19,11 +19,9 @@ void wsq_init(wsq_t *q, struct lws *wsi, size_t limit, const char *who)
 
 void wsq_clear(wsq_t *q)
 {
-    while (q->qlen > 0) {
-        blob_unref(&q->q[q->qhead]);
-        q->qhead = (q->qhead + 1) % q->qcap;
-        q->qlen--;
-    }
+    blob_t *b;
+    while ((b = ring_pop(&q->q)))
+        blob_unref(&b);
     q->qbytes = 0;
     q->off = 0;
 }
@@ -31,11 +29,9 @@ void wsq_clear(wsq_t *q)
 void wsq_fini(wsq_t *q)
 {
     wsq_clear(q);
-    free(q->q);
+    ring_fini(&q->q);
     free(q->scratch);
-    q->q = NULL;
     q->scratch = NULL;
-    q->qcap = 0;
 }
 
 void wsq_close(wsq_t *q, int code, const char *reason, bool flush_first)
@@ -61,24 +57,13 @@ bool wsq_push(wsq_t *q, blob_t *b)
         wsq_close(q, 1008, "client too slow: outbound queue limit exceeded", false);
         return false;
     }
-    if (q->qlen == q->qcap) {
-        size_t cap = q->qcap ? q->qcap * 2 : 16;
-        blob_t **nq = malloc(cap * sizeof(*nq));
-        if (!nq) {
-            wsq_close(q, 1011, "out of memory", false);
-            return false;
-        }
-        for (size_t i = 0; i < q->qlen; i++)
-            nq[i] = q->q[(q->qhead + i) % q->qcap];
-        free(q->q);
-        q->q = nq;
-        q->qhead = 0;
-        q->qcap = cap;
+    if (ring_push(&q->q, b) < 0) {
+        wsq_close(q, 1011, "out of memory", false);
+        return false;
     }
-    q->q[(q->qhead + q->qlen) % q->qcap] = blob_ref(b);
-    q->qlen++;
+    blob_ref(b); /* the queue's reference */
     q->qbytes += b->len;
-    if (q->qlen == 1)
+    if (q->q.len == 1)
         lws_callback_on_writable(q->wsi);
     return true;
 }
@@ -98,12 +83,9 @@ bool wsq_push_text(wsq_t *q, const char *text, size_t len)
 
 blob_t *wsq_pop(wsq_t *q)
 {
-    if (q->qlen == 0)
+    blob_t *b = ring_pop(&q->q);
+    if (!b)
         return NULL;
-    blob_t *b = q->q[q->qhead];
-    q->q[q->qhead] = NULL;
-    q->qhead = (q->qhead + 1) % q->qcap;
-    q->qlen--;
     q->qbytes -= b->len;
     q->off = 0;
     return b;
@@ -111,13 +93,13 @@ blob_t *wsq_pop(wsq_t *q)
 
 int wsq_writeable(wsq_t *q)
 {
-    if (q->closing && (!q->flush_first || q->qlen == 0)) {
+    if (q->closing && (!q->flush_first || q->q.len == 0)) {
         lws_close_reason(q->wsi, (enum lws_close_status)q->close_code,
                          (unsigned char *)q->close_reason, strlen(q->close_reason));
         return -1;
     }
-    while (q->qlen > 0 && !lws_send_pipe_choked(q->wsi)) {
-        blob_t *b = q->q[q->qhead];
+    blob_t *b;
+    while ((b = ring_peek(&q->q)) && !lws_send_pipe_choked(q->wsi)) {
         size_t n = b->len - q->off;
         unsigned char *p;
         if (n > WSQ_CHUNK)
@@ -137,13 +119,12 @@ int wsq_writeable(wsq_t *q)
         q->off += n;
         if (q->off == b->len) {
             q->qbytes -= b->len;
-            blob_unref(&q->q[q->qhead]);
-            q->qhead = (q->qhead + 1) % q->qcap;
-            q->qlen--;
             q->off = 0;
+            b = ring_pop(&q->q);
+            blob_unref(&b);
         }
     }
-    if (q->qlen > 0 || q->closing) {
+    if (q->q.len > 0 || q->closing) {
         lws_callback_on_writable(q->wsi);
     } else if (q->scratch) {
         free(q->scratch);

@@ -9,13 +9,15 @@
 #include <stddef.h>
 
 #include "common/blob.h"
+#include "common/ring.h"
 
 typedef struct wsq {
     struct lws *wsi;
     size_t limit;   /* bytes queued before the client counts as too slow */
     const char *who; /* for log lines */
-    blob_t **q;
-    size_t qhead, qlen, qcap, qbytes, off;
+    ring_t q;      /* of blob_t *, each a reference */
+    size_t qbytes; /* their bytes */
+    size_t off;    /* bytes of the oldest already written */
     unsigned char *scratch;
     bool closing, flush_first;
     int close_code;

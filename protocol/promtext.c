@@ -68,6 +68,7 @@ static void put_head(promtext_t *p, const char *name, const char *suffix,
     }
 }
 
+/* put_double, put_uint: a sample's value and the end of its line. */
 static void put_double(promtext_t *p, double v)
 {
     char num[40];
@@ -79,6 +80,7 @@ static void put_double(promtext_t *p, double v)
     else
         n = snprintf(num, sizeof(num), "%.15g", v);
     put(p, num, (size_t)n);
+    put(p, "\n", 1);
 }
 
 static void put_uint(promtext_t *p, uint64_t v)
@@ -89,24 +91,29 @@ static void put_uint(promtext_t *p, uint64_t v)
         v /= 10;
     } while (v);
     put(p, d, (size_t)(num + sizeof(num) - d));
+    put(p, "\n", 1);
+}
+
+/* name{labels} and the space before the value */
+static void put_key(promtext_t *p, const char *name, const char *suffix,
+                    const struct promtext_label *l, size_t nl)
+{
+    put_head(p, name, suffix, l, nl);
+    put_str(p, nl ? "} " : " ");
 }
 
 void promtext_uint(promtext_t *p, const char *name, const struct promtext_label *labels,
                    size_t nl, uint64_t value)
 {
-    put_head(p, name, "", labels, nl);
-    put_str(p, nl ? "} " : " ");
+    put_key(p, name, "", labels, nl);
     put_uint(p, value);
-    put(p, "\n", 1);
 }
 
 void promtext_double(promtext_t *p, const char *name, const struct promtext_label *labels,
                      size_t nl, double value)
 {
-    put_head(p, name, "", labels, nl);
-    put_str(p, nl ? "} " : " ");
+    put_key(p, name, "", labels, nl);
     put_double(p, value);
-    put(p, "\n", 1);
 }
 
 void promtext_hist(promtext_t *p, const char *name, const struct promtext_label *labels,
@@ -123,14 +130,9 @@ void promtext_hist(promtext_t *p, const char *name, const struct promtext_label 
             put_str(p, "+Inf");
         put_str(p, "\"} ");
         put_uint(p, cum);
-        put(p, "\n", 1);
     }
-    put_head(p, name, "_sum", labels, nl);
-    put_str(p, nl ? "} " : " ");
+    put_key(p, name, "_sum", labels, nl);
     put_double(p, h->sum);
-    put(p, "\n", 1);
-    put_head(p, name, "_count", labels, nl);
-    put_str(p, nl ? "} " : " ");
+    put_key(p, name, "_count", labels, nl);
     put_uint(p, h->count);
-    put(p, "\n", 1);
 }

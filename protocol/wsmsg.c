@@ -78,53 +78,67 @@ out:
     return r;
 }
 
+/* An unsigned integer of the offset table: legacy's 4 bytes big-endian, v1's 8 little-endian. */
+static uint64_t get_uint(const char *p, size_t width)
+{
+    if (width == 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return be32toh(v);
+    }
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return le64toh(v);
+}
+
+/* The offset table that starts a binary message: a count n, then n offsets, each width bytes.
+ * Checks that n is within [min, max], that the table fits and the first offset is past it, and
+ * that the offsets do not decrease nor pass len. Returns n, or -EBADMSG. */
+static int read_offsets(const char *data, size_t len, size_t width, uint64_t min, uint64_t max,
+                        uint64_t *off)
+{
+    if (len < width)
+        return -EBADMSG;
+    uint64_t n = get_uint(data, width);
+    if (n < min || n > max || len < width * (n + 1))
+        return -EBADMSG;
+    for (uint64_t i = 0; i < n; i++)
+        off[i] = get_uint(data + width * (i + 1), width);
+    if (off[0] < width * (n + 1))
+        return -EBADMSG;
+    for (uint64_t i = 0; i < n; i++)
+        if (off[i] > (i + 1 < n ? off[i + 1] : len))
+            return -EBADMSG;
+    return (int)n;
+}
+
+/* Legacy binary: n offsets (the JSON message, then its buffers), each part up to the next
+ * offset, the last up to the end. */
 static int decode_legacy_binary(const char *data, size_t len, wsmsg_t *out)
 {
-    uint32_t n, off[JMSG_MAX_BUFFERS + 2];
-    if (len < 8)
+    uint64_t off[JMSG_MAX_BUFFERS + 2];
+    if (len > UINT32_MAX) /* past what its offsets can say */
         return -EBADMSG;
-    memcpy(&n, data, 4);
-    n = be32toh(n);
-    if (n < 1 || n > JMSG_MAX_BUFFERS + 1 || len < 4 * ((size_t)n + 1))
-        return -EBADMSG;
-    for (uint32_t i = 0; i < n; i++) {
-        memcpy(&off[i], data + 4 * (i + 1), 4);
-        off[i] = be32toh(off[i]);
-    }
-    off[n] = (uint32_t)(len > UINT32_MAX ? UINT32_MAX : len);
-    if (len > UINT32_MAX || off[0] < 4 * (n + 1))
-        return -EBADMSG;
-    for (uint32_t i = 0; i < n; i++)
-        if (off[i] > off[i + 1])
-            return -EBADMSG;
+    int n = read_offsets(data, len, 4, 1, JMSG_MAX_BUFFERS + 1, off);
+    if (n < 0)
+        return n;
+    off[n] = len;
     int r = decode_json(data + off[0], off[1] - off[0], out);
     if (r < 0)
         return r;
-    out->m.nbuf = n - 1;
-    for (uint32_t i = 1; i < n; i++)
+    out->m.nbuf = (size_t)n - 1;
+    for (int i = 1; i < n; i++)
         out->m.buf[i - 1] = (jspan_t){data + off[i], off[i + 1] - off[i]};
     return 0;
 }
 
+/* v1: offsets of the channel, the 4 parts, the buffers and the end. */
 static int decode_v1(const char *data, size_t len, wsmsg_t *out)
 {
-    uint64_t n, off[JMSG_MAX_BUFFERS + 7];
-    if (len < 8)
-        return -EBADMSG;
-    memcpy(&n, data, 8);
-    n = le64toh(n);
-    /* offsets: channel, 4 parts, buffers..., end */
-    if (n < 6 || n > JMSG_MAX_BUFFERS + 6 || len < 8 * (n + 1))
-        return -EBADMSG;
-    for (uint64_t i = 0; i < n; i++) {
-        memcpy(&off[i], data + 8 * (i + 1), 8);
-        off[i] = le64toh(off[i]);
-    }
-    if (off[0] < 8 * (n + 1) || off[n - 1] > len)
-        return -EBADMSG;
-    for (uint64_t i = 0; i + 1 < n; i++)
-        if (off[i] > off[i + 1])
-            return -EBADMSG;
+    uint64_t off[JMSG_MAX_BUFFERS + 6];
+    int n = read_offsets(data, len, 8, 6, JMSG_MAX_BUFFERS + 6, off);
+    if (n < 0)
+        return n;
     int c = jchan_parse(data + off[0], off[1] - off[0]);
     if (c < 0)
         return -ENOENT;

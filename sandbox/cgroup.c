@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 
 static const char *const v1_ctls[] = {"memory", "pids", "cpu"};
 #define NCTL 3
@@ -35,13 +36,7 @@ static int write_file(const char *dir, const char *file, const char *value)
 {
     char p[PATH_MAX + 64];
     snprintf(p, sizeof(p), "%s/%s", dir, file);
-    int fd = open(p, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    ssize_t n = write(fd, value, strlen(value));
-    int err = n < 0 ? -errno : 0;
-    close(fd);
-    return err;
+    return util_write_small(p, value);
 }
 
 static int read_file(const char *dir, const char *file, char *out, size_t outsz)

@@ -46,13 +46,7 @@ static int write_map(pid_t pid, const char *file, const char *map)
 {
     char p[64];
     snprintf(p, sizeof(p), "/proc/%d/%s", (int)pid, file);
-    int fd = open(p, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    ssize_t n = write(fd, map, strlen(map));
-    int err = n < 0 ? -errno : 0;
-    close(fd);
-    return err;
+    return util_write_small(p, map);
 }
 
 static void describe(const struct sbx__failure *f, char *why, size_t whysz)

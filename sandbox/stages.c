@@ -53,22 +53,19 @@ static int path(char *out, size_t outsz, const char *a, const char *b)
 /* flags of an existing mount that a remount inside a user namespace must keep */
 static unsigned long locked_flags(const char *p)
 {
+    static const struct {
+        unsigned long st, ms;
+    } locked[] = {
+        {ST_NOSUID, MS_NOSUID},   {ST_NODEV, MS_NODEV},           {ST_NOEXEC, MS_NOEXEC},
+        {ST_NOATIME, MS_NOATIME}, {ST_NODIRATIME, MS_NODIRATIME}, {ST_RELATIME, MS_RELATIME},
+    };
     struct statvfs sv;
     unsigned long f = 0;
     if (statvfs(p, &sv) < 0)
         return 0;
-    if (sv.f_flag & ST_NOSUID)
-        f |= MS_NOSUID;
-    if (sv.f_flag & ST_NODEV)
-        f |= MS_NODEV;
-    if (sv.f_flag & ST_NOEXEC)
-        f |= MS_NOEXEC;
-    if (sv.f_flag & ST_NOATIME)
-        f |= MS_NOATIME;
-    if (sv.f_flag & ST_NODIRATIME)
-        f |= MS_NODIRATIME;
-    if (sv.f_flag & ST_RELATIME)
-        f |= MS_RELATIME;
+    for (size_t i = 0; i < sizeof(locked) / sizeof(locked[0]); i++)
+        if (sv.f_flag & locked[i].st)
+            f |= locked[i].ms;
     return f;
 }
 

@@ -170,6 +170,25 @@ def test_start_failure_leaves_stderr_in_log_and_cause(lgw):
 
 
 
+def test_session_start_failure_replies_like_rest(lgw):
+    """POST /api/sessions with the kernelspec that fails to start: the same 500 and cause as
+    POST /api/kernels (rest_start_failed), no session is left behind, nor its kernel."""
+    gw = lgw
+    path = f"kgw-broken-{os.getpid()}.ipynb"
+    status, body, _ = gw.request("POST", "/api/sessions",
+                                 {"path": path, "type": "notebook", "kernel": {"name": "broken"}})
+    assert status == 500, (status, body)
+    msg = body["message"]
+    assert re.search(r"kernel \S+ failed to start: .*exited with status 1", msg), msg
+    assert "No module named 'kgw_no_such_module'" in msg, msg
+    kid = re.search(r"kernel (\S+) failed to start", msg).group(1)
+    status, sessions, _ = gw.request("GET", "/api/sessions")
+    assert status == 200
+    assert [s for s in sessions if s["path"] == path] == [], sessions
+    S.wait_for(lambda: kid not in [k["id"] for k in gw.request("GET", "/api/kernels")[1]], 30,
+               what=f"kernel {kid} gone")
+
+
 # writes to the kernel's own stderr (ipykernel sends what is written to fd 2 to iopub, and a
 # copy to the stderr the kernel was started with: that one is the gateway's pipe)
 STDERR_FD = "fd = getattr(sys.stderr, '_original_stdstream_copy', None) or 2\n"

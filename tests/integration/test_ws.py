@@ -507,3 +507,34 @@ def test_replay_of_disconnected_sessions_is_bounded(gateway_factory):
         gw.delete_kernel(k)
     run(go())
     assert "not replaying it" in gw.log()
+
+
+@pytest.mark.kgw_only
+def test_client_that_does_not_read_is_disconnected(gateway_factory):
+    """A client that stops reading while its kernel writes output: once more than
+    --max-ws-queue-bytes wait for it, it is closed with 1008 and its queue freed."""
+    gw = gateway_factory("--max-ws-queue-bytes=65536")
+
+    async def go():
+        k = gw.start_kernel()["id"]
+        # max_queue=1, read_limit=4096: once one message waits, websockets stops reading the
+        # socket, so the gateway's writes pile up (TCP buffers first, then the queue)
+        session = uuid.uuid4().hex
+        slow = await J.K.connect(gw.ws_url, gw.token, k, "legacy", session,
+                                 max_queue=1, read_limit=4096, close_timeout=2)
+        await slow.send(J.K.encode(J.make_msg("execute_request", {
+            "code": "for i in range(2000): print('x' * 16384, flush=True)", "silent": False},
+            session=session), "legacy"))
+        deadline = time.monotonic() + 120
+        while "is not reading fast enough" not in gw.log():
+            assert time.monotonic() < deadline, "the client that does not read is not cut off"
+            await asyncio.sleep(0.2)
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+            while True:
+                await asyncio.wait_for(slow.recv(), 30)
+        assert closed.value.code == 1008, closed.value
+        assert "too slow" in closed.value.reason, closed.value.reason
+        # the gateway goes on serving, and the kernel is deleted as usual
+        assert gw.request("GET", f"/api/kernels/{k}")[0] == 200
+        assert gw.delete_kernel(k) == 204
+    run(go(), timeout=300)
