@@ -26,6 +26,7 @@
 #include "gateway/xexec.h"
 #include "protocol/fpath.h"
 #include "protocol/jrpc.h"
+#include "protocol/jstr.h"
 #include "protocol/xreq.h"
 
 #define MCP_SESSIONS_MAX 10000             /* sessions at once, all tenants */
@@ -76,6 +77,9 @@ struct mcp_call {
     const struct mcp_tool *tool;
     struct xexec_sub sub; /* execute_code's execution, once subscribed */
     json_t *content;     /* the tool result's content */
+    /* the last text item, while output of its kind goes on (text_flush adds it to content) */
+    buf_t text;
+    const char *text_kind; /* "stdout", "stderr", "result", "error", "note"; NULL: none */
     json_t *structured;
     size_t content_bytes;
     double progress;
@@ -351,6 +355,8 @@ static void tool_fail(struct mcp_call *c, const char *fmt, ...)
     utf8_fix(msg);
     json_decref(c->content);
     c->content = json_pack("[{s:s, s:s}]", "type", "text", "text", msg);
+    buf_reset(&c->text);
+    c->text_kind = NULL;
     json_decref(c->structured);
     c->structured = NULL;
     c->is_error = true;
@@ -367,6 +373,19 @@ static size_t utf8_cut(const char *s, size_t n, size_t max)
     return max;
 }
 
+/* The pending text item into content. */
+static void text_flush(struct mcp_call *c)
+{
+    if (!c->text_kind)
+        return;
+    json_t *t = json_stringn(c->text.data ? c->text.data : "", c->text.len);
+    if (!t || json_array_append_new(c->content, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                          t)) < 0)
+        log_warn("mcp: out of memory: output was dropped");
+    buf_reset(&c->text);
+    c->text_kind = NULL;
+}
+
 static void add_content(struct mcp_call *c, json_t *item, size_t bytes)
 {
     if (!item)
@@ -376,33 +395,31 @@ static void add_content(struct mcp_call *c, json_t *item, size_t bytes)
         json_decref(item);
         return;
     }
+    text_flush(c);
     c->content_bytes += bytes;
     json_array_append_new(c->content, item);
 }
 
-/* Text output: joined to the previous text item when it is of the same kind. */
-static void add_text(struct mcp_call *c, const char *kind, const char *text)
+/* Text output (n bytes of UTF-8): joined to the previous text item when it is of the same kind
+ * (kind: a static string). */
+static void add_text(struct mcp_call *c, const char *kind, const char *text, size_t n)
 {
-    size_t n = strlen(text);
-    json_t *last = json_array_get(c->content, json_array_size(c->content) - 1);
-    const char *lk = json_string_value(json_object_get(last, "_kgw"));
-    if (last && lk && !strcmp(lk, kind) && c->content_bytes + n <= MCP_RESULT_MAX) {
-        const char *old = json_string_value(json_object_get(last, "text"));
-        size_t on = strlen(old);
-        char *j = malloc(on + n + 1);
-        if (j) {
-            memcpy(j, old, on);
-            memcpy(j + on, text, n + 1);
-            json_object_set_new(last, "text", json_string(j));
-            c->content_bytes += n;
-            free(j);
-            return;
-        }
+    if (c->content_bytes + n > MCP_RESULT_MAX) {
+        c->truncated = true;
+        return;
     }
-    add_content(c, json_pack("{s:s, s:s, s:s}", "type", "text", "text", text, "_kgw", kind), n);
+    if (!c->text_kind || strcmp(c->text_kind, kind) != 0) {
+        text_flush(c);
+        c->text_kind = kind;
+    }
+    if (buf_append(&c->text, text, n) < 0) {
+        c->truncated = true;
+        return;
+    }
+    c->content_bytes += n;
 }
 
-static void progress(struct mcp_call *c, const char *text)
+static void progress(struct mcp_call *c, const char *text, size_t len)
 {
     if (!c->token || c->done || c->no_sse)
         return;
@@ -410,7 +427,7 @@ static void progress(struct mcp_call *c, const char *text)
         c->sse = true;
     if (!c->sse)
         return;
-    size_t n = utf8_cut(text, strlen(text), MCP_PROGRESS_MAX);
+    size_t n = utf8_cut(text, len, MCP_PROGRESS_MAX);
     c->progress += 1;
     call_send(c, jrpc_notification("notifications/progress",
                                    json_pack("{s:O, s:f, s:s%}", "progressToken", c->token,
@@ -480,7 +497,7 @@ static void add_display(struct mcp_call *c, json_t *ev)
             free(p);
             char note[64];
             snprintf(note, sizeof(note), "[%s image]\n", images[i]);
-            progress(c, note);
+            progress(c, note, strlen(note));
             return;
         }
     }
@@ -489,45 +506,49 @@ static void add_display(struct mcp_call *c, json_t *ev)
         char *t = malloc(strlen(text) + 2);
         if (!t)
             return;
-        sprintf(t, "%s\n", text);
-        add_text(c, "result", t);
-        progress(c, t);
+        size_t n = (size_t)sprintf(t, "%s\n", text);
+        add_text(c, "result", t, n);
+        progress(c, t, n);
         free(t);
     }
 }
 
-static void strip_marks(json_t *content)
+/* A stream event's output, read from its JSON string literals (no parse of the event). */
+static void on_stream(struct mcp_call *c, const struct xexec_event *e)
 {
-    json_t *item;
-    size_t i;
-    json_array_foreach(content, i, item)
-    {
-        json_object_del(item, "_kgw");
+    char name[64]; /* "stderr" however escaped is shorter */
+    size_t nn = 0, tn;
+    bool err = e->name.n <= sizeof(name) && jstr_decode(e->name.p, e->name.n, name, &nn) == 0 &&
+               nn == 6 && !memcmp(name, "stderr", 6);
+    char *t = malloc(e->text.n);
+    if (!t || jstr_decode(e->text.p, e->text.n, t, &tn) < 0) {
+        log_warn("mcp: %s: output was dropped", t ? "not a JSON string" : "out of memory");
+        free(t);
+        return;
     }
+    add_text(c, err ? "stderr" : "stdout", t, tn);
+    progress(c, t, tn);
+    free(t);
 }
 
-static void on_exec_event(struct mcp_call *c, const char *type, const char *json, size_t len)
+static void on_exec_event(struct mcp_call *c, const struct xexec_event *e)
 {
     if (c->done)
         return;
-    json_t *ev = json_loadb(json, len, 0, NULL);
+    if (e->text.p)
+        return on_stream(c, e);
+    json_t *ev = json_loadb(e->json, e->len, 0, NULL);
+    const char *type = e->type;
     if (!ev)
         return;
-    if (!strcmp(type, "stream")) {
-        const char *name = json_string_value(json_object_get(ev, "name"));
-        const char *text = json_string_value(json_object_get(ev, "text"));
-        if (text) {
-            add_text(c, name && !strcmp(name, "stderr") ? "stderr" : "stdout", text);
-            progress(c, text);
-        }
-    } else if (!strcmp(type, "display") || !strcmp(type, "result")) {
+    if (!strcmp(type, "display") || !strcmp(type, "result")) {
         add_display(c, ev);
     } else if (!strcmp(type, "error")) {
         char *tb = plain_traceback(ev);
         c->is_error = true;
         if (tb) {
-            add_text(c, "error", tb);
-            progress(c, tb);
+            add_text(c, "error", tb, strlen(tb));
+            progress(c, tb, strlen(tb));
         }
         free(tb);
     } else if (!strcmp(type, "end")) {
@@ -542,9 +563,9 @@ static void on_exec_event(struct mcp_call *c, const char *type, const char *json
             snprintf(note, sizeof(note), "[kgw] the execution ended: %s%s%.300s\n", st,
                      cause && cause[0] ? ": " : "", cause ? cause : "");
             utf8_fix(note);
-            add_text(c, "note", note);
+            add_text(c, "note", note, strlen(note));
         }
-        strip_marks(c->content);
+        text_flush(c);
         c->structured = json_incref(ev);
         if (c->cancelled) /* the client gave up on it: no response (the stream just ends) */
             c->sse ? call_done(c) : reply_empty(c, 202);
@@ -559,12 +580,11 @@ static void sub_wake(struct xexec_sub *s)
 {
     struct mcp_call *c = (struct mcp_call *)((char *)s - offsetof(struct mcp_call, sub));
     while (s->x && s->cursor < xexec_next_seq(s->x)) {
-        const char *type, *json;
-        size_t len;
+        struct xexec_event e;
         if (s->cursor < xexec_first_seq(s->x))
             s->cursor = xexec_first_seq(s->x);
-        xexec_event(s->x, s->cursor++, &type, &json, &len);
-        on_exec_event(c, type, json, len);
+        xexec_event(s->x, s->cursor++, &e);
+        on_exec_event(c, &e);
     }
 }
 
@@ -1008,6 +1028,7 @@ void mcp_handle(struct gw_req *r)
     c->r = r;
     c->status = 200;
     buf_init(&c->out, SIZE_MAX);
+    buf_init(&c->text, MCP_RESULT_MAX);
     list_init(&c->slink);
     r->mc = c;
     if (!origin_ok(r))
@@ -1184,6 +1205,7 @@ void mcp_req_fini(struct gw_req *r)
     json_decref(c->content);
     json_decref(c->structured);
     buf_fini(&c->out);
+    buf_fini(&c->text);
     free(c);
     r->mc = NULL;
 }
