@@ -4,9 +4,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* JSON's one-character escapes (after the backslash) and what they stand for */
-#define ESCAPES "\"\\/bfnrt"
-#define ESCAPED "\"\\/\b\f\n\r\t"
+/* JSON's one-character escapes: what the character after the backslash stands for (0: none) */
+static const char unescape[128] = {['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b',
+                                   ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t'};
 
 static int hex4(const unsigned char *p, uint32_t *ret)
 {
@@ -153,23 +153,25 @@ static int scan(const char *s, size_t n, char *out, size_t *ret_len, size_t *ret
             i += len;
             continue;
         }
-        const char *e = p[i + 1] ? strchr(ESCAPES, p[i + 1]) : NULL;
+        char e = p[i + 1] < 128 ? unescape[p[i + 1]] : 0;
         if (!e)
             return -EBADMSG;
         if (out)
-            out[o] = ESCAPED[e - ESCAPES];
+            out[o] = e;
         o++;
         i += 2;
     }
     return -EBADMSG; /* no closing quote */
 }
 
-int jstr_scan(const char *p, size_t n, size_t *ret_len)
+int jstr_scan(const char *p, size_t n, size_t *ret_len, size_t *ret_text_len)
 {
     size_t len, o;
     int rc = scan(p, n, NULL, &len, &o);
-    if (rc == 0)
+    if (rc == 0) {
         *ret_len = len;
+        *ret_text_len = o;
+    }
     return rc;
 }
 

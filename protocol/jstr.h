@@ -7,9 +7,10 @@
 
 #include <stddef.h>
 
-/* The literal that starts at p[0] (a '"'), within n bytes: 0 and *ret_len, its length with
- * both quotes; -EBADMSG when p does not start with a complete, valid literal. */
-int jstr_scan(const char *p, size_t n, size_t *ret_len);
+/* The literal that starts at p[0] (a '"'), within n bytes: 0, *ret_len its length with both
+ * quotes and *ret_text_len the length of its text (as jstr_decode writes it); -EBADMSG when p
+ * does not start with a complete, valid literal. */
+int jstr_scan(const char *p, size_t n, size_t *ret_len, size_t *ret_text_len);
 
 /* The text of the literal p[0..n) (exactly one literal, as jstr_scan accepts it): written to
  * out, which has room for n bytes (the text is never longer than its literal), not

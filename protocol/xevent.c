@@ -95,8 +95,8 @@ static size_t skip_ws(jspan_t s, size_t i)
 /* The string literal at s.p[i]: its span, i moved past it. */
 static int literal(jspan_t s, size_t *i, jspan_t *ret)
 {
-    size_t len;
-    if (*i >= s.n || jstr_scan(s.p + *i, s.n - *i, &len) < 0)
+    size_t len, tn;
+    if (*i >= s.n || jstr_scan(s.p + *i, s.n - *i, &len, &tn) < 0)
         return -EBADMSG;
     *ret = (jspan_t){s.p + *i, len};
     *i += len;

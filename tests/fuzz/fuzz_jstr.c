@@ -11,14 +11,14 @@
 
 static void literal(const char *p, size_t n)
 {
-    size_t len = 0, on = 0;
+    size_t len = 0, tlen = 0, on = 0;
     char *out = malloc(n ? n : 1);
-    int scanned = jstr_scan(p, n, &len), decoded = out ? jstr_decode(p, n, out, &on) : -1;
+    int scanned = jstr_scan(p, n, &len, &tlen), decoded = out ? jstr_decode(p, n, out, &on) : -1;
     FUZZ_CHECK(scanned != 0 || (len >= 2 && len <= n && p[len - 1] == '"'));
     FUZZ_CHECK((decoded == 0) == (scanned == 0 && len == n));
     json_t *v = json_loadb(p, n, JSON_DECODE_ANY, NULL);
     if (decoded == 0) {
-        FUZZ_CHECK(on <= n);
+        FUZZ_CHECK(on <= n && on == tlen);
         FUZZ_CHECK(json_is_string(v) && json_string_length(v) == on &&
                    !memcmp(json_string_value(v), out, on));
     }

@@ -68,16 +68,17 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         const char *lit = rows[i].lit;
-        size_t n = rows[i].n ? rows[i].n : strlen(lit), len = 0, out_n = 0, jn = 0;
+        size_t n = rows[i].n ? rows[i].n : strlen(lit), len = 0, tlen = 0, out_n = 0, jn = 0;
         CHECK_CASE(lit);
         char *out = malloc(n + 1);
-        int scanned = jstr_scan(lit, n, &len);
+        int scanned = jstr_scan(lit, n, &len, &tlen);
         int decoded = jstr_decode(lit, n, out, &out_n);
         char *jv = jansson_value(lit, n, &jn);
         if (rows[i].want) {
             size_t wn = strlen(rows[i].want);
             CHECK_INT(scanned, 0);
             CHECK_INT(len, n);
+            CHECK_INT(tlen, wn);
             CHECK_INT(decoded, 0);
             CHECK(out_n == wn && !memcmp(out, rows[i].want, wn));
             CHECK(jv && jn == wn && !memcmp(jv, rows[i].want, wn)); /* as jansson reads it */
@@ -93,15 +94,16 @@ int main(void)
     /* the literal at the start of longer bytes: its length; decode wants exactly one */
     {
         const char *s = "\"ab\\\"c\", \"next\"";
-        size_t len = 0, on = 0;
+        size_t len = 0, tlen = 0, on = 0;
         char out[32];
         CHECK_CASE("prefix");
-        CHECK_INT(jstr_scan(s, strlen(s), &len), 0);
+        CHECK_INT(jstr_scan(s, strlen(s), &len, &tlen), 0);
         CHECK_INT(len, 7);
+        CHECK_INT(tlen, 4);
         CHECK_INT(jstr_decode(s, strlen(s), out, &on), -EBADMSG);
         CHECK_INT(jstr_decode(s, len, out, &on), 0);
         CHECK(on == 4 && !memcmp(out, "ab\"c", 4));
-        CHECK_INT(jstr_scan(s, 0, &len), -EBADMSG);
+        CHECK_INT(jstr_scan(s, 0, &len, &tlen), -EBADMSG);
     }
 
     /* a large literal (a flood's message): every byte kind, decoded as jansson does */
