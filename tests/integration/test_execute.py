@@ -182,7 +182,7 @@ TRICKY_CODE = (f"import sys\nT = {TRICKY!r}\n"
                "for t in T:\n    sys.stdout.write(t + '\\n'); sys.stdout.flush()\n"
                "sys.stderr.write('err ' + T[5] + '\\n'); sys.stderr.flush()\n"
                "k = get_ipython().kernel\n"
-               "k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'tree\\n', "
+               "_m = k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'tree\\n', "
                "'n': 1}, parent=k.get_parent())\n")
 TRICKY_OUT = "".join(t + "\n" for t in TRICKY) + "tree\n"
 TRICKY_ERR = "err " + TRICKY[5] + "\n"
