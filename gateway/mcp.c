@@ -256,6 +256,16 @@ static void call_send_text(struct mcp_call *c, const char *s, size_t n)
     lws_callback_on_writable(c->r->wsi);
 }
 
+/* A message written into b (rc: how that went), then b's end. */
+static void call_send_buf(struct mcp_call *c, buf_t *b, int rc)
+{
+    if (rc < 0)
+        log_warn("mcp: out of memory: a message was dropped");
+    else
+        call_send_text(c, b->data, b->len);
+    buf_fini(b);
+}
+
 static void call_send(struct mcp_call *c, json_t *msg)
 {
     char *s = msg ? json_dumps(msg, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
@@ -381,11 +391,7 @@ static void tool_reply(struct mcp_call *c)
         rc |= append_json(&b, ",\"structuredContent\":", c->structured);
     rc |= BUF_LIT(&b, "}}");
     free(first);
-    if (rc < 0)
-        log_warn("mcp: out of memory: a tool result was dropped");
-    else
-        call_send_text(c, b.data, b.len);
-    buf_fini(&b);
+    call_send_buf(c, &b, rc);
     call_done(c);
 }
 
@@ -547,11 +553,7 @@ static void progress_json(struct mcp_call *c, jspan_t lit, size_t n)
     rc |= buf_append(&b, lit.p, lit.n);
     rc |= BUF_LIT(&b, "}}");
     json_decref(p);
-    if (rc < 0)
-        log_warn("mcp: out of memory: a message was dropped");
-    else
-        call_send_text(c, b.data, b.len);
-    buf_fini(&b);
+    call_send_buf(c, &b, rc);
 }
 
 /* A traceback without its terminal colours. */
