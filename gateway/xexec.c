@@ -34,6 +34,7 @@ struct xevt {
     const char *type; /* a static string */
     size_t len;
     size_t name_off, name_len, text_off, text_len; /* a stream's literals in json */
+    size_t text_bytes; /* what its text literal stands for */
     char json[];
 };
 
@@ -225,7 +226,7 @@ static void store(xexec_t *x, struct xevt *e)
 
 /* Appends a stream event of name and text, JSON string literals (checked ones: the kernel's
  * own, or jansson's), written as they are: a flood of output is not parsed and dumped again. */
-static void emit_stream(xexec_t *x, jspan_t name, jspan_t text)
+static void emit_stream(xexec_t *x, jspan_t name, jspan_t text, size_t text_bytes)
 {
     struct xevt *e = malloc(sizeof(*e) + name.n + text.n + XEVENT_STREAM_OVERHEAD);
     if (!e) {
@@ -236,6 +237,7 @@ static void emit_stream(xexec_t *x, jspan_t name, jspan_t text)
     e->len = xevent_stream_write(e->json, x->next_seq, name, text, &e->name_off, &e->text_off);
     e->name_len = name.n;
     e->text_len = text.n;
+    e->text_bytes = text_bytes;
     store(x, e);
 }
 
@@ -245,10 +247,12 @@ static void emit(xexec_t *x, json_t *ev, const char *type)
     if (!ev)
         return;
     if (!strcmp(type, "stream")) { /* one writer of stream events, whichever their source */
+        json_t *t = json_object_get(ev, "text");
         char *name = json_dumps(json_object_get(ev, "name"), JSON_ENCODE_ANY);
-        char *text = json_dumps(json_object_get(ev, "text"), JSON_ENCODE_ANY);
+        char *text = json_dumps(t, JSON_ENCODE_ANY);
         if (name && text)
-            emit_stream(x, (jspan_t){name, strlen(name)}, (jspan_t){text, strlen(text)});
+            emit_stream(x, (jspan_t){name, strlen(name)}, (jspan_t){text, strlen(text)},
+                        json_string_length(t));
         else
             log_warn("xexec: execution=%s: out of memory: event dropped", x->id);
         free(name);
@@ -453,9 +457,10 @@ static void on_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
         jhdr_parse(m->part[JPART_PARENT], &ph) < 0 || strcmp(ph.msg_id, x->msg_id) != 0)
         return;
     jspan_t name, text;
+    size_t text_bytes;
     if (!strcmp(h->msg_type, "stream") &&
-        xevent_stream_scan(m->part[JPART_CONTENT], &name, &text) == 0)
-        return emit_stream(x, name, text); /* the bulk of any flood: no JSON tree */
+        xevent_stream_scan(m->part[JPART_CONTENT], &name, &text, &text_bytes) == 0)
+        return emit_stream(x, name, text, text_bytes); /* the bulk of any flood: no JSON tree */
     json_t *c = json_loadb(m->part[JPART_CONTENT].p, m->part[JPART_CONTENT].n, 0, NULL);
     if (!strcmp(h->msg_type, "status")) {
         const char *st = json_string_value(json_object_get(c, "execution_state"));
@@ -937,6 +942,7 @@ void xexec_event(const xexec_t *x, uint64_t seq, struct xexec_event *ret)
     if (e->name_len) {
         ret->name = (jspan_t){e->json + e->name_off, e->name_len};
         ret->text = (jspan_t){e->json + e->text_off, e->text_len};
+        ret->text_len = e->text_bytes;
     }
 }
 

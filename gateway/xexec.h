@@ -74,6 +74,7 @@ struct xexec_event {
     /* a stream event's name and text: the JSON string literals (quotes included) in json, to
      * read without parsing the event (jstr_decode); {NULL, 0} for other types */
     jspan_t name, text;
+    size_t text_len; /* bytes of text that literal stands for */
 };
 /* The held event seq (first_seq <= seq < next_seq). */
 void xexec_event(const xexec_t *x, uint64_t seq, struct xexec_event *ret);

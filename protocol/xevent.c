@@ -92,34 +92,35 @@ static size_t skip_ws(jspan_t s, size_t i)
     return i;
 }
 
-/* The string literal at s.p[i]: its span, i moved past it. */
-static int literal(jspan_t s, size_t *i, jspan_t *ret)
+/* The string literal at s.p[i]: its span and its text's length, i moved past it. */
+static int literal(jspan_t s, size_t *i, jspan_t *ret, size_t *ret_text_len)
 {
-    size_t len, tn;
-    if (*i >= s.n || jstr_scan(s.p + *i, s.n - *i, &len, &tn) < 0)
+    size_t len;
+    if (*i >= s.n || jstr_scan(s.p + *i, s.n - *i, &len, ret_text_len) < 0)
         return -EBADMSG;
     *ret = (jspan_t){s.p + *i, len};
     *i += len;
     return 0;
 }
 
-int xevent_stream_scan(jspan_t content, jspan_t *ret_name, jspan_t *ret_text)
+int xevent_stream_scan(jspan_t content, jspan_t *ret_name, jspan_t *ret_text,
+                       size_t *ret_text_len)
 {
     jspan_t name = {NULL, 0}, text = {NULL, 0}, k, v;
-    size_t i = skip_ws(content, 0);
+    size_t i = skip_ws(content, 0), kn, vn, text_len = 0;
     if (i >= content.n || content.p[i] != '{')
         return -EBADMSG;
     i = skip_ws(content, i + 1);
     if (i < content.n && content.p[i] == '}')
         return -EBADMSG; /* {}: no name nor text */
     for (;;) {
-        if (literal(content, &i, &k) < 0 || memchr(k.p, '\\', k.n))
+        if (literal(content, &i, &k, &kn) < 0 || memchr(k.p, '\\', k.n))
             return -EBADMSG;
         i = skip_ws(content, i);
         if (i >= content.n || content.p[i] != ':')
             return -EBADMSG;
         i = skip_ws(content, i + 1);
-        if (literal(content, &i, &v) < 0)
+        if (literal(content, &i, &v, &vn) < 0)
             return -EBADMSG;
         jspan_t *slot = k.n == 6 && !memcmp(k.p, "\"name\"", 6)   ? &name
                         : k.n == 6 && !memcmp(k.p, "\"text\"", 6) ? &text
@@ -128,6 +129,8 @@ int xevent_stream_scan(jspan_t content, jspan_t *ret_name, jspan_t *ret_text)
             return -EBADMSG; /* twice: jansson keeps the last one; not worth the trouble */
         if (slot)
             *slot = v;
+        if (slot == &text)
+            text_len = vn;
         i = skip_ws(content, i);
         if (i < content.n && content.p[i] == ',') {
             i = skip_ws(content, i + 1);
@@ -141,6 +144,7 @@ int xevent_stream_scan(jspan_t content, jspan_t *ret_name, jspan_t *ret_text)
         return -EBADMSG;
     *ret_name = name;
     *ret_text = text;
+    *ret_text_len = text_len;
     return 0;
 }
 

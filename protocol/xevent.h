@@ -23,9 +23,11 @@ json_t *xevent_from_iopub(const char *msg_type, json_t *content, const char **re
  * case: a flat object (whitespace as JSON has it, nothing after it) whose keys and values are
  * all strings, keys without escapes, "name" and "text" each once. 0 and *ret_name, *ret_text:
  * their values as the JSON string literals in content (quotes included), checked as jstr_scan
- * does, so each means what jansson would make of it; -EBADMSG for anything else, where the
- * caller falls back to jansson (xevent_from_iopub). */
-int xevent_stream_scan(jspan_t content, jspan_t *ret_name, jspan_t *ret_text);
+ * does, so each means what jansson would make of it, and *ret_text_len the bytes of text the
+ * literal stands for; -EBADMSG for anything else, where the caller falls back to jansson
+ * (xevent_from_iopub). */
+int xevent_stream_scan(jspan_t content, jspan_t *ret_name, jspan_t *ret_text,
+                       size_t *ret_text_len);
 
 /* Bytes of a stream event's text besides its name and text (and its NUL). */
 #define XEVENT_STREAM_OVERHEAD 64

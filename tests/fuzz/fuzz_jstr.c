@@ -31,7 +31,8 @@ static void literal(const char *p, size_t n)
 static void stream(const char *p, size_t n)
 {
     jspan_t name, text;
-    if (xevent_stream_scan((jspan_t){p, n}, &name, &text) < 0)
+    size_t tlen;
+    if (xevent_stream_scan((jspan_t){p, n}, &name, &text, &tlen) < 0)
         return;
     FUZZ_CHECK(name.p >= p && name.p + name.n <= p + n && text.p >= p && text.p + text.n <= p + n);
     char *out = malloc(name.n + text.n + XEVENT_STREAM_OVERHEAD);
@@ -45,6 +46,7 @@ static void stream(const char *p, size_t n)
     FUZZ_CHECK(json_integer_value(json_object_get(fast, "seq")) == 42);
     json_object_del(fast, "seq");
     FUZZ_CHECK(json_equal(fast, slow));
+    FUZZ_CHECK(tlen == json_string_length(json_object_get(slow, "text")));
     json_decref(fast);
     json_decref(slow);
     json_decref(c);

@@ -90,8 +90,9 @@ int main(void)
     for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
         const char *content = streams[i].content;
         jspan_t name = {NULL, 0}, text = {NULL, 0};
+        size_t tlen = 0;
         CHECK_CASE(content);
-        int rc = xevent_stream_scan((jspan_t){content, strlen(content)}, &name, &text);
+        int rc = xevent_stream_scan((jspan_t){content, strlen(content)}, &name, &text, &tlen);
         CHECK_INT(rc, streams[i].fast ? 0 : -EBADMSG);
         if (rc < 0)
             continue;
@@ -107,6 +108,7 @@ int main(void)
         CHECK(json_integer_value(json_object_get(fast, "seq")) == 123456789012345);
         json_object_del(fast, "seq");
         CHECK(fast && slow && json_equal(fast, slow));
+        CHECK_INT(tlen, json_string_length(json_object_get(slow, "text")));
         /* the keys in the order of the jansson path's events */
         CHECK(!strncmp(out, "{\"seq\":123456789012345,\"type\":\"stream\",\"name\":", 46));
         json_decref(fast);
