@@ -1,12 +1,24 @@
 #include "protocol/jstr.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 /* JSON's one-character escapes: what the character after the backslash stands for (0: none) */
 static const char unescape[128] = {['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b',
                                    ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t'};
+
+#define ONES  0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* Whether any of the 8 bytes in w is not plain ASCII in a literal: below 0x20, 0x80 or above,
+ * '"' or '\\' (the exact tests for "a byte is below k" and "a byte is zero", a word at once). */
+static bool word_special(uint64_t w)
+{
+    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+    return (((w - ONES * 0x20) & ~w) | ((q - ONES) & ~q) | ((b - ONES) & ~b) | w) & HIGHS;
+}
 
 static int hex4(const unsigned char *p, uint32_t *ret)
 {
@@ -123,6 +135,9 @@ static int scan(const char *s, size_t n, char *out, size_t *ret_len, size_t *ret
             return -EBADMSG;
         if (c >= 0x20 && c < 0x80 && c != '\\') { /* the bulk: plain ASCII */
             size_t j = i + 1;
+            uint64_t w;
+            while (n - j >= 8 && (memcpy(&w, p + j, 8), !word_special(w)))
+                j += 8;
             while (j < n && p[j] >= 0x20 && p[j] < 0x80 && p[j] != '"' && p[j] != '\\')
                 j++;
             if (out)
