@@ -315,6 +315,16 @@ static void utf8_fix(char *msg)
 }
 
 /* A JSON-RPC error; HTTP status 200 for a request the transport took, else 400, 403, 404. */
+/* fmt's message for JSON: into msg (size bytes), made valid UTF-8. */
+static void vformat(char *msg, size_t size, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static void vformat(char *msg, size_t size, const char *fmt, va_list ap)
+{
+    vsnprintf(msg, size, fmt, ap);
+    utf8_fix(msg);
+}
+
 static void reply_error(struct mcp_call *c, int status, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -323,9 +333,8 @@ static void reply_error(struct mcp_call *c, int status, int code, const char *fm
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vformat(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    utf8_fix(msg);
     if (status >= 400)
         log_info("mcp: refused (%d): %s", status, msg);
     c->status = status;
@@ -403,9 +412,8 @@ static void tool_fail(struct mcp_call *c, const char *fmt, ...)
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vformat(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    utf8_fix(msg);
     json_decref(c->content);
     c->content = json_pack("[{s:s, s:s}]", "type", "text", "text", msg);
     buf_reset(&c->items);
@@ -415,16 +423,6 @@ static void tool_fail(struct mcp_call *c, const char *fmt, ...)
     c->structured = NULL;
     c->is_error = true;
     tool_reply(c);
-}
-
-/* At most max bytes of s (n bytes, UTF-8), not cutting a character. */
-static size_t utf8_cut(const char *s, size_t n, size_t max)
-{
-    if (n <= max)
-        return n;
-    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
-        max--;
-    return max;
 }
 
 /* One more content item (its JSON text) after those in c->items. */
@@ -520,7 +518,7 @@ static void progress(struct mcp_call *c, const char *text, size_t len)
 {
     if (!progress_on(c))
         return;
-    size_t n = utf8_cut(text, len, MCP_PROGRESS_MAX);
+    size_t n = jstr_utf8_cut(text, len, MCP_PROGRESS_MAX);
     c->progress += 1;
     call_send(c, jrpc_notification("notifications/progress",
                                    json_pack("{s:O, s:f, s:s%}", "progressToken", c->token,

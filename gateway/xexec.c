@@ -203,19 +203,24 @@ static void enforce_budget(struct xexecs *xa, xexec_t *x)
     }
 }
 
-/* Appends e (its len bytes of JSON text hold seq x->next_seq; taken). */
+/* Appends e (its len bytes of JSON text hold seq x->next_seq; taken; NULL: it could not be
+ * made, and is dropped). */
 static void store(xexec_t *x, struct xevt *e)
 {
-    if (x->nev == x->cap) {
+    if (e && x->nev == x->cap) {
         size_t cap = x->cap ? 2 * x->cap : 16;
         struct xevt **v = realloc(x->ev, cap * sizeof(*v));
-        if (!v) {
-            log_warn("xexec: execution=%s: out of memory: event dropped", x->id);
+        if (v) {
+            x->ev = v;
+            x->cap = cap;
+        } else {
             free(e);
-            return;
+            e = NULL;
         }
-        x->ev = v;
-        x->cap = cap;
+    }
+    if (!e) {
+        log_warn("xexec: execution=%s: out of memory: event dropped", x->id);
+        return;
     }
     e->seq = x->next_seq++;
     x->ev[x->nev++] = e;
@@ -229,15 +234,14 @@ static void store(xexec_t *x, struct xevt *e)
 static void emit_stream(xexec_t *x, jspan_t name, jspan_t text, size_t text_bytes)
 {
     struct xevt *e = malloc(sizeof(*e) + name.n + text.n + XEVENT_STREAM_OVERHEAD);
-    if (!e) {
-        log_warn("xexec: execution=%s: out of memory: event dropped", x->id);
-        return;
+    if (e) {
+        e->type = "stream";
+        e->len =
+            xevent_stream_write(e->json, x->next_seq, name, text, &e->name_off, &e->text_off);
+        e->name_len = name.n;
+        e->text_len = text.n;
+        e->text_bytes = text_bytes;
     }
-    e->type = "stream";
-    e->len = xevent_stream_write(e->json, x->next_seq, name, text, &e->name_off, &e->text_off);
-    e->name_len = name.n;
-    e->text_len = text.n;
-    e->text_bytes = text_bytes;
     store(x, e);
 }
 
@@ -254,7 +258,7 @@ static void emit(xexec_t *x, json_t *ev, const char *type)
             emit_stream(x, (jspan_t){name, strlen(name)}, (jspan_t){text, strlen(text)},
                         json_string_length(t));
         else
-            log_warn("xexec: execution=%s: out of memory: event dropped", x->id);
+            store(x, NULL);
         free(name);
         free(text);
         json_decref(ev);
@@ -269,14 +273,11 @@ static void emit(xexec_t *x, json_t *ev, const char *type)
     json_decref(o);
     size_t len = s ? strlen(s) : 0;
     struct xevt *e = s ? calloc(1, sizeof(*e) + len + 1) : NULL;
-    if (!e) {
-        log_warn("xexec: execution=%s: out of memory: event dropped", x->id);
-        free(s);
-        return;
+    if (e) {
+        e->type = type;
+        e->len = len;
+        memcpy(e->json, s, len + 1);
     }
-    e->type = type;
-    e->len = len;
-    memcpy(e->json, s, len + 1);
     free(s);
     store(x, e);
 }

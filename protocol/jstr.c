@@ -190,6 +190,15 @@ int jstr_scan(const char *p, size_t n, size_t *ret_len, size_t *ret_text_len)
     return rc;
 }
 
+size_t jstr_utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
+        max--;
+    return max;
+}
+
 int jstr_decode(const char *p, size_t n, char *out, size_t *ret_len)
 {
     size_t len, o;

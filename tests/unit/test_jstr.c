@@ -126,5 +126,14 @@ int main(void)
         free(out);
         free(big);
     }
+    /* a text cut within max bytes at a character boundary */
+    CHECK_CASE("utf8_cut");
+    const char *u = "a\xc3\xa9\xf0\x9f\x98\x80"; /* a, U+00E9, U+1F600: 1 + 2 + 4 bytes */
+    CHECK_INT(jstr_utf8_cut(u, 7, 10), 7);
+    CHECK_INT(jstr_utf8_cut(u, 7, 7), 7);
+    CHECK_INT(jstr_utf8_cut(u, 7, 6), 3);
+    CHECK_INT(jstr_utf8_cut(u, 7, 3), 3);
+    CHECK_INT(jstr_utf8_cut(u, 7, 2), 1);
+    CHECK_INT(jstr_utf8_cut(u, 7, 0), 0);
     CHECK_DONE();
 }
