@@ -33,7 +33,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORKLOADS = {
     # name: (code, bytes of stdout it writes)
-    "lines": (lambda n: f"import sys\nfor _ in range({n}):\n    sys.stdout.write('x' * 1000 + '\\n')\n",
+    "lines": (lambda n: (f"import sys\nfor _ in range({n}):\n"
+                         "    sys.stdout.write('x' * 1000 + '\\n')\n"),
               lambda n: n * 1001),
     "print": (lambda n: f"for i in range({n}):\n    print(i)\n",
               lambda n: sum(len(str(i)) + 1 for i in range(n))),

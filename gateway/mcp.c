@@ -76,7 +76,7 @@ struct mcp_call {
     json_t *args;
     const struct mcp_tool *tool;
     struct xexec_sub sub; /* execute_code's execution, once subscribed */
-    json_t *content;     /* the tool result's content (its first items) */
+    json_t *content;      /* the tool result's content (its first items) */
     /* execute_code's output: more content items, their JSON text joined by commas (written
      * as they come: the kernel's output is not parsed into a tree and dumped again), and the
      * last text item's text, JSON-escaped, while output of its kind goes on (text_flush) */

@@ -6,8 +6,8 @@
 #include <string.h>
 
 /* JSON's one-character escapes: what the character after the backslash stands for (0: none) */
-static const char unescape[128] = {['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b',
-                                   ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t'};
+static const char unescape[128] = {['"'] = '"',  ['\\'] = '\\', ['/'] = '/',  ['b'] = '\b',
+                                   ['f'] = '\f', ['n'] = '\n',  ['r'] = '\r', ['t'] = '\t'};
 
 #define ONES  0x0101010101010101ULL
 #define HIGHS 0x8080808080808080ULL

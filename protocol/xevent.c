@@ -151,8 +151,8 @@ int xevent_stream_scan(jspan_t content, jspan_t *ret_name, jspan_t *ret_text,
 size_t xevent_stream_write(char *out, uint64_t seq, jspan_t name, jspan_t text,
                            size_t *ret_name_off, size_t *ret_text_off)
 {
-    int n = snprintf(out, XEVENT_STREAM_OVERHEAD, "{\"seq\":%" PRIu64 ",\"type\":\"stream\",\"name\":",
-                     seq);
+    int n = snprintf(out, XEVENT_STREAM_OVERHEAD,
+                     "{\"seq\":%" PRIu64 ",\"type\":\"stream\",\"name\":", seq);
     size_t len = (size_t)n;
     *ret_name_off = len;
     memcpy(out + len, name.p, name.n);

@@ -2,9 +2,10 @@
  * first byte picks what the rest is). Invariants: a literal jstr accepts is a string to
  * jansson with the same text, and a literal jansson takes is accepted; a stream content the
  * scan takes gives an event (no raw CR/LF: one SSE data line) equal to the jansson path's. */
-#include "fuzz.h"
 #include <jansson.h>
 #include <string.h>
+
+#include "fuzz.h"
 
 #include "protocol/jstr.h"
 #include "protocol/xevent.h"

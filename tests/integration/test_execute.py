@@ -176,14 +176,14 @@ def test_sse_and_json_formats(gateway, kernel):
 # parsing it), and a stream message whose content is not the usual flat one (another field that
 # is not a string: the gateway's jansson path takes it).
 TRICKY = ["plain", 'quote " backslash \\ slash / \\u0041', "tab\there\rcr\b\f",
-          "ansi \x1b[31mred\x1b[0m", "ctl \x01\x1f\x7f", "utf-8 \u00e9 \u20ac \u2028 \U0001f600 \U0010ffff",
-          "x" * 200_000]
+          "ansi \x1b[31mred\x1b[0m", "ctl \x01\x1f\x7f",
+          "utf-8 \u00e9 \u20ac \u2028 \U0001f600 \U0010ffff", "x" * 200_000]
 TRICKY_CODE = (f"import sys\nT = {TRICKY!r}\n"
                "for t in T:\n    sys.stdout.write(t + '\\n'); sys.stdout.flush()\n"
                "sys.stderr.write('err ' + T[5] + '\\n'); sys.stderr.flush()\n"
                "k = get_ipython().kernel\n"
-               "_m = k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'tree\\n', "
-               "'n': 1}, parent=k.get_parent())\n")
+               "_m = k.session.send(k.iopub_socket, 'stream', "
+               "{'name': 'stdout', 'text': 'tree\\n', 'n': 1}, parent=k.get_parent())\n")
 TRICKY_OUT = "".join(t + "\n" for t in TRICKY) + "tree\n"
 TRICKY_ERR = "err " + TRICKY[5] + "\n"
 

@@ -40,30 +40,30 @@ int main(void)
         {"\"\xe2\x80\xa8\"", 0, "\xe2\x80\xa8"}, /* U+2028 is fine in JSON */
         {"\"\x7f\"", 0, "\x7f"},
         /* refused: as jansson refuses them */
-        {"\"abc", 0, NULL},                 /* no closing quote */
-        {"abc\"", 0, NULL},                 /* no opening quote */
-        {"\"", 0, NULL},                    /* a lone quote */
-        {"\"a\nb\"", 0, NULL},              /* a raw control character */
+        {"\"abc", 0, NULL},    /* no closing quote */
+        {"abc\"", 0, NULL},    /* no opening quote */
+        {"\"", 0, NULL},       /* a lone quote */
+        {"\"a\nb\"", 0, NULL}, /* a raw control character */
         {"\"a\tb\"", 0, NULL},
-        {"\"a\\x41\"", 0, NULL},            /* not a JSON escape */
+        {"\"a\\x41\"", 0, NULL}, /* not a JSON escape */
         {"\"a\\'\"", 0, NULL},
-        {"\"\\u12\"", 0, NULL},             /* a short \u */
+        {"\"\\u12\"", 0, NULL}, /* a short \u */
         {"\"\\u12g4\"", 0, NULL},
-        {"\"\\u0000\"", 0, NULL},           /* NUL (jansson's default) */
-        {"\"\\ud83d\"", 0, NULL},           /* a lone high surrogate */
+        {"\"\\u0000\"", 0, NULL}, /* NUL (jansson's default) */
+        {"\"\\ud83d\"", 0, NULL}, /* a lone high surrogate */
         {"\"\\ud83dx\"", 0, NULL},
-        {"\"\\ud83d\\u0041\"", 0, NULL},    /* high, then not a low one */
-        {"\"\\ude00\"", 0, NULL},           /* a lone low surrogate */
-        {"\"\xc3\"", 0, NULL},              /* cut UTF-8 */
-        {"\"\xc0\xaf\"", 0, NULL},          /* overlong */
+        {"\"\\ud83d\\u0041\"", 0, NULL}, /* high, then not a low one */
+        {"\"\\ude00\"", 0, NULL},        /* a lone low surrogate */
+        {"\"\xc3\"", 0, NULL},           /* cut UTF-8 */
+        {"\"\xc0\xaf\"", 0, NULL},       /* overlong */
         {"\"\xe0\x80\xaf\"", 0, NULL},
         {"\"\xf0\x80\x80\xaf\"", 0, NULL},
-        {"\"\xed\xa0\x80\"", 0, NULL},      /* a surrogate in UTF-8 */
-        {"\"\xf4\x90\x80\x80\"", 0, NULL},  /* past U+10FFFF */
+        {"\"\xed\xa0\x80\"", 0, NULL},     /* a surrogate in UTF-8 */
+        {"\"\xf4\x90\x80\x80\"", 0, NULL}, /* past U+10FFFF */
         {"\"\xff\"", 0, NULL},
-        {"\"\x80\"", 0, NULL},              /* a stray continuation byte */
-        {"\"a\0b\"", 5, NULL},              /* a raw NUL */
-        {"\"\\", 0, NULL},                  /* cut in an escape */
+        {"\"\x80\"", 0, NULL}, /* a stray continuation byte */
+        {"\"a\0b\"", 5, NULL}, /* a raw NUL */
+        {"\"\\", 0, NULL},     /* cut in an escape */
         {"\"\\u00", 0, NULL},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
