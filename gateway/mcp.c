@@ -26,6 +26,7 @@
 #include "gateway/xexec.h"
 #include "protocol/fpath.h"
 #include "protocol/jrpc.h"
+#include "protocol/jstr.h"
 #include "protocol/xreq.h"
 
 #define MCP_SESSIONS_MAX 10000             /* sessions at once, all tenants */
@@ -75,7 +76,12 @@ struct mcp_call {
     json_t *args;
     const struct mcp_tool *tool;
     struct xexec_sub sub; /* execute_code's execution, once subscribed */
-    json_t *content;     /* the tool result's content */
+    json_t *content;      /* the tool result's content (its first items) */
+    /* execute_code's output: more content items, their JSON text joined by commas (written
+     * as they come: the kernel's output is not parsed into a tree and dumped again), and the
+     * last text item's text, JSON-escaped, while output of its kind goes on (text_flush) */
+    buf_t items, text;
+    const char *text_kind; /* "stdout", "stderr", "result", "error", "note"; NULL: none */
     json_t *structured;
     size_t content_bytes;
     double progress;
@@ -236,6 +242,30 @@ static void on_sweep(void *data)
 
 /* ---- answers ---- */
 
+/* A message's JSON text (compact: no raw new line), framed as the answer is. */
+static void call_send_text(struct mcp_call *c, const char *s, size_t n)
+{
+    int rc = 0;
+    if (c->sse)
+        rc |= buf_append(&c->out, "event: message\ndata: ", 21);
+    rc |= buf_append(&c->out, s, n);
+    if (c->sse)
+        rc |= buf_append(&c->out, "\n\n", 2);
+    if (rc < 0)
+        log_warn("mcp: out of memory: a message was cut");
+    lws_callback_on_writable(c->r->wsi);
+}
+
+/* A message written into b (rc: how that went), then b's end. */
+static void call_send_buf(struct mcp_call *c, buf_t *b, int rc)
+{
+    if (rc < 0)
+        log_warn("mcp: out of memory: a message was dropped");
+    else
+        call_send_text(c, b->data, b->len);
+    buf_fini(b);
+}
+
 static void call_send(struct mcp_call *c, json_t *msg)
 {
     char *s = msg ? json_dumps(msg, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
@@ -244,16 +274,8 @@ static void call_send(struct mcp_call *c, json_t *msg)
         log_warn("mcp: out of memory: a message was dropped");
         return;
     }
-    int rc = 0;
-    if (c->sse)
-        rc |= buf_append(&c->out, "event: message\ndata: ", 21);
-    rc |= buf_append(&c->out, s, strlen(s));
-    if (c->sse)
-        rc |= buf_append(&c->out, "\n\n", 2);
-    if (rc < 0)
-        log_warn("mcp: out of memory: a message was cut");
+    call_send_text(c, s, strlen(s));
     free(s);
-    lws_callback_on_writable(c->r->wsi);
 }
 
 static void call_done(struct mcp_call *c)
@@ -293,6 +315,16 @@ static void utf8_fix(char *msg)
 }
 
 /* A JSON-RPC error; HTTP status 200 for a request the transport took, else 400, 403, 404. */
+/* fmt's message for JSON: into msg (size bytes), made valid UTF-8. */
+static void vformat(char *msg, size_t size, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static void vformat(char *msg, size_t size, const char *fmt, va_list ap)
+{
+    vsnprintf(msg, size, fmt, ap);
+    utf8_fix(msg);
+}
+
 static void reply_error(struct mcp_call *c, int status, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -301,9 +333,8 @@ static void reply_error(struct mcp_call *c, int status, int code, const char *fm
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vformat(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    utf8_fix(msg);
     if (status >= 400)
         log_info("mcp: refused (%d): %s", status, msg);
     c->status = status;
@@ -318,24 +349,59 @@ static void reply_empty(struct mcp_call *c, int status)
     call_done(c);
 }
 
-/* The tool's result from c->content, c->is_error and c->structured. */
+/* Appends a string literal's bytes. */
+#define BUF_LIT(b, s) buf_append((b), s, sizeof(s) - 1)
+
+static void text_flush(struct mcp_call *c);
+static void item_append(struct mcp_call *c, json_t *item);
+
+/* Appends s, then the JSON text of v (compact, as call_send writes it). */
+static int append_json(buf_t *b, const char *s, json_t *v)
+{
+    char *j = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    int rc = j ? buf_append(b, s, strlen(s)) : -ENOMEM;
+    if (rc == 0)
+        rc = buf_append(b, j, strlen(j));
+    free(j);
+    return rc;
+}
+
+/* The tool's result from c->content, then c->items, c->is_error and c->structured: the JSON-RPC
+ * response {"jsonrpc", "id", "result": {"content", "isError", "structuredContent"}} written
+ * around the items' text. */
 static void tool_reply(struct mcp_call *c)
 {
+    text_flush(c);
     if (c->truncated)
-        json_array_append_new(c->content,
-                              json_pack("{s:s, s:s}", "type", "text", "text",
-                                        "[kgw] output beyond the MCP result limit was left out"));
-    json_t *res = json_pack("{s:O, s:b}", "content", c->content, "isError", c->is_error);
-    if (res && c->structured) {
+        item_append(c, json_pack("{s:s, s:s}", "type", "text", "text",
+                                 "[kgw] output beyond the MCP result limit was left out"));
+    if (c->structured) {
         /* and its text, for clients of revisions before structured content */
         char *t = json_dumps(c->structured, JSON_COMPACT | JSON_REAL_PRECISION(9));
         if (t)
-            json_array_append_new(json_object_get(res, "content"),
-                                  json_pack("{s:s, s:s}", "type", "text", "text", t));
+            item_append(c, json_pack("{s:s, s:s}", "type", "text", "text", t));
         free(t);
-        json_object_set(res, "structuredContent", c->structured);
     }
-    reply(c, res);
+    buf_t b;
+    buf_init(&b, SIZE_MAX);
+    char *first = c->content ? json_dumps(c->content, JSON_COMPACT | JSON_REAL_PRECISION(9))
+                             : strdup("[]");
+    size_t fn = first ? strlen(first) - 2 : 0; /* its items, without [ ] */
+    json_t *null = json_null();
+    int rc = first ? append_json(&b, "{\"jsonrpc\":\"2.0\",\"id\":", c->id ? c->id : null)
+                   : -ENOMEM;
+    rc |= BUF_LIT(&b, ",\"result\":{\"content\":[");
+    rc |= buf_append(&b, first ? first + 1 : "", fn);
+    rc |= buf_append(&b, ",", fn && c->items.len ? 1 : 0);
+    rc |= buf_append(&b, c->items.data ? c->items.data : "", c->items.len);
+    rc |= BUF_LIT(&b, "],\"isError\":");
+    rc |= buf_append(&b, c->is_error ? "true" : "false", c->is_error ? 4 : 5);
+    if (c->structured)
+        rc |= append_json(&b, ",\"structuredContent\":", c->structured);
+    rc |= BUF_LIT(&b, "}}");
+    free(first);
+    call_send_buf(c, &b, rc);
+    call_done(c);
 }
 
 static void tool_fail(struct mcp_call *c, const char *fmt, ...)
@@ -346,25 +412,48 @@ static void tool_fail(struct mcp_call *c, const char *fmt, ...)
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vformat(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    utf8_fix(msg);
     json_decref(c->content);
     c->content = json_pack("[{s:s, s:s}]", "type", "text", "text", msg);
+    buf_reset(&c->items);
+    buf_reset(&c->text);
+    c->text_kind = NULL;
     json_decref(c->structured);
     c->structured = NULL;
     c->is_error = true;
     tool_reply(c);
 }
 
-/* At most max bytes of s (n bytes, UTF-8), not cutting a character. */
-static size_t utf8_cut(const char *s, size_t n, size_t max)
+/* One more content item (its JSON text) after those in c->items. */
+static void item_text(struct mcp_call *c, const char *s, size_t n)
 {
-    if (n <= max)
-        return n;
-    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
-        max--;
-    return max;
+    if ((c->items.len && buf_append(&c->items, ",", 1) < 0) || buf_append(&c->items, s, n) < 0)
+        log_warn("mcp: out of memory: output was dropped");
+}
+
+static void item_append(struct mcp_call *c, json_t *item)
+{
+    char *s = item ? json_dumps(item, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(item);
+    if (s)
+        item_text(c, s, strlen(s));
+    free(s);
+}
+
+/* The pending text item into c->items. */
+static void text_flush(struct mcp_call *c)
+{
+    if (!c->text_kind)
+        return;
+    static const char head[] = "{\"type\":\"text\",\"text\":\"";
+    if ((c->items.len && buf_append(&c->items, ",", 1) < 0) ||
+        buf_append(&c->items, head, sizeof(head) - 1) < 0 ||
+        buf_append(&c->items, c->text.data ? c->text.data : "", c->text.len) < 0 ||
+        BUF_LIT(&c->items, "\"}") < 0)
+        log_warn("mcp: out of memory: output was dropped");
+    buf_reset(&c->text);
+    c->text_kind = NULL;
 }
 
 static void add_content(struct mcp_call *c, json_t *item, size_t bytes)
@@ -376,45 +465,93 @@ static void add_content(struct mcp_call *c, json_t *item, size_t bytes)
         json_decref(item);
         return;
     }
+    text_flush(c);
     c->content_bytes += bytes;
-    json_array_append_new(c->content, item);
+    item_append(c, item);
 }
 
-/* Text output: joined to the previous text item when it is of the same kind. */
-static void add_text(struct mcp_call *c, const char *kind, const char *text)
+/* Text output: esc, JSON-escaped text (a JSON string literal without its quotes) of n bytes,
+ * joined to the previous text item when it is of the same kind (kind: a static string). */
+static void add_text_json(struct mcp_call *c, const char *kind, const char *esc, size_t esc_n,
+                          size_t n)
 {
-    size_t n = strlen(text);
-    json_t *last = json_array_get(c->content, json_array_size(c->content) - 1);
-    const char *lk = json_string_value(json_object_get(last, "_kgw"));
-    if (last && lk && !strcmp(lk, kind) && c->content_bytes + n <= MCP_RESULT_MAX) {
-        const char *old = json_string_value(json_object_get(last, "text"));
-        size_t on = strlen(old);
-        char *j = malloc(on + n + 1);
-        if (j) {
-            memcpy(j, old, on);
-            memcpy(j + on, text, n + 1);
-            json_object_set_new(last, "text", json_string(j));
-            c->content_bytes += n;
-            free(j);
-            return;
-        }
+    if (c->content_bytes + n > MCP_RESULT_MAX) {
+        c->truncated = true;
+        return;
     }
-    add_content(c, json_pack("{s:s, s:s, s:s}", "type", "text", "text", text, "_kgw", kind), n);
+    if (!c->text_kind || strcmp(c->text_kind, kind) != 0) {
+        text_flush(c);
+        c->text_kind = kind;
+    }
+    if (buf_append(&c->text, esc, esc_n) < 0) {
+        c->truncated = true;
+        return;
+    }
+    c->content_bytes += n;
 }
 
-static void progress(struct mcp_call *c, const char *text)
+/* Text output (n bytes of UTF-8). */
+static void add_text(struct mcp_call *c, const char *kind, const char *text, size_t n)
+{
+    json_t *v = json_stringn(text, n);
+    char *lit = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
+    json_decref(v);
+    if (!lit) {
+        log_warn("mcp: not UTF-8, or out of memory: output was dropped");
+        return;
+    }
+    add_text_json(c, kind, lit + 1, strlen(lit) - 2, n);
+    free(lit);
+}
+
+/* Whether the call sends progress notifications (the first one makes the answer SSE). */
+static bool progress_on(struct mcp_call *c)
 {
     if (!c->token || c->done || c->no_sse)
-        return;
+        return false;
     if (!c->sse && c->out.len == 0)
         c->sse = true;
-    if (!c->sse)
+    return c->sse;
+}
+
+static void progress(struct mcp_call *c, const char *text, size_t len)
+{
+    if (!progress_on(c))
         return;
-    size_t n = utf8_cut(text, strlen(text), MCP_PROGRESS_MAX);
+    size_t n = jstr_utf8_cut(text, len, MCP_PROGRESS_MAX);
     c->progress += 1;
     call_send(c, jrpc_notification("notifications/progress",
                                    json_pack("{s:O, s:f, s:s%}", "progressToken", c->token,
                                              "progress", c->progress, "message", text, n)));
+}
+
+/* Progress of output that is a JSON string literal (lit) of n bytes of text: the literal is
+ * the notification's message as it is when it is within MCP_PROGRESS_MAX, else it is cut. */
+static void progress_json(struct mcp_call *c, jspan_t lit, size_t n)
+{
+    if (n > MCP_PROGRESS_MAX) {
+        char *t = malloc(lit.n);
+        size_t tn;
+        if (t && jstr_decode(lit.p, lit.n, t, &tn) == 0)
+            progress(c, t, tn);
+        free(t);
+        return;
+    }
+    if (!progress_on(c))
+        return;
+    c->progress += 1;
+    buf_t b;
+    buf_init(&b, SIZE_MAX);
+    json_t *p = json_real(c->progress);
+    int rc = append_json(&b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\","
+                             "\"params\":{\"progressToken\":",
+                         c->token);
+    rc |= append_json(&b, ",\"progress\":", p);
+    rc |= BUF_LIT(&b, ",\"message\":");
+    rc |= buf_append(&b, lit.p, lit.n);
+    rc |= BUF_LIT(&b, "}}");
+    json_decref(p);
+    call_send_buf(c, &b, rc);
 }
 
 /* A traceback without its terminal colours. */
@@ -480,7 +617,7 @@ static void add_display(struct mcp_call *c, json_t *ev)
             free(p);
             char note[64];
             snprintf(note, sizeof(note), "[%s image]\n", images[i]);
-            progress(c, note);
+            progress(c, note, strlen(note));
             return;
         }
     }
@@ -489,45 +626,44 @@ static void add_display(struct mcp_call *c, json_t *ev)
         char *t = malloc(strlen(text) + 2);
         if (!t)
             return;
-        sprintf(t, "%s\n", text);
-        add_text(c, "result", t);
-        progress(c, t);
+        size_t n = (size_t)sprintf(t, "%s\n", text);
+        add_text(c, "result", t, n);
+        progress(c, t, n);
         free(t);
     }
 }
 
-static void strip_marks(json_t *content)
+/* A stream event's output, from its JSON string literals: not parsed, not decoded (it is
+ * written into the result and the progress notifications as the literal it already is). */
+static void on_stream(struct mcp_call *c, const struct xexec_event *e)
 {
-    json_t *item;
-    size_t i;
-    json_array_foreach(content, i, item)
-    {
-        json_object_del(item, "_kgw");
-    }
+    char name[64]; /* "stderr" however escaped is shorter */
+    size_t nn = 0;
+    bool err = e->name.n <= sizeof(name) && jstr_decode(e->name.p, e->name.n, name, &nn) == 0 &&
+               nn == 6 && !memcmp(name, "stderr", 6);
+    /* (the store holds checked literals: the kernel's, checked, or jansson's) */
+    add_text_json(c, err ? "stderr" : "stdout", e->text.p + 1, e->text.n - 2, e->text_len);
+    progress_json(c, e->text, e->text_len);
 }
 
-static void on_exec_event(struct mcp_call *c, const char *type, const char *json, size_t len)
+static void on_exec_event(struct mcp_call *c, const struct xexec_event *e)
 {
     if (c->done)
         return;
-    json_t *ev = json_loadb(json, len, 0, NULL);
+    if (e->text.p)
+        return on_stream(c, e);
+    json_t *ev = json_loadb(e->json, e->len, 0, NULL);
+    const char *type = e->type;
     if (!ev)
         return;
-    if (!strcmp(type, "stream")) {
-        const char *name = json_string_value(json_object_get(ev, "name"));
-        const char *text = json_string_value(json_object_get(ev, "text"));
-        if (text) {
-            add_text(c, name && !strcmp(name, "stderr") ? "stderr" : "stdout", text);
-            progress(c, text);
-        }
-    } else if (!strcmp(type, "display") || !strcmp(type, "result")) {
+    if (!strcmp(type, "display") || !strcmp(type, "result")) {
         add_display(c, ev);
     } else if (!strcmp(type, "error")) {
         char *tb = plain_traceback(ev);
         c->is_error = true;
         if (tb) {
-            add_text(c, "error", tb);
-            progress(c, tb);
+            add_text(c, "error", tb, strlen(tb));
+            progress(c, tb, strlen(tb));
         }
         free(tb);
     } else if (!strcmp(type, "end")) {
@@ -542,9 +678,9 @@ static void on_exec_event(struct mcp_call *c, const char *type, const char *json
             snprintf(note, sizeof(note), "[kgw] the execution ended: %s%s%.300s\n", st,
                      cause && cause[0] ? ": " : "", cause ? cause : "");
             utf8_fix(note);
-            add_text(c, "note", note);
+            add_text(c, "note", note, strlen(note));
         }
-        strip_marks(c->content);
+        text_flush(c);
         c->structured = json_incref(ev);
         if (c->cancelled) /* the client gave up on it: no response (the stream just ends) */
             c->sse ? call_done(c) : reply_empty(c, 202);
@@ -559,12 +695,11 @@ static void sub_wake(struct xexec_sub *s)
 {
     struct mcp_call *c = (struct mcp_call *)((char *)s - offsetof(struct mcp_call, sub));
     while (s->x && s->cursor < xexec_next_seq(s->x)) {
-        const char *type, *json;
-        size_t len;
+        struct xexec_event e;
         if (s->cursor < xexec_first_seq(s->x))
             s->cursor = xexec_first_seq(s->x);
-        xexec_event(s->x, s->cursor++, &type, &json, &len);
-        on_exec_event(c, type, json, len);
+        xexec_event(s->x, s->cursor++, &e);
+        on_exec_event(c, &e);
     }
 }
 
@@ -1008,6 +1143,8 @@ void mcp_handle(struct gw_req *r)
     c->r = r;
     c->status = 200;
     buf_init(&c->out, SIZE_MAX);
+    buf_init(&c->items, SIZE_MAX);
+    buf_init(&c->text, SIZE_MAX);
     list_init(&c->slink);
     r->mc = c;
     if (!origin_ok(r))
@@ -1184,6 +1321,8 @@ void mcp_req_fini(struct gw_req *r)
     json_decref(c->content);
     json_decref(c->structured);
     buf_fini(&c->out);
+    buf_fini(&c->items);
+    buf_fini(&c->text);
     free(c);
     r->mc = NULL;
 }

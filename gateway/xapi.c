@@ -112,12 +112,11 @@ static int write_document(struct gw_req *r, xexec_t *x)
     rc |= ms ? buf_append(&b, ms, strlen(ms)) : -1;
     rc |= buf_append(&b, ",\"events\":[", 11);
     for (uint64_t seq = xexec_first_seq(x); seq < xexec_next_seq(x); seq++) {
-        const char *type, *json;
-        size_t len;
-        xexec_event(x, seq, &type, &json, &len);
+        struct xexec_event e;
+        xexec_event(x, seq, &e);
         if (seq > xexec_first_seq(x))
             rc |= buf_append(&b, ",", 1);
-        rc |= buf_append(&b, json, len);
+        rc |= buf_append(&b, e.json, e.len);
     }
     rc |= buf_append(&b, "]}", 2);
     free(ms);
@@ -164,10 +163,9 @@ int xapi_write(struct gw_req *r)
         static const char room[LWS_PRE + 24]; /* LWS_PRE, then the chunk's size line */
         int rc = buf_append(&b, room, sizeof(room));
         while (rc == 0 && rd->sub.cursor < xexec_next_seq(x) && b.len < XAPI_BATCH_BYTES) {
-            const char *type, *json;
-            size_t len;
-            xexec_event(x, rd->sub.cursor, &type, &json, &len);
-            rc = xevent_frame(rd->fmt, rd->sub.cursor, type, json, len, &b);
+            struct xexec_event e;
+            xexec_event(x, rd->sub.cursor, &e);
+            rc = xevent_frame(rd->fmt, rd->sub.cursor, e.type, e.json, e.len, &b);
             rd->sub.cursor++;
         }
         bool last = done && rd->sub.cursor >= xexec_next_seq(x);

@@ -33,6 +33,8 @@ struct xevt {
     uint64_t seq;
     const char *type; /* a static string */
     size_t len;
+    size_t name_off, name_len, text_off, text_len; /* a stream's literals in json */
+    size_t text_bytes; /* what its text literal stands for */
     char json[];
 };
 
@@ -201,11 +203,67 @@ static void enforce_budget(struct xexecs *xa, xexec_t *x)
     }
 }
 
+/* Appends e (its len bytes of JSON text hold seq x->next_seq; taken; NULL: it could not be
+ * made, and is dropped). */
+static void store(xexec_t *x, struct xevt *e)
+{
+    if (e && x->nev == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 16;
+        struct xevt **v = realloc(x->ev, cap * sizeof(*v));
+        if (v) {
+            x->ev = v;
+            x->cap = cap;
+        } else {
+            free(e);
+            e = NULL;
+        }
+    }
+    if (!e) {
+        log_warn("xexec: execution=%s: out of memory: event dropped", x->id);
+        return;
+    }
+    e->seq = x->next_seq++;
+    x->ev[x->nev++] = e;
+    x->tn->bytes += e->len;
+    enforce_budget(x->xa, x);
+    wake(x);
+}
+
+/* Appends a stream event of name and text, JSON string literals (checked ones: the kernel's
+ * own, or jansson's), written as they are: a flood of output is not parsed and dumped again. */
+static void emit_stream(xexec_t *x, jspan_t name, jspan_t text, size_t text_bytes)
+{
+    struct xevt *e = malloc(sizeof(*e) + name.n + text.n + XEVENT_STREAM_OVERHEAD);
+    if (e) {
+        e->type = "stream";
+        e->len =
+            xevent_stream_write(e->json, x->next_seq, name, text, &e->name_off, &e->text_off);
+        e->name_len = name.n;
+        e->text_len = text.n;
+        e->text_bytes = text_bytes;
+    }
+    store(x, e);
+}
+
 /* Appends an event (ev: its fields but seq; taken). */
 static void emit(xexec_t *x, json_t *ev, const char *type)
 {
     if (!ev)
         return;
+    if (!strcmp(type, "stream")) { /* one writer of stream events, whichever their source */
+        json_t *t = json_object_get(ev, "text");
+        char *name = json_dumps(json_object_get(ev, "name"), JSON_ENCODE_ANY);
+        char *text = json_dumps(t, JSON_ENCODE_ANY);
+        if (name && text)
+            emit_stream(x, (jspan_t){name, strlen(name)}, (jspan_t){text, strlen(text)},
+                        json_string_length(t));
+        else
+            store(x, NULL);
+        free(name);
+        free(text);
+        json_decref(ev);
+        return;
+    }
     json_t *o = json_pack("{s:I}", "seq", (json_int_t)x->next_seq); /* seq first */
     if (o)
         json_object_update(o, ev);
@@ -214,30 +272,14 @@ static void emit(xexec_t *x, json_t *ev, const char *type)
                 : NULL;
     json_decref(o);
     size_t len = s ? strlen(s) : 0;
-    struct xevt *e = s ? malloc(sizeof(*e) + len + 1) : NULL;
-    if (e && x->nev == x->cap) {
-        size_t cap = x->cap ? 2 * x->cap : 16;
-        struct xevt **v = realloc(x->ev, cap * sizeof(*v));
-        if (v) {
-            x->ev = v;
-            x->cap = cap;
-        }
+    struct xevt *e = s ? calloc(1, sizeof(*e) + len + 1) : NULL;
+    if (e) {
+        e->type = type;
+        e->len = len;
+        memcpy(e->json, s, len + 1);
     }
-    if (!e || x->nev == x->cap) {
-        log_warn("xexec: execution=%s: out of memory: event dropped", x->id);
-        free(s);
-        free(e);
-        return;
-    }
-    e->seq = x->next_seq++;
-    e->type = type;
-    e->len = len;
-    memcpy(e->json, s, len + 1);
     free(s);
-    x->ev[x->nev++] = e;
-    x->tn->bytes += len;
-    enforce_budget(x->xa, x);
-    wake(x);
+    store(x, e);
 }
 
 static xexec_t *exec_find(struct xexecs *xa, const char *id, const char *tenant)
@@ -415,6 +457,11 @@ static void on_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
                       strlen(x->msg_id)) ||
         jhdr_parse(m->part[JPART_PARENT], &ph) < 0 || strcmp(ph.msg_id, x->msg_id) != 0)
         return;
+    jspan_t name, text;
+    size_t text_bytes;
+    if (!strcmp(h->msg_type, "stream") &&
+        xevent_stream_scan(m->part[JPART_CONTENT], &name, &text, &text_bytes) == 0)
+        return emit_stream(x, name, text, text_bytes); /* the bulk of any flood: no JSON tree */
     json_t *c = json_loadb(m->part[JPART_CONTENT].p, m->part[JPART_CONTENT].n, 0, NULL);
     if (!strcmp(h->msg_type, "status")) {
         const char *st = json_string_value(json_object_get(c, "execution_state"));
@@ -889,13 +936,15 @@ uint64_t xexec_next_seq(const xexec_t *x)
     return x->next_seq;
 }
 
-void xexec_event(const xexec_t *x, uint64_t seq, const char **ret_type, const char **ret_json,
-                 size_t *ret_len)
+void xexec_event(const xexec_t *x, uint64_t seq, struct xexec_event *ret)
 {
     const struct xevt *e = x->ev[seq - x->first_seq];
-    *ret_type = e->type;
-    *ret_json = e->json;
-    *ret_len = e->len;
+    *ret = (struct xexec_event){.type = e->type, .json = e->json, .len = e->len};
+    if (e->name_len) {
+        ret->name = (jspan_t){e->json + e->name_off, e->name_len};
+        ret->text = (jspan_t){e->json + e->text_off, e->text_len};
+        ret->text_len = e->text_bytes;
+    }
 }
 
 void xexec_subscribe(xexec_t *x, struct xexec_sub *s, uint64_t since,

@@ -13,6 +13,7 @@
 
 #include "common/list.h"
 #include "gateway/gw.h"
+#include "protocol/jmsg.h"
 #include "protocol/xreq.h"
 
 #define XEXEC_KEY_MAX 128 /* bytes of an Idempotency-Key */
@@ -65,9 +66,18 @@ bool xexec_done(const xexec_t *x);
  * the tenant's budget). */
 uint64_t xexec_first_seq(const xexec_t *x);
 uint64_t xexec_next_seq(const xexec_t *x);
-/* The held event seq: its type (a static string) and its JSON text (with "seq"). */
-void xexec_event(const xexec_t *x, uint64_t seq, const char **ret_type, const char **ret_json,
-                 size_t *ret_len);
+/* A held event, valid until the next turn of the loop. */
+struct xexec_event {
+    const char *type; /* a static string */
+    const char *json; /* its JSON text (with "seq"), len bytes */
+    size_t len;
+    /* a stream event's name and text: the JSON string literals (quotes included) in json, to
+     * read without parsing the event (jstr_decode); {NULL, 0} for other types */
+    jspan_t name, text;
+    size_t text_len; /* bytes of text that literal stands for */
+};
+/* The held event seq (first_seq <= seq < next_seq). */
+void xexec_event(const xexec_t *x, uint64_t seq, struct xexec_event *ret);
 /* {"id", "kernel_id", "workspace_id", "state", "queued_at", "first_seq", "next_seq", "end"} */
 json_t *xexec_model(const xexec_t *x);
 

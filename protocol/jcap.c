@@ -6,21 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/jstr.h"
+
 bool jcap_is_output(const char *msg_type)
 {
     return !strcmp(msg_type, "stream") || !strcmp(msg_type, "display_data") ||
            !strcmp(msg_type, "update_display_data") || !strcmp(msg_type, "execute_result");
-}
-
-/* The longest prefix of s (valid UTF-8, as jansson keeps strings) within room bytes that ends
- * on a character boundary. */
-static size_t utf8_cut(const char *s, size_t n, size_t room)
-{
-    if (n <= room)
-        return n;
-    while (room > 0 && ((unsigned char)s[room] & 0xc0) == 0x80)
-        room--;
-    return room;
 }
 
 static int cut_stream(json_t *c, size_t room, const char *notice)
@@ -29,7 +20,7 @@ static int cut_stream(json_t *c, size_t room, const char *notice)
     if (!json_is_string(t))
         return -EBADMSG;
     const char *s = json_string_value(t);
-    size_t keep = utf8_cut(s, json_string_length(t), room), nl = strlen(notice);
+    size_t keep = jstr_utf8_cut(s, json_string_length(t), room) /* (jansson keeps UTF-8) */, nl = strlen(notice);
     bool eol = keep == 0 || s[keep - 1] == '\n';
     char *out = malloc(keep + nl + 3);
     if (!out)

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "protocol/jstr.h"
+
 /* content[key], or a JSON value of the right kind when the kernel sent none or another kind */
 static json_t *field(json_t *content, const char *key, int kind)
 {
@@ -76,6 +78,93 @@ json_t *xevent_from_iopub(const char *msg_type, json_t *content, const char **re
     }
     json_decref(ev);
     return NULL;
+}
+
+static bool is_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static size_t skip_ws(jspan_t s, size_t i)
+{
+    while (i < s.n && is_ws(s.p[i]))
+        i++;
+    return i;
+}
+
+/* The string literal at s.p[i]: its span and its text's length, i moved past it. */
+static int literal(jspan_t s, size_t *i, jspan_t *ret, size_t *ret_text_len)
+{
+    size_t len;
+    if (*i >= s.n || jstr_scan(s.p + *i, s.n - *i, &len, ret_text_len) < 0)
+        return -EBADMSG;
+    *ret = (jspan_t){s.p + *i, len};
+    *i += len;
+    return 0;
+}
+
+int xevent_stream_scan(jspan_t content, jspan_t *ret_name, jspan_t *ret_text,
+                       size_t *ret_text_len)
+{
+    jspan_t name = {NULL, 0}, text = {NULL, 0}, k, v;
+    size_t i = skip_ws(content, 0), kn, vn, text_len = 0;
+    if (i >= content.n || content.p[i] != '{')
+        return -EBADMSG;
+    i = skip_ws(content, i + 1);
+    if (i < content.n && content.p[i] == '}')
+        return -EBADMSG; /* {}: no name nor text */
+    for (;;) {
+        if (literal(content, &i, &k, &kn) < 0 || memchr(k.p, '\\', k.n))
+            return -EBADMSG;
+        i = skip_ws(content, i);
+        if (i >= content.n || content.p[i] != ':')
+            return -EBADMSG;
+        i = skip_ws(content, i + 1);
+        if (literal(content, &i, &v, &vn) < 0)
+            return -EBADMSG;
+        jspan_t *slot = k.n == 6 && !memcmp(k.p, "\"name\"", 6)   ? &name
+                        : k.n == 6 && !memcmp(k.p, "\"text\"", 6) ? &text
+                                                                  : NULL;
+        if (slot && slot->p)
+            return -EBADMSG; /* twice: jansson keeps the last one; not worth the trouble */
+        if (slot)
+            *slot = v;
+        if (slot == &text)
+            text_len = vn;
+        i = skip_ws(content, i);
+        if (i < content.n && content.p[i] == ',') {
+            i = skip_ws(content, i + 1);
+            continue;
+        }
+        if (i < content.n && content.p[i] == '}')
+            break;
+        return -EBADMSG;
+    }
+    if (skip_ws(content, i + 1) != content.n || !name.p || !text.p)
+        return -EBADMSG;
+    *ret_name = name;
+    *ret_text = text;
+    *ret_text_len = text_len;
+    return 0;
+}
+
+size_t xevent_stream_write(char *out, uint64_t seq, jspan_t name, jspan_t text,
+                           size_t *ret_name_off, size_t *ret_text_off)
+{
+    int n = snprintf(out, XEVENT_STREAM_OVERHEAD,
+                     "{\"seq\":%" PRIu64 ",\"type\":\"stream\",\"name\":", seq);
+    size_t len = (size_t)n;
+    *ret_name_off = len;
+    memcpy(out + len, name.p, name.n);
+    len += name.n;
+    memcpy(out + len, ",\"text\":", 8);
+    len += 8;
+    *ret_text_off = len;
+    memcpy(out + len, text.p, text.n);
+    len += text.n;
+    out[len++] = '}';
+    out[len] = '\0';
+    return len;
 }
 
 int xevent_frame(enum xreq_format f, uint64_t seq, const char *type, const char *json,

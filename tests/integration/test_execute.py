@@ -171,6 +171,47 @@ def test_sse_and_json_formats(gateway, kernel):
     assert any(e["type"] == "result" and e["data"]["text/plain"] == "5" for e in doc["events"])
 
 
+# Output a kernel writes, as its stream events must carry it: JSON's escapes, control characters,
+# UTF-8 of every length, a large write (the gateway passes the kernel's JSON string on without
+# parsing it), and a stream message whose content is not the usual flat one (another field that
+# is not a string: the gateway's jansson path takes it).
+TRICKY = ["plain", 'quote " backslash \\ slash / \\u0041', "tab\there\rcr\b\f",
+          "ansi \x1b[31mred\x1b[0m", "ctl \x01\x1f\x7f",
+          "utf-8 \u00e9 \u20ac \u2028 \U0001f600 \U0010ffff", "x" * 200_000]
+TRICKY_CODE = (f"import sys\nT = {TRICKY!r}\n"
+               "for t in T:\n    sys.stdout.write(t + '\\n'); sys.stdout.flush()\n"
+               "sys.stderr.write('err ' + T[5] + '\\n'); sys.stderr.flush()\n"
+               "k = get_ipython().kernel\n"
+               "_m = k.session.send(k.iopub_socket, 'stream', "
+               "{'name': 'stdout', 'text': 'tree\\n', 'n': 1}, parent=k.get_parent())\n")
+TRICKY_OUT = "".join(t + "\n" for t in TRICKY) + "tree\n"
+TRICKY_ERR = "err " + TRICKY[5] + "\n"
+
+
+def test_output_text_as_the_kernel_wrote_it(gateway, kernel):
+    kid = kernel["id"]
+    for accept in ["application/x-ndjson", "text/event-stream", "application/json"]:
+        c, r = post(gateway, f"/api/kernels/{kid}/execute", {"code": TRICKY_CODE},
+                    {"Accept": accept})
+        assert r.status == 201, r.read()
+        if accept == "text/event-stream":
+            texts = [e["data"] for e in sse(r)]
+        elif accept == "application/json":
+            texts = [json.dumps(e) for e in json.loads(r.read())["events"]]
+        else:
+            texts = [line.decode() for line in r]
+        c.close()
+        events = [json.loads(t, object_pairs_hook=list) for t in texts]
+        streams = [e for e in events if dict(e)["type"] == "stream"]
+        assert streams and all([k for k, _ in e] == ["seq", "type", "name", "text"]
+                               for e in streams), (accept, streams[:3])
+        end = check_stream([dict(e) for e in events])
+        assert end["status"] == "ok", end
+        out = "".join(dict(e)["text"] for e in streams if dict(e)["name"] == "stdout")
+        err = "".join(dict(e)["text"] for e in streams if dict(e)["name"] == "stderr")
+        assert out == TRICKY_OUT and err == TRICKY_ERR, (accept, out[:300], err)
+
+
 def test_timeout_interrupts(gateway, kernel):
     kid = kernel["id"]
     t0 = time.monotonic()

@@ -334,6 +334,58 @@ def test_raw_tool_calls(gateway):
     post(gateway, None, sid, method="DELETE")
 
 
+def test_output_and_progress_as_the_kernel_wrote_it(gateway):
+    """execute_code's result and progress carry the kernel's output text exactly (escapes, UTF-8,
+    a write larger than a progress notification), joined per kind in order."""
+    from test_execute import TRICKY, TRICKY_CODE, TRICKY_ERR
+    sid = initialize(gateway)
+    body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "execute_code", "arguments": {"code": TRICKY_CODE},
+                       "_meta": {"progressToken": "p"}}}
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+         "Authorization": f"Bearer {gateway.token}", "Mcp-Session-Id": sid}
+    req = urllib.request.Request(gateway.url + "/mcp", data=json.dumps(body).encode(),
+                                 headers=h, method="POST")
+    with urllib.request.urlopen(req, timeout=300) as r:
+        assert r.headers["Content-Type"] == "text/event-stream"
+        msgs = [json.loads(line[6:]) for line in r if line.startswith(b"data: ")]
+    progress = [m["params"] for m in msgs if m.get("method") == "notifications/progress"]
+    results = [m for m in msgs if m.get("id") == 9]
+    assert len(results) == 1 and msgs[-1] is results[0], msgs[-3:]
+    res = results[0]["result"]
+    assert res["isError"] is False and res["structuredContent"]["status"] == "ok", res
+    texts = [(c["type"], c["text"]) for c in res["content"]]
+    assert [t for t, _ in texts] == ["text"] * 4, [ascii(x[:40]) for _, x in texts]
+    assert texts[0][1] == "".join(t + "\n" for t in TRICKY), texts[0][1][:300]
+    assert texts[1][1] == TRICKY_ERR and texts[2][1] == "tree\n", texts[1:3]
+    assert json.loads(texts[3][1]) == res["structuredContent"]
+    # one notification per output message, its text cut to 64 KiB
+    want = [t + "\n" for t in TRICKY] + [TRICKY_ERR, "tree\n"]
+    assert [p["message"] for p in progress] == [w[:65536] for w in want], \
+        [p["message"][:80] for p in progress]
+    assert [p["progress"] for p in progress] == list(range(1, len(want) + 1))
+    assert all(p["progressToken"] == "p" for p in progress)
+    post(gateway, None, sid, method="DELETE")
+
+
+def test_result_limit(gateway):
+    """Output past the result's 8 MiB is left out, with a notice; what fits keeps its order."""
+    sid = initialize(gateway)
+    code = ("import sys\nfor i in range(10):\n    sys.stdout.write(str(i) * 1_000_000)\n"
+            "    sys.stdout.flush()\n_ = sys.stderr.write('tail\\n')\n")
+    st, body, _ = call(gateway, sid, 2, "execute_code", {"code": code})
+    assert st == 200, body
+    res = body["result"]
+    texts = [c["text"] for c in res["content"] if c["type"] == "text"]
+    assert res["isError"] is False and len(texts) == 4, [t[:40] for t in texts]
+    # 8 MB of stdout in one item, then the stderr line that still fits, the notice, the end
+    assert texts[0] == "".join(str(i) * 1_000_000 for i in range(8)), len(texts[0])
+    assert texts[1] == "tail\n"
+    assert texts[2] == "[kgw] output beyond the MCP result limit was left out"
+    assert json.loads(texts[3])["status"] == "ok"
+    post(gateway, None, sid, method="DELETE")
+
+
 @needs_node
 def test_sdk_client(gateway):
     env = dict(os.environ)
