@@ -558,7 +558,8 @@ int kernel__watch(kernel_t *k)
         !(k->deadline = l->timer_new(l, kwatchdog__on_deadline, k)) ||
         !(k->hb_timer = l->timer_new(l, kwatchdog__on_hb_timer, k)) ||
         !(k->linger = l->timer_new(l, on_linger, k)) ||
-        !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)))
+        !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)) ||
+        !(k->idle_timer = l->timer_new(l, kexec__on_idle_late, k)))
         return errno ? -errno : -ENOMEM;
     long long max = k->m->o.max_kernel_msg;
     kwire__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
@@ -589,4 +590,5 @@ void kernel__unwatch(kernel_t *k)
     evl_timer_destroy(l, &k->hb_timer);
     evl_timer_destroy(l, &k->linger);
     evl_timer_destroy(l, &k->exec_timer);
+    evl_timer_destroy(l, &k->idle_timer);
 }

@@ -22,6 +22,7 @@
 #include "sandbox/sbx.h"
 
 #define EXEC_INTERRUPT_GRACE_MS 5000 /* after a wall-time interrupt, before restarting */
+#define IDLE_AFTER_REPLY_MS     2000 /* an execution's idle, after its reply, at the latest */
 
 /* A request a client sent on shell or control that the kernel has not answered yet. */
 struct kpending {
@@ -118,13 +119,26 @@ static bool is_reply(const char *msg_type)
     return n > 6 && !strcmp(msg_type + n - 6, "_reply");
 }
 
+/* An execution's reply came: its idle should follow on iopub at once. A kernel's PUB socket
+ * drops what its queue cannot hold when the gateway's I/O thread falls behind (a loaded host),
+ * and a lost idle would leave the execution, and the kernel's state, busy for good: the idle is
+ * waited for IDLE_AFTER_REPLY_MS, then made (kexec__on_idle_late). */
+static void replied(kernel_t *k, const char *msg_id)
+{
+    snprintf(k->exec_replied, sizeof(k->exec_replied), "%s", msg_id);
+    if (!strcmp(msg_id, k->exec_id))
+        k->m->evl->timer_arm(k->m->evl, k->idle_timer, IDLE_AFTER_REPLY_MS);
+}
+
 void kexec__answered(kconn_t *c, const jmsg_t *m, const jhdr_t *h)
 {
     jhdr_t ph;
     struct kpending *p;
     /* client msg_ids are any strings: the parent header is parsed, not searched */
-    if (c->npending == 0 || !is_reply(h->msg_type) || jhdr_parse(m->part[JPART_PARENT], &ph) < 0)
+    if (!is_reply(h->msg_type) || jhdr_parse(m->part[JPART_PARENT], &ph) < 0)
         return;
+    if (!strcmp(h->msg_type, "execute_reply"))
+        replied(c->k, ph.msg_id);
     list_for_each(p, &c->pending, link)
     {
         if (!strcmp(p->msg_id, ph.msg_id)) {
@@ -349,6 +363,7 @@ void kexec__finish(kernel_t *k, enum kmgr_exec how)
                      (double)(util_now_us() - k->exec_start_us) / 1e6);
     }
     k->m->evl->timer_disarm(k->m->evl, k->exec_timer);
+    k->m->evl->timer_disarm(k->m->evl, k->idle_timer);
     if (k->exec_id[0])
         memcpy(k->exec_last, k->exec_id, sizeof(k->exec_last));
     k->exec_id[0] = '\0';
@@ -406,6 +421,8 @@ static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
         json_decref(kegress_hosts_take(k->egress));
     if (k->exec_timeout_ms > 0)
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
+    if (!strcmp(msg_id, k->exec_replied)) /* its reply came first (shell before iopub) */
+        k->m->evl->timer_arm(k->m->evl, k->idle_timer, IDLE_AFTER_REPLY_MS);
 }
 
 void kexec__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
@@ -501,6 +518,16 @@ static void sent_forget(kernel_t *k, const char *msg_id)
         }
 }
 
+/* The execution in progress reached its idle: its audit event, outcome and statistics. */
+static void exec_idle(kernel_t *k)
+{
+    exec_audit(k, NULL);
+    exec_outcome(k);
+    kexec__finish(k, k->exec_stage   ? KMGR_EXEC_TIMEOUT
+                     : k->exec_error ? KMGR_EXEC_ERROR
+                                     : KMGR_EXEC_OK);
+}
+
 void kexec__status(kernel_t *k, const jmsg_t *m)
 {
     json_error_t err;
@@ -519,11 +546,7 @@ void kexec__status(kernel_t *k, const jmsg_t *m)
             if (!strcmp(st, "busy") && !strcmp(ph.msg_type, "execute_request"))
                 exec_begin(k, ph.msg_id, m->part[JPART_PARENT]);
             else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id)) {
-                exec_audit(k, NULL);
-                exec_outcome(k);
-                kexec__finish(k, k->exec_stage   ? KMGR_EXEC_TIMEOUT
-                            : k->exec_error ? KMGR_EXEC_ERROR
-                                            : KMGR_EXEC_OK);
+                exec_idle(k);
                 changed = true;
             } else {
                 changed = false;
@@ -533,6 +556,23 @@ void kexec__status(kernel_t *k, const jmsg_t *m)
         }
     }
     json_decref(c);
+}
+
+void kexec__on_idle_late(void *data)
+{
+    kernel_t *k = data;
+    if (!k->exec_id[0] || strcmp(k->exec_id, k->exec_replied) != 0 || !k->exec_parent ||
+        k->state != KERNEL_RUNNING)
+        return;
+    notice(k, "the kernel's idle status did not follow its reply within %d ms (a loaded host: "
+              "its iopub queue may have dropped messages, output too); the execution is over",
+           IDLE_AFTER_REPLY_MS);
+    snprintf(k->exec_state, sizeof(k->exec_state), "idle");
+    sent_forget(k, k->exec_id);
+    send_made(k, NULL, JCHAN_IOPUB, "status", k->exec_parent,
+              json_pack("{s:s}", "execution_state", "idle"));
+    exec_idle(k);
+    kcall__exec_changed(k->calls);
 }
 
 /* Whether the execution in progress failed (error), for the statistics and the audit log, and

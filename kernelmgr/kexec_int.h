@@ -47,5 +47,7 @@ void kexec__oversize(kernel_t *k, const char *chan);
 void kexec__finish(kernel_t *k, enum kmgr_exec how);
 /* The wall-time timer (data: the kernel). */
 void kexec__on_timer(void *data);
+/* The wait for an execution's idle after its reply (data: the kernel). */
+void kexec__on_idle_late(void *data);
 
 #endif

@@ -185,6 +185,9 @@ struct kernel {
     char sent_exec[KERNEL_SENT_MAX][JMSG_MSG_ID_MAX];
     size_t nsent;
     evl_timer_t *exec_timer;
+    /* the last execute_reply seen, and the wait for its idle (kexec__on_idle_late) */
+    char exec_replied[JMSG_MSG_ID_MAX];
+    evl_timer_t *idle_timer;
     const struct kexec_ops *exec_ops; /* set by kernel__watch */
     wspace_t *ws;        /* bound at /mnt/data; its uid slot is the kernel's */
     char root_dir[PATH_MAX];

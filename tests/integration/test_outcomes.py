@@ -350,3 +350,50 @@ def test_oversize_message_on_stdin_restarts_the_kernel(gateway_factory):
     assert after["content"]["status"] == "ok", after["content"]
     assert "".join(m["content"]["text"] for m in iopub
                    if m["header"]["msg_type"] == "stream") == "got forty two\n"
+
+
+# The kernel drops the idle status of the execution that runs this (as its PUB socket drops
+# what its queue cannot hold when the gateway's I/O thread falls behind on a loaded host).
+DROP_OWN_IDLE = r'''
+k = get_ipython().kernel
+publish = k._publish_status
+def drop_next_idle(status, *a, **kw):
+    if status == "idle" and not getattr(k, "idle_dropped", False):
+        k.idle_dropped = True
+        return None
+    return publish(status, *a, **kw)
+k._publish_status = drop_next_idle
+print("patched")
+'''
+
+
+def test_lost_idle_after_the_reply_is_made(gateway_factory):
+    """An execution whose iopub idle never comes (the kernel's PUB dropped it) still ends: the
+    gateway makes the idle a while after the reply, with a notice, so the websocket client,
+    the kernel's state and the execute API do not stay busy for good."""
+    gw = gateway_factory()
+    kid = S.new_kernel(gw)
+
+    async def go():
+        c = await J.connect(gw, kid)
+        await c.wait_ready(timeout=60)
+        t0 = time.monotonic()
+        reply, iopub = await c.collect(await c.request("execute_request", {
+            "code": DROP_OWN_IDLE, "silent": False}), timeout=30)
+        took = time.monotonic() - t0
+        ex = await c.execute("1+1", timeout=30)   # the kernel's own idles come again
+        await c.close()
+        return reply, iopub, took, ex
+
+    reply, iopub, took, ex = run(go(), 120)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    kinds = [m["header"]["msg_type"] for m in iopub]
+    assert kinds[-1] == "status" and "patched\n" in [m["content"].get("text") for m in iopub]
+    notices = [m["content"]["text"] for m in iopub if m["header"]["msg_type"] == "stream" and
+               "idle status did not follow its reply" in m["content"].get("text", "")]
+    assert len(notices) == 1, kinds
+    assert 1.5 < took < 20, took
+    assert ex.status == "ok" and ex.of_type("execute_result")[0]["content"]["data"][
+        "text/plain"] == "2"
+    st, body, _ = gw.request("GET", f"/api/kernels/{kid}")
+    assert st == 200 and body["execution_state"] == "idle", body
