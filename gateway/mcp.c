@@ -789,6 +789,7 @@ static void run_read_file(struct mcp_call *c, kernel_t *k)
                     (json_int_t)len);
     json_t *text = json_stringn((const char *)data, len); /* NULL: not UTF-8 (or a NUL) */
     const char *enc = text ? "utf-8" : "base64";
+    json_decref(c->content); /* the empty list every call starts with */
     if (text) {
         c->content = json_pack("[{s:s, s:o}]", "type", "text", "text", text);
     } else {
