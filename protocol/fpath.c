@@ -4,39 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Length of the UTF-8 sequence at s (at most n bytes) or 0 when it is not valid: shortest
- * form only, no surrogates (U+D800-DFFF), nothing above U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-        cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
+#include "protocol/jstr.h"
 
 /* Checks one component; 0, -EINVAL or -ENAMETOOLONG. */
 static int check_name(const char *name, size_t len)
@@ -51,7 +19,7 @@ static int check_name(const char *name, size_t len)
     for (size_t i = 0; i < len;) {
         if (s[i] < 0x20 || s[i] == 0x7f || s[i] == '/')
             return -EINVAL;
-        size_t n = utf8_seq(s + i, len - i);
+        size_t n = jstr_utf8_seq(s + i, len - i);
         if (n == 0)
             return -EINVAL;
         i += n;

@@ -39,9 +39,7 @@ static int hex4(const unsigned char *p, uint32_t *ret)
     return 0;
 }
 
-/* The length of the UTF-8 sequence at p (at most n bytes), 0 when it is not a valid one
- * (overlong, surrogate, past U+10FFFF, cut). */
-static size_t utf8_seq(const unsigned char *p, size_t n)
+size_t jstr_utf8_seq(const unsigned char *p, size_t n)
 {
     unsigned char c = p[0];
     size_t len;
@@ -147,7 +145,7 @@ static int scan(const char *s, size_t n, char *out, size_t *ret_len, size_t *ret
             continue;
         }
         if (c != '\\') {
-            size_t len = utf8_seq(p + i, n - i);
+            size_t len = jstr_utf8_seq(p + i, n - i);
             if (!len)
                 return -EBADMSG;
             if (out)

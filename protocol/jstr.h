@@ -17,6 +17,10 @@ int jstr_scan(const char *p, size_t n, size_t *ret_len, size_t *ret_text_len);
  * NUL-terminated; *ret_len its length. 0 or -EBADMSG (out's contents are then undefined). */
 int jstr_decode(const char *p, size_t n, char *out, size_t *ret_len);
 
+/* The length of the UTF-8 sequence at p (at most n bytes), 0 when it is not a valid one
+ * (overlong, surrogate, past U+10FFFF, cut). */
+size_t jstr_utf8_seq(const unsigned char *p, size_t n);
+
 /* The longest prefix of text s (n bytes of valid UTF-8) within max bytes that ends on a
  * character boundary: its length. */
 size_t jstr_utf8_cut(const char *s, size_t n, size_t max);
