@@ -22,7 +22,7 @@
 #include "sandbox/sbx.h"
 
 #define EXEC_INTERRUPT_GRACE_MS 5000 /* after a wall-time interrupt, before restarting */
-#define IDLE_AFTER_REPLY_MS     2000 /* an execution's idle, after its reply, at the latest */
+#define IDLE_AFTER_REPLY_MS     2000 /* an execution's idle after its reply and a quiet iopub */
 
 /* A request a client sent on shell or control that the kernel has not answered yet. */
 struct kpending {
@@ -531,6 +531,7 @@ static void exec_idle(kernel_t *k)
 void kexec__status(kernel_t *k, const jmsg_t *m)
 {
     json_error_t err;
+    k->iopub_us = util_now_us();
     json_t *c = json_loadb(m->part[JPART_CONTENT].p, m->part[JPART_CONTENT].n, 0, &err);
     const char *st = json_string_value(json_object_get(c, "execution_state"));
     if (st && (!strcmp(st, "busy") || !strcmp(st, "idle") || !strcmp(st, "starting")))
@@ -564,6 +565,13 @@ void kexec__on_idle_late(void *data)
     if (!k->exec_id[0] || strcmp(k->exec_id, k->exec_replied) != 0 || !k->exec_parent ||
         k->state != KERNEL_RUNNING)
         return;
+    /* iopub still bringing output (a backlog the loop drains in turns): its idle may be on
+     * its way; only a quiet iopub lost it */
+    uint64_t quiet_ms = (util_now_us() - k->iopub_us) / 1000;
+    if (quiet_ms < IDLE_AFTER_REPLY_MS) {
+        k->m->evl->timer_arm(k->m->evl, k->idle_timer, IDLE_AFTER_REPLY_MS - quiet_ms);
+        return;
+    }
     notice(k, "the kernel's idle status did not follow its reply within %d ms (a loaded host: "
               "its iopub queue may have dropped messages, output too); the execution is over",
            IDLE_AFTER_REPLY_MS);
@@ -580,6 +588,7 @@ void kexec__on_idle_late(void *data)
 void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
     jhdr_t ph;
+    k->iopub_us = util_now_us();
     bool error = !strcmp(h->msg_type, "error");
     if (!k->exec_id[0] || (!error && (!audit_enabled() || strcmp(h->msg_type, "execute_input"))) ||
         jhdr_parse(m->part[JPART_PARENT], &ph) < 0 || strcmp(ph.msg_id, k->exec_id) != 0)

@@ -188,6 +188,7 @@ struct kernel {
     /* the last execute_reply seen, and the wait for its idle (kexec__on_idle_late) */
     char exec_replied[JMSG_MSG_ID_MAX];
     evl_timer_t *idle_timer;
+    uint64_t iopub_us; /* when the last iopub message came */
     const struct kexec_ops *exec_ops; /* set by kernel__watch */
     wspace_t *ws;        /* bound at /mnt/data; its uid slot is the kernel's */
     char root_dir[PATH_MAX];
