@@ -78,11 +78,16 @@ class Kgw:
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read())
 
-    def request(self, method, path, body=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+    def call(self, method, path, body=None, headers=None, timeout=120):
+        """A request on a connection of its own: (connection, response), the body unread (for
+        streamed answers); the caller closes the connection."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         c.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-                  headers=self.headers())
-        r = c.getresponse()
+                  headers={**self.headers(), **(headers or {})})
+        return c, c.getresponse()
+
+    def request(self, method, path, body=None):
+        c, r = self.call(method, path, body, timeout=60)
         data = r.read()
         c.close()
         return r.status, json.loads(data) if data else None

@@ -13,21 +13,16 @@ every run's kgw CPU ms per MiB of output and the median.
 
   /usr/bin/python3 bench/xflood.py --kgw /tmp/xfast-rel/kgw --runs 5
 
-Standard library only; everything it starts is stopped by PID at the end.
+kgw is started and stopped (by PID) as bench/execute.py does; run with /usr/bin/python3.
 """
 import argparse
-import http.client
 import json
 import os
-import secrets
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
+
+from execute import Kgw
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,12 +36,6 @@ WORKLOADS = {
 }
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def cpu_s(pid):
     """CPU time of all of pid's threads: schedstat's on-CPU ns (stat's utime + stime count
     10 ms ticks, too coarse for one run)."""
@@ -58,41 +47,6 @@ def cpu_s(pid):
         except FileNotFoundError:  # the thread ended
             pass
     return total / 1e9
-
-
-class Kgw:
-    def __init__(self, binary, args):
-        self.port, self.token = free_port(), secrets.token_hex(16)
-        self.log = tempfile.NamedTemporaryFile(prefix="kgw-xflood-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [binary, "--ip", "127.0.0.1", "--port", str(self.port), "--api-key", self.token,
-             "--auth-fail-limit=0", "--rate-limit=0", "--log-level", "warn", *args],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                self.call("GET", "/api/status")
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("kgw did not become ready; see " + self.log.name)
-
-    def call(self, method, path, body=None, headers=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        h = {"Authorization": f"token {self.token}", "Content-Type": "application/json"}
-        h.update(headers or {})
-        c.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-                  headers=h)
-        r = c.getresponse()
-        return c, r
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 def run_execute(kgw, kid, code):
