@@ -58,6 +58,8 @@ struct gw_config {
     long long execution_retention;    /* xapi.c: seconds a finished execution is kept */
     long long execution_budget_bytes; /* xapi.c: event bytes held per tenant */
     long long max_queued_executions;  /* xapi.c: per kernel, queued or running */
+    long long max_executions;         /* xexec.c: executions held, all tenants */
+    long long max_executions_per_tenant; /* xexec.c: executions held per tenant */
     long long mcp_idle_timeout;       /* mcp.c: seconds an idle MCP session is kept */
     struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
     struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */

@@ -207,6 +207,13 @@ static const struct cfg_option options[] = {
     I("mcp-idle-timeout", mcp_idle_timeout, "3600", 10, 604800,
       "seconds an MCP session (/mcp) is kept without requests; then it ends and its kernel is "
       "shut down"),
+    I("max-executions", max_executions, "100000", 1, 100000000,
+      "executions of the execute API held at once, all tenants (queued, running, or finished "
+      "within --execution-retention); when full, the tenant holding the most drops its oldest "
+      "finished one without an Idempotency-Key"),
+    I("max-executions-per-tenant", max_executions_per_tenant, "10000", 1, 100000000,
+      "executions of the execute API one tenant holds at once; beyond it its own oldest "
+      "finished one without an Idempotency-Key is dropped, or the request is refused (429)"),
     I("max-queued-executions", max_queued_executions, "16", 1, 100000,
       "executions of the execute API per kernel, queued or running (more: 429)"),
     S("fork-server-exe", fork_server_exe, "",
