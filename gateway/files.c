@@ -799,7 +799,16 @@ void files_handle(struct gw_req *r)
 
 /* ---- files of a one-shot execution (gateway/xapi.c) ---- */
 
-int files_write(wspace_t *w, const char *path, const void *data, size_t len)
+struct files_put {
+    const struct files_item *v;
+    size_t n;
+    int *fds;
+    wspace_charge_t *wc;
+    files_put_cb done;
+    void *data;
+};
+
+static int open_for_write(wspace_t *w, const char *path)
 {
     const char *base;
     int root = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -814,19 +823,116 @@ int files_write(wspace_t *w, const char *path, const void *data, size_t len)
     if (fd < 0)
         return fd;
     int rc = give_to_kernel(fd, w);
-    if (rc == 0) { /* charged to a kernel of the workspace, as uploads are */
-        rc = wspace_charge(w, fd, 0, (long long)len);
-        rc = rc == -ENOMEM || rc == -ENOSPC ? rc : 0;
+    if (rc < 0) {
+        close(fd);
+        return rc;
     }
-    for (size_t off = 0; rc == 0 && off < len;) {
+    return fd;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    for (size_t off = 0; off < len;) {
         ssize_t n = write(fd, (const char *)data + off, len - off);
         if (n < 0 && errno == EINTR)
             continue;
-        rc = n < 0 ? -errno : 0;
-        off += n > 0 ? (size_t)n : 0;
+        if (n < 0)
+            return -errno;
+        off += (size_t)n;
     }
-    close(fd);
-    return rc;
+    return 0;
+}
+
+static void put_free(files_put_t *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->fds[i] >= 0)
+            close(p->fds[i]);
+    free(p->fds);
+    free(p);
+}
+
+/* Charged (rc from the charge) or not: writes them all; 0 or -errno with *ret_failed. */
+static int put_write(files_put_t *p, int rc, size_t *ret_failed)
+{
+    size_t i = 0;
+    if (rc == -ENOMEM || rc == -ENOSPC) { /* the first file with bytes to charge */
+        while (i + 1 < p->n && p->v[i].len == 0)
+            i++;
+        *ret_failed = i;
+        return rc;
+    }
+    for (i = 0; i < p->n; i++) {
+        if ((rc = write_all(p->fds[i], p->v[i].data, p->v[i].len)) < 0) {
+            *ret_failed = i;
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void put_charged(void *data, int rc)
+{
+    files_put_t *p = data;
+    size_t failed = 0;
+    p->wc = NULL;
+    rc = put_write(p, rc, &failed);
+    files_put_cb done = p->done;
+    void *d = p->data;
+    put_free(p);
+    done(d, rc, failed);
+}
+
+int files_put(wspace_t *w, const struct files_item *v, size_t n, files_put_cb done, void *data,
+              files_put_t **ret, size_t *ret_failed)
+{
+    files_put_t *p = calloc(1, sizeof(*p));
+    struct sbx_cgroup_span *sp = calloc(n ? n : 1, sizeof(*sp));
+    int rc = 0;
+    size_t ns = 0;
+    if (!p || !sp || !(p->fds = malloc((n ? n : 1) * sizeof(int)))) {
+        free(sp);
+        free(p);
+        *ret_failed = 0;
+        return -ENOMEM;
+    }
+    p->v = v;
+    p->done = done;
+    p->data = data;
+    for (size_t i = 0; i < n; i++)
+        p->fds[i] = -1;
+    p->n = n;
+    for (size_t i = 0; i < n; i++) {
+        if ((p->fds[i] = open_for_write(w, v[i].path)) < 0) {
+            rc = p->fds[i];
+            *ret_failed = i;
+            free(sp);
+            put_free(p);
+            return rc;
+        }
+        if (v[i].len > 0)
+            sp[ns++] = (struct sbx_cgroup_span){.fd = p->fds[i], .len = (long long)v[i].len};
+    }
+    p->wc = ns ? wspace_charge_start(w, sp, ns, put_charged, p) : NULL;
+    free(sp);
+    if (p->wc) {
+        *ret = p;
+        return 0;
+    }
+    /* no kernel to charge, nothing to charge, or no room */
+    rc = put_write(p, ns && (errno == ENOMEM || errno == ENOSPC) ? -errno : 0, ret_failed);
+    put_free(p);
+    return rc < 0 ? rc : 1;
+}
+
+void files_put_cancel(files_put_t **pp)
+{
+    files_put_t *p = *pp;
+    if (!p)
+        return;
+    wspace_charge_cancel(&p->wc);
+    put_free(p);
+    *pp = NULL;
 }
 
 /* ---- the workspace as other faces see it (gateway/mcp.c) ---- */

@@ -78,6 +78,9 @@ struct xexec {
     evl_timer_t *settle; /* idle came: the end, unless exec_end comes first */
     evl_timer_t *after;  /* one-shot: delete the kernel after the end */
     kwait_t *wait;       /* one-shot: the kernel's start */
+    files_put_t *put;    /* one-shot: its files being written (charged) */
+    struct files_item *items;
+    kernel_t *put_k;     /* the kernel, while put */
     char key[XEXEC_KEY_MAX + 1];
     unsigned char body_hash[crypto_hash_sha256_BYTES];
     struct list subs; /* struct xexec_sub.link */
@@ -164,6 +167,8 @@ static void exec_free(xexec_t *x)
     evl_timer_destroy(evl, &x->settle);
     evl_timer_destroy(evl, &x->after);
     kwait_cancel(&x->wait);
+    files_put_cancel(&x->put);
+    free(x->items);
     drop_front(x, x->nev);
     free(x->ev);
     json_decref(x->end);
@@ -585,8 +590,9 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
             if (strcmp(x->kernel_id, kernel_id(k)) != 0)
                 continue;
             x->gone = true;
-            if (x->wait) { /* its kernel never started: the wait goes with the kernel */
+            if (x->wait || x->put) { /* its kernel never ran it: the wait goes with it */
                 kwait_cancel(&x->wait);
+                files_put_cancel(&x->put);
                 finish(x, "shutdown", cause, NULL);
             }
         }
@@ -710,6 +716,7 @@ static void finish(xexec_t *x, const char *status, const char *cause,
     evl->timer_disarm(evl, x->timer);
     evl->timer_disarm(evl, x->settle);
     kwait_cancel(&x->wait);
+    files_put_cancel(&x->put);
     if (x->xk && x->xk->running == x)
         x->xk->running = NULL;
     struct xkern *xk = x->xk;
@@ -909,6 +916,33 @@ json_t *xexec_model(const xexec_t *x)
 }
 
 
+/* Its files are in the workspace (rc 0), or files[failed] could not be written. */
+static void written(xexec_t *x, kernel_t *k, int rc, size_t failed)
+{
+    char cause[FPATH_MAX + 200];
+    free(x->items);
+    x->items = NULL;
+    if (rc < 0) {
+        snprintf(cause, sizeof(cause), "cannot write %s to the workspace: %s",
+                 x->req.files[failed].path, strerror(-rc));
+        return finish(x, "error", cause, NULL);
+    }
+    for (size_t i = 0; i < x->req.nfiles; i++) {
+        free(x->req.files[i].data);
+        x->req.files[i].data = NULL;
+    }
+    xexec_enqueue(x, k);
+}
+
+static void oneshot_written(void *data, int rc, size_t failed)
+{
+    xexec_t *x = data;
+    kernel_t *k = x->put_k;
+    x->put = NULL;
+    x->put_k = NULL;
+    written(x, k, rc, failed);
+}
+
 static void oneshot_ready(void *data, kernel_t *k, int status)
 {
     xexec_t *x = data;
@@ -919,20 +953,24 @@ static void oneshot_ready(void *data, kernel_t *k, int status)
                  kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
         return finish(x, "kernel_died", cause, NULL);
     }
+    if (x->req.nfiles == 0)
+        return xexec_enqueue(x, k);
+    if (!(x->items = calloc(x->req.nfiles, sizeof(*x->items))))
+        return finish(x, "error", "out of memory", NULL);
     for (size_t i = 0; i < x->req.nfiles; i++) {
-        struct xreq_file *f = &x->req.files[i];
-        int rc = files_write(kernel_workspace(k), f->path, f->data, f->len);
-        if (rc < 0) {
-            snprintf(cause, sizeof(cause), "cannot write %s to the workspace: %s", f->path,
-                     strerror(-rc));
-            return finish(x, "error", cause, NULL);
-        }
-        free(f->data);
-        f->data = NULL;
+        const struct xreq_file *f = &x->req.files[i];
+        x->items[i] = (struct files_item){.path = f->path, .data = f->data, .len = f->len};
     }
-    xexec_enqueue(x, k);
+    /* charged to the kernel at once, by a child the loop watches: no wait here */
+    size_t failed = 0;
+    int rc = files_put(kernel_workspace(k), x->items, x->req.nfiles, oneshot_written, x,
+                       &x->put, &failed);
+    if (rc == 0) {
+        x->put_k = k;
+        return;
+    }
+    written(x, k, rc < 0 ? rc : 0, failed);
 }
-
 
 void xexec_cancel(xexec_t *x)
 {

@@ -63,6 +63,74 @@ int wspace_charge(wspace_t *w, int fd, long long off, long long len)
     return -ESRCH;
 }
 
+struct wspace_charge {
+    evl_t *l;
+    evl_io_t *io;
+    struct sbx_cgroup_charge c;
+    wspace_charge_cb done;
+    void *data;
+};
+
+static void on_charged(void *data)
+{
+    wspace_charge_t *wc = data;
+    int rc = sbx_cgroup_charge_end(&wc->c);
+    wspace_charge_cb done = wc->done;
+    void *d = wc->data;
+    evl_io_destroy(wc->l, &wc->io);
+    free(wc);
+    done(d, rc);
+}
+
+wspace_charge_t *wspace_charge_start(wspace_t *w, const struct sbx_cgroup_span *v, size_t n,
+                                     wspace_charge_cb done, void *data)
+{
+    const kmgr_t *m = w->m;
+    sbx_cgroup_t *cg = NULL;
+    for (size_t i = 0; i < m->n && !cg; i++) {
+        kernel_t *k = m->v[i];
+        if (k->ws == w && k->cgroup && k->cgroup_used && k->state == KERNEL_RUNNING)
+            cg = k->cgroup;
+    }
+    if (!cg) {
+        errno = ESRCH;
+        return NULL;
+    }
+    wspace_charge_t *wc = calloc(1, sizeof(*wc));
+    if (!wc) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    int rc = sbx_cgroup_charge_start(cg, v, n, &wc->c);
+    if (rc < 0) {
+        free(wc);
+        errno = -rc;
+        return NULL;
+    }
+    log_debug("workspace=%s: charging %zu files to a kernel's memory cgroup", w->id, n);
+    wc->l = m->evl;
+    wc->done = done;
+    wc->data = data;
+    if (!(wc->io = wc->l->io_add(wc->l, wc->c.fd, on_charged, wc))) {
+        sbx_cgroup_charge_abort(&wc->c);
+        free(wc);
+        errno = ENOMEM;
+        return NULL;
+    }
+    return wc;
+}
+
+void wspace_charge_cancel(wspace_charge_t **pc)
+{
+    wspace_charge_t *wc = *pc;
+    if (!wc)
+        return;
+    evl_io_destroy(wc->l, &wc->io);
+    sbx_cgroup_charge_abort(&wc->c);
+    free(wc);
+    *pc = NULL;
+}
+
 static void arm_grace(wspace_t *w)
 {
     evl_t *l = w->m->evl;

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "sandbox/cgroup.h"
+
 typedef struct wspace wspace_t;
 
 #define WSPACE_ID_MAX 40
@@ -31,6 +33,17 @@ long long wspace_size_limit(const wspace_t *w);
  * gateway's, bounded by the workspace's size); -ENOMEM: over the kernel's memory limit;
  * -ENOSPC: the workspace is full. Blocks for a fork and the allocation. */
 int wspace_charge(wspace_t *w, int fd, long long off, long long len);
+/* The same for several spans at once (one request's files), without blocking the loop: one
+ * child charges them all, and done(data, rc) runs from the loop when it has ended (rc as
+ * wspace_charge's). The spans' fds stay open until then. A charge still running when the
+ * caller gives up is cancelled with wspace_charge_cancel (done never runs). NULL with errno
+ * ESRCH (no kernel to charge: nothing to wait for), ENODATA (nothing to charge), ENOMEM (over
+ * the kernel's memory limit) or another errno (then write uncharged, as for ESRCH). */
+typedef struct wspace_charge wspace_charge_t;
+typedef void (*wspace_charge_cb)(void *data, int rc);
+wspace_charge_t *wspace_charge_start(wspace_t *w, const struct sbx_cgroup_span *v, size_t n,
+                                     wspace_charge_cb done, void *data);
+void wspace_charge_cancel(wspace_charge_t **pc);
 /* Number of kernels using it. */
 int wspace_kernels(const wspace_t *w);
 /* Marks it used now: with no kernel, its grace period starts again. */
