@@ -1,8 +1,13 @@
 """Issue 29: one tenant cannot evict, starve or stall another. Each test plays one attack by
 tenant A against the gateway's shared tables and slots (docs/security.md, "Shares between
 tenants"), with real kernels, and checks what tenant B still gets."""
+import hashlib
 import http.client
+import http.server
 import json
+import secrets
+import socket
+import threading
 import time
 
 import pytest
@@ -140,3 +145,117 @@ def test_key_is_bound_to_its_route(gateway):
     finally:
         call(gw, "DELETE", f"/api/kernels/{k1}", tok)
         call(gw, "DELETE", f"/api/kernels/{k2}", tok)
+
+
+# ---- name lookups: "the internet" is a name server on loopback that never answers ----
+
+SLOW_DNS = "127.0.0.77"
+
+
+class Origin(http.server.BaseHTTPRequestHandler):
+    """Tenant B's allowed host (localhost:PORT, a name the hosts file answers)."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        body = b"hello from the origin"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def slow_dns(tmp_path_factory):
+    """A resolv.conf naming a server on loopback that takes queries and never answers, and an
+    origin server on localhost. The gateway runs in its own mount namespace with that
+    resolv.conf bound over /etc/resolv.conf: its lookups of names not in /etc/hosts hang
+    until the resolver's timeout (4 s)."""
+    tmp = tmp_path_factory.mktemp("dns")
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns.bind((SLOW_DNS, 53))  # bound, never read: queries are taken and dropped
+    conf = tmp / "resolv.conf"
+    conf.write_text(f"nameserver {SLOW_DNS}\noptions timeout:4 attempts:1\n")
+    origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Origin)
+    origin.daemon_threads = True
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
+    prefix = ("unshare", "-m", "--propagation", "private", "sh", "-c",
+              'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(conf))
+    yield {"prefix": prefix, "origin": origin.server_address[1]}
+    origin.shutdown()
+    origin.server_close()
+    dns.close()
+
+
+def egress_keys(tmp_path, policies):
+    """A key file giving each tenant its egress policy: (path, {tenant: key})."""
+    lines, keys = [], {}
+    for tenant, policy in policies.items():
+        k = secrets.token_hex(16)
+        h = hashlib.blake2b(k.encode(), digest_size=32).hexdigest()
+        lines.append(f"{tenant} blake2b:{h} egress={policy}")
+        keys[tenant] = k
+    kf = tmp_path / "keys"
+    kf.write_text("\n".join(lines) + "\n")
+    return kf, keys
+
+
+# Starts n threads in the kernel, each fetching an unanswerable name through the proxy, and
+# returns at once (the threads go on).
+FLOOD_LOOKUPS = r'''
+import threading, urllib.request
+def _f(u):
+    try:
+        urllib.request.urlopen(u, timeout=60).read()
+    except Exception:
+        pass
+for _i in range({n}):
+    threading.Thread(target=_f, args=("http://n%d-{tag}.slow.test/" % _i,), daemon=True).start()
+print("started")
+'''
+
+FETCH_ORIGIN = r'''
+import urllib.request, urllib.error
+try:
+    with urllib.request.urlopen("http://localhost:{port}/", timeout=30) as r:
+        print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.reason)
+'''
+
+
+def stream_text(ev):
+    return "".join(e["text"] for e in ev if e["type"] == "stream")
+
+
+def flood_lookups(gw, key, kernels, n, tag):
+    for i, kid in enumerate(kernels):
+        status, ev, _ = execute(gw, f"/api/kernels/{kid}/execute",
+                                {"code": FLOOD_LOOKUPS.format(n=n, tag=f"{tag}{i}")}, key)
+        assert status == 201 and stream_text(ev) == "started\n", ev
+
+
+@pytest.mark.needs_sandbox
+def test_unanswerable_lookups_leave_other_tenants_their_share(gateway_factory, tmp_path,
+                                                              slow_dns):
+    """A's five kernels (a wildcard policy) keep 80 lookups of names nobody answers in flight;
+    B's lookup of its allowed name still goes through. Fails on the old code (64 lookups for
+    the whole gateway: B got 503 "too many name lookups in progress")."""
+    kf, keys = egress_keys(tmp_path, {"alice": "*:80",
+                                      "bob": f"+localhost:{slow_dns['origin']}"})
+    gw = gateway_factory(f"--key-file={kf}", "--egress-connect-timeout=3",
+                         prefix=slow_dns["prefix"])
+    a, b = keys["alice"], keys["bob"]
+    kb = start_kernel(gw, b)
+    kas = [start_kernel(gw, a) for _ in range(5)]
+    flood_lookups(gw, a, kas, 16, "t")
+    time.sleep(1)  # A's lookups are in flight (they end after 3 s at the earliest)
+    status, ev, _ = execute(gw, f"/api/kernels/{kb}/execute",
+                            {"code": FETCH_ORIGIN.format(port=slow_dns["origin"])}, b)
+    assert status == 201 and stream_text(ev) == "200 hello from the origin\n", ev
+    log = gw.log()
+    # each of A's kernels had its share waiting; the rest were refused at once
+    assert "too many name lookups in progress for this kernel" in log, log[-3000:]
