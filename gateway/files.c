@@ -800,14 +800,15 @@ void files_handle(struct gw_req *r)
 /* ---- files of a one-shot execution (gateway/xapi.c) ---- */
 
 struct files_put {
+    wspace_t *w;
     const struct files_item *v;
     size_t n;
-    int *fds;
     wspace_charge_t *wc;
     files_put_cb done;
     void *data;
 };
 
+/* (In the writing child: system calls only.) */
 static int open_for_write(wspace_t *w, const char *path)
 {
     const char *base;
@@ -843,86 +844,66 @@ static int write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
-static void put_free(files_put_t *p)
-{
-    for (size_t i = 0; i < p->n; i++)
-        if (p->fds[i] >= 0)
-            close(p->fds[i]);
-    free(p->fds);
-    free(p);
-}
+#define PUT_ERRNO_BITS 12 /* a child's outcome: (failed file << 12) | errno, 0 when all went */
 
-/* Charged (rc from the charge) or not: writes them all; 0 or -errno with *ret_failed. */
-static int put_write(files_put_t *p, int rc, size_t *ret_failed)
+/* The child's work, in the kernel's memory cgroup: system calls only (the gateway has other
+ * threads; the child has a copy of the items). */
+static int put_in_child(void *arg)
 {
-    size_t i = 0;
-    if (rc == -ENOMEM || rc == -ENOSPC) { /* the first file with bytes to charge */
-        while (i + 1 < p->n && p->v[i].len == 0)
-            i++;
-        *ret_failed = i;
-        return rc;
-    }
-    for (i = 0; i < p->n; i++) {
-        if ((rc = write_all(p->fds[i], p->v[i].data, p->v[i].len)) < 0) {
-            *ret_failed = i;
-            return rc;
+    const files_put_t *p = arg;
+    for (size_t i = 0; i < p->n; i++) {
+        int fd = open_for_write(p->w, p->v[i].path), rc = fd < 0 ? fd : 0;
+        if (fd >= 0) {
+            rc = write_all(fd, p->v[i].data, p->v[i].len);
+            close(fd);
         }
+        if (rc < 0)
+            return (int)(i << PUT_ERRNO_BITS) | (-rc & ((1 << PUT_ERRNO_BITS) - 1));
     }
     return 0;
 }
 
-static void put_charged(void *data, int rc)
+static void put_done(void *data, int rc)
 {
     files_put_t *p = data;
     size_t failed = 0;
     p->wc = NULL;
-    rc = put_write(p, rc, &failed);
+    if (rc > 0) {
+        failed = (size_t)rc >> PUT_ERRNO_BITS;
+        rc = -(rc & ((1 << PUT_ERRNO_BITS) - 1));
+    }
     files_put_cb done = p->done;
     void *d = p->data;
-    put_free(p);
+    free(p);
     done(d, rc, failed);
 }
 
 int files_put(wspace_t *w, const struct files_item *v, size_t n, files_put_cb done, void *data,
               files_put_t **ret, size_t *ret_failed)
 {
+    long long need = 0;
+    if (n >= ((size_t)1 << (31 - PUT_ERRNO_BITS))) {
+        *ret_failed = 0;
+        return -E2BIG;
+    }
     files_put_t *p = calloc(1, sizeof(*p));
-    struct sbx_cgroup_span *sp = calloc(n ? n : 1, sizeof(*sp));
-    int rc = 0;
-    size_t ns = 0;
-    if (!p || !sp || !(p->fds = malloc((n ? n : 1) * sizeof(int)))) {
-        free(sp);
-        free(p);
+    if (!p) {
         *ret_failed = 0;
         return -ENOMEM;
     }
-    p->v = v;
-    p->done = done;
-    p->data = data;
+    *p = (files_put_t){.w = w, .v = v, .n = n, .done = done, .data = data};
     for (size_t i = 0; i < n; i++)
-        p->fds[i] = -1;
-    p->n = n;
-    for (size_t i = 0; i < n; i++) {
-        if ((p->fds[i] = open_for_write(w, v[i].path)) < 0) {
-            rc = p->fds[i];
-            *ret_failed = i;
-            free(sp);
-            put_free(p);
-            return rc;
-        }
-        if (v[i].len > 0)
-            sp[ns++] = (struct sbx_cgroup_span){.fd = p->fds[i], .len = (long long)v[i].len};
+        need += (long long)v[i].len;
+    if (!(p->wc = wspace_charge_start(w, need, put_in_child, p, put_done, p))) {
+        int err = errno;
+        free(p);
+        *ret_failed = 0;
+        return -err;
     }
-    p->wc = ns ? wspace_charge_start(w, sp, ns, put_charged, p) : NULL;
-    free(sp);
-    if (p->wc) {
-        *ret = p;
-        return 0;
-    }
-    /* no kernel to charge, nothing to charge, or no room */
-    rc = put_write(p, ns && (errno == ENOMEM || errno == ENOSPC) ? -errno : 0, ret_failed);
-    put_free(p);
-    return rc < 0 ? rc : 1;
+    log_debug("files: workspace=%s: writing %zu files (%lld bytes) from one child", wspace_id(w),
+              n, need);
+    *ret = p;
+    return 0;
 }
 
 void files_put_cancel(files_put_t **pp)
@@ -931,7 +912,7 @@ void files_put_cancel(files_put_t **pp)
     if (!p)
         return;
     wspace_charge_cancel(&p->wc);
-    put_free(p);
+    free(p);
     *pp = NULL;
 }
 

@@ -25,12 +25,12 @@ void files_req_fini(struct gw_req *r);
 /* Ends every transfer's use of its workspace (before the kernel manager goes). */
 void files_shutdown(gw_t *g);
 /* Writes a request's files (normal paths, protocol/fpath.h) into a workspace, replacing what
- * is there (missing directories are made), without waiting on the loop: each is opened
- * (replaced, owned by the workspace's uid), their bytes are charged to a kernel of the
- * workspace at once by one child the loop watches (wspace_charge_start), then they are
- * written. 1: written already (nothing to charge, or no kernel to charge: done never runs);
- * 0: pending, done(data, rc, failed) runs from the loop unless files_put_cancel; -errno: it
- * failed (*ret_failed: which file). The items (and their bytes) must stay until the end. */
+ * is there (missing directories are made, all owned by the workspace's uid), without any
+ * work or wait on the loop: one child, in the memory cgroup of a kernel of the workspace (so
+ * the files count against that kernel's memory limit, as its own writes do), writes them
+ * all (wspace_charge_start). 0: done(data, rc, failed) runs from the loop when it has ended
+ * (rc 0, or -errno for files[failed]), unless files_put_cancel; -errno: it could not start
+ * (-ENOMEM: over the kernel's memory limit). The items and their bytes stay until the end. */
 struct files_item {
     const char *path;
     const void *data;

@@ -82,8 +82,8 @@ static void on_charged(void *data)
     done(d, rc);
 }
 
-wspace_charge_t *wspace_charge_start(wspace_t *w, const struct sbx_cgroup_span *v, size_t n,
-                                     wspace_charge_cb done, void *data)
+wspace_charge_t *wspace_charge_start(wspace_t *w, long long need, int (*fn)(void *arg),
+                                     void *arg, wspace_charge_cb done, void *data)
 {
     const kmgr_t *m = w->m;
     sbx_cgroup_t *cg = NULL;
@@ -92,22 +92,19 @@ wspace_charge_t *wspace_charge_start(wspace_t *w, const struct sbx_cgroup_span *
         if (k->ws == w && k->cgroup && k->cgroup_used && k->state == KERNEL_RUNNING)
             cg = k->cgroup;
     }
-    if (!cg) {
-        errno = ESRCH;
-        return NULL;
-    }
     wspace_charge_t *wc = calloc(1, sizeof(*wc));
     if (!wc) {
         errno = ENOMEM;
         return NULL;
     }
-    int rc = sbx_cgroup_charge_start(cg, v, n, &wc->c);
+    int rc = sbx_cgroup_run_start(cg, need, fn, arg, &wc->c);
     if (rc < 0) {
         free(wc);
         errno = -rc;
         return NULL;
     }
-    log_debug("workspace=%s: charging %zu files to a kernel's memory cgroup", w->id, n);
+    log_debug("workspace=%s: writing %lld bytes from a child in %s", w->id, need,
+              cg ? "a kernel's memory cgroup" : "the gateway's cgroup");
     wc->l = m->evl;
     wc->done = done;
     wc->data = data;

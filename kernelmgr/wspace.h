@@ -33,16 +33,16 @@ long long wspace_size_limit(const wspace_t *w);
  * gateway's, bounded by the workspace's size); -ENOMEM: over the kernel's memory limit;
  * -ENOSPC: the workspace is full. Blocks for a fork and the allocation. */
 int wspace_charge(wspace_t *w, int fd, long long off, long long len);
-/* The same for several spans at once (one request's files), without blocking the loop: one
- * child charges them all, and done(data, rc) runs from the loop when it has ended (rc as
- * wspace_charge's). The spans' fds stay open until then. A charge still running when the
- * caller gives up is cancelled with wspace_charge_cancel (done never runs). NULL with errno
- * ESRCH (no kernel to charge: nothing to wait for), ENODATA (nothing to charge), ENOMEM (over
- * the kernel's memory limit) or another errno (then write uncharged, as for ESRCH). */
+/* Runs fn(arg) in a child charged to a kernel of the workspace (sbx_cgroup_run_start: what
+ * it writes there counts against that kernel's memory limit; with no running sandboxed
+ * kernel, the gateway's), without blocking the loop: done(data, rc) runs from the loop when
+ * it has ended (rc: fn's result, or -ENOMEM: over the kernel's memory limit, or -errno). A
+ * child still running when the caller gives up is killed with wspace_charge_cancel (done
+ * never runs). need: the bytes fn will write. NULL with errno (ENOMEM: over the limit). */
 typedef struct wspace_charge wspace_charge_t;
 typedef void (*wspace_charge_cb)(void *data, int rc);
-wspace_charge_t *wspace_charge_start(wspace_t *w, const struct sbx_cgroup_span *v, size_t n,
-                                     wspace_charge_cb done, void *data);
+wspace_charge_t *wspace_charge_start(wspace_t *w, long long need, int (*fn)(void *arg),
+                                     void *arg, wspace_charge_cb done, void *data);
 void wspace_charge_cancel(wspace_charge_t **pc);
 /* Number of kernels using it. */
 int wspace_kernels(const wspace_t *w);

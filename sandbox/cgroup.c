@@ -506,46 +506,43 @@ static long long mem_room(const sbx_cgroup_t *cg)
     return atoll(lim) - atoll(use);
 }
 
-int sbx_cgroup_charge_start(sbx_cgroup_t *cg, const struct sbx_cgroup_span *v, size_t n,
-                            struct sbx_cgroup_charge *ret)
+int sbx_cgroup_run_start(sbx_cgroup_t *cg, long long need, int (*fn)(void *arg), void *arg,
+                         struct sbx_cgroup_charge *ret)
 {
-    long long total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += v[i].len > 0 ? v[i].len : 0;
-    if (total == 0)
-        return -ENODATA;
-    if (mem_room(cg) < total)
+    if (cg && mem_room(cg) < need)
         return -ENOMEM;
     char p[PATH_MAX + 32];
-    snprintf(p, sizeof(p), "%s/cgroup.procs", cg->path[0]); /* v1: the memory hierarchy */
-    int procs = open(p, O_WRONLY | O_CLOEXEC);
-    if (procs < 0)
-        return -errno;
-    int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC), pfd[2];
+    int procs = -1, adj = -1, pfd[2];
+    if (cg) {
+        snprintf(p, sizeof(p), "%s/cgroup.procs", cg->path[0]); /* v1: the memory hierarchy */
+        if ((procs = open(p, O_WRONLY | O_CLOEXEC)) < 0)
+            return -errno;
+        adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    }
     if (pipe2(pfd, O_CLOEXEC | O_NONBLOCK) < 0) {
         int err = -errno;
-        close(procs);
+        if (procs >= 0)
+            close(procs);
         if (adj >= 0)
             close(adj);
         return err;
     }
     pid_t pid = fork();
     if (pid == 0) { /* async-signal-safe calls only: the gateway has other threads */
-        int err = 0;
+        int out = 0;
         /* should the cgroup's OOM killer run after all, this child goes first, not a kernel */
         if (adj >= 0 && write(adj, "1000", 4) < 0)
-            err = EIO;
-        else if (write(procs, "0", 1) < 0)
-            err = errno;
-        for (size_t i = 0; !err && i < n; i++)
-            if (v[i].len > 0 &&
-                fallocate(v[i].fd, FALLOC_FL_KEEP_SIZE, (off_t)v[i].off, (off_t)v[i].len) < 0)
-                err = errno;
-        /* the outcome: 0 or errno (nothing, should the OOM killer take it) */
-        _exit(write(pfd[1], &err, sizeof(err)) == (ssize_t)sizeof(err) ? 0 : 1);
+            out = -EIO;
+        else if (procs >= 0 && write(procs, "0", 1) < 0)
+            out = -errno;
+        if (out == 0)
+            out = fn(arg);
+        /* the outcome (nothing, should the OOM killer take it) */
+        _exit(write(pfd[1], &out, sizeof(out)) == (ssize_t)sizeof(out) ? 0 : 1);
     }
     int err = pid < 0 ? -errno : 0;
-    close(procs);
+    if (procs >= 0)
+        close(procs);
     if (adj >= 0)
         close(adj);
     close(pfd[1]);
@@ -579,7 +576,7 @@ int sbx_cgroup_charge_end(struct sbx_cgroup_charge *c)
     *c = (struct sbx_cgroup_charge){.pid = 0, .fd = -1, .out = -1};
     if (got != (ssize_t)sizeof(err)) /* killed: the cgroup's OOM killer, over its limit */
         return -ENOMEM;
-    return -err;
+    return err;
 }
 
 void sbx_cgroup_charge_abort(struct sbx_cgroup_charge *c)
@@ -594,17 +591,32 @@ void sbx_cgroup_charge_abort(struct sbx_cgroup_charge *c)
     *c = (struct sbx_cgroup_charge){.pid = 0, .fd = -1, .out = -1};
 }
 
+struct charge_span {
+    int fd;
+    long long off, len;
+};
+
+static int charge_fallocate(void *arg)
+{
+    const struct charge_span *sp = arg;
+    return fallocate(sp->fd, FALLOC_FL_KEEP_SIZE, (off_t)sp->off, (off_t)sp->len) < 0 ? errno
+                                                                                      : 0;
+}
+
 int sbx_cgroup_charge(sbx_cgroup_t *cg, int fd, long long off, long long len)
 {
-    struct sbx_cgroup_span sp = {.fd = fd, .off = off, .len = len};
+    struct charge_span sp = {.fd = fd, .off = off, .len = len};
     struct sbx_cgroup_charge c;
-    int rc = sbx_cgroup_charge_start(cg, &sp, 1, &c);
+    if (len <= 0)
+        return 0;
+    int rc = sbx_cgroup_run_start(cg, len, charge_fallocate, &sp, &c);
     if (rc < 0)
-        return rc == -ENODATA ? 0 : rc;
+        return rc;
     struct pollfd pf = {.fd = c.fd, .events = POLLIN};
     while (poll(&pf, 1, -1) < 0 && errno == EINTR)
         ;
-    return sbx_cgroup_charge_end(&c);
+    rc = sbx_cgroup_charge_end(&c);
+    return rc > 0 ? -rc : rc;
 }
 
 long long sbx_cgroup_peak(sbx_cgroup_t *cg, bool reset)

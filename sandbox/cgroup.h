@@ -76,24 +76,24 @@ long long sbx_cgroup_peak(sbx_cgroup_t *cg, bool reset);
  * does not leave room (checked first; should its OOM killer run anyway, the child is its first
  * victim), -ENOSPC when the file system is full, else -errno. Blocks while the child runs. */
 int sbx_cgroup_charge(sbx_cgroup_t *cg, int fd, long long off, long long len);
-/* The same for several files at once, without blocking: one child charges every span; its
- * fd becomes readable when it is done (a loop watches it), then sbx_cgroup_charge_end reaps
- * it and gives the outcome. The spans' fds must stay open until then. 0 (*ret set), -ENODATA
- * (nothing to charge), -ENOMEM (no room), -errno. */
-struct sbx_cgroup_span {
-    int fd;
-    long long off, len;
-};
+/* Runs fn(arg) in a child that joined cg's memory cgroup (cg NULL: the caller's own), without
+ * blocking: the pages it allocates (a tmpfs file it writes) are the cgroup's, and the caller
+ * waits on nothing. The child runs fn only, which makes async-signal-safe calls only (the
+ * gateway has other threads) and returns 0 or a positive code. need: bytes it will allocate,
+ * -ENOMEM at once when the cgroup's limit does not leave them. c->fd becomes readable when
+ * the child has ended (a loop watches it); then sbx_cgroup_charge_end. 0 (*ret set) or
+ * -errno. */
 struct sbx_cgroup_charge {
     pid_t pid;
     int fd;  /* readable once the child ended (its pidfd) */
     int out; /* its outcome */
 };
-int sbx_cgroup_charge_start(sbx_cgroup_t *cg, const struct sbx_cgroup_span *v, size_t n,
-                            struct sbx_cgroup_charge *ret);
-/* Once c->fd is readable: 0, -ENOMEM (the cgroup's OOM killer took it), -ENOSPC, -errno. */
+int sbx_cgroup_run_start(sbx_cgroup_t *cg, long long need, int (*fn)(void *arg), void *arg,
+                         struct sbx_cgroup_charge *ret);
+/* Once c->fd is readable: reaps the child; fn's result (>= 0), -ENOMEM (the cgroup's OOM
+ * killer took it), or -errno (it could not join the cgroup). */
 int sbx_cgroup_charge_end(struct sbx_cgroup_charge *c);
-/* Kills and reaps a charge still running (the caller stops waiting for it). */
+/* Kills and reaps a child still running (the caller stops waiting for it). */
 void sbx_cgroup_charge_abort(struct sbx_cgroup_charge *c);
 /* Kills anything left and removes the cgroup. */
 void sbx_cgroup_destroy(sbx_cgroup_t **cg);

@@ -113,8 +113,9 @@ def test_tenant_bytes_quota_evicts_oldest_download_only_workspaces(gateway_facto
 
 
 def test_oneshot_files_are_charged_to_the_kernel_at_once(gateway_factory):
-    """A one-shot's files are charged to its kernel's memory cgroup, all of them by one child
-    the loop does not wait for (a request used to cost a blocking fork per file)."""
+    """A one-shot's files are charged to its kernel's memory cgroup, all of them written by
+    one child in that cgroup that the loop does not wait for (a request used to cost a
+    blocking fork per file)."""
     import base64
     import json
     gw = gateway_factory("--max-body-bytes", str(64 * MiB), "--pool", "")
@@ -138,6 +139,6 @@ def test_oneshot_files_are_charged_to_the_kernel_at_once(gateway_factory):
     assert shmem >= 32 * MiB, f"the kernel's cgroup holds {shmem} bytes of tmpfs for 32 MiB"
     # one charging child for the request, not one per file
     ws = re.search(r'"workspace_id":\s*"([^"]+)"', json.dumps(ev[0])).group(1)
-    lines = re.findall(rf"workspace={ws}: charging (\d+) files", gw.log())
-    assert lines == ["8"], lines
+    lines = re.findall(rf"workspace={ws}: writing (\d+) files", gw.log())
+    assert lines == ["9"], lines
     gw.delete_kernel(kid)

@@ -259,3 +259,126 @@ def test_unanswerable_lookups_leave_other_tenants_their_share(gateway_factory, t
     log = gw.log()
     # each of A's kernels had its share waiting; the rest were refused at once
     assert "too many name lookups in progress for this kernel" in log, log[-3000:]
+
+
+# ---- availability: B's requests while A attacks ----
+
+class Poller(threading.Thread):
+    """Tenant B's GET /api/kernels, one after another on a kept-alive connection: the time
+    each took."""
+
+    def __init__(self, gw, key):
+        super().__init__(daemon=True)
+        self.gw, self.key = gw, key
+        self.times, self.errors = [], []
+        self.stop = threading.Event()
+
+    def run(self):
+        c = conn(self.gw, timeout=30)
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            try:
+                c.request("GET", "/api/kernels", headers=hdrs(self.key))
+                r = c.getresponse()
+                r.read()
+                if r.status != 200:
+                    self.errors.append(r.status)
+            except OSError as e:
+                self.errors.append(repr(e))
+                c.close()
+                c = conn(self.gw, timeout=30)
+            self.times.append(time.monotonic() - t0)
+            time.sleep(0.01)
+        c.close()
+
+    def p99(self):
+        t = sorted(self.times)
+        return t[min(len(t) - 1, int(len(t) * 0.99))]
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def oneshot_many_files(gw, key, n_files, out):
+    files = [{"path": f"d/f{i}.txt", "content": "x"} for i in range(n_files)]
+    status, ev, _ = execute(gw, "/api/execute",
+                            {"code": "import os; print(len(os.listdir('/mnt/data/d')))",
+                             "files": files}, key)
+    out.append((status, stream_text(ev) if status == 201 else ev))
+
+
+@pytest.mark.needs_sandbox
+def test_two_tenants_availability(gateway_factory, tmp_path, slow_dns):
+    """While tenant A floods the execution table, posts one-shots of 256 files each, and
+    keeps unanswerable lookups in flight from four kernels, tenant B's GET /api/kernels stays
+    fast (p99 under 100 ms), B's own work goes on, and the gateway's memory stays within its
+    budgets."""
+    budget = 8 << 20
+    kf, keys = egress_keys(tmp_path, {"alice": "*:80",
+                                      "bob": f"+localhost:{slow_dns['origin']}"})
+    gw = gateway_factory(f"--key-file={kf}", "--egress-connect-timeout=3",
+                         "--max-executions=300", "--max-executions-per-tenant=150",
+                         f"--execution-budget-bytes={budget}", "--max-body-bytes=1048576",
+                         prefix=slow_dns["prefix"])
+    a, b = keys["alice"], keys["bob"]
+    kb = start_kernel(gw, b)
+    busy_k = start_kernel(gw, a)
+    look_ks = [start_kernel(gw, a) for _ in range(4)]
+    body = {"code": "print('b ran')"}
+    status, ev_b, _ = execute(gw, f"/api/kernels/{kb}/execute", body, b,
+                              {"Idempotency-Key": "b-1"})
+    assert status == 201 and stream_text(ev_b) == "b ran\n", ev_b
+    rss0 = rss_bytes(gw.proc.pid)
+
+    poll = Poller(gw, b)
+    poll.start()
+    try:
+        # 1. the execution table: A's kernel busy, 400 executions queued and cancelled
+        c = conn(gw)
+        c.request("POST", f"/api/kernels/{busy_k}/execute",
+                  body=b'{"code": "import time; time.sleep(120)"}', headers=hdrs(a))
+        busy = c.getresponse()
+        busy_id = json.loads(busy.readline())["execution_id"]
+        for i in range(400):
+            status, _ = queue_and_cancel(gw, busy_k, a)
+            assert status == 201, (i, status)
+        # 2. six one-shots of 256 one-byte files each, at once
+        out, ts = [], []
+        for _ in range(6):
+            t = threading.Thread(target=oneshot_many_files, args=(gw, a, 256, out))
+            t.start()
+            ts.append(t)
+        # 3. unanswerable lookups from four kernels
+        flood_lookups(gw, a, look_ks, 16, "av")
+        for t in ts:
+            t.join(120)
+        assert out == [(201, "256\n")] * 6, out
+        time.sleep(1)  # the lookups still in flight
+        # B's own work meanwhile: its retry is not run again; its egress goes through
+        status, ev2, _ = execute(gw, f"/api/kernels/{kb}/execute", body, b,
+                                 {"Idempotency-Key": "b-1"})
+        assert status == 200 and ev2 == ev_b, (status, ev2)
+        status, ev, _ = execute(gw, f"/api/kernels/{kb}/execute",
+                                {"code": FETCH_ORIGIN.format(port=slow_dns["origin"])}, b)
+        assert status == 201 and stream_text(ev) == "200 hello from the origin\n", ev
+    finally:
+        poll.stop.set()
+        poll.join(30)
+    rss1 = rss_bytes(gw.proc.pid)
+    call(gw, "DELETE", f"/api/executions/{busy_id}", a)
+    busy.read()
+    c.close()
+    print(f"B: {len(poll.times)} GET /api/kernels, p99 {poll.p99() * 1000:.1f} ms, max "
+          f"{max(poll.times) * 1000:.1f} ms; gateway RSS {rss0 >> 20} -> {rss1 >> 20} MiB")
+    assert not poll.errors, poll.errors
+    assert len(poll.times) >= 50, len(poll.times)
+    assert poll.p99() < 0.100, (f"B's GET /api/kernels p99 {poll.p99() * 1000:.0f} ms over "
+                                f"{len(poll.times)} requests; max {max(poll.times) * 1000:.0f}")
+    # what A made the gateway hold: within the execution budgets of the two tenants, plus
+    # the one-shots' request bodies and kernels' bookkeeping
+    assert rss1 - rss0 < 2 * budget + (32 << 20), (rss0, rss1)
