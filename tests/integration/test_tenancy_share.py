@@ -382,3 +382,28 @@ def test_two_tenants_availability(gateway_factory, tmp_path, slow_dns):
     # what A made the gateway hold: within the execution budgets of the two tenants, plus
     # the one-shots' request bodies and kernels' bookkeeping
     assert rss1 - rss0 < 2 * budget + (32 << 20), (rss0, rss1)
+
+
+def test_sessions_table_share(gateway_factory, tmp_path):
+    """A fills its share of the sessions table (256, all on one kernel) and is refused with
+    429; B still gets sessions. Fails on the old code (one table of 4096 for all tenants: A got
+    201 until it was full, then everyone 503)."""
+    kf, keys = key_file(("alice", "bob"), tmp_path)
+    gw = gateway_factory(f"--key-file={kf}")
+    a, b = keys["alice"], keys["bob"]
+    ka = start_kernel(gw, a)
+    c = conn(gw)
+    statuses = []
+    for i in range(257):
+        c.request("POST", "/api/sessions", headers=hdrs(a), body=json.dumps(
+            {"path": f"nb{i}.ipynb", "type": "notebook", "kernel": {"id": ka}}).encode())
+        r = c.getresponse()
+        body = json.loads(r.read())
+        statuses.append(r.status)
+    c.close()
+    assert statuses[:256] == [201] * 256, statuses
+    assert statuses[256] == 429 and "share" in body["message"], (statuses[256], body)
+    kb = start_kernel(gw, b)
+    status, model, _ = call(gw, "POST", "/api/sessions", b,
+                            {"path": "b.ipynb", "type": "notebook", "kernel": {"id": kb}})
+    assert status == 201, model
