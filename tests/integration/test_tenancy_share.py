@@ -1,10 +1,12 @@
 """Issue 29: one tenant cannot evict, starve or stall another. Each test plays one attack by
 tenant A against the gateway's shared tables and slots (docs/security.md, "Shares between
 tenants"), with real kernels, and checks what tenant B still gets."""
+import base64
 import hashlib
 import http.client
 import http.server
 import json
+import os
 import secrets
 import socket
 import threading
@@ -407,3 +409,53 @@ def test_sessions_table_share(gateway_factory, tmp_path):
     status, model, _ = call(gw, "POST", "/api/sessions", b,
                             {"path": "b.ipynb", "type": "notebook", "kernel": {"id": kb}})
     assert status == 201, model
+
+
+def open_ws(gw, key, path="/channel"):
+    """A websocket upgrade by hand: (its HTTP status, the socket, kept open)."""
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
+    s.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{gw.port}\r\nUpgrade: websocket\r\n"
+               "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "
+               f"{base64.b64encode(os.urandom(16)).decode()}\r\nAuthorization: token {key}\r\n"
+               "\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return int(data.split(b" ", 2)[1]), s
+
+
+def test_websockets_share(gateway_factory, tmp_path):
+    """A opens its share of websockets (a quarter of --max-connections) and the next is 429;
+    B still opens one. Fails on the old code (A could take all of --max-connections; its
+    17th websocket was 101)."""
+    kf, keys = key_file(("alice", "bob"), tmp_path)
+    gw = gateway_factory(f"--key-file={kf}", "--max-connections=64")
+    a, b = keys["alice"], keys["bob"]
+    held = []
+    try:
+        for _ in range(16):
+            st, s = open_ws(gw, a)
+            held.append(s)
+            assert st == 101, st
+        st, s = open_ws(gw, a)
+        held.append(s)
+        assert st == 429, st
+        st, s = open_ws(gw, b)
+        held.append(s)
+        assert st == 101, st
+        # one of A's closes: A may open one again
+        held.pop(0).close()
+        deadline = time.monotonic() + 10
+        while True:
+            st, s = open_ws(gw, a)
+            held.append(s)
+            if st == 101 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert st == 101, st
+    finally:
+        for s in held:
+            s.close()
