@@ -382,8 +382,12 @@ def test_two_tenants_availability(gateway_factory, tmp_path, slow_dns):
     assert poll.p99() < 0.100, (f"B's GET /api/kernels p99 {poll.p99() * 1000:.0f} ms over "
                                 f"{len(poll.times)} requests; max {max(poll.times) * 1000:.0f}")
     # what A made the gateway hold: within the execution budgets of the two tenants, plus
-    # the one-shots' request bodies and kernels' bookkeeping
-    assert rss1 - rss0 < 2 * budget + (32 << 20), (rss0, rss1)
+    # the one-shots' request bodies and kernels' bookkeeping (not under AddressSanitizer,
+    # whose quarantine keeps freed memory)
+    with open(f"/proc/{gw.proc.pid}/maps") as f:
+        sanitized = "libasan" in f.read()
+    if not sanitized:
+        assert rss1 - rss0 < 2 * budget + (32 << 20), (rss0, rss1)
 
 
 def test_sessions_table_share(gateway_factory, tmp_path):
