@@ -139,6 +139,7 @@ typedef struct gw {
     const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     struct wsconn_share *ws_shares; /* wsconn.c: websockets open per tenant (NULL: none) */
+    struct wschan_share *replay_shares; /* wschan.c: replay_bytes per tenant (NULL: none) */
     evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
     uint64_t trim_due_ms;    /* when it runs next */
 } gw_t;

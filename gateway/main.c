@@ -119,7 +119,8 @@ static const struct cfg_option options[] = {
     I("session-linger", session_linger, "60", 0, 86400,
       "seconds a client session's sockets outlive its websocket (for reconnects)"),
     I("max-replay-bytes", max_replay_bytes, "67108864", 0, 17179869184LL,
-      "output kept for all disconnected sessions together, replayed when they reconnect"),
+      "output kept for all disconnected sessions together, replayed when they reconnect (one "
+      "tenant's sessions: a quarter of it)"),
     I("max-connections", max_connections, "4096", 16, 1000000,
       "client connections; also the most websockets open at once (more: 503)"),
     I("sched-slice-us", sched_slice_us, "100", 0, 100000,

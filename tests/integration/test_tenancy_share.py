@@ -463,3 +463,42 @@ def test_websockets_share(gateway_factory, tmp_path):
     finally:
         for s in held:
             s.close()
+
+
+def test_replay_share(gateway_factory, tmp_path):
+    """A's detached session would fill --max-replay-bytes; B's detached session still
+    keeps its output and replays it on reconnect, since A holds at most a quarter. Fails on
+    the old code (one total for every tenant: B's session stopped buffering and lost its
+    output)."""
+    import asyncio
+    import copy
+    import uuid
+    import jclient as J
+    kf, keys = key_file(("alice", "bob"), tmp_path)
+    gw = gateway_factory(f"--key-file={kf}", "--max-replay-bytes=262144")
+    ga, gb = copy.copy(gw), copy.copy(gw)
+    ga.token, gb.token = keys["alice"], keys["bob"]
+    ka, kb = start_kernel(gw, ga.token), start_kernel(gw, gb.token)
+
+    async def go():
+        cas = [await J.connect(ga, ka, "legacy", session_id=uuid.uuid4().hex)]
+        sb = uuid.uuid4().hex
+        cb = await J.connect(gb, kb, "legacy", session_id=sb)
+        await cas[0].execute("1")
+        await cb.execute("1")
+        await cas[0].request("execute_request", {  # 250 KB while nobody listens
+            "code": "import time; time.sleep(1); print('x' * 250000)", "silent": False})
+        msg_b = await cb.request("execute_request", {
+            "code": "import time; time.sleep(2.5); print('y' * 30000)", "silent": False})
+        for c in cas:
+            await c.close()
+        await cb.close()
+        await asyncio.sleep(4.5)
+        cb2 = await J.connect(gb, kb, "legacy", session_id=sb)
+        reply, iopub = await cb2.collect(msg_b, timeout=10)
+        assert reply["content"]["status"] == "ok"
+        texts = [m["content"]["text"] for m in iopub if m["header"]["msg_type"] == "stream"]
+        assert "".join(texts) == "y" * 30000 + "\n", [len(t) for t in texts]
+        await cb2.close()
+    J.run(go())
+    assert "not replaying it" in gw.log()  # A's session, over its share
