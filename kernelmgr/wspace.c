@@ -82,6 +82,17 @@ static void on_charged(void *data)
     done(d, rc);
 }
 
+bool wspace_chargeable(const wspace_t *w)
+{
+    const kmgr_t *m = w->m;
+    for (size_t i = 0; i < m->n; i++) {
+        const kernel_t *k = m->v[i];
+        if (k->ws == w && k->cgroup && k->cgroup_used && k->state == KERNEL_RUNNING)
+            return true;
+    }
+    return false;
+}
+
 wspace_charge_t *wspace_charge_start(wspace_t *w, long long need, int (*fn)(void *arg),
                                      void *arg, wspace_charge_cb done, void *data)
 {

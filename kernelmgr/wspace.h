@@ -40,6 +40,8 @@ int wspace_charge(wspace_t *w, int fd, long long off, long long len);
  * child still running when the caller gives up is killed with wspace_charge_cancel (done
  * never runs). need: the bytes fn will write. NULL with errno (ENOMEM: over the limit). */
 typedef struct wspace_charge wspace_charge_t;
+/* A running sandboxed kernel of the workspace has a memory cgroup to charge. */
+bool wspace_chargeable(const wspace_t *w);
 typedef void (*wspace_charge_cb)(void *data, int rc);
 wspace_charge_t *wspace_charge_start(wspace_t *w, long long need, int (*fn)(void *arg),
                                      void *arg, wspace_charge_cb done, void *data);
