@@ -57,7 +57,7 @@ struct fxfer {
     struct lwsac *ac; /* the spa's memory */
     int err;          /* first failure: its status (the body is still read to its end) */
     long long expect;  /* the body's Content-Length */
-    long long charged; /* bytes allocated in a kernel's memory cgroup (wspace_charge) */
+    long long charged; /* bytes allocated in a kernel's memory cgroup (wspace_charge_start) */
     bool uncharged;    /* no kernel to charge: the gateway's cgroup holds the pages */
     /* a charge in progress: a child the loop watches allocates the next chunk; the body is
      * not read meanwhile (what had arrived waits in held), nor the upload answered */

@@ -52,17 +52,6 @@ int wspace_kernels(const wspace_t *w)
     return w->kernels;
 }
 
-int wspace_charge(wspace_t *w, int fd, long long off, long long len)
-{
-    const kmgr_t *m = w->m;
-    for (size_t i = 0; i < m->n; i++) {
-        kernel_t *k = m->v[i];
-        if (k->ws == w && k->cgroup && k->cgroup_used && k->state == KERNEL_RUNNING)
-            return sbx_cgroup_charge(k->cgroup, fd, off, len);
-    }
-    return -ESRCH;
-}
-
 struct wspace_charge {
     evl_t *l;
     evl_io_t *io;

@@ -26,13 +26,6 @@ uid_t wspace_uid(const wspace_t *w);
 gid_t wspace_gid(const wspace_t *w);
 /* Capacity in bytes (0: unbounded, unsandboxed development mode). */
 long long wspace_size_limit(const wspace_t *w);
-/* Charges len bytes of the file fd (in the workspace) from off to the memory cgroup of a
- * running kernel of the workspace, before the caller writes them: files the gateway writes
- * there count against the kernel's memory limit as the kernel's own writes do, not against the
- * gateway (sbx_cgroup_charge). -ESRCH: no running sandboxed kernel (the bytes are then the
- * gateway's, bounded by the workspace's size); -ENOMEM: over the kernel's memory limit;
- * -ENOSPC: the workspace is full. Blocks for a fork and the allocation. */
-int wspace_charge(wspace_t *w, int fd, long long off, long long len);
 /* Runs fn(arg) in a child charged to a kernel of the workspace (sbx_cgroup_run_start: what
  * it writes there counts against that kernel's memory limit; with no running sandboxed
  * kernel, the gateway's), without blocking the loop: done(data, rc) runs from the loop when

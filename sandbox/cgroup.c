@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -589,34 +588,6 @@ void sbx_cgroup_charge_abort(struct sbx_cgroup_charge *c)
     close(c->out);
     close(c->fd);
     *c = (struct sbx_cgroup_charge){.pid = 0, .fd = -1, .out = -1};
-}
-
-struct charge_span {
-    int fd;
-    long long off, len;
-};
-
-static int charge_fallocate(void *arg)
-{
-    const struct charge_span *sp = arg;
-    return fallocate(sp->fd, FALLOC_FL_KEEP_SIZE, (off_t)sp->off, (off_t)sp->len) < 0 ? errno
-                                                                                      : 0;
-}
-
-int sbx_cgroup_charge(sbx_cgroup_t *cg, int fd, long long off, long long len)
-{
-    struct charge_span sp = {.fd = fd, .off = off, .len = len};
-    struct sbx_cgroup_charge c;
-    if (len <= 0)
-        return 0;
-    int rc = sbx_cgroup_run_start(cg, len, charge_fallocate, &sp, &c);
-    if (rc < 0)
-        return rc;
-    struct pollfd pf = {.fd = c.fd, .events = POLLIN};
-    while (poll(&pf, 1, -1) < 0 && errno == EINTR)
-        ;
-    rc = sbx_cgroup_charge_end(&c);
-    return rc > 0 ? -rc : rc;
 }
 
 long long sbx_cgroup_peak(sbx_cgroup_t *cg, bool reset)
