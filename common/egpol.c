@@ -9,12 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* An IP literal: IPv6, or IPv4 in any form inet_aton (and so getaddrinfo) takes: 127.1,
+ * 2130706442, 0x7f00000a, 0177.0.0.1 are all addresses, never names. */
 static bool is_ip(const char *host, unsigned char bin[16], int *ret_af)
 {
     unsigned char tmp[16];
+    struct in_addr a4;
     if (!bin)
         bin = tmp;
-    if (inet_pton(AF_INET, host, bin) == 1) {
+    /* inet_aton ignores what follows a blank: a host never has one */
+    if (!strpbrk(host, " \t\n\v\f\r") && inet_aton(host, &a4) == 1) {
+        memcpy(bin, &a4, 4);
         if (ret_af)
             *ret_af = AF_INET;
         return true;
@@ -37,8 +42,13 @@ bool egpol_host_normalize(char *host)
     for (size_t i = 0; i < n; i++)
         if (host[i] >= 'A' && host[i] <= 'Z')
             host[i] = (char)(host[i] - 'A' + 'a');
-    if (is_ip(host, NULL, NULL))
+    unsigned char bin[16];
+    int af;
+    if (is_ip(host, bin, &af)) {
+        if (af == AF_INET) /* one spelling of an IPv4 address: dotted quad */
+            inet_ntop(AF_INET, bin, host, INET_ADDRSTRLEN);
         return true;
+    }
     size_t label = 0;
     for (size_t i = 0; i < n; i++) {
         char c = host[i];

@@ -53,8 +53,10 @@ int egpol_format(const egpol_t *p, char *out, size_t outsz);
  * "private", "link-local", "metadata", "multicast", "unspecified", "reserved"). IPv4-mapped
  * IPv6 addresses are judged as the IPv4 address. */
 const char *egpol_addr_refusal(const struct sockaddr *addr);
-/* Lowercases host in place and strips one trailing dot; false if it is not a valid host name
- * or IP literal (brackets not included). */
+/* Lowercases host in place and strips one trailing dot, and writes an IPv4 literal in any
+ * form inet_aton takes (127.1, 2130706442, 0x7f00000a) as a dotted quad (host has room for
+ * INET_ADDRSTRLEN bytes); false if it is not a valid host name or IP literal (brackets not
+ * included). */
 bool egpol_host_normalize(char *host);
 
 #endif

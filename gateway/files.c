@@ -37,6 +37,7 @@
 #define MULTIPART_SLACK  65536       /* a multipart body's bytes beyond the file's (estimate) */
 #define STALL_SECS       60          /* a download whose reader takes nothing this long is cut */
 #define CHARGE_CHUNK     (16LL << 20) /* upload bytes charged to a kernel's cgroup at a time */
+#define HELD_MAX         (4 << 20) /* upload bytes that arrived while a charge runs */
 
 enum fx_kind { FX_UPLOAD, FX_DOWNLOAD };
 
@@ -56,8 +57,15 @@ struct fxfer {
     struct lwsac *ac; /* the spa's memory */
     int err;          /* first failure: its status (the body is still read to its end) */
     long long expect;  /* the body's Content-Length */
-    long long charged; /* bytes allocated in a kernel's memory cgroup (wspace_charge) */
+    long long charged; /* bytes allocated in a kernel's memory cgroup (wspace_charge_start) */
     bool uncharged;    /* no kernel to charge: the gateway's cgroup holds the pages */
+    /* a charge in progress: a child the loop watches allocates the next chunk; the body is
+     * not read meanwhile (what had arrived waits in held), nor the upload answered */
+    struct gw_req *r;
+    wspace_charge_t *wc;
+    long long chunk;
+    buf_t held;
+    bool done_pending;
     char errmsg[200];
     char filename[FPATH_NAME_MAX + 2];
 };
@@ -213,6 +221,8 @@ static void files_xfer_free(struct fxfer **px)
         return;
     if (x->spa)
         lws_spa_destroy(x->spa); /* frees x->ac (and calls spa_cb: x is still valid) */
+    wspace_charge_cancel(&x->wc);
+    buf_fini(&x->held);
     lwsac_free(&x->ac);
     if (x->fd >= 0)
         close(x->fd); /* an unlinked O_TMPFILE vanishes here */
@@ -238,6 +248,7 @@ void files_req_fini(struct gw_req *r)
 void files_shutdown(gw_t *g)
 {
     for (struct fxfer *x = g->xfers; x; x = x->next) {
+        wspace_charge_cancel(&x->wc);
         if (x->fd >= 0)
             close(x->fd);
         if (x->root >= 0)
@@ -503,20 +514,41 @@ static void upload_fail(struct fxfer *x, int status, const char *fmt, ...)
     }
 }
 
-/* Before n more bytes are written: the next pages charged to a kernel of the workspace (chunks
- * of CHARGE_CHUNK, at most what the body still has). */
-static void upload_charge(struct fxfer *x, size_t n)
+static int charge_in_child(void *arg)
 {
-    if (x->err || x->fd < 0 || x->uncharged || x->size + (long long)n <= x->charged)
-        return;
-    long long left = x->expect - x->charged, chunk = left < CHARGE_CHUNK ? left : CHARGE_CHUNK;
-    if (chunk < (long long)n)
-        chunk = (long long)n;
-    int rc = wspace_charge(x->ws, x->fd, x->charged, chunk);
-    if (rc == -ENOSPC && chunk > (long long)n) /* the body's slack may not fit: what is written */
-        rc = wspace_charge(x->ws, x->fd, x->charged, chunk = (long long)n);
-    if (rc == 0) {
-        x->charged += chunk;
+    const struct fxfer *x = arg;
+    return fallocate(x->fd, FALLOC_FL_KEEP_SIZE, (off_t)x->charged, (off_t)x->chunk) < 0 ? errno
+                                                                                      : 0;
+}
+
+static void upload_write(struct fxfer *x, const char *p, size_t n);
+static void on_charged(void *data, int rc);
+
+/* Starts charging chunk more bytes; false when it could not start (x failed, or uncharged). */
+static bool charge_start(struct fxfer *x, long long chunk)
+{
+    x->chunk = chunk;
+    if (!(x->wc = wspace_charge_start(x->ws, chunk, charge_in_child, x, on_charged, x))) {
+        on_charged(x, -errno);
+        return false;
+    }
+    lws_rx_flow_control(x->r->wsi, 0); /* the client waits (TCP pushes back) */
+    return true;
+}
+
+/* The charge of x->chunk bytes ended (rc 0, or -errno, or errno > 0 from fallocate). */
+static void on_charged(void *data, int rc)
+{
+    struct fxfer *x = data;
+    bool was_running = x->wc != NULL;
+    x->wc = NULL;
+    rc = rc > 0 ? -rc : rc;
+    if (rc == -ENOSPC && x->chunk > (long long)x->held.len && x->held.len > 0) {
+        /* the body's slack may not fit: what has arrived */
+        if (charge_start(x, (long long)x->held.len))
+            return;
+    } else if (rc == 0) {
+        x->charged += x->chunk;
     } else if (rc == -ENOMEM) {
         log_info("files: workspace=%s: upload refused at %lld bytes: over its kernel's memory "
                  "limit",
@@ -527,17 +559,61 @@ static void upload_charge(struct fxfer *x, size_t n)
                     x->size);
     } else if (rc == -ENOSPC || rc == -EFBIG) {
         upload_fail(x, 413, "the workspace is full (%lld bytes written, none kept)", x->size);
-    } else {
-        if (rc != -ESRCH)
-            log_warn("files: workspace=%s: cannot charge an upload to its kernel: %s",
-                     wspace_id(x->ws), strerror(-rc));
+    } else if (!x->err) {
+        log_warn("files: workspace=%s: cannot charge an upload to its kernel: %s",
+                 wspace_id(x->ws), strerror(-rc));
         x->uncharged = true;
     }
+    if (!was_running)
+        return; /* it never started: the caller goes on */
+    /* what arrived meanwhile, then the body again (or the answer, if it is all here) */
+    buf_t held = x->held;
+    buf_init(&x->held, HELD_MAX);
+    if (held.len)
+        upload_write(x, held.data, held.len);
+    buf_fini(&held);
+    if (x->wc)
+        return;
+    lws_rx_flow_control(x->r->wsi, 1);
+    if (x->done_pending) {
+        x->done_pending = false;
+        files_upload_done(x->r);
+    }
+}
+
+/* Before n more bytes are written: the next pages charged to a kernel of the workspace (chunks
+ * of CHARGE_CHUNK, at most what the body still has), by a child the loop watches. True when
+ * the bytes can be written now; false when they wait in held for the charge. */
+static bool upload_charge(struct fxfer *x, const char *p, size_t n)
+{
+    if (x->wc) {
+        if (buf_append(&x->held, p, n) < 0)
+            upload_fail(x, 503, "out of memory while the upload waited; retry later");
+        return false;
+    }
+    if (x->err || x->fd < 0 || x->uncharged || x->size + (long long)n <= x->charged)
+        return true;
+    if (!wspace_chargeable(x->ws)) { /* the pages are then the gateway's */
+        x->uncharged = true;
+        return true;
+    }
+    long long left = x->expect - x->charged, chunk = left < CHARGE_CHUNK ? left : CHARGE_CHUNK;
+    if (chunk < (long long)n)
+        chunk = (long long)n;
+    if (buf_append(&x->held, p, n) < 0) {
+        upload_fail(x, 503, "out of memory; retry later");
+        return false;
+    }
+    if (charge_start(x, chunk))
+        return false;
+    buf_reset(&x->held); /* it could not start: x failed, or is uncharged */
+    return !x->err;
 }
 
 static void upload_write(struct fxfer *x, const char *p, size_t n)
 {
-    upload_charge(x, n);
+    if (!upload_charge(x, p, n))
+        return;
     while (n > 0 && !x->err) {
         ssize_t w = write(x->fd, p, n);
         if (w < 0 && errno == EINTR)
@@ -640,6 +716,8 @@ int files_upload_start(struct gw_req *r, long long content_length)
         return 1;
     }
     r->xfer = x;
+    x->r = r;
+    buf_init(&x->held, HELD_MAX);
     x->multipart = multipart;
     x->expect = content_length;
     x->fd = ws_open(root, ".", O_TMPFILE | O_WRONLY, 0600);
@@ -732,6 +810,10 @@ void files_upload_done(struct gw_req *r)
 {
     struct fxfer *x = r->xfer;
     char path[FPATH_MAX + 1], q[160];
+    if (x->wc) { /* the last bytes wait for their charge: answered after it */
+        x->done_pending = true;
+        return;
+    }
     if (x->multipart && x->spa)
         lws_spa_finalize(x->spa);
     if (!x->err && x->multipart) {
@@ -799,7 +881,17 @@ void files_handle(struct gw_req *r)
 
 /* ---- files of a one-shot execution (gateway/xapi.c) ---- */
 
-int files_write(wspace_t *w, const char *path, const void *data, size_t len)
+struct files_put {
+    wspace_t *w;
+    const struct files_item *v;
+    size_t n;
+    wspace_charge_t *wc;
+    files_put_cb done;
+    void *data;
+};
+
+/* (In the writing child: system calls only.) */
+static int open_for_write(wspace_t *w, const char *path)
 {
     const char *base;
     int root = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -814,19 +906,96 @@ int files_write(wspace_t *w, const char *path, const void *data, size_t len)
     if (fd < 0)
         return fd;
     int rc = give_to_kernel(fd, w);
-    if (rc == 0) { /* charged to a kernel of the workspace, as uploads are */
-        rc = wspace_charge(w, fd, 0, (long long)len);
-        rc = rc == -ENOMEM || rc == -ENOSPC ? rc : 0;
+    if (rc < 0) {
+        close(fd);
+        return rc;
     }
-    for (size_t off = 0; rc == 0 && off < len;) {
+    return fd;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    for (size_t off = 0; off < len;) {
         ssize_t n = write(fd, (const char *)data + off, len - off);
         if (n < 0 && errno == EINTR)
             continue;
-        rc = n < 0 ? -errno : 0;
-        off += n > 0 ? (size_t)n : 0;
+        if (n < 0)
+            return -errno;
+        off += (size_t)n;
     }
-    close(fd);
-    return rc;
+    return 0;
+}
+
+#define PUT_ERRNO_BITS 12 /* a child's outcome: (failed file << 12) | errno, 0 when all went */
+
+/* The child's work, in the kernel's memory cgroup: system calls only (the gateway has other
+ * threads; the child has a copy of the items). */
+static int put_in_child(void *arg)
+{
+    const files_put_t *p = arg;
+    for (size_t i = 0; i < p->n; i++) {
+        int fd = open_for_write(p->w, p->v[i].path), rc = fd < 0 ? fd : 0;
+        if (fd >= 0) {
+            rc = write_all(fd, p->v[i].data, p->v[i].len);
+            close(fd);
+        }
+        if (rc < 0)
+            return (int)(i << PUT_ERRNO_BITS) | (-rc & ((1 << PUT_ERRNO_BITS) - 1));
+    }
+    return 0;
+}
+
+static void put_done(void *data, int rc)
+{
+    files_put_t *p = data;
+    size_t failed = 0;
+    p->wc = NULL;
+    if (rc > 0) {
+        failed = (size_t)rc >> PUT_ERRNO_BITS;
+        rc = -(rc & ((1 << PUT_ERRNO_BITS) - 1));
+    }
+    files_put_cb done = p->done;
+    void *d = p->data;
+    free(p);
+    done(d, rc, failed);
+}
+
+int files_put(wspace_t *w, const struct files_item *v, size_t n, files_put_cb done, void *data,
+              files_put_t **ret, size_t *ret_failed)
+{
+    long long need = 0;
+    if (n >= ((size_t)1 << (31 - PUT_ERRNO_BITS))) {
+        *ret_failed = 0;
+        return -E2BIG;
+    }
+    files_put_t *p = calloc(1, sizeof(*p));
+    if (!p) {
+        *ret_failed = 0;
+        return -ENOMEM;
+    }
+    *p = (files_put_t){.w = w, .v = v, .n = n, .done = done, .data = data};
+    for (size_t i = 0; i < n; i++)
+        need += (long long)v[i].len;
+    if (!(p->wc = wspace_charge_start(w, need, put_in_child, p, put_done, p))) {
+        int err = errno;
+        free(p);
+        *ret_failed = 0;
+        return -err;
+    }
+    log_debug("files: workspace=%s: writing %zu files (%lld bytes) from one child", wspace_id(w),
+              n, need);
+    *ret = p;
+    return 0;
+}
+
+void files_put_cancel(files_put_t **pp)
+{
+    files_put_t *p = *pp;
+    if (!p)
+        return;
+    wspace_charge_cancel(&p->wc);
+    free(p);
+    *pp = NULL;
 }
 
 /* ---- the workspace as other faces see it (gateway/mcp.c) ---- */

@@ -24,9 +24,23 @@ int files_download_write(struct gw_req *r);
 void files_req_fini(struct gw_req *r);
 /* Ends every transfer's use of its workspace (before the kernel manager goes). */
 void files_shutdown(gw_t *g);
-/* Writes a file (a normal path, protocol/fpath.h) into a workspace, replacing what is there;
- * missing directories are made. Owned by the workspace's uid. 0 or -errno. */
-int files_write(wspace_t *w, const char *path, const void *data, size_t len);
+/* Writes a request's files (normal paths, protocol/fpath.h) into a workspace, replacing what
+ * is there (missing directories are made, all owned by the workspace's uid), without any
+ * work or wait on the loop: one child, in the memory cgroup of a kernel of the workspace (so
+ * the files count against that kernel's memory limit, as its own writes do), writes them
+ * all (wspace_charge_start). 0: done(data, rc, failed) runs from the loop when it has ended
+ * (rc 0, or -errno for files[failed]), unless files_put_cancel; -errno: it could not start
+ * (-ENOMEM: over the kernel's memory limit). The items and their bytes stay until the end. */
+struct files_item {
+    const char *path;
+    const void *data;
+    size_t len;
+};
+typedef struct files_put files_put_t;
+typedef void (*files_put_cb)(void *data, int rc, size_t failed);
+int files_put(wspace_t *w, const struct files_item *v, size_t n, files_put_cb done, void *data,
+              files_put_t **ret, size_t *ret_failed);
+void files_put_cancel(files_put_t **pp);
 
 /* The workspace's files as GET /files lists them ({"workspace", "files", "truncated"}), or
  * NULL. */

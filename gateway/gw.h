@@ -58,6 +58,8 @@ struct gw_config {
     long long execution_retention;    /* xapi.c: seconds a finished execution is kept */
     long long execution_budget_bytes; /* xapi.c: event bytes held per tenant */
     long long max_queued_executions;  /* xapi.c: per kernel, queued or running */
+    long long max_executions;         /* xexec.c: executions held, all tenants */
+    long long max_executions_per_tenant; /* xexec.c: executions held per tenant */
     long long mcp_idle_timeout;       /* mcp.c: seconds an idle MCP session is kept */
     struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
     struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */
@@ -136,6 +138,8 @@ typedef struct gw {
     struct mcp *mcp;   /* mcp.c: the MCP sessions */
     const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
+    struct wsconn_share *ws_shares; /* wsconn.c: websockets open per tenant (NULL: none) */
+    struct wschan_share *replay_shares; /* wschan.c: replay_bytes per tenant (NULL: none) */
     evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
     uint64_t trim_due_ms;    /* when it runs next */
 } gw_t;

@@ -119,7 +119,8 @@ static const struct cfg_option options[] = {
     I("session-linger", session_linger, "60", 0, 86400,
       "seconds a client session's sockets outlive its websocket (for reconnects)"),
     I("max-replay-bytes", max_replay_bytes, "67108864", 0, 17179869184LL,
-      "output kept for all disconnected sessions together, replayed when they reconnect"),
+      "output kept for all disconnected sessions together, replayed when they reconnect (one "
+      "tenant's sessions: a quarter of it)"),
     I("max-connections", max_connections, "4096", 16, 1000000,
       "client connections; also the most websockets open at once (more: 503)"),
     I("sched-slice-us", sched_slice_us, "100", 0, 100000,
@@ -207,6 +208,13 @@ static const struct cfg_option options[] = {
     I("mcp-idle-timeout", mcp_idle_timeout, "3600", 10, 604800,
       "seconds an MCP session (/mcp) is kept without requests; then it ends and its kernel is "
       "shut down"),
+    I("max-executions", max_executions, "100000", 1, 100000000,
+      "executions of the execute API held at once, all tenants (queued, running, or finished "
+      "within --execution-retention); when full, the tenant holding the most drops its oldest "
+      "finished one without an Idempotency-Key"),
+    I("max-executions-per-tenant", max_executions_per_tenant, "10000", 1, 100000000,
+      "executions of the execute API one tenant holds at once; beyond it its own oldest "
+      "finished one without an Idempotency-Key is dropped, or the request is refused (429)"),
     I("max-queued-executions", max_queued_executions, "16", 1, 100000,
       "executions of the execute API per kernel, queued or running (more: 429)"),
     S("fork-server-exe", fork_server_exe, "",

@@ -89,6 +89,12 @@ struct mcp_call {
     bool is_error, truncated, cancelled, sse, head_sent, done;
     bool no_sse; /* the client's Accept leaves out text/event-stream: no progress */
     buf_t out; /* the answer's bytes not written yet */
+    /* write_file: the file being written (charged to the kernel) */
+    files_put_t *put;
+    struct files_item item;
+    unsigned char *bin; /* its decoded bytes (base64) */
+    char item_path[FPATH_MAX + 1];
+    char ws[WSPACE_ID_MAX + 1];
 };
 
 typedef void (*tool_run_fn)(struct mcp_call *c, kernel_t *k);
@@ -815,6 +821,28 @@ static void run_read_file(struct mcp_call *c, kernel_t *k)
     tool_reply(c);
 }
 
+static void write_file_end(struct mcp_call *c, int rc)
+{
+    free(c->bin);
+    c->bin = NULL;
+    if (rc < 0)
+        return tool_fail(c, "cannot write %s: %s", c->item_path, strerror(-rc));
+    if (audit_enabled())
+        audit_event("mcp_file_write", "s:s, s:s, s:s, s:I", "tenant", c->r->caller.tenant,
+                    "workspace", c->ws, "path", c->item_path, "bytes", (json_int_t)c->item.len);
+    c->structured =
+        json_pack("{s:s, s:I}", "path", c->item_path, "size", (json_int_t)c->item.len);
+    tool_reply(c);
+}
+
+static void file_written(void *data, int rc, size_t failed)
+{
+    struct mcp_call *c = data;
+    (void)failed;
+    c->put = NULL;
+    write_file_end(c, rc);
+}
+
 static void run_write_file(struct mcp_call *c, kernel_t *k)
 {
     char path[FPATH_MAX + 1];
@@ -833,16 +861,16 @@ static void run_write_file(struct mcp_call *c, kernel_t *k)
             return reply_error(c, 200, JRPC_INVALID_PARAMS, "'content' is not valid base64");
         }
     }
-    int rc = files_write(kernel_workspace(k), path, bin ? (const void *)bin : s, len);
-    free(bin);
-    if (rc < 0)
-        return tool_fail(c, "cannot write %s: %s", path, strerror(-rc));
-    if (audit_enabled())
-        audit_event("mcp_file_write", "s:s, s:s, s:s, s:I", "tenant", c->r->caller.tenant,
-                    "workspace", wspace_id(kernel_workspace(k)), "path", path, "bytes",
-                    (json_int_t)len);
-    c->structured = json_pack("{s:s, s:I}", "path", path, "size", (json_int_t)len);
-    tool_reply(c);
+    /* charged to the kernel by a child the loop watches: no wait here */
+    snprintf(c->item_path, sizeof(c->item_path), "%s", path);
+    snprintf(c->ws, sizeof(c->ws), "%s", wspace_id(kernel_workspace(k)));
+    c->bin = bin;
+    c->item = (struct files_item){.path = c->item_path, .data = bin ? (const void *)bin : s,
+                                  .len = len};
+    size_t failed;
+    int rc = files_put(kernel_workspace(k), &c->item, 1, file_written, c, &c->put, &failed);
+    if (rc != 0)
+        write_file_end(c, rc < 0 ? rc : 0);
 }
 
 static void restarted(struct gw_req *r, kernel_t *k, int status)
@@ -1315,6 +1343,8 @@ void mcp_req_fini(struct gw_req *r)
     if (c->sub.x && !c->done) /* the client went away: nobody hears the execution */
         xexec_cancel(c->sub.x);
     xexec_unsubscribe(&c->sub);
+    files_put_cancel(&c->put);
+    free(c->bin);
     list_remove(&c->slink);
     json_decref(c->id);
     json_decref(c->token);

@@ -15,7 +15,8 @@
 #include "gateway/kops.h"
 #include "gateway/rest.h"
 
-#define SESSIONS_MAX 4096
+#define SESSIONS_MAX        4096 /* all tenants (more: 503) */
+#define SESSIONS_TENANT_MAX 256  /* one tenant's share (more: 429) */
 #define FIELD_MAX    1024
 
 typedef struct gsess {
@@ -152,12 +153,17 @@ static gsess_t *sess_new(const char *id, json_t *fields)
 static void create(struct gw_req *r, json_t *body)
 {
     gw_t *g = r->g;
-    size_t n = 0;
+    size_t n = 0, mine = 0;
     gsess_t *it;
     list_for_each(it, &g->sessions, link)
     {
         n++;
+        mine += visible(g, it, r->caller.tenant);
     }
+    if (mine >= SESSIONS_TENANT_MAX)
+        return req_error_retry(r, 429, 1,
+                               "the tenant has %zu sessions, its share (%d); delete some first",
+                               mine, SESSIONS_TENANT_MAX);
     if (n >= SESSIONS_MAX)
         return req_error(r, 503, "too many sessions");
     json_t *nb = json_object_get(body, "notebook");

@@ -53,7 +53,16 @@ struct wsess {
     enum wsproto buf_proto;
     blob_t **buf;
     size_t nbuf, cap, buf_bytes;
+    struct wschan_share *share; /* its tenant's replay bytes, while it holds some */
     struct list link; /* on hub->sessions */
+};
+
+/* The replay bytes of one tenant's detached sessions: at most a quarter of --max-replay-bytes,
+ * so one tenant's sessions cannot use up what every tenant's share. */
+struct wschan_share {
+    struct wschan_share *next;
+    size_t bytes;
+    char tenant[KEYFILE_TENANT_MAX + 1];
 };
 
 #define SESSION_BUFFER_MAX 10000 /* messages */
@@ -66,11 +75,41 @@ struct khub {
 
 /* ---- kernel -> clients ---- */
 
+static struct wschan_share *share_get(gw_t *g, const char *tenant)
+{
+    struct wschan_share *sh;
+    for (sh = g->replay_shares; sh; sh = sh->next)
+        if (!strcmp(sh->tenant, tenant))
+            return sh;
+    if (!(sh = calloc(1, sizeof(*sh))))
+        return NULL;
+    snprintf(sh->tenant, sizeof(sh->tenant), "%s", tenant);
+    sh->next = g->replay_shares;
+    g->replay_shares = sh;
+    return sh;
+}
+
+static void share_put(gw_t *g, wsess_t *s)
+{
+    struct wschan_share *sh = s->share, **pp = &g->replay_shares;
+    s->share = NULL;
+    if (!sh)
+        return;
+    sh->bytes -= s->buf_bytes;
+    if (sh->bytes > 0)
+        return;
+    while (*pp != sh)
+        pp = &(*pp)->next;
+    *pp = sh->next;
+    free(sh);
+}
+
 static void buf_clear(wsess_t *s)
 {
     for (size_t i = 0; i < s->nbuf; i++)
         blob_unref(&s->buf[i]);
     free(s->buf);
+    share_put(s->hub->g, s);
     s->hub->g->replay_bytes -= s->buf_bytes;
     s->buf = NULL;
     s->nbuf = s->cap = s->buf_bytes = 0;
@@ -82,7 +121,15 @@ static void buf_add(wsess_t *s, blob_t *b)
 {
     if (!s->buffering)
         return;
+    gw_t *g = s->hub->g;
+    if (!s->share && !(s->share = share_get(g, wspace_tenant(kernel_workspace(s->hub->k))))) {
+        buf_clear(s);
+        s->buffering = false;
+        return;
+    }
     if (s->nbuf == SESSION_BUFFER_MAX ||
+        /* the tenant's share of the total */
+        s->share->bytes + b->len > (size_t)g->cfg.max_replay_bytes / 4 ||
         s->buf_bytes + b->len > (size_t)s->hub->g->cfg.max_ws_queue_bytes ||
         /* every detached session together: many clients that connect and go away must not
          * add up to more than --max-replay-bytes */
@@ -105,6 +152,7 @@ static void buf_add(wsess_t *s, blob_t *b)
     }
     s->buf[s->nbuf++] = blob_ref(b);
     s->buf_bytes += b->len;
+    s->share->bytes += b->len;
     s->hub->g->replay_bytes += b->len;
 }
 

@@ -2,6 +2,7 @@
 #include "gateway/wsconn.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -25,12 +26,45 @@ bool wsconn_origin_ok(gw_t *g, struct lws *wsi)
 /* Browsers send Origin; scripts usually do not. A browser page may open a websocket to any
  * host, so, as jupyter_server does, only the server's own origin (same host) or the configured
  * --allow-origin may. */
+/* Websockets open per tenant: a tenant holds at most a quarter of --max-connections (at
+ * least WSCONN_TENANT_MIN), so one tenant cannot take every websocket. */
+#define WSCONN_TENANT_MIN 16
+
+struct wsconn_share {
+    struct wsconn_share *next;
+    int n;
+    char tenant[KEYFILE_TENANT_MAX + 1];
+};
+
+static struct wsconn_share *share_find(gw_t *g, const char *tenant)
+{
+    for (struct wsconn_share *s = g->ws_shares; s; s = s->next)
+        if (!strcmp(s->tenant, tenant))
+            return s;
+    return NULL;
+}
+
+static int share_max(const gw_t *g)
+{
+    long long n = g->cfg.max_connections / 4;
+    return n < WSCONN_TENANT_MIN ? WSCONN_TENANT_MIN : (int)n;
+}
+
 int wsconn_confirm(gw_t *g, struct lws *wsi, const char *name, struct gw_caller *ret_who,
                    struct gw_refusal *no)
 {
     int retry = 0, st = auth_request(g, wsi, ret_who, &retry);
     if (st)
         return gw_refuse_auth(no, st, retry);
+    const struct wsconn_share *sh = share_find(g, ret_who->tenant);
+    if (sh && sh->n >= share_max(g)) {
+        log_info("%s: websocket of tenant \"%s\" refused: it has %d open, its share", name,
+                 ret_who->tenant, sh->n);
+        g->stats.refused[GW_REFUSED_CONNECTION_CAP]++;
+        return gw_refuse(no, 429, 5,
+                         "this tenant has its share of websockets open (a quarter of "
+                         "--max-connections); close some or retry later");
+    }
     if (!wsconn_origin_ok(g, wsi)) {
         log_info("%s: websocket from a foreign origin refused", name);
         return gw_refuse(no, 403, 0, "origin not allowed");
@@ -51,10 +85,25 @@ void wsconn_init(wsconn_t *w, gw_t *g, struct lws *wsi, enum gw_face face,
     wsq_init(&w->out, wsi, (size_t)g->cfg.max_ws_queue_bytes, w->who);
     g->connections++;
     g->stats.websockets[face]++;
+    if (!(w->share = share_find(g, tenant)) && (w->share = calloc(1, sizeof(*w->share)))) {
+        snprintf(w->share->tenant, sizeof(w->share->tenant), "%s", tenant);
+        w->share->next = g->ws_shares;
+        g->ws_shares = w->share;
+    }
+    if (w->share) /* else uncounted (out of memory): the gateway's cap still holds */
+        w->share->n++;
 }
 
 void wsconn_fini(wsconn_t *w)
 {
+    if (w->share && --w->share->n == 0) {
+        struct wsconn_share **pp = &w->g->ws_shares;
+        while (*pp != w->share)
+            pp = &(*pp)->next;
+        *pp = w->share->next;
+        free(w->share);
+    }
+    w->share = NULL;
     w->g->connections--;
     w->g->stats.websockets[w->face]--;
     wsq_fini(&w->out);

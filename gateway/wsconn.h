@@ -33,6 +33,7 @@ struct wsconn {
     size_t in_max;
     bool in_msg, in_binary;
     char tenant[KEYFILE_TENANT_MAX + 1];
+    struct wsconn_share *share; /* its tenant's count of open websockets (NULL: uncounted) */
     char who[96]; /* "session ...", "connection from ..." */
 };
 

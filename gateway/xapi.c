@@ -223,14 +223,21 @@ static bool idem_key(struct gw_req *r, char key[XEXEC_KEY_MAX + 1])
 }
 
 /* A POST with an Idempotency-Key seen before: true when answered (the same execution from
- * seq 0, or 422 when the body differs). */
-static bool idem_replay(struct gw_req *r, const char *key, const unsigned char *hash)
+ * seq 0, or 422 when the body or the route differs). kernel_id: the route's kernel (NULL: a
+ * one-shot). */
+static bool idem_replay(struct gw_req *r, const char *kernel_id, const char *key,
+                        const unsigned char *hash)
 {
     xexec_t *x = xexec_by_key(r->g, key, r->caller.tenant);
     if (!x)
         return false;
     if (!xexec_same_body(x, hash)) {
         req_error(r, 422, "this Idempotency-Key was used with a different request body");
+        return true;
+    }
+    if (!xexec_same_route(x, kernel_id)) {
+        req_error(r, 422, "this Idempotency-Key was used on another route (%s)",
+                  kernel_id ? "another kernel, or a one-shot execution" : "a kernel's execute");
         return true;
     }
     if (xexec_first_seq(x) > 0) { /* not run again, and its first events are gone */
@@ -245,16 +252,32 @@ static bool idem_replay(struct gw_req *r, const char *key, const unsigned char *
     return true;
 }
 
-/* The Idempotency-Key of a POST and its body's hash: false when the request is answered
- * already (a bad key, or a retry of a held execution). */
-static bool idem_begin(struct gw_req *r, char key[XEXEC_KEY_MAX + 1],
+/* The Idempotency-Key of a POST (to kernel_id's execute; NULL: a one-shot) and its body's
+ * hash: false when the request is answered already (a bad key, a retry of a held execution,
+ * or the tenant holding its share of executions: 429). */
+static bool idem_begin(struct gw_req *r, const char *kernel_id, char key[XEXEC_KEY_MAX + 1],
                        unsigned char hash[crypto_hash_sha256_BYTES])
 {
+    int retry = 1, rc;
     if (!idem_key(r, key))
         return false;
     crypto_hash_sha256(hash, (const unsigned char *)(r->body.data ? r->body.data : ""),
                        r->body.len);
-    return !idem_replay(r, key, hash);
+    if (idem_replay(r, kernel_id, key, hash))
+        return false;
+    if ((rc = xexec_admit(r->g, r->caller.tenant, &retry)) == -EAGAIN) {
+        req_error_retry(r, 429, retry,
+                        "the tenant holds %lld executions (its share, "
+                        "--max-executions-per-tenant) that are running or still within their "
+                        "retention; retry later",
+                        r->g->cfg.max_executions_per_tenant);
+        return false;
+    }
+    if (rc < 0) {
+        req_error_retry(r, 503, retry, "too many executions held; retry later");
+        return false;
+    }
+    return true;
 }
 
 static bool parse_body(struct gw_req *r, bool oneshot, struct xreq *q)
@@ -283,7 +306,7 @@ void xapi_kernel_execute(struct gw_req *r)
     kernel_t *k = gw_kernel(g, r->route.arg[0], r->caller.tenant);
     if (!k || kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD)
         return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
-    if (!idem_begin(r, key, hash))
+    if (!idem_begin(r, kernel_id(k), key, hash))
         return;
     if (!parse_body(r, false, &q))
         return;
@@ -313,7 +336,7 @@ void xapi_oneshot(struct gw_req *r)
     struct xreq q;
     struct kops_error err;
     kernel_t *k;
-    if (!idem_begin(r, key, hash))
+    if (!idem_begin(r, NULL, key, hash))
         return;
     if (!parse_body(r, true, &q))
         return;

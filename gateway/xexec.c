@@ -19,7 +19,6 @@
 #include "protocol/xevent.h"
 
 #define XEXEC_SWEEP_MS       1000   /* retention checks */
-#define XEXEC_MAX_EXECS      100000 /* executions held at once, all tenants */
 #define XEXEC_EXEC_BYTES     (sizeof(xexec_t) + 256) /* an execution's own memory, in budgets */
 #define XEXEC_REINTERRUPT_MS 500 /* a cancelled or timed-out execution: interrupt again */
 #define XEXEC_INTERRUPTS_MAX 20
@@ -40,7 +39,9 @@ struct xevt {
 
 struct xtenant {
     struct list link;
-    size_t bytes; /* events held by its executions */
+    struct list execs; /* xexec_t.tlink, oldest first */
+    size_t count;      /* executions held */
+    size_t bytes;      /* events held by its executions */
     char name[KEYFILE_TENANT_MAX + 1];
 };
 
@@ -48,6 +49,7 @@ struct xkern;
 
 struct xexec {
     struct list link;  /* xexecs.execs, oldest first */
+    struct list tlink; /* xtenant.execs, oldest first */
     struct list qlink; /* xkern.queue while queued */
     struct xexecs *xa;
     struct xkern *xk; /* while queued or running */
@@ -76,6 +78,9 @@ struct xexec {
     evl_timer_t *settle; /* idle came: the end, unless exec_end comes first */
     evl_timer_t *after;  /* one-shot: delete the kernel after the end */
     kwait_t *wait;       /* one-shot: the kernel's start */
+    files_put_t *put;    /* one-shot: its files being written (charged) */
+    struct files_item *items;
+    kernel_t *put_k;     /* the kernel, while put */
     char key[XEXEC_KEY_MAX + 1];
     unsigned char body_hash[crypto_hash_sha256_BYTES];
     struct list subs; /* struct xexec_sub.link */
@@ -123,6 +128,7 @@ static struct xtenant *tenant_get(struct xexecs *xa, const char *name)
     }
     if (!(t = calloc(1, sizeof(*t))))
         return NULL;
+    list_init(&t->execs);
     snprintf(t->name, sizeof(t->name), "%s", name);
     list_append(&xa->tenants, &t->link);
     return t;
@@ -161,13 +167,17 @@ static void exec_free(xexec_t *x)
     evl_timer_destroy(evl, &x->settle);
     evl_timer_destroy(evl, &x->after);
     kwait_cancel(&x->wait);
+    files_put_cancel(&x->put);
+    free(x->items);
     drop_front(x, x->nev);
     free(x->ev);
     json_decref(x->end);
     xreq_fini(&x->req);
     wsnap_destroy(&x->before);
     list_remove(&x->link);
+    list_remove(&x->tlink);
     x->xa->count--;
+    x->tn->count--;
     x->tn->bytes -= XEXEC_EXEC_BYTES;
     free(x);
 }
@@ -282,12 +292,26 @@ static void emit(xexec_t *x, json_t *ev, const char *type)
     store(x, e);
 }
 
+static struct xtenant *tenant_find(struct xexecs *xa, const char *name)
+{
+    struct xtenant *t;
+    list_for_each(t, &xa->tenants, link)
+    {
+        if (!strcmp(t->name, name))
+            return t;
+    }
+    return NULL;
+}
+
 static xexec_t *exec_find(struct xexecs *xa, const char *id, const char *tenant)
 {
+    struct xtenant *t = tenant_find(xa, tenant);
     xexec_t *x;
-    list_for_each(x, &xa->execs, link)
+    if (!t)
+        return NULL;
+    list_for_each(x, &t->execs, tlink)
     {
-        if (!strcmp(x->id, id) && !strcmp(x->tn->name, tenant))
+        if (!strcmp(x->id, id))
             return x;
     }
     return NULL;
@@ -295,10 +319,13 @@ static xexec_t *exec_find(struct xexecs *xa, const char *id, const char *tenant)
 
 static xexec_t *exec_by_key(struct xexecs *xa, const char *key, const char *tenant)
 {
+    struct xtenant *t = tenant_find(xa, tenant);
     xexec_t *x;
-    list_for_each(x, &xa->execs, link)
+    if (!t)
+        return NULL;
+    list_for_each(x, &t->execs, tlink)
     {
-        if (x->key[0] && !strcmp(x->key, key) && !strcmp(x->tn->name, tenant))
+        if (x->key[0] && !strcmp(x->key, key))
             return x;
     }
     return NULL;
@@ -311,7 +338,9 @@ static void on_sweep(void *data)
     xexec_t *x, *tmp;
     list_for_each_safe(x, tmp, &xa->execs, link)
     {
-        if (x->state == X_DONE && (x->evicted || x->done_ms + keep <= now) &&
+        /* a keyed one is held for its whole retention, events or not: a retry of its POST
+         * must find it (and not run the code again) */
+        if (x->state == X_DONE && ((x->evicted && !x->key[0]) || x->done_ms + keep <= now) &&
             list_empty(&x->subs))
             exec_free(x);
     }
@@ -561,8 +590,9 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
             if (strcmp(x->kernel_id, kernel_id(k)) != 0)
                 continue;
             x->gone = true;
-            if (x->wait) { /* its kernel never started: the wait goes with the kernel */
+            if (x->wait || x->put) { /* its kernel never ran it: the wait goes with it */
                 kwait_cancel(&x->wait);
+                files_put_cancel(&x->put);
                 finish(x, "shutdown", cause, NULL);
             }
         }
@@ -686,6 +716,7 @@ static void finish(xexec_t *x, const char *status, const char *cause,
     evl->timer_disarm(evl, x->timer);
     evl->timer_disarm(evl, x->settle);
     kwait_cancel(&x->wait);
+    files_put_cancel(&x->put);
     if (x->xk && x->xk->running == x)
         x->xk->running = NULL;
     struct xkern *xk = x->xk;
@@ -759,20 +790,80 @@ void xexec_enqueue(xexec_t *x, kernel_t *k)
     pump_soon(xk);
 }
 
+/* An execution that may go before its retention ends: finished, nobody reads it, and no
+ * Idempotency-Key promises a retry of its POST will find it. */
+static bool evictable(const xexec_t *x)
+{
+    return x->state == X_DONE && list_empty(&x->subs) && !x->key[0];
+}
+
+static xexec_t *oldest_evictable(struct xtenant *t)
+{
+    xexec_t *x;
+    list_for_each(x, &t->execs, tlink)
+    {
+        if (evictable(x))
+            return x;
+    }
+    return NULL;
+}
+
+/* Seconds until t's oldest held execution may go (its retention), at least 1. */
+static int retry_secs(struct xexecs *xa, struct xtenant *t)
+{
+    uint64_t now = util_now_ms(), keep = (uint64_t)xa->g->cfg.execution_retention * 1000;
+    xexec_t *x;
+    list_for_each(x, &t->execs, tlink)
+    {
+        if (x->state == X_DONE) {
+            uint64_t at = x->done_ms + keep;
+            return at <= now + 1000 ? 1 : (int)((at - now + 999) / 1000);
+        }
+    }
+    return 1;
+}
+
+/* Room for one more execution of tenant: at its share (--max-executions-per-tenant) its own
+ * oldest evictable execution goes; when the table is full (--max-executions), the tenant
+ * holding the most gives up its oldest evictable one. Another tenant's keyed execution is
+ * never dropped before its retention ends. 0; -EAGAIN: the tenant is at its share with
+ * nothing to drop (429); -EBUSY: the table is full (503); *ret_retry: seconds to wait. */
+static int make_room(struct xexecs *xa, const char *tenant, int *ret_retry)
+{
+    struct xtenant *t = tenant_find(xa, tenant), *big = NULL, *o;
+    xexec_t *x;
+    if (t && (long long)t->count >= xa->g->cfg.max_executions_per_tenant) {
+        if (!(x = oldest_evictable(t))) {
+            *ret_retry = retry_secs(xa, t);
+            return -EAGAIN;
+        }
+        exec_free(x);
+    }
+    if ((long long)xa->count < xa->g->cfg.max_executions)
+        return 0;
+    list_for_each(o, &xa->tenants, link)
+    {
+        if (o->count > 0 && (!big || o->count > big->count))
+            big = o;
+    }
+    if (big && (x = oldest_evictable(big))) {
+        exec_free(x);
+        return 0;
+    }
+    if (big && big == t) { /* the one holding the most asks for more */
+        *ret_retry = retry_secs(xa, t);
+        return -EAGAIN;
+    }
+    *ret_retry = 1;
+    return -EBUSY;
+}
+
 static xexec_t *exec_new(struct xexecs *xa, const struct gw_caller *who, kernel_t *k)
 {
-    if (xa->count >= XEXEC_MAX_EXECS) { /* the oldest finished one nobody reads goes first */
-        xexec_t *o;
-        list_for_each(o, &xa->execs, link)
-        {
-            if (o->state == X_DONE && list_empty(&o->subs))
-                break;
-        }
-        if (&o->link == &xa->execs) {
-            errno = EAGAIN;
-            return NULL;
-        }
-        exec_free(o);
+    int retry;
+    if (make_room(xa, who->tenant, &retry) < 0) {
+        errno = EAGAIN;
+        return NULL;
     }
     xexec_t *x = calloc(1, sizeof(*x));
     struct xtenant *tn = tenant_get(xa, who->tenant);
@@ -796,7 +887,9 @@ static xexec_t *exec_new(struct xexecs *xa, const struct gw_caller *who, kernel_
     x->settle = evl->timer_new(evl, on_settle, x);
     x->after = evl->timer_new(evl, on_after, x);
     list_append(&xa->execs, &x->link);
+    list_append(&tn->execs, &x->tlink);
     xa->count++;
+    tn->count++;
     if (!x->timer || !x->settle || !x->after) {
         exec_free(x);
         errno = ENOMEM;
@@ -823,6 +916,33 @@ json_t *xexec_model(const xexec_t *x)
 }
 
 
+/* Its files are in the workspace (rc 0), or files[failed] could not be written. */
+static void written(xexec_t *x, kernel_t *k, int rc, size_t failed)
+{
+    char cause[FPATH_MAX + 200];
+    free(x->items);
+    x->items = NULL;
+    if (rc < 0) {
+        snprintf(cause, sizeof(cause), "cannot write %s to the workspace: %s",
+                 x->req.files[failed].path, strerror(-rc));
+        return finish(x, "error", cause, NULL);
+    }
+    for (size_t i = 0; i < x->req.nfiles; i++) {
+        free(x->req.files[i].data);
+        x->req.files[i].data = NULL;
+    }
+    xexec_enqueue(x, k);
+}
+
+static void oneshot_written(void *data, int rc, size_t failed)
+{
+    xexec_t *x = data;
+    kernel_t *k = x->put_k;
+    x->put = NULL;
+    x->put_k = NULL;
+    written(x, k, rc, failed);
+}
+
 static void oneshot_ready(void *data, kernel_t *k, int status)
 {
     xexec_t *x = data;
@@ -833,20 +953,24 @@ static void oneshot_ready(void *data, kernel_t *k, int status)
                  kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
         return finish(x, "kernel_died", cause, NULL);
     }
+    if (x->req.nfiles == 0)
+        return xexec_enqueue(x, k);
+    if (!(x->items = calloc(x->req.nfiles, sizeof(*x->items))))
+        return finish(x, "error", "out of memory", NULL);
     for (size_t i = 0; i < x->req.nfiles; i++) {
-        struct xreq_file *f = &x->req.files[i];
-        int rc = files_write(kernel_workspace(k), f->path, f->data, f->len);
-        if (rc < 0) {
-            snprintf(cause, sizeof(cause), "cannot write %s to the workspace: %s", f->path,
-                     strerror(-rc));
-            return finish(x, "error", cause, NULL);
-        }
-        free(f->data);
-        f->data = NULL;
+        const struct xreq_file *f = &x->req.files[i];
+        x->items[i] = (struct files_item){.path = f->path, .data = f->data, .len = f->len};
     }
-    xexec_enqueue(x, k);
+    /* charged to the kernel at once, by a child the loop watches: no wait here */
+    size_t failed = 0;
+    int rc = files_put(kernel_workspace(k), x->items, x->req.nfiles, oneshot_written, x,
+                       &x->put, &failed);
+    if (rc == 0) {
+        x->put_k = k;
+        return;
+    }
+    written(x, k, rc < 0 ? rc : 0, failed);
 }
-
 
 void xexec_cancel(xexec_t *x)
 {
@@ -868,6 +992,14 @@ void xexec_cancel(xexec_t *x)
 
 
 /* ---- the faces' interface ---- */
+
+int xexec_admit(gw_t *g, const char *tenant, int *ret_retry_after)
+{
+    int retry = 1, rc = make_room(g->xexecs, tenant, &retry);
+    if (rc < 0)
+        *ret_retry_after = retry;
+    return rc;
+}
 
 xexec_t *xexec_new(gw_t *g, const struct gw_caller *who, kernel_t *k)
 {
@@ -908,6 +1040,11 @@ xexec_t *xexec_by_key(gw_t *g, const char *key, const char *tenant)
 bool xexec_same_body(const xexec_t *x, const unsigned char hash[crypto_hash_sha256_BYTES])
 {
     return memcmp(x->body_hash, hash, sizeof(x->body_hash)) == 0;
+}
+
+bool xexec_same_route(const xexec_t *x, const char *kernel_id)
+{
+    return kernel_id ? !x->oneshot && !strcmp(x->kernel_id, kernel_id) : x->oneshot;
 }
 
 size_t xexec_waiting(gw_t *g, kernel_t *k)

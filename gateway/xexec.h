@@ -39,6 +39,11 @@ struct xexec_sub {
 int xexec_listen(gw_t *g);
 void xexec_fini(gw_t *g);
 
+/* Room for one more execution of tenant (made by dropping finished executions nobody needs
+ * any more, its own first): 0, or -EAGAIN when the tenant is at its share
+ * (--max-executions-per-tenant: 429) or -EBUSY when the table is full (--max-executions: 503),
+ * with *ret_retry_after the seconds to wait. */
+int xexec_admit(gw_t *g, const char *tenant, int *ret_retry_after);
 /* A new execution of who's tenant on k, queued nowhere yet, with its start event. NULL with
  * errno EAGAIN (too many held) or ENOMEM. */
 xexec_t *xexec_new(gw_t *g, const struct gw_caller *who, kernel_t *k);
@@ -57,6 +62,8 @@ void xexec_cancel(xexec_t *x);
 xexec_t *xexec_find(gw_t *g, const char *id, const char *tenant);
 xexec_t *xexec_by_key(gw_t *g, const char *key, const char *tenant);
 bool xexec_same_body(const xexec_t *x, const unsigned char hash[crypto_hash_sha256_BYTES]);
+/* It was posted to the same route: kernel_id's execute, or (NULL) a one-shot. */
+bool xexec_same_route(const xexec_t *x, const char *kernel_id);
 /* Executions queued or running on k. */
 size_t xexec_waiting(gw_t *g, kernel_t *k);
 

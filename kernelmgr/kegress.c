@@ -35,9 +35,57 @@
 
 static atomic_int lookups; /* lookup threads running, gateway-wide */
 
+/* Lookup threads running per tenant: a tenant's share of KEGRESS_MAX_LOOKUPS. A slot's
+ * tenant is set by the loop while its count is 0; threads only decrement. At most
+ * KEGRESS_MAX_LOOKUPS tenants have threads running at once. */
+static struct {
+    char tenant[65];
+    int n;
+} tenant_lookups[KEGRESS_MAX_LOOKUPS];
+static pthread_mutex_t tenant_lookups_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* A running lookup counted for tenant: its slot, or -EAGAIN (the tenant's share) or -EBUSY
+ * (the gateway's). */
+static int lookup_slot_take(const char *tenant)
+{
+    int slot = -1, free_slot = -1, rc;
+    pthread_mutex_lock(&tenant_lookups_mu);
+    for (int i = 0; i < KEGRESS_MAX_LOOKUPS && slot < 0; i++) {
+        if (tenant_lookups[i].n > 0 && !strcmp(tenant_lookups[i].tenant, tenant))
+            slot = i;
+        else if (tenant_lookups[i].n == 0 && free_slot < 0)
+            free_slot = i;
+    }
+    if (slot >= 0 && tenant_lookups[slot].n >= KEGRESS_TENANT_LOOKUPS) {
+        rc = -EAGAIN;
+    } else if (atomic_load(&lookups) >= KEGRESS_MAX_LOOKUPS || (slot < 0 && free_slot < 0)) {
+        rc = -EBUSY;
+    } else {
+        if (slot < 0) {
+            slot = free_slot;
+            snprintf(tenant_lookups[slot].tenant, sizeof(tenant_lookups[slot].tenant), "%s",
+                     tenant);
+        }
+        tenant_lookups[slot].n++;
+        atomic_fetch_add(&lookups, 1);
+        rc = slot;
+    }
+    pthread_mutex_unlock(&tenant_lookups_mu);
+    return rc;
+}
+
+static void lookup_slot_give(int slot)
+{
+    pthread_mutex_lock(&tenant_lookups_mu);
+    tenant_lookups[slot].n--;
+    atomic_fetch_sub(&lookups, 1);
+    pthread_mutex_unlock(&tenant_lookups_mu);
+}
+
 /* One name lookup, shared by its thread and its connection: the last to let go frees it. */
 struct lookup {
     atomic_int refs;
+    int slot; /* in tenant_lookups */
     char host[EGPOL_HOST_MAX + 1];
     char port[8];
     int wfd;
@@ -65,7 +113,7 @@ static void *lookup_thread(void *arg)
     /* the connection reads the result after this (or has gone: no SIGPIPE) */
     ssize_t w = send(j->wfd, "x", 1, MSG_NOSIGNAL);
     (void)w;
-    atomic_fetch_sub(&lookups, 1);
+    lookup_slot_give(j->slot);
     lookup_unref(j);
     return NULL;
 }
@@ -87,6 +135,7 @@ struct econn {
     struct lookup *lookup;
     int lfd;
     struct addrinfo *ai, *next; /* the checked addresses (owned), the next to try */
+    bool resolving; /* counted in kegress.nresolving */
     char last_err[96];
     uint64_t last_us, deadline_us; /* activity; connect deadline */
     char head[EGREQ_HEAD_MAX];
@@ -114,6 +163,7 @@ struct kegress {
     char kernel[40];
     struct list conns, dead;
     int nconns;
+    int nresolving; /* connections waiting for a lookup (KEGRESS_KERNEL_LOOKUPS) */
     char hosts[KEGRESS_HOSTS_MAX][EGPOL_HOST_MAX + 8]; /* kegress_hosts_take */
     int nhosts;
     bool more_hosts;
@@ -137,11 +187,21 @@ static void audit(struct econn *c, const char *result, const char *why)
                 why ? json_string(why) : json_null());
 }
 
+/* The connection waits for its lookup no more (its result came, its deadline passed, or it
+ * closed): the kernel's slot is free again, whether or not the thread still runs. */
+static void resolve_done(struct econn *c)
+{
+    if (c->resolving)
+        c->e->nresolving--;
+    c->resolving = false;
+}
+
 static void close_conn(struct econn *c, const char *why)
 {
     kegress_t *e = c->e;
     if (c->st == C_CLOSED)
         return;
+    resolve_done(c);
     if (c->allowed) {
         audit(c, "allowed", why);
         log_debug("kernel=%s: egress host=%s port=%d closed (%s): %llu bytes out, %llu in",
@@ -522,6 +582,7 @@ static void on_lookup(void *data)
         return;
     if (read(c->lfd, &x, 1) != 1)
         return; /* spurious */
+    resolve_done(c);
     evl_io_destroy(c->e->l, &c->lio);
     close(c->lfd);
     c->lfd = -1;
@@ -555,18 +616,25 @@ static void resolve(struct econn *c)
         connect_to(c, ai);
         return;
     }
-    if (atomic_fetch_add(&lookups, 1) >= KEGRESS_MAX_LOOKUPS) {
-        atomic_fetch_sub(&lookups, 1);
-        refuse(c, 503, "too many name lookups in progress");
+    if (c->e->nresolving >= KEGRESS_KERNEL_LOOKUPS) {
+        refuse(c, 429, "too many name lookups in progress for this kernel");
+        return;
+    }
+    int slot = lookup_slot_take(c->e->tenant);
+    if (slot < 0) {
+        refuse(c, slot == -EAGAIN ? 429 : 503,
+               slot == -EAGAIN ? "too many name lookups in progress for this tenant"
+                               : "too many name lookups in progress");
         return;
     }
     struct lookup *j = calloc(1, sizeof(*j));
     if (!j || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, p) < 0) {
-        atomic_fetch_sub(&lookups, 1);
+        lookup_slot_give(slot);
         free(j);
         refuse(c, 503, "out of resources");
         return;
     }
+    j->slot = slot;
     atomic_init(&j->refs, 2);
     snprintf(j->host, sizeof(j->host), "%s", c->host);
     snprintf(j->port, sizeof(j->port), "%d", c->req.port);
@@ -580,12 +648,14 @@ static void resolve(struct econn *c)
     int r = pthread_create(&t, &attr, lookup_thread, j);
     pthread_attr_destroy(&attr);
     if (r != 0) {
-        atomic_fetch_sub(&lookups, 1);
+        lookup_slot_give(slot);
         atomic_fetch_sub(&j->refs, 1); /* the thread's */
         refuse(c, 503, "cannot start a name lookup");
         return;
     }
     c->st = C_RESOLVE;
+    c->resolving = true;
+    c->e->nresolving++;
     if (!(c->lio = c->e->l->io_add(c->e->l, c->lfd, on_lookup, c))) {
         close_conn(c, "out of memory");
         return;

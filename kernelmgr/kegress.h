@@ -1,8 +1,10 @@
 /* A kernel's egress proxy: an HTTP proxy on 127.0.0.1:KEGRESS_PORT inside the kernel's own
  * network namespace (the listening socket comes from sbx_listen_in), served from the gateway's
  * loop. CONNECT tunnels and absolute-URI plain-HTTP requests (protocol/egreq.h) go to the hosts
- * the kernel's policy (common/egpol.h) allows: the name is resolved here (a thread per lookup,
- * at most KEGRESS_MAX_LOOKUPS at once in the gateway), addresses of the refused classes are
+ * the kernel's policy (common/egpol.h) allows: the name is resolved here (a thread per lookup:
+ * at most KEGRESS_KERNEL_LOOKUPS of a kernel's connections wait for one, until their connect
+ * deadline; at most KEGRESS_TENANT_LOOKUPS threads run for one tenant, and
+ * KEGRESS_MAX_LOOKUPS in the gateway, until getaddrinfo returns), addresses of the refused classes are
  * skipped unless the matching entry names them, and the connection goes to the very address
  * checked. Per kernel: connections at once, bytes relayed, idle time. Every connection is an
  * audit event "egress" (docs/audit.md). docs/security.md has the model. */
@@ -17,7 +19,9 @@
 
 #define KEGRESS_PORT        3128
 #define KEGRESS_URL         "http://127.0.0.1:3128"
-#define KEGRESS_MAX_LOOKUPS 64
+#define KEGRESS_MAX_LOOKUPS    256 /* lookup threads running, all tenants (more: 503) */
+#define KEGRESS_TENANT_LOOKUPS 32  /* ... for one tenant's kernels (more: 429) */
+#define KEGRESS_KERNEL_LOOKUPS 8   /* a kernel's connections waiting for a lookup (more: 429) */
 
 struct kegress_limits {
     int max_conns;          /* open at once (more are answered 429) */

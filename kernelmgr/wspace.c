@@ -52,15 +52,80 @@ int wspace_kernels(const wspace_t *w)
     return w->kernels;
 }
 
-int wspace_charge(wspace_t *w, int fd, long long off, long long len)
+struct wspace_charge {
+    evl_t *l;
+    evl_io_t *io;
+    struct sbx_cgroup_charge c;
+    wspace_charge_cb done;
+    void *data;
+};
+
+static void on_charged(void *data)
+{
+    wspace_charge_t *wc = data;
+    int rc = sbx_cgroup_charge_end(&wc->c);
+    wspace_charge_cb done = wc->done;
+    void *d = wc->data;
+    evl_io_destroy(wc->l, &wc->io);
+    free(wc);
+    done(d, rc);
+}
+
+bool wspace_chargeable(const wspace_t *w)
 {
     const kmgr_t *m = w->m;
     for (size_t i = 0; i < m->n; i++) {
+        const kernel_t *k = m->v[i];
+        if (k->ws == w && k->cgroup && k->cgroup_used && k->state == KERNEL_RUNNING)
+            return true;
+    }
+    return false;
+}
+
+wspace_charge_t *wspace_charge_start(wspace_t *w, long long need, int (*fn)(void *arg),
+                                     void *arg, wspace_charge_cb done, void *data)
+{
+    const kmgr_t *m = w->m;
+    sbx_cgroup_t *cg = NULL;
+    for (size_t i = 0; i < m->n && !cg; i++) {
         kernel_t *k = m->v[i];
         if (k->ws == w && k->cgroup && k->cgroup_used && k->state == KERNEL_RUNNING)
-            return sbx_cgroup_charge(k->cgroup, fd, off, len);
+            cg = k->cgroup;
     }
-    return -ESRCH;
+    wspace_charge_t *wc = calloc(1, sizeof(*wc));
+    if (!wc) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    int rc = sbx_cgroup_run_start(cg, need, fn, arg, &wc->c);
+    if (rc < 0) {
+        free(wc);
+        errno = -rc;
+        return NULL;
+    }
+    log_debug("workspace=%s: writing %lld bytes from a child in %s", w->id, need,
+              cg ? "a kernel's memory cgroup" : "the gateway's cgroup");
+    wc->l = m->evl;
+    wc->done = done;
+    wc->data = data;
+    if (!(wc->io = wc->l->io_add(wc->l, wc->c.fd, on_charged, wc))) {
+        sbx_cgroup_charge_abort(&wc->c);
+        free(wc);
+        errno = ENOMEM;
+        return NULL;
+    }
+    return wc;
+}
+
+void wspace_charge_cancel(wspace_charge_t **pc)
+{
+    wspace_charge_t *wc = *pc;
+    if (!wc)
+        return;
+    evl_io_destroy(wc->l, &wc->io);
+    sbx_cgroup_charge_abort(&wc->c);
+    free(wc);
+    *pc = NULL;
 }
 
 static void arm_grace(wspace_t *w)

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "sandbox/cgroup.h"
+
 typedef struct wspace wspace_t;
 
 #define WSPACE_ID_MAX 40
@@ -24,13 +26,19 @@ uid_t wspace_uid(const wspace_t *w);
 gid_t wspace_gid(const wspace_t *w);
 /* Capacity in bytes (0: unbounded, unsandboxed development mode). */
 long long wspace_size_limit(const wspace_t *w);
-/* Charges len bytes of the file fd (in the workspace) from off to the memory cgroup of a
- * running kernel of the workspace, before the caller writes them: files the gateway writes
- * there count against the kernel's memory limit as the kernel's own writes do, not against the
- * gateway (sbx_cgroup_charge). -ESRCH: no running sandboxed kernel (the bytes are then the
- * gateway's, bounded by the workspace's size); -ENOMEM: over the kernel's memory limit;
- * -ENOSPC: the workspace is full. Blocks for a fork and the allocation. */
-int wspace_charge(wspace_t *w, int fd, long long off, long long len);
+/* Runs fn(arg) in a child charged to a kernel of the workspace (sbx_cgroup_run_start: what
+ * it writes there counts against that kernel's memory limit; with no running sandboxed
+ * kernel, the gateway's), without blocking the loop: done(data, rc) runs from the loop when
+ * it has ended (rc: fn's result, or -ENOMEM: over the kernel's memory limit, or -errno). A
+ * child still running when the caller gives up is killed with wspace_charge_cancel (done
+ * never runs). need: the bytes fn will write. NULL with errno (ENOMEM: over the limit). */
+typedef struct wspace_charge wspace_charge_t;
+/* A running sandboxed kernel of the workspace has a memory cgroup to charge. */
+bool wspace_chargeable(const wspace_t *w);
+typedef void (*wspace_charge_cb)(void *data, int rc);
+wspace_charge_t *wspace_charge_start(wspace_t *w, long long need, int (*fn)(void *arg),
+                                     void *arg, wspace_charge_cb done, void *data);
+void wspace_charge_cancel(wspace_charge_t **pc);
 /* Number of kernels using it. */
 int wspace_kernels(const wspace_t *w);
 /* Marks it used now: with no kernel, its grace period starts again. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -504,44 +505,89 @@ static long long mem_room(const sbx_cgroup_t *cg)
     return atoll(lim) - atoll(use);
 }
 
-int sbx_cgroup_charge(sbx_cgroup_t *cg, int fd, long long off, long long len)
+int sbx_cgroup_run_start(sbx_cgroup_t *cg, long long need, int (*fn)(void *arg), void *arg,
+                         struct sbx_cgroup_charge *ret)
 {
-    if (len <= 0)
-        return 0;
-    if (mem_room(cg) < len)
+    if (cg && mem_room(cg) < need)
         return -ENOMEM;
     char p[PATH_MAX + 32];
-    snprintf(p, sizeof(p), "%s/cgroup.procs", cg->path[0]); /* v1: the memory hierarchy */
-    int procs = open(p, O_WRONLY | O_CLOEXEC);
-    if (procs < 0)
-        return -errno;
-    int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-    pid_t pid = fork();
-    if (pid < 0) {
+    int procs = -1, adj = -1, pfd[2];
+    if (cg) {
+        snprintf(p, sizeof(p), "%s/cgroup.procs", cg->path[0]); /* v1: the memory hierarchy */
+        if ((procs = open(p, O_WRONLY | O_CLOEXEC)) < 0)
+            return -errno;
+        adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    }
+    if (pipe2(pfd, O_CLOEXEC | O_NONBLOCK) < 0) {
         int err = -errno;
-        close(procs);
+        if (procs >= 0)
+            close(procs);
         if (adj >= 0)
             close(adj);
         return err;
     }
+    pid_t pid = fork();
     if (pid == 0) { /* async-signal-safe calls only: the gateway has other threads */
+        int out = 0;
         /* should the cgroup's OOM killer run after all, this child goes first, not a kernel */
         if (adj >= 0 && write(adj, "1000", 4) < 0)
-            _exit(EIO);
-        if (write(procs, "0", 1) < 0)
-            _exit(errno);
-        _exit(fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) < 0 ? errno : 0);
+            out = -EIO;
+        else if (procs >= 0 && write(procs, "0", 1) < 0)
+            out = -errno;
+        if (out == 0)
+            out = fn(arg);
+        /* the outcome (nothing, should the OOM killer take it) */
+        _exit(write(pfd[1], &out, sizeof(out)) == (ssize_t)sizeof(out) ? 0 : 1);
     }
-    close(procs);
+    int err = pid < 0 ? -errno : 0;
+    if (procs >= 0)
+        close(procs);
     if (adj >= 0)
         close(adj);
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -errno;
-    if (WIFSIGNALED(st)) /* the cgroup's OOM killer: over its memory limit */
+    close(pfd[1]);
+    int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+    if (pid > 0 && pidfd < 0) { /* before Linux 5.3: the outcome's pipe tells the end */
+        pidfd = fcntl(pfd[0], F_DUPFD_CLOEXEC, 0);
+        if (pidfd < 0) {
+            err = -errno;
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+    }
+    if (err < 0) {
+        close(pfd[0]);
+        return err;
+    }
+    *ret = (struct sbx_cgroup_charge){.pid = pid, .fd = pidfd, .out = pfd[0]};
+    return 0;
+}
+
+int sbx_cgroup_charge_end(struct sbx_cgroup_charge *c)
+{
+    int err = 0;
+    ssize_t got = read(c->out, &err, sizeof(err));
+    /* not yet reaped by us: a subreaper's sweep of strays may have taken it already */
+    siginfo_t si;
+    if (waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOHANG) < 0 && errno != ECHILD)
+        log_debug("cgroup: charge child %d: waitid: %s", (int)c->pid, strerror(errno));
+    close(c->out);
+    close(c->fd);
+    *c = (struct sbx_cgroup_charge){.pid = 0, .fd = -1, .out = -1};
+    if (got != (ssize_t)sizeof(err)) /* killed: the cgroup's OOM killer, over its limit */
         return -ENOMEM;
-    return WEXITSTATUS(st) ? -WEXITSTATUS(st) : 0;
+    return err;
+}
+
+void sbx_cgroup_charge_abort(struct sbx_cgroup_charge *c)
+{
+    if (c->pid <= 0)
+        return;
+    kill(c->pid, SIGKILL);
+    /* a killed child's exit is immediate (it holds no lock we could wait on) */
+    waitpid(c->pid, NULL, 0);
+    close(c->out);
+    close(c->fd);
+    *c = (struct sbx_cgroup_charge){.pid = 0, .fd = -1, .out = -1};
 }
 
 long long sbx_cgroup_peak(sbx_cgroup_t *cg, bool reset)

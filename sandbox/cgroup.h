@@ -68,14 +68,30 @@ void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret);
 /* The cgroup's peak memory use in bytes (-1: unknown); reset: start measuring again (cgroup
  * v1; on v2 the peak counts from the cgroup's creation, and reset answers -1). */
 long long sbx_cgroup_peak(sbx_cgroup_t *cg, bool reset);
-/* Charges len bytes of the file fd from off to the cgroup's memory: a short-lived child moves
- * into the cgroup and allocates them (fallocate, FALLOC_FL_KEEP_SIZE: the file's size stays),
- * so a tmpfs file's pages count against the cgroup, not the caller's, when the caller writes
- * them afterwards (a page is charged to whoever allocates it; cgroup v1 and v2 alike).
- * Truncating the file releases what was not written. -ENOMEM when the cgroup's memory limit
- * does not leave room (checked first; should its OOM killer run anyway, the child is its first
- * victim), -ENOSPC when the file system is full, else -errno. Blocks while the child runs. */
-int sbx_cgroup_charge(sbx_cgroup_t *cg, int fd, long long off, long long len);
+/* A tmpfs page is charged to whoever allocates it (cgroup v1 and v2 alike): so that the files
+ * the gateway writes into a kernel's workspace count against that kernel's memory, a
+ * short-lived child moves into the kernel's cgroup and writes them (or allocates them with
+ * fallocate, FALLOC_FL_KEEP_SIZE, for the gateway to write: truncating releases what was not
+ * written). Should the cgroup's OOM killer run anyway, the child is its first victim. */
+/* Runs fn(arg) in a child that joined cg's memory cgroup (cg NULL: the caller's own), without
+ * blocking: the pages it allocates (a tmpfs file it writes) are the cgroup's, and the caller
+ * waits on nothing. The child runs fn only, which makes async-signal-safe calls only (the
+ * gateway has other threads) and returns 0 or a positive code. need: bytes it will allocate,
+ * -ENOMEM at once when the cgroup's limit does not leave them. c->fd becomes readable when
+ * the child has ended (a loop watches it); then sbx_cgroup_charge_end. 0 (*ret set) or
+ * -errno. */
+struct sbx_cgroup_charge {
+    pid_t pid;
+    int fd;  /* readable once the child ended (its pidfd) */
+    int out; /* its outcome */
+};
+int sbx_cgroup_run_start(sbx_cgroup_t *cg, long long need, int (*fn)(void *arg), void *arg,
+                         struct sbx_cgroup_charge *ret);
+/* Once c->fd is readable: reaps the child; fn's result (>= 0), -ENOMEM (the cgroup's OOM
+ * killer took it), or -errno (it could not join the cgroup). */
+int sbx_cgroup_charge_end(struct sbx_cgroup_charge *c);
+/* Kills and reaps a child still running (the caller stops waiting for it). */
+void sbx_cgroup_charge_abort(struct sbx_cgroup_charge *c);
 /* Kills anything left and removes the cgroup. */
 void sbx_cgroup_destroy(sbx_cgroup_t **cg);
 

@@ -110,3 +110,35 @@ def test_tenant_bytes_quota_evicts_oldest_download_only_workspaces(gateway_facto
     assert status == 403 and "quota" in body["message"], body
     for k in (ks[2], k4, k5):
         assert gw.delete_kernel(k["id"]) == 204
+
+
+def test_oneshot_files_are_charged_to_the_kernel_at_once(gateway_factory):
+    """A one-shot's files are charged to its kernel's memory cgroup, all of them written by
+    one child in that cgroup that the loop does not wait for (a request used to cost a
+    blocking fork per file)."""
+    import base64
+    import json
+    gw = gateway_factory("--max-body-bytes", str(64 * MiB), "--pool", "")
+    S.assert_sandboxed_gateway(gw)
+    files = [{"path": f"in/f{i}.bin", "encoding": "base64",
+              "content": base64.b64encode(bytes([i]) * (4 * MiB)).decode()} for i in range(8)]
+    files.append({"path": "empty.txt", "content": ""})
+    code = ("import os\n"
+            "print(sum(os.path.getsize(f'/mnt/data/in/f{i}.bin') for i in range(8)))")
+    status, ev, _ = gw.request("POST", "/api/execute", {"code": code, "files": files,
+                                                        "keep": True})
+    assert status == 201, ev
+    ev = [json.loads(x) for x in ev.splitlines()] if isinstance(ev, bytes) else [ev]
+    end = ev[-1]
+    assert end["type"] == "end" and end["status"] == "ok", ev
+    assert [e["text"] for e in ev if e["type"] == "stream"] == [f"{32 * MiB}\n"], ev
+    kid = end["kernel_id"]
+    stat = memory_file(gw, kid).rsplit("/", 1)[0] + "/memory.stat"
+    with open(stat) as f:
+        shmem = int(re.search(r"^shmem (\d+)$", f.read(), re.M).group(1))
+    assert shmem >= 32 * MiB, f"the kernel's cgroup holds {shmem} bytes of tmpfs for 32 MiB"
+    # one charging child for the request, not one per file
+    ws = re.search(r'"workspace_id":\s*"([^"]+)"', json.dumps(ev[0])).group(1)
+    lines = re.findall(rf"workspace={ws}: writing (\d+) files", gw.log())
+    assert lines == ["9"], lines
+    gw.delete_kernel(kid)

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,22 @@ int main(void)
     egpol_t *any = pol("*:443");
     CHECK(egpol_match(any, "example.org", 443) != NULL);
     CHECK(egpol_match(any, "93.184.216.34", 443) == NULL);
+    /* ... whatever its spelling: what inet_aton takes is an address (getaddrinfo parses it) */
+    static const char *const numeric[] = {"2130706442", "0x7f00000a", "127.10", "0177.0.0.012",
+                                          "127.0.10", "0X7F.0xA"};
+    egpol_t *plus_any = pol("+*:*"), *lit = pol("+127.0.0.10:443"); /* any stays */
+    for (size_t i = 0; i < sizeof(numeric) / sizeof(numeric[0]); i++) {
+        char h[EGPOL_HOST_MAX + 1];
+        snprintf(h, sizeof(h), "%s", numeric[i]);
+        CHECK_CASE(numeric[i]);
+        CHECK(egpol_host_normalize(h));
+        CHECK_STR(h, "127.0.0.10");
+        CHECK(egpol_match(any, h, 443) == NULL);
+        CHECK(egpol_match(plus_any, h, 443) == NULL);
+        CHECK(egpol_match(lit, h, 443) != NULL);
+    }
+    char h2[EGPOL_HOST_MAX + 1] = "1.2.3.4 x";
+    CHECK(!egpol_host_normalize(h2)); /* inet_aton would take it; a host has no blanks */
     CHECK(pol("")->n == 0);
     CHECK(egpol_match(pol(""), "pypi.org", 443) == NULL);
 
