@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,7 +28,9 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/ksecret.h"
 #include "protocol/egreq.h"
+#include "protocol/egsub.h"
 
 #define KEGRESS_BUF      16384
 #define KEGRESS_TICK_MS  10
@@ -93,6 +96,10 @@ struct econn {
     size_t hlen;
     struct egreq req;
     char *out; /* the rewritten head of a forwarded request */
+    size_t upcap;   /* bytes of up.buf (wiped when freed if it held secrets) */
+    uint32_t used;  /* the kernel's secrets (bits: ksecret indices) this request carries, or
+                       tried to carry where it was refused */
+    char sub_why[200];
     const struct egpol_entry *entry;
     char host[EGPOL_HOST_MAX + 1];
     char addr[INET6_ADDRSTRLEN];
@@ -118,23 +125,37 @@ struct kegress {
     int nhosts;
     bool more_hosts;
     long long bytes; /* relayed so far, both ways */
+    ksecret_t *secrets; /* the kernel's (not owned; NULL: none) */
+    uint32_t used;      /* secrets injected since kegress_secrets_take */
 };
 
 static void conn_tick(void *data);
 static void on_client(void *data);
 static void on_upstream(void *data);
 
+/* The names of the secrets in mask, as a new JSON array. */
+static json_t *secret_names(const kegress_t *e, uint32_t mask)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < ksecret_count(e->secrets); i++)
+        if (mask & (1u << i))
+            json_array_append_new(a, json_string(ksecret_name(e->secrets, i)));
+    return a;
+}
+
 static void audit(struct econn *c, const char *result, const char *why)
 {
     if (!audit_enabled())
         return;
-    audit_event("egress", "s:s, s:s, s:o, s:i, s:o, s:s, s:I, s:I, s:s, s:o", "tenant",
+    json_t *secrets = secret_names(c->e, c->used);
+    audit_event("egress", "s:s, s:s, s:o, s:i, s:o, s:s, s:I, s:I, s:s, s:o, s:o", "tenant",
                 c->e->tenant, "kernel", c->e->kernel, "host",
                 c->host[0] ? audit_str(c->host, strlen(c->host)) : json_null(), "port", c->req.port,
                 "address", c->addr[0] ? json_string(c->addr) : json_null(), "method",
                 c->req.connect ? "CONNECT" : "forward", "bytes_out", (json_int_t)c->sent,
                 "bytes_in", (json_int_t)c->received, "result", result, "reason",
-                why ? json_string(why) : json_null());
+                why ? json_string(why) : json_null(), "secrets",
+                secrets ? secrets : json_null());
 }
 
 static void close_conn(struct econn *c, const char *why)
@@ -180,6 +201,11 @@ static void close_conn(struct econn *c, const char *why)
 static void conn_free(struct econn *c)
 {
     evl_timer_destroy(c->e->l, &c->timer);
+    if (c->used) { /* the head with the values, and the buffer that took it */
+        sodium_memzero(c->out, c->req.out_len);
+        if (c->up.buf)
+            sodium_memzero(c->up.buf, c->upcap);
+    }
     free(c->out);
     free(c->up.buf);
     free(c->down.buf);
@@ -363,10 +389,14 @@ static bool put_pending(struct econn *c, struct pending *p, const char *s, size_
 {
     if (!n)
         return true;
-    if (!p->buf && !(p->buf = malloc(KEGRESS_BUF + EGREQ_OUT_MAX))) {
+    /* room for the head (with any secrets' values) and what followed it */
+    size_t cap = KEGRESS_BUF + EGREQ_HEAD_MAX + c->req.out_len;
+    if (!p->buf && !(p->buf = malloc(cap))) {
         close_conn(c, "out of memory");
         return false;
     }
+    if (p == &c->up && !c->upcap)
+        c->upcap = cap;
     memcpy(p->buf + p->len, s, n);
     p->len += n;
     return true;
@@ -384,6 +414,19 @@ static void note_host(kegress_t *e, const char *host, int port)
         return;
     }
     memcpy(e->hosts[e->nhosts++], hp, sizeof(hp));
+}
+
+json_t *kegress_secrets_take(kegress_t *e)
+{
+    json_t *a = secret_names(e, e->used);
+    e->used = 0;
+    return a;
+}
+
+void kegress_set_secrets(kegress_t *e, ksecret_t *ks)
+{
+    e->secrets = ks;
+    e->used = 0;
 }
 
 json_t *kegress_hosts_take(kegress_t *e)
@@ -407,6 +450,7 @@ static void relay_start(struct econn *c)
     c->st = C_RELAY;
     c->allowed = true;
     c->e->stats->allowed++;
+    c->e->used |= c->used;
     note_host(c->e, c->host, c->req.port);
     log_debug("kernel=%s: egress host=%s port=%d address=%s", c->e->kernel, c->host, c->req.port,
               c->addr);
@@ -595,6 +639,45 @@ static void resolve(struct econn *c)
 
 /* ---- the request head ---- */
 
+static int resolve_secret(void *ctx, const char *ph, const char **val, size_t *vlen,
+                          const char **why)
+{
+    struct econn *c = ctx;
+    int idx = -1;
+    int r = c->e->secrets ? ksecret_resolve(c->e->secrets, ph, c->host, c->req.port, val, vlen,
+                                            &idx, c->sub_why, sizeof(c->sub_why))
+                          : (snprintf(c->sub_why, sizeof(c->sub_why),
+                                      "a secret placeholder that is not this kernel's"),
+                             -EPERM);
+    if (idx >= 0)
+        c->used |= 1u << idx;
+    *why = c->sub_why;
+    return r;
+}
+
+/* A forwarded request's placeholders, each replaced by its secret's value where the request
+ * may carry it (kernelmgr/ksecret.h); false when the request was refused. */
+static bool put_secrets(struct econn *c)
+{
+    const char *why = NULL;
+    char *sub = NULL;
+    size_t sublen = 0;
+    int r = egsub_apply(c->out, c->req.out_len, resolve_secret, c, &sub, &sublen, &why);
+    if (r < 0) {
+        refuse(c, r == -EPERM ? 403 : r == -EMSGSIZE ? 431 : 503,
+               r == -ENOMEM ? "out of memory" : why);
+        return false;
+    }
+    if (sub) {
+        free(c->out);
+        c->out = sub;
+        c->req.out_len = sublen;
+        log_debug("kernel=%s: egress host=%s port=%d: %d secret(s) put in", c->e->kernel, c->host,
+                  c->req.port, r);
+    }
+    return true;
+}
+
 static void on_head(struct econn *c)
 {
     const char *why = NULL;
@@ -616,6 +699,8 @@ static void on_head(struct econn *c)
         refuse(c, 403, "host and port are not in the kernel's egress policy");
         return;
     }
+    if (!c->req.connect && !put_secrets(c))
+        return;
     resolve(c);
 }
 

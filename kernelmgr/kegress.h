@@ -14,6 +14,7 @@
 
 #include "common/egpol.h"
 #include "common/evl.h"
+#include "kernelmgr/ksecret.h"
 
 #define KEGRESS_PORT        3128
 #define KEGRESS_URL         "http://127.0.0.1:3128"
@@ -43,6 +44,13 @@ kegress_t *kegress_new(evl_t *l, int listen_fd, const egpol_t *pol,
  * execution: the caller takes them when it begins (discarded) and when it ends. */
 #define KEGRESS_HOSTS_MAX 16
 json_t *kegress_hosts_take(kegress_t *e);
+/* The kernel's secrets (kernelmgr/ksecret.h; NULL: none; must outlive the proxy): the
+ * placeholders in a forwarded request's head are replaced by their values where the request
+ * may carry them, and the request is refused (403, audited) where it may not. */
+void kegress_set_secrets(kegress_t *e, ksecret_t *ks);
+/* The names of the secrets the proxy put into requests since the last call, as a new JSON
+ * array; forgets them (like kegress_hosts_take). */
+json_t *kegress_secrets_take(kegress_t *e);
 /* Closes every connection (each audited) and the listener. */
 void kegress_destroy(kegress_t **e);
 

@@ -342,7 +342,11 @@ static void exec_audit(kernel_t *k, const char *status)
     /* the hosts its egress proxy let it reach meanwhile (null: no egress policy) */
     json_t *hosts = !k->egpol ? json_null() : k->egress ? kegress_hosts_take(k->egress)
                                                         : json_array();
-    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s, s:o", "tenant", k->ws->tenant,
+    /* the secrets it put into requests (names only) */
+    json_t *secrets = !k->egpol   ? json_null()
+                      : k->egress ? kegress_secrets_take(k->egress)
+                                  : json_array();
+    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s, s:o, s:o", "tenant", k->ws->tenant,
                 "kernel",
                 k->id, "msg_id", audit_str(k->exec_id, strlen(k->exec_id)), "code_sha256",
                 k->exec_sha, "duration_ms", ms, "status",
@@ -350,7 +354,8 @@ static void exec_audit(kernel_t *k, const char *status)
                 : k->exec_stage   ? "timeout" /* interrupted for its wall time */
                 : k->exec_error   ? "error"
                                   : "ok",
-                "egress_hosts", hosts ? hosts : json_null());
+                "egress_hosts", hosts ? hosts : json_null(), "egress_secrets",
+                secrets ? secrets : json_null());
 }
 
 /* The execution in progress, if any, is over (how: its status in the statistics; the gateway's
@@ -417,8 +422,10 @@ static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
     k->exec_parent = strndup(parent.p, parent.n);
     k->exec_start_us = util_now_us();
     usage_begin(k);
-    if (k->egress) /* what came before is not this execution's */
+    if (k->egress) { /* what came before is not this execution's */
         json_decref(kegress_hosts_take(k->egress));
+        json_decref(kegress_secrets_take(k->egress));
+    }
     if (k->exec_timeout_ms > 0)
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
     if (!strcmp(msg_id, k->exec_replied)) /* its reply came first (shell before iopub) */

@@ -66,6 +66,10 @@ char **klaunch__env(const kernel_t *k, json_t *req_env)
             json_object_set_new(env, proxy[j], json_string(KEGRESS_URL));
         json_object_set_new(env, "NO_PROXY", json_string(""));
         json_object_set_new(env, "no_proxy", json_string(""));
+        /* its secrets: placeholders only; the proxy holds the values */
+        for (size_t j = 0; j < ksecret_count(k->secrets); j++)
+            json_object_set_new(env, ksecret_name(k->secrets, j),
+                                json_string(ksecret_placeholder(k->secrets, j)));
     }
     size_t n = json_object_size(env), i = 0;
     char **envp = calloc(n + 1, sizeof(char *));
@@ -504,6 +508,8 @@ void klaunch__egress_start(kernel_t *k)
                             k->ws->tenant, k->id);
     if (!k->egress)
         log_warn("kernel=%s: no egress proxy: %s", k->id, strerror(errno));
+    else if (k->secrets)
+        kegress_set_secrets(k->egress, k->secrets);
 }
 
 void klaunch__signal(kernel_t *k, int sig)

@@ -1021,7 +1021,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         if ((r = new_workspace(m, tenant, size, false, &ws)) < 0)
             return refuse(m, r == -EAGAIN ? KMGR_FAIL_LIMIT : KMGR_FAIL_SPAWN, r);
     }
-    k = kinstance__new(m, spec, req->env, lim, ws, NULL, req->egress,
+    k = kinstance__new(m, spec, req->env, lim, ws, NULL, req->egress, req->secrets, req->nsecrets,
                        &kernel_owner);
     if (!k)
         return refuse(m, KMGR_FAIL_SPAWN, -errno);
