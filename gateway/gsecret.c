@@ -2,6 +2,7 @@
 #include "gateway/gsecret.h"
 
 #include <errno.h>
+#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "common/audit.h"
 #include "common/keyfile.h"
 #include "common/log.h"
+#include "kernelmgr/ktls.h"
 
 /* Every secret's hosts within its tenant's egress policy (and the ceiling). */
 static int check_hosts(gw_t *g, const secrets_t *s, char *err, size_t errsz)
@@ -50,6 +52,53 @@ int gsecret_setup(gw_t *g, char *err, size_t errsz)
     secrets_free(&g->secrets); /* kernels look values up by name at each request */
     g->secrets = s;
     return 0;
+}
+
+#define BUNDLE_MAX (4 * 1024 * 1024)
+
+/* The system's CA bundle and the egress CA, as one PEM text. */
+static char *bundle_new(const char *ca_pem)
+{
+    const char *sys = X509_get_default_cert_file();
+    char *buf = malloc(BUNDLE_MAX + strlen(ca_pem) + 2);
+    size_t n = 0;
+    if (!buf)
+        return NULL;
+    FILE *f = fopen(sys, "re");
+    if (f) {
+        n = fread(buf, 1, BUNDLE_MAX, f);
+        fclose(f);
+    } else {
+        log_warn("egress CA bundle: no system CAs at %s: kernels with secrets trust only kgw's",
+                 sys);
+    }
+    if (n && buf[n - 1] != '\n')
+        buf[n++] = '\n';
+    strcpy(buf + n, ca_pem);
+    return buf;
+}
+
+int gsecret_tls_setup(gw_t *g, char *err, size_t errsz)
+{
+    if (!g->cfg.secrets_file || !g->cfg.secrets_file[0])
+        return 0;
+    if (!(g->tls = ktls_new(g->cfg.egress_ca, g->cfg.egress_ca_file, err, errsz)))
+        return -errno;
+    if (!(g->ca_bundle = bundle_new(ktls_ca_pem(g->tls)))) {
+        ktls_destroy(&g->tls);
+        snprintf(err, errsz, "out of memory");
+        return -ENOMEM;
+    }
+    g->cfg.km.tls = g->tls;
+    g->cfg.km.ca_bundle = g->ca_bundle;
+    return 0;
+}
+
+void gsecret_tls_fini(gw_t *g)
+{
+    ktls_destroy(&g->tls);
+    free(g->ca_bundle);
+    g->ca_bundle = NULL;
 }
 
 void gsecret_reload(gw_t *g)

@@ -12,6 +12,11 @@
 
 /* Loads the file (if set) into g->secrets. -errno with a reason in err. */
 int gsecret_setup(gw_t *g, char *err, size_t errsz);
+/* With a secrets file: the egress CA (--egress-ca, or made now) that HTTPS to secrets' hosts is
+ * read with, and the bundle kernels trust (the system's CAs and it), into g->cfg.km. -errno
+ * with a reason in err. */
+int gsecret_tls_setup(gw_t *g, char *err, size_t errsz);
+void gsecret_tls_fini(gw_t *g);
 /* SIGHUP: loads the file again; on error the old secrets stay (logged, audited). */
 void gsecret_reload(gw_t *g);
 /* The names of the secrets a kernel of tenant gets (into names, at most SECRETS_PER_KERNEL,

@@ -172,6 +172,11 @@ static const struct cfg_option options[] = {
       "file of 'TENANT NAME HOST:PORT[,HOST:PORT...] VALUE' lines, mode 600: secrets kernels get "
       "as placeholders, their egress proxy puts the values in (docs/security.md); reloaded on "
       "SIGHUP"),
+    S("egress-ca", egress_ca, "",
+      "PEM file (mode 600) of the CA certificate and key the egress proxy signs certificates "
+      "of secrets' hosts with ('' = a CA made at start, its key only in memory)"),
+    S("egress-ca-file", egress_ca_file, "",
+      "PEM file of the CAs the egress proxy verifies secrets' hosts with ('' = the system's)"),
     S("egress-ceiling", egress_ceiling, "",
       "the most any tenant's egress policy may allow: HOST:PORT entries, *.wildcards, '+' for "
       "private addresses (docs/security.md; '' = the key file's policies as they are)"),
@@ -754,6 +759,10 @@ static int configure(int argc, char **argv, bool *ret_generated)
         return 2;
     }
     G.cfg.km.secrets = &G.secrets;
+    if (gsecret_tls_setup(&G, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: --egress-ca: %s\n", err);
+        return 2;
+    }
     if ((G.cfg.certfile[0] != '\0') != (G.cfg.keyfile[0] != '\0')) {
         fprintf(stderr, "kgw: --certfile and --keyfile go together\n");
         return 2;
@@ -820,6 +829,7 @@ static void teardown(evl_io_t *sig_io, int sfd)
     close(sfd);
     keyfile_free(&G.keys);
     secrets_free(&G.secrets);
+    gsecret_tls_fini(&G);
     rl_destroy(&G.rl);
     reqguard_fini();
     audit_close();

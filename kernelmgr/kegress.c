@@ -13,6 +13,9 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sodium.h>
@@ -29,6 +32,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/ksecret.h"
+#include "kernelmgr/ktls.h"
 #include "protocol/egreq.h"
 #include "protocol/egsub.h"
 
@@ -73,7 +77,11 @@ static void *lookup_thread(void *arg)
     return NULL;
 }
 
-enum cstate { C_HEAD, C_RESOLVE, C_CONNECT, C_RELAY, C_CLOSED };
+/* C_TLS: a CONNECT to a host one of the kernel's secrets is for, read (kernelmgr/ktls.h):
+ * T_ACCEPT (TLS with the kernel) -> T_HEAD (its request head) -> T_UPSTREAM (TLS with the
+ * host, verified) -> T_RELAY (the rest of that one request and its answer, decrypted). */
+enum cstate { C_HEAD, C_RESOLVE, C_CONNECT, C_RELAY, C_TLS, C_CLOSED };
+enum tstate { T_ACCEPT, T_HEAD, T_UPSTREAM, T_RELAY };
 
 struct pending {
     char *buf;
@@ -100,6 +108,8 @@ struct econn {
     uint32_t used;  /* the kernel's secrets (bits: ksecret indices) this request carries, or
                        tried to carry where it was refused */
     char sub_why[200];
+    SSL *kssl, *ussl; /* C_TLS: with the kernel, with the host */
+    enum tstate tst;
     const struct egpol_entry *entry;
     char host[EGPOL_HOST_MAX + 1];
     char addr[INET6_ADDRSTRLEN];
@@ -126,6 +136,7 @@ struct kegress {
     bool more_hosts;
     long long bytes; /* relayed so far, both ways */
     ksecret_t *secrets; /* the kernel's (not owned; NULL: none) */
+    ktls_t *tls;        /* the gateway's interception (not owned; NULL: HTTPS is tunneled) */
     uint32_t used;      /* secrets injected since kegress_secrets_take */
 };
 
@@ -170,6 +181,10 @@ static void close_conn(struct econn *c, const char *why)
                   (unsigned long long)c->received);
     }
     c->st = C_CLOSED;
+    SSL_free(c->kssl);
+    SSL_free(c->ussl);
+    c->kssl = c->ussl = NULL;
+    ERR_clear_error();
     evl_io_destroy(e->l, &c->cio);
     evl_io_destroy(e->l, &c->uio);
     evl_io_destroy(e->l, &c->lio);
@@ -423,9 +438,10 @@ json_t *kegress_secrets_take(kegress_t *e)
     return a;
 }
 
-void kegress_set_secrets(kegress_t *e, ksecret_t *ks)
+void kegress_set_secrets(kegress_t *e, ksecret_t *ks, ktls_t *tls)
 {
     e->secrets = ks;
+    e->tls = tls;
     e->used = 0;
 }
 
@@ -441,12 +457,18 @@ json_t *kegress_hosts_take(kegress_t *e)
     return a;
 }
 
+static void tls_start(struct econn *c);
+
 /* Connected: answer CONNECT, or send the forwarded head, and relay. */
 static void relay_start(struct econn *c)
 {
     static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
     const char *rest = c->head + c->req.head_len;
     size_t nrest = c->hlen - c->req.head_len;
+    if (c->req.connect && c->e->tls && ksecret_wants(c->e->secrets, c->host, c->req.port)) {
+        tls_start(c);
+        return;
+    }
     c->st = C_RELAY;
     c->allowed = true;
     c->e->stats->allowed++;
@@ -655,18 +677,17 @@ static int resolve_secret(void *ctx, const char *ph, const char **val, size_t *v
     return r;
 }
 
-/* A forwarded request's placeholders, each replaced by its secret's value where the request
- * may carry it (kernelmgr/ksecret.h); false when the request was refused. */
-static bool put_secrets(struct econn *c)
+/* A request head's placeholders (c->out), each replaced by its secret's value where the
+ * request may carry it (kernelmgr/ksecret.h). 0, or the HTTP status to refuse it with (why). */
+static int put_secrets(struct econn *c, const char **ret_why)
 {
     const char *why = NULL;
     char *sub = NULL;
     size_t sublen = 0;
     int r = egsub_apply(c->out, c->req.out_len, resolve_secret, c, &sub, &sublen, &why);
     if (r < 0) {
-        refuse(c, r == -EPERM ? 403 : r == -EMSGSIZE ? 431 : 503,
-               r == -ENOMEM ? "out of memory" : why);
-        return false;
+        *ret_why = r == -ENOMEM ? "out of memory" : why;
+        return r == -EPERM ? 403 : r == -EMSGSIZE ? 431 : 503;
     }
     if (sub) {
         free(c->out);
@@ -675,7 +696,7 @@ static bool put_secrets(struct econn *c)
         log_debug("kernel=%s: egress host=%s port=%d: %d secret(s) put in", c->e->kernel, c->host,
                   c->req.port, r);
     }
-    return true;
+    return 0;
 }
 
 static void on_head(struct econn *c)
@@ -699,8 +720,12 @@ static void on_head(struct econn *c)
         refuse(c, 403, "host and port are not in the kernel's egress policy");
         return;
     }
-    if (!c->req.connect && !put_secrets(c))
+    const char *why_s = NULL;
+    int status = c->req.connect ? 0 : put_secrets(c, &why_s);
+    if (status) {
+        refuse(c, status, why_s);
         return;
+    }
     resolve(c);
 }
 
@@ -719,6 +744,274 @@ static void on_client_head(void *data)
     c->hlen += (size_t)n;
     c->last_us = util_now_us();
     on_head(c);
+}
+
+/* ---- TLS interception (kernelmgr/ktls.h) ---- */
+
+/* Answers inside the kernel's TLS (best effort), audits the refusal and closes. */
+static void tls_refuse(struct econn *c, int status, const char *why)
+{
+    char msg[512];
+    int n = snprintf(msg, sizeof(msg),
+                     "HTTP/1.1 %d kgw egress: %s\r\nContent-Type: text/plain\r\n"
+                     "Connection: close\r\nContent-Length: %zu\r\n\r\nkgw egress: %s\n",
+                     status, why, strlen(why) + 13, why);
+    if (c->kssl && c->tst != T_ACCEPT && n > 0) {
+        int w = SSL_write(c->kssl, msg, (size_t)n < sizeof(msg) ? n : (int)sizeof(msg) - 1);
+        if (w > 0)
+            SSL_shutdown(c->kssl);
+    }
+    c->e->stats->denied++;
+    log_info("kernel=%s: egress denied: host=\"%.128s\" port=%d: %s", c->e->kernel, c->host,
+             c->req.port, why);
+    audit(c, "denied", why);
+    c->allowed = false;
+    close_conn(c, why);
+}
+
+/* What an SSL call's result means: 1 progress, 0 wait (*rd: for readability), -1 ended
+ * (cleanly or not). */
+static int tls_result(SSL *s, int r, bool *rd)
+{
+    if (r > 0)
+        return 1;
+    switch (SSL_get_error(s, r)) {
+    case SSL_ERROR_WANT_READ:
+        *rd = true;
+        return 0;
+    case SSL_ERROR_WANT_WRITE:
+        return 0;
+    default:
+        ERR_clear_error();
+        return -1;
+    }
+}
+
+/* Reads the kernel's request head inside TLS; 1 when it was handled (upstream next), 0 wait,
+ * -1 the connection was closed. */
+static int tls_head(struct econn *c, bool *krd)
+{
+    int n = SSL_read(c->kssl, c->head + c->hlen, (int)(sizeof(c->head) - c->hlen));
+    int t = tls_result(c->kssl, n, krd);
+    if (t < 0) {
+        close_conn(c, "the kernel ended TLS before a request");
+        return -1;
+    }
+    if (t == 0)
+        return 0;
+    c->hlen += (size_t)n;
+    c->last_us = util_now_us();
+    const char *why = NULL;
+    size_t out_len = 0, head_len = 0;
+    int r = egreq_parse_origin(c->head, c->hlen, c->out, &out_len, &head_len, &why);
+    if (r == 0)
+        return 1; /* more to read */
+    if (r < 0) {
+        tls_refuse(c, r == -EMSGSIZE ? 431 : r == -ENOTSUP ? 501 : 400, why);
+        return -1;
+    }
+    c->req.out_len = out_len;
+    c->req.head_len = head_len;
+    int status = put_secrets(c, &why);
+    if (status) {
+        tls_refuse(c, status, why);
+        return -1;
+    }
+    if (!(c->ussl = ktls_connect_new(c->e->tls, c->host, c->ufd))) {
+        tls_refuse(c, 502, "cannot start TLS with the host");
+        return -1;
+    }
+    c->tst = T_UPSTREAM;
+    return 1;
+}
+
+/* The host's TLS is up: its request goes on, decrypted both ways from now. */
+static bool tls_relay_begin(struct econn *c)
+{
+    c->tst = T_RELAY;
+    c->allowed = true;
+    c->e->stats->allowed++;
+    c->e->used |= c->used;
+    note_host(c->e, c->host, c->req.port);
+    size_t nrest = c->hlen - c->req.head_len;
+    if (!put_pending(c, &c->up, c->out, c->req.out_len) ||
+        !put_pending(c, &c->up, c->head + c->req.head_len, nrest))
+        return false;
+    size_t n = c->req.out_len + nrest;
+    c->sent += n;
+    c->e->stats->bytes_out += n;
+    c->e->bytes += (long long)n;
+    return true;
+}
+
+/* One direction of the relay inside TLS: writes p to `to`, or reads `from` into p. 1
+ * progress, 0 nothing to do or wait, -1 the connection was closed. */
+static int tls_pump(struct econn *c, SSL *from, SSL *to, struct pending *p, bool *eof,
+                    uint64_t *count, uint64_t *stat, bool *from_rd, bool *to_rd)
+{
+    kegress_t *e = c->e;
+    if (p->len) {
+        int w = SSL_write(to, p->buf + p->off, (int)(p->len - p->off));
+        int t = tls_result(to, w, to_rd);
+        if (t < 0) {
+            close_conn(c, "TLS write failed");
+            return -1;
+        }
+        if (t == 0)
+            return 0;
+        p->off += (size_t)w;
+        if (p->off == p->len)
+            p->off = p->len = 0;
+        return 1;
+    }
+    if (*eof)
+        return 0;
+    if (!p->buf && !(p->buf = malloc(KEGRESS_BUF))) {
+        close_conn(c, "out of memory");
+        return -1;
+    }
+    size_t room = KEGRESS_BUF;
+    if (e->lim->max_bytes > 0) {
+        long long left = e->lim->max_bytes - e->bytes;
+        if (left <= 0) {
+            close_conn(c, "byte cap reached");
+            return -1;
+        }
+        if ((long long)room > left)
+            room = (size_t)left;
+    }
+    int n = SSL_read(from, p->buf, (int)room);
+    int t = tls_result(from, n, from_rd);
+    if (t < 0) {
+        *eof = true;
+        return 1;
+    }
+    if (t == 0)
+        return 0;
+    c->last_us = util_now_us();
+    *count += (uint64_t)n;
+    *stat += (uint64_t)n;
+    e->bytes += n;
+    p->off = 0;
+    p->len = (size_t)n;
+    return 1;
+}
+
+static void on_tls_io(void *data);
+
+/* Makes every step it can, then waits for what the last steps need. */
+static void tls_drive(struct econn *c)
+{
+    bool krd = false, urd = false;
+    for (int progress = 1; progress;) {
+        progress = 0;
+        krd = urd = false;
+        int t;
+        switch (c->tst) {
+        case T_ACCEPT:
+            t = tls_result(c->kssl, SSL_accept(c->kssl), &krd);
+            if (t < 0) {
+                close_conn(c, "TLS handshake with the kernel failed (does it trust kgw's CA?)");
+                return;
+            }
+            if (t > 0) {
+                c->tst = T_HEAD;
+                c->hlen = 0;
+                progress = 1;
+            }
+            break;
+        case T_HEAD:
+            if ((t = tls_head(c, &krd)) < 0)
+                return;
+            progress = t;
+            break;
+        case T_UPSTREAM:
+            t = tls_result(c->ussl, SSL_connect(c->ussl), &urd);
+            if (t < 0) {
+                long v = SSL_get_verify_result(c->ussl);
+                char why[200];
+                if (v != X509_V_OK)
+                    snprintf(why, sizeof(why), "the host's certificate failed verification: %s",
+                             X509_verify_cert_error_string(v));
+                else
+                    snprintf(why, sizeof(why), "TLS handshake with the host failed");
+                tls_refuse(c, 502, why);
+                return;
+            }
+            if (t > 0) {
+                if (!tls_relay_begin(c))
+                    return;
+                progress = 1;
+            }
+            break;
+        case T_RELAY:
+            t = tls_pump(c, c->kssl, c->ussl, &c->up, &c->c_eof, &c->sent,
+                         &c->e->stats->bytes_out, &krd, &urd);
+            if (t < 0)
+                return;
+            progress |= t;
+            t = tls_pump(c, c->ussl, c->kssl, &c->down, &c->u_eof, &c->received,
+                         &c->e->stats->bytes_in, &urd, &krd);
+            if (t < 0)
+                return;
+            progress |= t;
+            if ((c->u_eof && !c->down.len) || (c->c_eof && !c->up.len)) {
+                if (c->u_eof)
+                    SSL_shutdown(c->kssl); /* best effort: the answer is complete */
+                close_conn(c, NULL);
+                return;
+            }
+            break;
+        }
+    }
+    /* watch a side only when a TLS call waits for it to be readable */
+    if (krd) {
+        if (!watch(c, &c->cio, c->cfd, on_tls_io))
+            return;
+    } else {
+        evl_io_destroy(c->e->l, &c->cio);
+    }
+    if (urd) {
+        if (!watch(c, &c->uio, c->ufd, on_tls_io))
+            return;
+    } else {
+        evl_io_destroy(c->e->l, &c->uio);
+    }
+    if (c->up.len || c->down.len || (!krd && !urd))
+        arm_tick(c); /* a write waits */
+    else
+        arm_idle(c);
+}
+
+static void on_tls_io(void *data)
+{
+    struct econn *c = data;
+    if (c->st == C_TLS)
+        tls_drive(c);
+}
+
+/* A CONNECT to a host of the kernel's secrets: TLS with the kernel, as that host. */
+static void tls_start(struct econn *c)
+{
+    static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    if (c->hlen != c->req.head_len) { /* TLS bytes before the answer: not a client's way */
+        refuse(c, 400, "bytes after CONNECT before its answer");
+        return;
+    }
+    if (!(c->kssl = ktls_accept_new(c->e->tls, c->host, c->cfd))) {
+        refuse(c, 503, "cannot make a certificate for the host");
+        return;
+    }
+    if (send(c->cfd, ok, sizeof(ok) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ok) - 1) {
+        close_conn(c, "write to the kernel failed");
+        return;
+    }
+    log_debug("kernel=%s: egress host=%s port=%d address=%s: TLS read for its secrets",
+              c->e->kernel, c->host, c->req.port, c->addr);
+    c->st = C_TLS;
+    c->tst = T_ACCEPT;
+    c->last_us = util_now_us();
+    tls_drive(c);
 }
 
 static void conn_tick(void *data)
@@ -753,6 +1046,13 @@ static void conn_tick(void *data)
             return;
         }
         relay_settle(c);
+        return;
+    case C_TLS:
+        if (now - c->last_us >= (uint64_t)c->e->lim->idle_ms * 1000) {
+            close_conn(c, c->tst == T_RELAY ? "idle" : "TLS: no progress in time");
+            return;
+        }
+        tls_drive(c);
         return;
     case C_CLOSED:
         return;

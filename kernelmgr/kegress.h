@@ -15,6 +15,7 @@
 #include "common/egpol.h"
 #include "common/evl.h"
 #include "kernelmgr/ksecret.h"
+#include "kernelmgr/ktls.h"
 
 #define KEGRESS_PORT        3128
 #define KEGRESS_URL         "http://127.0.0.1:3128"
@@ -46,8 +47,10 @@ kegress_t *kegress_new(evl_t *l, int listen_fd, const egpol_t *pol,
 json_t *kegress_hosts_take(kegress_t *e);
 /* The kernel's secrets (kernelmgr/ksecret.h; NULL: none; must outlive the proxy): the
  * placeholders in a forwarded request's head are replaced by their values where the request
- * may carry them, and the request is refused (403, audited) where it may not. */
-void kegress_set_secrets(kegress_t *e, ksecret_t *ks);
+ * may carry them, and the request is refused (403, audited) where it may not. With tls
+ * (kernelmgr/ktls.h; NULL: none), a CONNECT to a host one of them is for is read the same way
+ * inside TLS the proxy ends; any other CONNECT stays a tunnel. */
+void kegress_set_secrets(kegress_t *e, ksecret_t *ks, ktls_t *tls);
 /* The names of the secrets the proxy put into requests since the last call, as a new JSON
  * array; forgets them (like kegress_hosts_take). */
 json_t *kegress_secrets_take(kegress_t *e);

@@ -70,6 +70,14 @@ char **klaunch__env(const kernel_t *k, json_t *req_env)
         for (size_t j = 0; j < ksecret_count(k->secrets); j++)
             json_object_set_new(env, ksecret_name(k->secrets, j),
                                 json_string(ksecret_placeholder(k->secrets, j)));
+        /* the proxy reads HTTPS to its secrets' hosts: OpenSSL (urllib, ssl), requests, pip
+         * and curl trust the egress CA besides the system's, from a read-only file */
+        if (ksecret_count(k->secrets) && k->m->o.tls && k->m->o.ca_bundle && k->m->pydir[0]) {
+            static const char *const ca[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+                                             "CURL_CA_BUNDLE", "PIP_CERT"};
+            for (size_t j = 0; j < sizeof(ca) / sizeof(ca[0]); j++)
+                json_object_set_new(env, ca[j], json_string(KMGR_CA_BUNDLE));
+        }
     }
     size_t n = json_object_size(env), i = 0;
     char **envp = calloc(n + 1, sizeof(char *));
@@ -509,7 +517,7 @@ void klaunch__egress_start(kernel_t *k)
     if (!k->egress)
         log_warn("kernel=%s: no egress proxy: %s", k->id, strerror(errno));
     else if (k->secrets)
-        kegress_set_secrets(k->egress, k->secrets);
+        kegress_set_secrets(k->egress, k->secrets, k->m->o.tls);
 }
 
 void klaunch__signal(kernel_t *k, int sig)

@@ -75,6 +75,9 @@ struct kmgr_opts {
     /* the gateway's current secrets table (common/secrets.h; it swaps *secrets on a reload,
      * the proxies read it at each request); NULL: no secrets */
     secrets_t *const *secrets;
+    ktls_t *tls; /* HTTPS to secrets' hosts is read with it (kernelmgr/ktls.h); NULL: tunneled */
+    const char *ca_bundle; /* PEM kernels with secrets trust (the system's CAs and the egress
+                              CA), read-only at KMGR_CA_BUNDLE inside sandboxes; NULL: none */
     /* descriptors (kcapacity.c): a start is refused (-EMFILE) unless the open-file limit
      * leaves KMGR_KERNEL_FDS + fd_per_client for it beyond fd_reserve */
     int fd_per_client; /* what a kernel's clients cost the owner (one websocket) */
@@ -86,6 +89,9 @@ struct kmgr_opts {
 #define KMGR_KERNEL_FDS 44
 
 #define KMGR_TENANT_MAX 64
+/* The CA bundle of kernels with secrets (kmgr_options.ca_bundle), beside kgw_tools. */
+#define KMGR_CA_BUNDLE_NAME "kgw-ca-bundle.pem"
+#define KMGR_CA_BUNDLE      SBX_PYTHON_PATH "/" KMGR_CA_BUNDLE_NAME
 /* A kernel's CPU weight (cgroup v1 cpu.shares), shared by its tenant's kernels. */
 #define KMGR_CPU_SHARES 1024u
 

@@ -125,3 +125,14 @@ int ksecret_resolve(ksecret_t *ks, const char *ph, const char *host, int port, c
     *vlen = e->vlen;
     return 0;
 }
+
+bool ksecret_wants(const ksecret_t *ks, const char *host, int port)
+{
+    const secrets_t *tab = ks && ks->table ? *ks->table : NULL;
+    for (size_t i = 0; tab && i < ks->n; i++) {
+        const struct secrets_entry *e = secrets_find(tab, ks->tenant, ks->v[i].name);
+        if (e && egpol_match(e->hosts, host, port))
+            return true;
+    }
+    return false;
+}

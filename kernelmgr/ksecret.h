@@ -36,6 +36,9 @@ size_t ksecret_count(const ksecret_t *ks);
 /* Secret i: its name and placeholder. */
 const char *ksecret_name(const ksecret_t *ks, size_t i);
 const char *ksecret_placeholder(const ksecret_t *ks, size_t i);
+/* True when one of the kernel's secrets may be sent to host:port (its proxy then reads
+ * HTTPS to that host: kernelmgr/ktls.h). */
+bool ksecret_wants(const ksecret_t *ks, const char *host, int port);
 /* For placeholder ph (EGSUB_PH_LEN bytes) on a request to host:port: 0 with the value (valid
  * until the table is reloaded) and the secret's index; or -EPERM with why (into whybuf) and
  * the index (-1: not one of this kernel's placeholders). Counts the injection or refusal. */
