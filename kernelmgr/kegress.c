@@ -117,6 +117,9 @@ struct econn {
     bool c_eof, u_eof;
     uint64_t sent, received;
     bool allowed;
+    uint64_t cout, cin; /* of sent, received: what is on its host's line */
+    int hidx;      /* its entry in e->hosts (-1: none) ... */
+    unsigned hgen; /* ... while e->gen is this */
 };
 
 struct kegress {
@@ -131,8 +134,12 @@ struct kegress {
     char kernel[40];
     struct list conns, dead;
     int nconns;
-    char hosts[KEGRESS_HOSTS_MAX][EGPOL_HOST_MAX + 8]; /* kegress_hosts_take */
+    struct {
+        char hp[EGPOL_HOST_MAX + 8];
+        uint64_t out, in;
+    } hosts[KEGRESS_HOSTS_MAX]; /* kegress_hosts_take / kegress_receipt_take */
     int nhosts;
+    unsigned gen; /* bumped when they are taken */
     bool more_hosts;
     long long bytes; /* relayed so far, both ways */
     ksecret_t *secrets; /* the kernel's (not owned; NULL: none) */
@@ -141,6 +148,7 @@ struct kegress {
 };
 
 static void conn_tick(void *data);
+static void host_bytes(struct econn *c);
 static void on_client(void *data);
 static void on_upstream(void *data);
 
@@ -376,6 +384,7 @@ static bool pump(struct econn *c,
     *count += (uint64_t)n;
     *stat += (uint64_t)n;
     e->bytes += n;
+    host_bytes(c);
     p->off = 0;
     p->len = (size_t)n;
     (void)to;
@@ -417,25 +426,63 @@ static bool put_pending(struct econn *c, struct pending *p, const char *s, size_
     return true;
 }
 
-static void note_host(kegress_t *e, const char *host, int port)
+/* The connection's host among those reached since they were last taken; -1 when that list
+ * is full. */
+static int note_host(struct econn *c)
 {
+    kegress_t *e = c->e;
     char hp[EGPOL_HOST_MAX + 8];
-    snprintf(hp, sizeof(hp), "%s:%d", host, port);
+    if (c->hgen == e->gen && c->hidx >= 0)
+        return c->hidx;
+    snprintf(hp, sizeof(hp), "%s:%d", c->host, c->req.port);
+    c->hgen = e->gen;
     for (int i = 0; i < e->nhosts; i++)
-        if (!strcmp(e->hosts[i], hp))
-            return;
+        if (!strcmp(e->hosts[i].hp, hp))
+            return c->hidx = i;
     if (e->nhosts == KEGRESS_HOSTS_MAX) {
         e->more_hosts = true;
-        return;
+        return c->hidx = -1;
     }
-    memcpy(e->hosts[e->nhosts++], hp, sizeof(hp));
+    memcpy(e->hosts[e->nhosts].hp, hp, sizeof(hp));
+    e->hosts[e->nhosts].out = e->hosts[e->nhosts].in = 0;
+    return c->hidx = e->nhosts++;
 }
 
-json_t *kegress_secrets_take(kegress_t *e)
+/* An allowed connection's bytes (c->sent, c->received) on its host's line. When the lines
+ * were taken meanwhile (an execution began), all its bytes go on the new line: the kernel's
+ * code may open a connection before the gateway sees its execution begin. */
+static void host_bytes(struct econn *c)
 {
-    json_t *a = secret_names(e, e->used);
+    if (c->hgen != c->e->gen)
+        c->cout = c->cin = 0;
+    int i = note_host(c);
+    if (i >= 0) {
+        c->e->hosts[i].out += c->sent - c->cout;
+        c->e->hosts[i].in += c->received - c->cin;
+    }
+    c->cout = c->sent;
+    c->cin = c->received;
+}
+
+static void hosts_forget(kegress_t *e)
+{
+    e->nhosts = 0;
+    e->more_hosts = false;
+    e->gen++;
+}
+
+json_t *kegress_receipt_take(kegress_t *e)
+{
+    json_t *hosts = json_array();
+    for (int i = 0; hosts && i < e->nhosts; i++)
+        json_array_append_new(hosts, json_pack("{s:s, s:I, s:I}", "host", e->hosts[i].hp,
+                                               "bytes_out", (json_int_t)e->hosts[i].out,
+                                               "bytes_in", (json_int_t)e->hosts[i].in));
+    json_t *r = json_pack("{s:o, s:b, s:o}", "hosts", hosts ? hosts : json_array(), "more_hosts",
+                          e->more_hosts, "secrets", secret_names(e, e->used));
+    hosts_forget(e);
     e->used = 0;
-    return a;
+    return r;
 }
 
 void kegress_set_secrets(kegress_t *e, ksecret_t *ks, ktls_t *tls)
@@ -449,11 +496,11 @@ json_t *kegress_hosts_take(kegress_t *e)
 {
     json_t *a = json_array();
     for (int i = 0; a && i < e->nhosts; i++)
-        json_array_append_new(a, json_string(e->hosts[i]));
+        json_array_append_new(a, json_string(e->hosts[i].hp));
     if (a && e->more_hosts)
         json_array_append_new(a, json_string("..."));
-    e->nhosts = 0;
-    e->more_hosts = false;
+    hosts_forget(e);
+    e->used = 0;
     return a;
 }
 
@@ -473,7 +520,7 @@ static void relay_start(struct econn *c)
     c->allowed = true;
     c->e->stats->allowed++;
     c->e->used |= c->used;
-    note_host(c->e, c->host, c->req.port);
+    note_host(c);
     log_debug("kernel=%s: egress host=%s port=%d address=%s", c->e->kernel, c->host, c->req.port,
               c->addr);
     if (c->req.connect) {
@@ -486,6 +533,7 @@ static void relay_start(struct econn *c)
         return;
     size_t n = nrest + (c->req.connect ? 0 : c->req.out_len); /* what the host is sent */
     c->sent += n;
+    host_bytes(c);
     c->e->stats->bytes_out += n;
     c->e->bytes += (long long)n;
     relay_settle(c);
@@ -832,13 +880,14 @@ static bool tls_relay_begin(struct econn *c)
     c->allowed = true;
     c->e->stats->allowed++;
     c->e->used |= c->used;
-    note_host(c->e, c->host, c->req.port);
+    note_host(c);
     size_t nrest = c->hlen - c->req.head_len;
     if (!put_pending(c, &c->up, c->out, c->req.out_len) ||
         !put_pending(c, &c->up, c->head + c->req.head_len, nrest))
         return false;
     size_t n = c->req.out_len + nrest;
     c->sent += n;
+    host_bytes(c);
     c->e->stats->bytes_out += n;
     c->e->bytes += (long long)n;
     return true;
@@ -892,6 +941,7 @@ static int tls_pump(struct econn *c, SSL *from, SSL *to, struct pending *p, bool
     *count += (uint64_t)n;
     *stat += (uint64_t)n;
     e->bytes += n;
+    host_bytes(c);
     p->off = 0;
     p->len = (size_t)n;
     return 1;
@@ -1078,6 +1128,7 @@ static void on_accept(void *data)
             continue;
         }
         c->e = e;
+        c->hidx = -1;
         c->cfd = fd;
         c->ufd = c->lfd = -1;
         c->last_us = util_now_us();

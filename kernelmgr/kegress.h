@@ -51,9 +51,11 @@ json_t *kegress_hosts_take(kegress_t *e);
  * (kernelmgr/ktls.h; NULL: none), a CONNECT to a host one of them is for is read the same way
  * inside TLS the proxy ends; any other CONNECT stays a tunnel. */
 void kegress_set_secrets(kegress_t *e, ksecret_t *ks, ktls_t *tls);
-/* The names of the secrets the proxy put into requests since the last call, as a new JSON
- * array; forgets them (like kegress_hosts_take). */
-json_t *kegress_secrets_take(kegress_t *e);
+/* The receipt of what the proxy let through since the last take (this or
+ * kegress_hosts_take), as a new JSON object {"hosts": [{"host": "h:p", "bytes_out",
+ * "bytes_in"}...] (at most KEGRESS_HOSTS_MAX), "more_hosts": bool, "secrets": [the names of
+ * the secrets put into requests]}; forgets them. */
+json_t *kegress_receipt_take(kegress_t *e);
 /* Closes every connection (each audited) and the listener. */
 void kegress_destroy(kegress_t **e);
 

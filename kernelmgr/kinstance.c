@@ -202,6 +202,7 @@ void kinstance__free(kernel_t *k)
     kegress_destroy(&k->egress);
     free(k->egpol);
     ksecret_destroy(&k->secrets);
+    json_decref(k->exec_receipt);
     if (k->pidfd >= 0)
         close(k->pidfd);
     klaunch__setup_end(k);

@@ -243,6 +243,8 @@ struct kernel {
     egpol_t *egpol;      /* its egress policy (NULL: no network at all) */
     kegress_t *egress;   /* its egress proxy, while its process runs */
     ksecret_t *secrets;  /* its secrets' placeholders (NULL: none) */
+    json_t *exec_receipt; /* its egress receipt for the execution exec_receipt_id (exec_audit) */
+    char exec_receipt_id[JMSG_MSG_ID_MAX];
     char env_id[JMSG_MSG_ID_MAX]; /* that execution's msg_id */
     bool env_replied, env_idle;
 };

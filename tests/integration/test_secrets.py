@@ -7,6 +7,7 @@ with their own CA made here with the `openssl` CLI; the gateway verifies hosts a
 host; kernels run real urllib and requests (pip's copy) code.
 """
 import hashlib
+import http.client
 import http.server
 import json
 import os
@@ -342,9 +343,28 @@ R["theirs"] = fetch("http://{A_HOST}:{net['pa']}/", {{"Authorization": {sec_tok!
 
 
 def test_receipts_and_metrics(sgw, net, kern):
-    S.kcall(sgw.t["sec"], kern, FETCH + f'''
-R["a"] = fetch("http://{A_HOST}:{net['pa']}/receipt", {{"Authorization": TOK}})
-''')
+    # the execute API's end: hosts with bytes each way, secrets by name
+    code = FETCH + f'''
+print(fetch("http://{A_HOST}:{net['pa']}/receipt", {{"Authorization": TOK}})["status"])
+print(fetch("https://{TLS_HOST}:{net['ptls']}/receipt", {{"Authorization": TOK}})["status"])
+print(fetch("http://{B_HOST}:{net['pb']}/plain")["status"])
+'''
+    c = http.client.HTTPConnection("127.0.0.1", sgw.port, timeout=60)
+    c.request("POST", f"/api/kernels/{kern}/execute", body=json.dumps({"code": code}),
+              headers={"Authorization": "token " + sgw.t["sec"].token,
+                       "Content-Type": "application/json"})
+    events = [json.loads(line) for line in c.getresponse().read().splitlines() if line.strip()]
+    c.close()
+    out = "".join(e.get("text", "") for e in events if e["type"] == "stream")
+    assert out.split() == ["200", "200", "200"], events
+    end = events[-1]
+    assert end["type"] == "end" and end["egress"]["secrets"] == ["API_TOKEN"], end
+    hosts = {h["host"]: h for h in end["egress"]["hosts"]}
+    assert set(hosts) == {f"{A_HOST}:{net['pa']}", f"{TLS_HOST}:{net['ptls']}",
+                          f"{B_HOST}:{net['pb']}"}, end
+    assert all(h["bytes_out"] > 50 and h["bytes_in"] > 50 for h in hosts.values()), end
+    assert VALUE not in json.dumps(events)
+
     ex = wait_audit(sgw, lambda e: e["kernel"] == kern and e.get("egress_secrets"),
                     event="execution")
     assert ex[-1]["egress_secrets"] == ["API_TOKEN"], ex[-1]
