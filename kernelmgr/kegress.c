@@ -37,6 +37,11 @@
 #include "protocol/egsub.h"
 
 #define KEGRESS_BUF      16384
+/* TLS handshakes the proxy makes for a kernel (a leaf certificate, two key exchanges), a token
+ * bucket: a kernel that floods them is answered 429 before any TLS, so the loop's cost per
+ * kernel stays bounded (docs/security.md, "Secrets") */
+#define KEGRESS_TLS_RATE  20.0 /* per second */
+#define KEGRESS_TLS_BURST 40.0
 #define KEGRESS_TICK_MS  10
 #define ACCEPTS_PER_TURN 16
 
@@ -144,11 +149,17 @@ struct kegress {
     long long bytes; /* relayed so far, both ways */
     ksecret_t *secrets; /* the kernel's (not owned; NULL: none) */
     ktls_t *tls;        /* the gateway's interception (not owned; NULL: HTTPS is tunneled) */
+    double tls_tokens;  /* handshakes it may start now (KEGRESS_TLS_RATE) */
+    uint64_t tls_us;    /* when they were counted */
     uint32_t used;      /* secrets injected since kegress_secrets_take */
 };
 
 static void conn_tick(void *data);
 static void host_bytes(struct econn *c);
+static void tls_start(struct econn *c);
+static void tls_upstream(struct econn *c);
+static void tls_refuse(struct econn *c, int status, const char *why);
+static void tls_drive(struct econn *c);
 static void on_client(void *data);
 static void on_upstream(void *data);
 
@@ -249,6 +260,10 @@ static void on_reap(void *data)
  * closes. The reason goes into the status line, so urllib and requests show it. */
 static void refuse(struct econn *c, int status, const char *why)
 {
+    if (c->kssl) { /* the kernel speaks TLS with the proxy: the answer goes inside */
+        tls_refuse(c, status, why);
+        return;
+    }
     char msg[512];
     int n = snprintf(msg, sizeof(msg),
                      "HTTP/1.1 %d kgw egress: %s\r\nContent-Type: text/plain\r\n"
@@ -489,6 +504,8 @@ void kegress_set_secrets(kegress_t *e, ksecret_t *ks, ktls_t *tls)
 {
     e->secrets = ks;
     e->tls = tls;
+    e->tls_tokens = KEGRESS_TLS_BURST;
+    e->tls_us = util_now_us();
     e->used = 0;
 }
 
@@ -504,7 +521,6 @@ json_t *kegress_hosts_take(kegress_t *e)
     return a;
 }
 
-static void tls_start(struct econn *c);
 
 /* Connected: answer CONNECT, or send the forwarded head, and relay. */
 static void relay_start(struct econn *c)
@@ -512,8 +528,8 @@ static void relay_start(struct econn *c)
     static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
     const char *rest = c->head + c->req.head_len;
     size_t nrest = c->hlen - c->req.head_len;
-    if (c->req.connect && c->e->tls && ksecret_wants(c->e->secrets, c->host, c->req.port)) {
-        tls_start(c);
+    if (c->kssl) { /* TLS read for its secrets: the request is in hand, TLS with the host */
+        tls_upstream(c);
         return;
     }
     c->st = C_RELAY;
@@ -709,6 +725,20 @@ static void resolve(struct econn *c)
 
 /* ---- the request head ---- */
 
+/* One TLS handshake from the kernel's bucket; false when it is empty. */
+static bool tls_token(kegress_t *e)
+{
+    uint64_t now = util_now_us();
+    e->tls_tokens += (double)(now - e->tls_us) / 1e6 * KEGRESS_TLS_RATE;
+    if (e->tls_tokens > KEGRESS_TLS_BURST)
+        e->tls_tokens = KEGRESS_TLS_BURST;
+    e->tls_us = now;
+    if (e->tls_tokens < 1.0)
+        return false;
+    e->tls_tokens -= 1.0;
+    return true;
+}
+
 static int resolve_secret(void *ctx, const char *ph, const char **val, size_t *vlen,
                           const char **why)
 {
@@ -766,6 +796,15 @@ static void on_head(struct econn *c)
     c->entry = egpol_match(c->e->pol, c->host, c->req.port);
     if (!c->entry) {
         refuse(c, 403, "host and port are not in the kernel's egress policy");
+        return;
+    }
+    if (c->req.connect && c->e->tls && ksecret_wants(c->e->secrets, c->host, c->req.port)) {
+        /* read for its secrets: TLS with the kernel first, the host once the request is in */
+        if (!tls_token(c->e))
+            refuse(c, 429, "too many TLS connections to secrets' hosts from this kernel; retry "
+                           "later");
+        else
+            tls_start(c);
         return;
     }
     const char *why_s = NULL;
@@ -835,8 +874,9 @@ static int tls_result(SSL *s, int r, bool *rd)
     }
 }
 
-/* Reads the kernel's request head inside TLS; 1 when it was handled (upstream next), 0 wait,
- * -1 the connection was closed. */
+/* Reads the kernel's request head inside TLS; 1 progress, 0 wait, -1 the connection was
+ * closed, 2 the request went on to the host's lookup and connect (the connection is not in
+ * C_TLS for now). */
 static int tls_head(struct econn *c, bool *krd)
 {
     int n = SSL_read(c->kssl, c->head + c->hlen, (int)(sizeof(c->head) - c->hlen));
@@ -865,12 +905,25 @@ static int tls_head(struct econn *c, bool *krd)
         tls_refuse(c, status, why);
         return -1;
     }
+    /* the host now: name lookup and connect as for any request (refusals come inside TLS),
+     * then tls_upstream */
+    evl_io_destroy(c->e->l, &c->cio);
+    c->tst = T_UPSTREAM;
+    resolve(c);
+    return 2;
+}
+
+/* Connected to the host for an intercepted request: TLS with it, verified. */
+static void tls_upstream(struct econn *c)
+{
     if (!(c->ussl = ktls_connect_new(c->e->tls, c->host, c->ufd))) {
         tls_refuse(c, 502, "cannot start TLS with the host");
-        return -1;
+        return;
     }
+    c->st = C_TLS;
     c->tst = T_UPSTREAM;
-    return 1;
+    c->last_us = util_now_us();
+    tls_drive(c);
 }
 
 /* The host's TLS is up: its request goes on, decrypted both ways from now. */
@@ -971,7 +1024,7 @@ static void tls_drive(struct econn *c)
             }
             break;
         case T_HEAD:
-            if ((t = tls_head(c, &krd)) < 0)
+            if ((t = tls_head(c, &krd)) < 0 || t == 2)
                 return;
             progress = t;
             break;
@@ -1056,8 +1109,8 @@ static void tls_start(struct econn *c)
         close_conn(c, "write to the kernel failed");
         return;
     }
-    log_debug("kernel=%s: egress host=%s port=%d address=%s: TLS read for its secrets",
-              c->e->kernel, c->host, c->req.port, c->addr);
+    log_debug("kernel=%s: egress host=%s port=%d: TLS read for its secrets", c->e->kernel,
+              c->host, c->req.port);
     c->st = C_TLS;
     c->tst = T_ACCEPT;
     c->last_us = util_now_us();

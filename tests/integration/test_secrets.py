@@ -384,3 +384,69 @@ def test_secrets_file_must_be_private(net, tmp_path):
                         f"--secrets-file={sf}"], capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "chmod 600" in p.stderr, p.stderr
     assert VALUE not in p.stderr + p.stdout
+
+
+FLOOD = r'''
+import json, os, socket, ssl, sys, threading, time
+host, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+ctx = ssl.create_default_context()  # SSL_CERT_FILE: the system's CAs and kgw's
+counts = {"ok": 0, "429": 0, "other": 0}
+lock = threading.Lock()
+end = time.monotonic() + secs
+def one():
+    while time.monotonic() < end:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+        try:
+            s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\n\r\n".encode())
+            ans = s.recv(4096).decode(errors="replace")
+            if ans.startswith("HTTP/1.1 429"):
+                k = "429"
+            elif ans.startswith("HTTP/1.1 200"):
+                t = ctx.wrap_socket(s, server_hostname=host)  # the whole handshake
+                t.close()
+                k = "ok"
+            else:
+                k = "other"
+        except OSError:
+            k = "other"
+        finally:
+            s.close()
+        with lock:
+            counts[k] += 1
+ts = [threading.Thread(target=one) for _ in range(12)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print(json.dumps(counts))
+'''
+
+
+def test_handshake_flood_is_refused_without_slowing_the_loop(sgw, net, kern):
+    secs = 6
+    attack = S.Background(lambda: S.kcall(sgw.t["sec"], kern, f'''
+import subprocess, sys, json
+p = subprocess.run([sys.executable, "-c", {FLOOD!r}, "{TLS_HOST}", "{net['ptls']}", "{secs}"],
+                   capture_output=True, text=True, timeout=60)
+R["counts"] = json.loads(p.stdout) if p.stdout.strip() else None
+R["err"] = p.stderr[-2000:]
+''', timeout=90))
+    attack.start()
+    time.sleep(0.3)
+    lat = S.api_latencies(sgw, attack, 60)
+    r = attack.value(60)
+    print("GET /api during the handshake flood:", S.describe(lat), r["counts"])
+    c = r["counts"]
+    assert c, r
+    assert c["429"] > 0, c  # over the bucket: refused before any TLS
+    # at most the burst and the rate over the flood's time (and a little for the clock)
+    assert 10 <= c["ok"] <= 40 + 20 * (secs + 2), c
+    s = sorted(lat)
+    assert s and s[len(s) // 2] < 0.05 and s[-1] < 0.5, S.describe(lat)
+    # another kernel's handshakes are its own
+    k2 = start(sgw.t["sec"], {"secrets": ["API_TOKEN"]})["id"]
+    r2 = S.kcall(sgw.t["sec"], k2, FETCH + f'''
+R["tls"] = fetch("https://{TLS_HOST}:{net['ptls']}/after", {{"Authorization": TOK}})
+''')
+    assert r2["tls"]["status"] == 200, r2
+    sgw.t["sec"].delete_kernel(k2)
