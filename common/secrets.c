@@ -21,12 +21,13 @@ static bool blank(char c)
 bool secrets_name_ok(const char *s, size_t n)
 {
     /* names the gateway sets, or that change how a process or its TLS behaves */
-    static const char *const exact[] = {"PATH", "HOME", "LANG", "USER", "SHELL", "TERM",
-                                        "TMPDIR", "NO_PROXY", "REQUESTS_CA_BUNDLE",
-                                        "CURL_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS",
+    static const char *const exact[] = {"PATH",           "HOME",       "LANG",
+                                        "USER",           "SHELL",      "TERM",
+                                        "TMPDIR",         "NO_PROXY",   "REQUESTS_CA_BUNDLE",
+                                        "CURL_CA_BUNDLE", "PIP_CERT",   "NODE_EXTRA_CA_CERTS",
                                         "JPY_PARENT_PID", "IPYTHONDIR", "JUPYTER_RUNTIME_DIR"};
-    static const char *const prefix[] = {"LD_", "PYTHON", "KERNEL_", "KGW_", "SSL_", "LC_",
-                                         "JUPYTER_", "GLIBC_", "MALLOC_"};
+    static const char *const prefix[] = {"LD_", "PYTHON",   "KERNEL_", "KGW_",   "SSL_",
+                                         "LC_", "JUPYTER_", "GLIBC_",  "MALLOC_"};
     if (n == 0 || n > SECRETS_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
         return false;
     for (size_t i = 0; i < n; i++)
@@ -57,8 +58,8 @@ void secrets_entry_fini(struct secrets_entry *e)
     e->vlen = 0;
 }
 
-int secrets_parse_line(const char *line, size_t len, struct secrets_entry *out, char *err,
-                       size_t errsz)
+int secrets_parse_line(
+    const char *line, size_t len, struct secrets_entry *out, char *err, size_t errsz)
 {
     size_t i = 0, f[3][2];
     if (len > SECRETS_LINE_MAX)
@@ -148,8 +149,7 @@ void secrets_free(secrets_t **ps)
     *ps = NULL;
 }
 
-const struct secrets_entry *secrets_find(const secrets_t *s, const char *tenant,
-                                         const char *name)
+const struct secrets_entry *secrets_find(const secrets_t *s, const char *tenant, const char *name)
 {
     for (size_t i = 0; s && i < s->n; i++)
         if (!strcmp(s->v[i].name, name) && !strcmp(s->v[i].tenant, tenant))

@@ -44,16 +44,15 @@ typedef struct secrets {
 /* Parses one line (without its newline). 1: an entry (out filled; its hosts and value are
  * new allocations, released by secrets_entry_fini); 0: a blank or comment line; -EINVAL with
  * a reason in err (the reason never quotes the value); -ENOMEM. */
-int secrets_parse_line(const char *line, size_t len, struct secrets_entry *out, char *err,
-                       size_t errsz);
+int secrets_parse_line(
+    const char *line, size_t len, struct secrets_entry *out, char *err, size_t errsz);
 void secrets_entry_fini(struct secrets_entry *e);
 /* Loads a file (refused when group or others may read or write it, or it is not a regular
  * file); -errno with "path[:line]: reason" in err. An empty file is an empty table. */
 int secrets_load(const char *path, secrets_t **ret, char *err, size_t errsz);
 void secrets_free(secrets_t **s);
 /* The secret NAME of tenant, or NULL. */
-const struct secrets_entry *secrets_find(const secrets_t *s, const char *tenant,
-                                         const char *name);
+const struct secrets_entry *secrets_find(const secrets_t *s, const char *tenant, const char *name);
 /* True when name is a valid secret name: [A-Z_][A-Z0-9_]*, at most SECRETS_NAME_MAX bytes,
  * and not one the gateway sets or a process depends on (PATH, HOME, LD_*, PYTHON*, *_PROXY,
  * KERNEL_*, KGW_*, SSL_*, ...). */

@@ -115,8 +115,13 @@ void gsecret_reload(gw_t *g)
     audit_event("secrets_reloaded", "s:I", "secrets", (json_int_t)g->secrets->n);
 }
 
-int gsecret_pick(gw_t *g, const char *tenant, json_t *ask, const char **names, size_t *ret_n,
-                 char *why, size_t whysz)
+int gsecret_pick(gw_t *g,
+                 const char *tenant,
+                 json_t *ask,
+                 const char **names,
+                 size_t *ret_n,
+                 char *why,
+                 size_t whysz)
 {
     size_t n = 0, i;
     json_t *v;
@@ -125,8 +130,8 @@ int gsecret_pick(gw_t *g, const char *tenant, json_t *ask, const char **names, s
             if (strcmp(g->secrets->v[i].tenant, tenant))
                 continue;
             if (n == SECRETS_PER_KERNEL) {
-                log_warn("tenant=%s: more than %d secrets; a kernel gets the first %d",
-                         tenant, SECRETS_PER_KERNEL, SECRETS_PER_KERNEL);
+                log_warn("tenant=%s: more than %d secrets; a kernel gets the first %d", tenant,
+                         SECRETS_PER_KERNEL, SECRETS_PER_KERNEL);
                 break;
             }
             names[n++] = g->secrets->v[i].name;

@@ -23,7 +23,12 @@ void gsecret_reload(gw_t *g);
  * pointing into g->secrets: use them before returning to the loop): the request's "secrets"
  * (a list of names) or, without one, all the tenant's. 0; -EINVAL (400: not a list of names,
  * or too many); -EPERM (403: a name the tenant lacks, named in why). */
-int gsecret_pick(gw_t *g, const char *tenant, json_t *ask, const char **names, size_t *ret_n,
-                 char *why, size_t whysz);
+int gsecret_pick(gw_t *g,
+                 const char *tenant,
+                 json_t *ask,
+                 const char **names,
+                 size_t *ret_n,
+                 char *why,
+                 size_t whysz);
 
 #endif

@@ -36,14 +36,14 @@
 #include "protocol/egreq.h"
 #include "protocol/egsub.h"
 
-#define KEGRESS_BUF      16384
+#define KEGRESS_BUF       16384
 /* TLS handshakes the proxy makes for a kernel (a leaf certificate, two key exchanges), a token
  * bucket: a kernel that floods them is answered 429 before any TLS, so the loop's cost per
  * kernel stays bounded (docs/security.md, "Secrets") */
 #define KEGRESS_TLS_RATE  20.0 /* per second */
 #define KEGRESS_TLS_BURST 40.0
-#define KEGRESS_TICK_MS  10
-#define ACCEPTS_PER_TURN 16
+#define KEGRESS_TICK_MS   10
+#define ACCEPTS_PER_TURN  16
 
 static atomic_int lookups; /* lookup threads running, gateway-wide */
 
@@ -108,10 +108,10 @@ struct econn {
     char head[EGREQ_HEAD_MAX];
     size_t hlen;
     struct egreq req;
-    char *out; /* the rewritten head of a forwarded request */
-    size_t upcap;   /* bytes of up.buf (wiped when freed if it held secrets) */
-    uint32_t used;  /* the kernel's secrets (bits: ksecret indices) this request carries, or
-                       tried to carry where it was refused */
+    char *out;     /* the rewritten head of a forwarded request */
+    size_t upcap;  /* bytes of up.buf (wiped when freed if it held secrets) */
+    uint32_t used; /* the kernel's secrets (bits: ksecret indices) this request carries, or
+                      tried to carry where it was refused */
     char sub_why[200];
     SSL *kssl, *ussl; /* C_TLS: with the kernel, with the host */
     enum tstate tst;
@@ -123,8 +123,8 @@ struct econn {
     uint64_t sent, received;
     bool allowed;
     uint64_t cout, cin; /* of sent, received: what is on its host's line */
-    int hidx;      /* its entry in e->hosts (-1: none) ... */
-    unsigned hgen; /* ... while e->gen is this */
+    int hidx;           /* its entry in e->hosts (-1: none) ... */
+    unsigned hgen;      /* ... while e->gen is this */
 };
 
 struct kegress {
@@ -146,7 +146,7 @@ struct kegress {
     int nhosts;
     unsigned gen; /* bumped when they are taken */
     bool more_hosts;
-    long long bytes; /* relayed so far, both ways */
+    long long bytes;    /* relayed so far, both ways */
     ksecret_t *secrets; /* the kernel's (not owned; NULL: none) */
     ktls_t *tls;        /* the gateway's interception (not owned; NULL: HTTPS is tunneled) */
     double tls_tokens;  /* handshakes it may start now (KEGRESS_TLS_RATE) */
@@ -184,8 +184,7 @@ static void audit(struct econn *c, const char *result, const char *why)
                 "address", c->addr[0] ? json_string(c->addr) : json_null(), "method",
                 c->req.connect ? "CONNECT" : "forward", "bytes_out", (json_int_t)c->sent,
                 "bytes_in", (json_int_t)c->received, "result", result, "reason",
-                why ? json_string(why) : json_null(), "secrets",
-                secrets ? secrets : json_null());
+                why ? json_string(why) : json_null(), "secrets", secrets ? secrets : json_null());
 }
 
 static void close_conn(struct econn *c, const char *why)
@@ -491,8 +490,8 @@ json_t *kegress_receipt_take(kegress_t *e)
     json_t *hosts = json_array();
     for (int i = 0; hosts && i < e->nhosts; i++)
         json_array_append_new(hosts, json_pack("{s:s, s:I, s:I}", "host", e->hosts[i].hp,
-                                               "bytes_out", (json_int_t)e->hosts[i].out,
-                                               "bytes_in", (json_int_t)e->hosts[i].in));
+                                               "bytes_out", (json_int_t)e->hosts[i].out, "bytes_in",
+                                               (json_int_t)e->hosts[i].in));
     json_t *r = json_pack("{s:o, s:b, s:o}", "hosts", hosts ? hosts : json_array(), "more_hosts",
                           e->more_hosts, "secrets", secret_names(e, e->used));
     hosts_forget(e);
@@ -520,7 +519,6 @@ json_t *kegress_hosts_take(kegress_t *e)
     e->used = 0;
     return a;
 }
-
 
 /* Connected: answer CONNECT, or send the forwarded head, and relay. */
 static void relay_start(struct econn *c)
@@ -739,8 +737,8 @@ static bool tls_token(kegress_t *e)
     return true;
 }
 
-static int resolve_secret(void *ctx, const char *ph, const char **val, size_t *vlen,
-                          const char **why)
+static int
+resolve_secret(void *ctx, const char *ph, const char **val, size_t *vlen, const char **why)
 {
     struct econn *c = ctx;
     int idx = -1;
@@ -801,8 +799,9 @@ static void on_head(struct econn *c)
     if (c->req.connect && c->e->tls && ksecret_wants(c->e->secrets, c->host, c->req.port)) {
         /* read for its secrets: TLS with the kernel first, the host once the request is in */
         if (!tls_token(c->e))
-            refuse(c, 429, "too many TLS connections to secrets' hosts from this kernel; retry "
-                           "later");
+            refuse(c, 429,
+                   "too many TLS connections to secrets' hosts from this kernel; retry "
+                   "later");
         else
             tls_start(c);
         return;
@@ -948,8 +947,15 @@ static bool tls_relay_begin(struct econn *c)
 
 /* One direction of the relay inside TLS: writes p to `to`, or reads `from` into p. 1
  * progress, 0 nothing to do or wait, -1 the connection was closed. */
-static int tls_pump(struct econn *c, SSL *from, SSL *to, struct pending *p, bool *eof,
-                    uint64_t *count, uint64_t *stat, bool *from_rd, bool *to_rd)
+static int tls_pump(struct econn *c,
+                    SSL *from,
+                    SSL *to,
+                    struct pending *p,
+                    bool *eof,
+                    uint64_t *count,
+                    uint64_t *stat,
+                    bool *from_rd,
+                    bool *to_rd)
 {
     kegress_t *e = c->e;
     if (p->len) {
@@ -1048,8 +1054,8 @@ static void tls_drive(struct econn *c)
             }
             break;
         case T_RELAY:
-            t = tls_pump(c, c->kssl, c->ussl, &c->up, &c->c_eof, &c->sent,
-                         &c->e->stats->bytes_out, &krd, &urd);
+            t = tls_pump(c, c->kssl, c->ussl, &c->up, &c->c_eof, &c->sent, &c->e->stats->bytes_out,
+                         &krd, &urd);
             if (t < 0)
                 return;
             progress |= t;
@@ -1109,8 +1115,8 @@ static void tls_start(struct econn *c)
         close_conn(c, "write to the kernel failed");
         return;
     }
-    log_debug("kernel=%s: egress host=%s port=%d: TLS read for its secrets", c->e->kernel,
-              c->host, c->req.port);
+    log_debug("kernel=%s: egress host=%s port=%d: TLS read for its secrets", c->e->kernel, c->host,
+              c->req.port);
     c->st = C_TLS;
     c->tst = T_ACCEPT;
     c->last_us = util_now_us();

@@ -22,8 +22,11 @@ struct ksecret {
 
 _Static_assert(SECRETS_PH_LEN == EGSUB_PH_LEN, "one placeholder form");
 
-ksecret_t *ksecret_new(const char *tenant, const char *const *names, size_t n,
-                       secrets_t *const *table, struct ksecret_stats *stats)
+ksecret_t *ksecret_new(const char *tenant,
+                       const char *const *names,
+                       size_t n,
+                       secrets_t *const *table,
+                       struct ksecret_stats *stats)
 {
     if (n > SECRETS_PER_KERNEL || strlen(tenant) > IDENT_TENANT_MAX) {
         errno = E2BIG;
@@ -93,8 +96,15 @@ static void count(ksecret_t *ks, const char *name, bool injected)
         s->v[i].refused++;
 }
 
-int ksecret_resolve(ksecret_t *ks, const char *ph, const char *host, int port, const char **val,
-                    size_t *vlen, int *ret_idx, char *whybuf, size_t whysz)
+int ksecret_resolve(ksecret_t *ks,
+                    const char *ph,
+                    const char *host,
+                    int port,
+                    const char **val,
+                    size_t *vlen,
+                    int *ret_idx,
+                    char *whybuf,
+                    size_t whysz)
 {
     size_t i;
     for (i = 0; i < ks->n; i++)

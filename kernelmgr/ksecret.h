@@ -29,8 +29,11 @@ typedef struct ksecret ksecret_t;
 
 /* The kernel of tenant gets names (n of them, at most SECRETS_PER_KERNEL; the caller checked
  * that tenant has them); *table is the gateway's current table. NULL + errno. */
-ksecret_t *ksecret_new(const char *tenant, const char *const *names, size_t n,
-                       secrets_t *const *table, struct ksecret_stats *stats);
+ksecret_t *ksecret_new(const char *tenant,
+                       const char *const *names,
+                       size_t n,
+                       secrets_t *const *table,
+                       struct ksecret_stats *stats);
 void ksecret_destroy(ksecret_t **ks);
 size_t ksecret_count(const ksecret_t *ks);
 /* Secret i: its name and placeholder. */
@@ -42,7 +45,14 @@ bool ksecret_wants(const ksecret_t *ks, const char *host, int port);
 /* For placeholder ph (EGSUB_PH_LEN bytes) on a request to host:port: 0 with the value (valid
  * until the table is reloaded) and the secret's index; or -EPERM with why (into whybuf) and
  * the index (-1: not one of this kernel's placeholders). Counts the injection or refusal. */
-int ksecret_resolve(ksecret_t *ks, const char *ph, const char *host, int port, const char **val,
-                    size_t *vlen, int *ret_idx, char *whybuf, size_t whysz);
+int ksecret_resolve(ksecret_t *ks,
+                    const char *ph,
+                    const char *host,
+                    int port,
+                    const char **val,
+                    size_t *vlen,
+                    int *ret_idx,
+                    char *whybuf,
+                    size_t whysz);
 
 #endif

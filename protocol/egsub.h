@@ -11,19 +11,24 @@
 #define EGSUB_PREFIX     "kgw-secret-"
 #define EGSUB_PREFIX_LEN 11
 #define EGSUB_PH_LEN     (EGSUB_PREFIX_LEN + 32)
-#define EGSUB_MAX        16            /* placeholders in one head */
-#define EGSUB_OUT_MAX    (64 * 1024)   /* bytes of a head after substitution */
+#define EGSUB_MAX        16          /* placeholders in one head */
+#define EGSUB_OUT_MAX    (64 * 1024) /* bytes of a head after substitution */
 
 /* ph: EGSUB_PH_LEN bytes (not NUL-terminated). 0 with *val, *vlen set; or -EPERM with *why
  * (a reason the kernel may read: names a secret, never a value). */
-typedef int (*egsub_resolve_fn)(void *ctx, const char *ph, const char **val, size_t *vlen,
-                                const char **why);
+typedef int (*egsub_resolve_fn)(
+    void *ctx, const char *ph, const char **val, size_t *vlen, const char **why);
 
 /* Writes head (len bytes) with its placeholders replaced into a new buffer (*ret, *ret_len;
  * NULL, 0 when it has none: use the head as it is). Returns how many were replaced (>= 0), or
  * -EPERM (resolve refused one; why set), -EMSGSIZE (more than EGSUB_MAX placeholders or the
  * result over EGSUB_OUT_MAX bytes), -ENOMEM. The caller frees *ret (it holds values: wipe). */
-int egsub_apply(const char *head, size_t len, egsub_resolve_fn resolve, void *ctx, char **ret,
-                size_t *ret_len, const char **why);
+int egsub_apply(const char *head,
+                size_t len,
+                egsub_resolve_fn resolve,
+                void *ctx,
+                char **ret,
+                size_t *ret_len,
+                const char **why);
 
 #endif

@@ -4,10 +4,11 @@
  * EGREQ_HEAD_MAX and its rewrite ends with "Connection: close" and the empty line; the
  * substitution replaces exactly the placeholders the resolver was asked about, in order, and
  * nothing else; it stays within its limits. */
-#include "fuzz.h"
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>
+
+#include "fuzz.h"
 
 #include "protocol/egreq.h"
 #include "protocol/egsub.h"

@@ -2,10 +2,11 @@
  * has a valid tenant and secret name, at least one host and none that is "*", a value of
  * printable ASCII without a placeholder in it, copied exactly; the error text is
  * NUL-terminated and never holds the value; nothing is read past len. */
-#include "fuzz.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fuzz.h"
 
 #include "common/ident.h"
 #include "common/secrets.h"

@@ -40,9 +40,8 @@ int main(void)
     size_t olen = 0;
     const char *why = NULL;
 
-    CHECK_INT(sub("GET /?k=" PH_A " HTTP/1.1\r\nAuthorization: " PH_A "\r\n\r\n", &out, &olen,
-                  &why),
-              2);
+    CHECK_INT(
+        sub("GET /?k=" PH_A " HTTP/1.1\r\nAuthorization: " PH_A "\r\n\r\n", &out, &olen, &why), 2);
     CHECK(out && olen == strlen("GET /?k=Bearer sk-123 HTTP/1.1\r\nAuthorization: Bearer "
                                 "sk-123\r\n\r\n"));
     CHECK(out && !memcmp(out, "GET /?k=Bearer sk-123 HTTP/1.1\r\nAuthorization: Bearer sk-123\r\n",
