@@ -31,7 +31,6 @@ struct ktls {
     SSL_CTX *server, *client;
     struct leaf cache[KTLS_CACHE_MAX];
     size_t next; /* the slot replaced next when the cache is full (oldest first) */
-    unsigned long made;
 };
 
 static void ssl_err(char *err, size_t errsz, const char *what)
@@ -219,11 +218,6 @@ const char *ktls_ca_pem(const ktls_t *t)
     return t->ca_pem;
 }
 
-unsigned long ktls_leaves_made(const ktls_t *t)
-{
-    return t->made;
-}
-
 static bool is_ip(const char *host)
 {
     unsigned char b[16];
@@ -267,7 +261,6 @@ static X509 *leaf_for(ktls_t *t, const char *host)
     slot->cert = c;
     slot->made = now;
     snprintf(slot->host, sizeof(slot->host), "%s", host);
-    t->made++;
     return c;
 }
 

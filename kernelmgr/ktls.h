@@ -29,7 +29,5 @@ const char *ktls_ca_pem(const ktls_t *t);
 SSL *ktls_accept_new(ktls_t *t, const char *host, int fd);
 /* A client-side SSL on fd to host (SNI for names), verifying its certificate, or NULL. */
 SSL *ktls_connect_new(ktls_t *t, const char *host, int fd);
-/* Leaf certificates made so far (cache misses), for tests and metrics. */
-unsigned long ktls_leaves_made(const ktls_t *t);
 
 #endif

@@ -450,3 +450,18 @@ R["tls"] = fetch("https://{TLS_HOST}:{net['ptls']}/after", {{"Authorization": TO
 ''')
     assert r2["tls"]["status"] == 200, r2
     sgw.t["sec"].delete_kernel(k2)
+
+
+def test_secrets_outside_the_tenants_policy_are_refused(tmp_path):
+    key = secrets.token_hex(16)
+    kf = tmp_path / "keys"
+    kf.write_text(f"sec blake2b:{hashlib.blake2b(key.encode(), digest_size=32).hexdigest()} "
+                  f"egress={A_HOST}:80\n")
+    sf = tmp_path / "secrets"
+    sf.write_text(f"sec API_TOKEN {A_HOST}:80,{B_HOST}:80 {VALUE}\n")
+    os.chmod(sf, 0o600)
+    p = subprocess.run([conftest.KGW_BIN, "--port", str(conftest.free_port()),
+                        f"--key-file={kf}", f"--secrets-file={sf}"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "API_TOKEN" in p.stderr and B_HOST in p.stderr, p.stderr
+    assert VALUE not in p.stderr + p.stdout
