@@ -74,7 +74,8 @@ char **klaunch__env(const kernel_t *k, json_t *req_env)
          * and curl trust the egress CA besides the system's, from a read-only file */
         if (ksecret_count(k->secrets) && k->m->o.tls && k->m->o.ca_bundle && k->m->pydir[0]) {
             static const char *const ca[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
-                                             "CURL_CA_BUNDLE", "PIP_CERT"};
+                                             "CURL_CA_BUNDLE", "PIP_CERT",
+                                             "NODE_EXTRA_CA_CERTS"};
             for (size_t j = 0; j < sizeof(ca) / sizeof(ca[0]); j++)
                 json_object_set_new(env, ca[j], json_string(KMGR_CA_BUNDLE));
         }
