@@ -465,3 +465,30 @@ def test_secrets_outside_the_tenants_policy_are_refused(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "API_TOKEN" in p.stderr and B_HOST in p.stderr, p.stderr
     assert VALUE not in p.stderr + p.stdout
+
+
+def test_mcp_structured_content_has_the_receipt(sgw, net):
+    """An MCP session's kernel (the tenant's whole policy and secrets): execute_code's
+    structuredContent is the execution's end, with its egress receipt."""
+    def mcp(body, sid=None):
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+             "Authorization": "Bearer " + sgw.t["sec"].token}
+        if sid:
+            h["Mcp-Session-Id"] = sid
+        req = urllib.request.Request(sgw.url + "/mcp", data=json.dumps(body).encode(),
+                                     method="POST", headers=h)
+        with urllib.request.urlopen(req, timeout=120) as r:
+            data = r.read()
+            return (json.loads(data) if data else None), r.headers
+    _, h = mcp({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "1"}}})
+    sid = h["Mcp-Session-Id"]
+    mcp({"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+    code = FETCH + f'print(fetch("http://{A_HOST}:{net["pa"]}/mcp", {{"Authorization": TOK}})["status"])'
+    body, _ = mcp({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                   "params": {"name": "execute_code", "arguments": {"code": code}}}, sid)
+    sc = body["result"]["structuredContent"]
+    assert sc["status"] == "ok" and sc["egress"]["secrets"] == ["API_TOKEN"], body
+    assert [h["host"] for h in sc["egress"]["hosts"]] == [f"{A_HOST}:{net['pa']}"], sc
+    assert VALUE not in json.dumps(body)
