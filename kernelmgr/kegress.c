@@ -462,13 +462,10 @@ static int note_host(struct econn *c)
     return c->hidx = e->nhosts++;
 }
 
-/* An allowed connection's bytes (c->sent, c->received) on its host's line. When the lines
- * were taken meanwhile (an execution began), all its bytes go on the new line: the kernel's
- * code may open a connection before the gateway sees its execution begin. */
+/* An allowed connection's bytes (c->sent, c->received) since they were last counted, on its
+ * host's line (a new one when the lines were taken meanwhile). */
 static void host_bytes(struct econn *c)
 {
-    if (c->hgen != c->e->gen)
-        c->cout = c->cin = 0;
     int i = note_host(c);
     if (i >= 0) {
         c->e->hosts[i].out += c->sent - c->cout;
@@ -760,6 +757,13 @@ static int put_secrets(struct econn *c, const char **ret_why)
     const char *why = NULL;
     char *sub = NULL;
     size_t sublen = 0;
+    /* a secret goes to its host only: not to another virtual host at the same address */
+    if (memmem(c->out, c->req.out_len, EGSUB_PREFIX, EGSUB_PREFIX_LEN) &&
+        egreq_host_check(c->out, c->req.out_len, c->host, c->req.port,
+                         c->req.connect ? 443 : 80) < 0) {
+        *ret_why = "a request carrying a secret placeholder must name its host in its Host header";
+        return 403;
+    }
     int r = egsub_apply(c->out, c->req.out_len, resolve_secret, c, &sub, &sublen, &why);
     if (r < 0) {
         *ret_why = r == -ENOMEM ? "out of memory" : why;

@@ -41,8 +41,7 @@ kegress_t *kegress_new(evl_t *l, int listen_fd, const egpol_t *pol,
                        const struct kegress_limits *lim, struct kegress_stats *stats,
                        const char *tenant, const char *kid);
 /* The distinct "host:port" the proxy let connections through to since the last call (at most
- * KEGRESS_HOSTS_MAX, then "..."), as a new JSON array; forgets them. For the audit event of an
- * execution: the caller takes them when it begins (discarded) and when it ends. */
+ * KEGRESS_HOSTS_MAX, then "..."), as a new JSON array; forgets them. */
 #define KEGRESS_HOSTS_MAX 16
 json_t *kegress_hosts_take(kegress_t *e);
 /* The kernel's secrets (kernelmgr/ksecret.h; NULL: none; must outlive the proxy): the

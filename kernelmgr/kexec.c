@@ -444,8 +444,9 @@ static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
     k->exec_parent = strndup(parent.p, parent.n);
     k->exec_start_us = util_now_us();
     usage_begin(k);
-    if (k->egress) /* what came before is not this execution's */
-        json_decref(kegress_receipt_take(k->egress));
+    /* its egress receipt is what the proxy let through since the last one was taken (when the
+     * execution before ended): the kernel's code may reach hosts before the gateway sees its
+     * status busy, and nothing it did is lost */
     if (k->exec_timeout_ms > 0)
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
     if (!strcmp(msg_id, k->exec_replied)) /* its reply came first (shell before iopub) */

@@ -288,3 +288,39 @@ int egreq_parse_origin(const char *buf, size_t len, char *out, size_t *ret_out_l
     *ret_head_len = end;
     return 1;
 }
+
+int egreq_host_check(const char *head, size_t len, const char *host, int port, int def_port)
+{
+    char want[EGREQ_HOST_MAX + 16], want_p[EGREQ_HOST_MAX + 16];
+    bool v6 = strchr(host, ':') != NULL;
+    int nw = snprintf(want, sizeof(want), "%s%s%s", v6 ? "[" : "", host, v6 ? "]" : "");
+    int nwp = snprintf(want_p, sizeof(want_p), "%s:%d", want, port);
+    int seen = 0;
+    const char *end = head + len, *p = memchr(head, '\n', len);
+    if (!p || nw <= 0 || nwp <= 0 || (size_t)nwp >= sizeof(want_p))
+        return -EPERM;
+    for (p++; p < end;) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        size_t hl = eol ? (size_t)(eol - p) : (size_t)(end - p);
+        if (hl && p[hl - 1] == '\r')
+            hl--;
+        if (hl == 0)
+            break;
+        if (hl >= 5 && !strncasecmp(p, "host:", 5)) {
+            const char *v = p + 5, *ve = p + hl;
+            while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+            while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            size_t vl = (size_t)(ve - v);
+            bool ok = (vl == (size_t)nwp && !strncasecmp(v, want_p, vl)) ||
+                      (port == def_port && vl == (size_t)nw && !strncasecmp(v, want, vl));
+            if (!ok || ++seen > 1)
+                return -EPERM;
+        }
+        if (!eol)
+            break;
+        p = eol + 1;
+    }
+    return 0;
+}

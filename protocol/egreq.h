@@ -39,6 +39,11 @@ int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const
  * Connection, Keep-Alive, TE and Upgrade ones, and "Connection: close" (one request per
  * connection: each request's head is read). 1 (*ret_head_len: bytes of the head in buf,
  * *ret_out_len), 0 (incomplete), or the errors of egreq_parse. */
+/* A rewritten head (egreq_parse's or egreq_parse_origin's out, len bytes) that carries a
+ * secret: 0 when its Host header lines (none, or exactly one) name host (IPv6 in brackets),
+ * with port or, when port is def_port, without; -EPERM otherwise (another virtual host on the
+ * same address must not receive a secret meant for host). */
+int egreq_host_check(const char *head, size_t len, const char *host, int port, int def_port);
 int egreq_parse_origin(const char *buf, size_t len, char *out, size_t *ret_out_len,
                        size_t *ret_head_len, const char **why);
 

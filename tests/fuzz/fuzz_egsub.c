@@ -71,6 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *why = NULL;
     size_t out_len = 0, head_len = 0;
     check_sub((const char *)data, size);
+    int hr = egreq_host_check((const char *)data, size, "api.example.com", 443, 443);
+    FUZZ_CHECK(hr == 0 || hr == -EPERM);
     int rc = egreq_parse_origin((const char *)data, size, out, &out_len, &head_len, &why);
     FUZZ_CHECK(rc == 0 || rc == 1 || rc == -EMSGSIZE || rc == -EINVAL || rc == -ENOTSUP);
     FUZZ_CHECK(rc >= 0 || why != NULL);
@@ -81,5 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(!memcmp(out + out_len - 21, "Connection: close\r\n\r\n", 21));
     FUZZ_CHECK(out[0] >= 'A' && out[0] <= 'Z');
     check_sub(out, out_len);
+    hr = egreq_host_check(out, out_len, "::1", 8080, 80);
+    FUZZ_CHECK(hr == 0 || hr == -EPERM);
     return 0;
 }

@@ -239,6 +239,7 @@ R["a"] = fetch("http://{A_HOST}:{net['pa']}/q?key=" + os.environ["QUERY_KEY"],
 R["b"] = fetch("http://{B_HOST}:{net['pb']}/", {{"Authorization": TOK}})
 R["b_plain"] = fetch("http://{B_HOST}:{net['pb']}/")
 R["nowhere"] = fetch("http://127.0.0.9:{net['pa']}/", {{"Authorization": TOK}})
+R["vhost"] = fetch("http://{A_HOST}:{net['pa']}/", {{"Authorization": TOK, "Host": "evil.example"}})
 R["forged"] = fetch("http://{A_HOST}:{net['pa']}/", {{"Authorization": "kgw-secret-" + "0" * 32}})
 ''')
     assert r["a"]["status"] == 200 and VALUE not in json.dumps(r), r
@@ -249,6 +250,7 @@ R["forged"] = fetch("http://{A_HOST}:{net['pa']}/", {{"Authorization": "kgw-secr
     assert r["b_plain"]["status"] == 200, r
     assert r["nowhere"]["status"] == 403, r
     assert r["forged"]["status"] == 403 and "not this kernel's" in r["forged"]["reason"], r
+    assert r["vhost"]["status"] == 403 and "Host header" in r["vhost"]["reason"], r
     assert not net["b"].seen or all(s["auth"] is None for s in net["b"].seen)
     e = wait_audit(sgw, lambda e: e["kernel"] == kern and e["host"] == B_HOST and
                    e["result"] == "denied")[0]
@@ -266,9 +268,11 @@ R["urllib"] = fetch("{url}?via=urllib", {{"Authorization": TOK}})
 from pip._vendor import requests
 resp = requests.get("{url}?via=requests", headers={{"X-Api-Key": TOK}}, timeout=20)
 R["requests"] = {{"status": resp.status_code, "body": resp.text}}
+R["vhost"] = fetch("{url}?via=vhost", {{"Authorization": TOK, "Host": "evil.example"}})
 ''', timeout=60)
     assert r["urllib"]["status"] == 200 and r["urllib"]["body"].startswith("hello from TLS"), r
     assert r["requests"]["status"] == 200, r
+    assert r["vhost"]["status"] == 403 and "Host header" in r["vhost"]["reason"], r
     assert VALUE not in json.dumps(r)
     seen = {s["path"]: s for s in net["tls"].seen}
     assert seen["/tls?via=urllib"]["auth"] == "Bearer " + VALUE, seen

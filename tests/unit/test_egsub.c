@@ -97,5 +97,28 @@ int main(void)
     CHECK_CASE("huge");
     CHECK_INT(egreq_parse_origin(huge, EGREQ_HEAD_MAX + 16, h, &hl, &used, &why), -EMSGSIZE);
     free(huge);
+    /* the Host header of a head that carries a secret */
+    static const struct {
+        const char *head, *host;
+        int port, def, want;
+    } hc[] = {
+        {"GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n", "api.example.com", 443, 443, 0},
+        {"GET / HTTP/1.1\r\nhost:  API.example.com:443 \r\n\r\n", "api.example.com", 443, 443, 0},
+        {"GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n", "api.example.com", 8443, 443, -EPERM},
+        {"GET / HTTP/1.1\r\nHost: api.example.com:8443\r\n\r\n", "api.example.com", 8443, 443, 0},
+        {"GET / HTTP/1.1\r\nHost: evil.example.com\r\n\r\n", "api.example.com", 443, 443, -EPERM},
+        {"GET / HTTP/1.1\r\nHost: api.example.com\r\nHost: evil.example\r\n\r\n",
+         "api.example.com", 443, 443, -EPERM},
+        {"GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n", "::1", 80, 80, 0},
+        {"GET / HTTP/1.1\r\nHost: ::1\r\n\r\n", "::1", 80, 80, -EPERM},
+        {"GET / HTTP/1.1\r\nX-Host: evil\r\n\r\n", "a", 80, 80, 0}, /* none: the address's */
+        {"GET / HTTP/1.1\r\n\r\nHost: evil\r\n", "a", 80, 80, 0},    /* after the head */
+    };
+    for (size_t i = 0; i < sizeof(hc) / sizeof(hc[0]); i++) {
+        CHECK_CASE(hc[i].head);
+        CHECK_INT(egreq_host_check(hc[i].head, strlen(hc[i].head), hc[i].host, hc[i].port,
+                                   hc[i].def),
+                  hc[i].want);
+    }
     CHECK_DONE();
 }
