@@ -750,6 +750,18 @@ resolve_secret(void *ctx, const char *ph, const char **val, size_t *vlen, const 
     return r;
 }
 
+/* The request line of a head after substitution still has its two spaces (the target had
+ * none: egreq checked it). */
+static bool request_line_ok(const char *h, size_t n)
+{
+    const char *eol = memchr(h, '\n', n);
+    size_t ll = eol ? (size_t)(eol - h) : n;
+    int spaces = 0;
+    for (size_t i = 0; i < ll; i++)
+        spaces += h[i] == ' ';
+    return spaces == 2;
+}
+
 /* A request head's placeholders (c->out), each replaced by its secret's value where the
  * request may carry it (kernelmgr/ksecret.h). 0, or the HTTP status to refuse it with (why). */
 static int put_secrets(struct econn *c, const char **ret_why)
@@ -768,6 +780,13 @@ static int put_secrets(struct econn *c, const char **ret_why)
     if (r < 0) {
         *ret_why = r == -ENOMEM ? "out of memory" : why;
         return r == -EPERM ? 403 : r == -EMSGSIZE ? 431 : 503;
+    }
+    if (sub && !request_line_ok(sub, sublen)) {
+        /* a value with a space in the request target would split the request line */
+        sodium_memzero(sub, sublen);
+        free(sub);
+        *ret_why = "a secret whose value has a space cannot go in the request target";
+        return 400;
     }
     if (sub) {
         free(c->out);

@@ -240,6 +240,7 @@ R["b"] = fetch("http://{B_HOST}:{net['pb']}/", {{"Authorization": TOK}})
 R["b_plain"] = fetch("http://{B_HOST}:{net['pb']}/")
 R["nowhere"] = fetch("http://127.0.0.9:{net['pa']}/", {{"Authorization": TOK}})
 R["vhost"] = fetch("http://{A_HOST}:{net['pa']}/", {{"Authorization": TOK, "Host": "evil.example"}})
+R["target_space"] = fetch("http://{A_HOST}:{net['pa']}/q?k=" + TOK)  # "Bearer ...": a space
 R["forged"] = fetch("http://{A_HOST}:{net['pa']}/", {{"Authorization": "kgw-secret-" + "0" * 32}})
 ''')
     assert r["a"]["status"] == 200 and VALUE not in json.dumps(r), r
@@ -251,6 +252,7 @@ R["forged"] = fetch("http://{A_HOST}:{net['pa']}/", {{"Authorization": "kgw-secr
     assert r["nowhere"]["status"] == 403, r
     assert r["forged"]["status"] == 403 and "not this kernel's" in r["forged"]["reason"], r
     assert r["vhost"]["status"] == 403 and "Host header" in r["vhost"]["reason"], r
+    assert r["target_space"]["status"] == 400 and "space" in r["target_space"]["reason"], r
     assert not net["b"].seen or all(s["auth"] is None for s in net["b"].seen)
     e = wait_audit(sgw, lambda e: e["kernel"] == kern and e["host"] == B_HOST and
                    e["result"] == "denied")[0]
