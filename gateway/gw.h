@@ -11,6 +11,7 @@
 #include "common/ident.h"
 #include "common/egpol.h"
 #include "common/keyfile.h"
+#include "common/secrets.h"
 #include "common/list.h"
 #include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
@@ -27,6 +28,9 @@ struct gw_config {
     const char *api_key;
     const char *key_file;
     const char *egress_ceiling; /* "": none */
+    const char *secrets_file;   /* "": none */
+    const char *egress_ca;      /* the egress CA's certificate and key (PEM; "": made at start) */
+    const char *egress_ca_file; /* CAs the proxy verifies hosts with ("": the system's) */
     const char *trusted_proxies;
     const char *audit_log;
     const char *certfile;
@@ -114,6 +118,9 @@ typedef struct gw {
     struct lws_context *ctx;
     kmgr_t *km;
     keyfile_t *keys; /* API keys and their tenants */
+    secrets_t *secrets; /* --secrets-file (NULL: none); kernels' proxies read it at each request */
+    struct ktls *tls;   /* with secrets: reads HTTPS to their hosts (kernelmgr/ktls.h) */
+    char *ca_bundle;    /* ... and the CAs kernels trust (PEM) */
     egpol_t egress_ceiling; /* --egress-ceiling, parsed (used when cfg.egress_ceiling is set) */
     rl_t *rl;
     conns_t *conns; /* client connections: per-address counts, the header phase */

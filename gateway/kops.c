@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/drain.h"
+#include "gateway/gsecret.h"
 
 /* What a row's message names after its head. */
 enum kops_arg {
@@ -225,12 +226,32 @@ int kops_start(gw_t *g, const struct gw_caller *who, json_t *req, kernel_t **ret
         free(egress);
         return err->code;
     }
+    /* its secrets: only a kernel with an egress policy has a proxy to put them in */
+    const char *secrets[SECRETS_PER_KERNEL];
+    size_t nsecrets = 0;
+    json_t *jsec = json_object_get(req, "secrets");
+    int sr = gsecret_pick(g, who->tenant, jsec, secrets, &nsecrets, why, sizeof(why));
+    if (sr == 0 && nsecrets && !egress->n && jsec && !json_is_null(jsec))
+        sr = (snprintf(why, sizeof(why), "\"secrets\" need an egress policy"), -EINVAL);
+    if (sr < 0) {
+        free(egress);
+        bad_request(err, "%s", why);
+        if (sr == -EPERM) {
+            err->code = -EPERM;
+            err->status = 403;
+        }
+        return err->code;
+    }
+    if (!egress->n)
+        nsecrets = 0;
     struct kmgr_start st = {.spec_name = name,
                             .env = json_is_object(env) ? env : NULL,
                             .lim = &lim,
                             .workspace = json_is_string(jws) ? json_string_value(jws) : NULL,
                             .tenant = who->tenant,
-                            .egress = egress};
+                            .egress = egress,
+                            .secrets = secrets,
+                            .nsecrets = nsecrets};
     kernel_t *k;
     int rc = kmgr_start(g->km, &st, &k);
     audit_start(g, who, &st, rc, rc == 0 ? k : NULL);

@@ -20,6 +20,7 @@
 #include "gateway/auth.h"
 #include "gateway/channel.h"
 #include "gateway/conns.h"
+#include "gateway/gsecret.h"
 #include "gateway/drain.h"
 #include "gateway/files.h"
 #include "gateway/gw.h"
@@ -168,6 +169,15 @@ static const struct cfg_option options[] = {
       "largest callback request from a kernel, and reply to it, in JSON bytes"),
     MS("callback-timeout", km.callback_timeout_ms, "60", 1, 86400,
       "seconds a client has to answer a kernel's callback (then TimeoutError in the kernel)"),
+    S("secrets-file", secrets_file, "",
+      "file of 'TENANT NAME HOST:PORT[,HOST:PORT...] VALUE' lines, mode 600: secrets kernels get "
+      "as placeholders, their egress proxy puts the values in (docs/security.md); reloaded on "
+      "SIGHUP"),
+    S("egress-ca", egress_ca, "",
+      "PEM file (mode 600) of the CA certificate and key the egress proxy signs certificates "
+      "of secrets' hosts with ('' = a CA made at start, its key only in memory)"),
+    S("egress-ca-file", egress_ca_file, "",
+      "PEM file of the CAs the egress proxy verifies secrets' hosts with ('' = the system's)"),
     S("egress-ceiling", egress_ceiling, "",
       "the most any tenant's egress policy may allow: HOST:PORT entries, *.wildcards, '+' for "
       "private addresses (docs/security.md; '' = the key file's policies as they are)"),
@@ -442,6 +452,7 @@ static void on_signal(void *data)
             kmgr_reap(G.km);
         } else if (si.ssi_signo == SIGHUP) {
             auth_reload(&G);
+            gsecret_reload(&G);
         } else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
             if (!drain_active(&G))
                 sdnotify_stopping();
@@ -751,6 +762,15 @@ static int configure(int argc, char **argv, bool *ret_generated)
         fprintf(stderr, "kgw: --egress-ceiling: %s\n", err);
         return 2;
     }
+    if (gsecret_setup(&G, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: --secrets-file: %s\n", err);
+        return 2;
+    }
+    G.cfg.km.secrets = &G.secrets;
+    if (gsecret_tls_setup(&G, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kgw: --egress-ca: %s\n", err);
+        return 2;
+    }
     if ((G.cfg.certfile[0] != '\0') != (G.cfg.keyfile[0] != '\0')) {
         fprintf(stderr, "kgw: --certfile and --keyfile go together\n");
         return 2;
@@ -816,6 +836,8 @@ static void teardown(evl_io_t *sig_io, int sfd)
         lws_context_destroy(G.ctx);
     close(sfd);
     keyfile_free(&G.keys);
+    secrets_free(&G.secrets);
+    gsecret_tls_fini(&G);
     rl_destroy(&G.rl);
     reqguard_fini();
     audit_close();

@@ -136,6 +136,8 @@ static void run_restart(struct mcp_call *c, kernel_t *k);
     "\"execution_count\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"           \
     "\"files\":{\"description\":\"workspace files created, modified and deleted\",\"anyOf\":" \
     "[{\"type\":\"object\"},{\"type\":\"null\"}]},"                                           \
+    "\"egress\":{\"description\":\"hosts reached through the egress proxy (bytes_out, "        \
+    "bytes_in) and secrets used, by name\",\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"}]}," \
     "\"workspace_id\":{\"type\":\"string\"},\"execution_id\":{\"type\":\"string\"},"          \
     "\"kernel_id\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}"
 

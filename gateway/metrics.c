@@ -65,6 +65,26 @@ static void counters(promtext_t *p, const char *name, const char *help, const ch
 }
 
 /* A counter family with one unlabelled sample. */
+/* Secrets put into egress requests and refused, by name (never a value); "" counts names
+ * beyond KSECRET_STATS_MAX and placeholders not of the kernel's. */
+static void secret_counters(promtext_t *p, const struct ksecret_stats *s)
+{
+    static const char *const names[] = {"kgw_egress_secret_injections_total",
+                                        "kgw_egress_secret_refusals_total"};
+    static const char *const helps[] = {
+        "Requests kernels' egress proxies put a secret's value into, by secret name",
+        "Requests kernels' egress proxies refused for a secret placeholder (a host not the "
+        "secret's, or not the kernel's placeholder), by secret name"};
+    for (int k = 0; k < 2; k++) {
+        promtext_family(p, names[k], "counter", helps[k]);
+        for (size_t i = 0; i < s->n; i++)
+            promtext_uint(p, names[k], &(struct promtext_label){"secret", s->v[i].name}, 1,
+                          k ? s->v[i].refused : s->v[i].injected);
+        promtext_uint(p, names[k], &(struct promtext_label){"secret", ""}, 1,
+                      k ? s->other_refused : s->other_injected);
+    }
+}
+
 static void counter(promtext_t *p, const char *name, const char *help, uint64_t v)
 {
     promtext_family(p, name, "counter", help);
@@ -243,6 +263,7 @@ int metrics_render(gw_t *g, buf_t *out)
              "Bytes kernels' egress proxies relayed, to hosts and from them to kernels",
              "direction", egress_directions,
              (const uint64_t[]){ks->egress.bytes_out, ks->egress.bytes_in}, 2);
+    secret_counters(p, &ks->secrets);
 
     kmgr_usage(g->km, &u); /* absent where not accounted: no sandbox, or no CPU accounting */
     gauge(p, "kgw_kernels_memory_bytes",

@@ -27,6 +27,10 @@
 #define DEADLINE_MS 90000
 #define CANARY_NAME "KGW_SELFTEST_CANARY"
 #define SESSION     "kgw-selftest"
+/* a secret the kernel gets as a placeholder: its value (never in the cell: the kernel is
+ * told its SHA-256 and length) must reach the listener and nowhere in the kernel */
+#define SECRET_NAME   "SELFTEST_SECRET"
+#define SECRET_PREFIX "kgwst"
 
 /* The cell: P holds the expectations; every check is [group, check, expected, seen, ok]. */
 static const char script[] =
@@ -122,6 +126,38 @@ static const char script[] =
     "s, b = fetch(P['gw_port'])\n"
     "check('egress', 'a host its policy does not name', '403', '%%s %%s' %% (s, b[:60]), s == "
     "403)\n"
+    "import hashlib\n"
+    "ph = os.environ.get(P['secret_name'], '')\n"
+    "check('secrets', 'variable holds a placeholder', 'kgw-secret- and 32 hex digits', ph[:11] + "
+    "'...' if ph else 'absent', ph.startswith('kgw-secret-') and len(ph) == 43)\n"
+    "blobs = [open('/proc/self/environ', 'rb').read(), '\\0'.join('%%s=%%s' %% kv for kv in "
+    "os.environ.items()).encode()]\n"
+    "for top in ('/run', '/opt', '/tmp', '/mnt/data', os.path.expanduser('~'), '/dev/shm'):\n"
+    "    for d, _, fs in os.walk(top):\n"
+    "        for f in fs[:200]:\n"
+    "            try:\n"
+    "                with open(os.path.join(d, f), 'rb') as fh:\n"
+    "                    blobs.append(fh.read(1 << 20))\n"
+    "            except OSError:\n"
+    "                pass\n"
+    "pre, n, found = P['secret_prefix'].encode(), P['secret_len'], 0\n"
+    "for b in blobs:\n"
+    "    i = b.find(pre)\n"
+    "    while i >= 0:\n"
+    "        found += hashlib.sha256(b[i:i + n]).hexdigest() == P['secret_sha256']\n"
+    "        i = b.find(pre, i + 1)\n"
+    "check('secrets', 'value readable in the kernel', 'nowhere (environment, files)', '%%d places "
+    "in %%d files' %% (found, len(blobs)) if found else 'nowhere in %%d' %% len(blobs), found "
+    "== 0)\n"
+    "try:\n"
+    "    rq = urllib.request.Request('http://127.0.0.1:%%d/secret' %% P['egress_port'], "
+    "headers={'Authorization': ph})\n"
+    "    with urllib.request.urlopen(rq, timeout=10) as r:\n"
+    "        s, b = r.status, r.read().decode(errors='replace')\n"
+    "except Exception as e:\n"
+    "    s, b = 0, repr(e)\n"
+    "check('secrets', 'placeholder sent to its host', '200 kgw-selftest', '%%s %%s' %% (s, "
+    "b[:60]), s == 200 and b == 'kgw-selftest')\n"
     "lim = {'NOFILE': (P['nofile'],) * 2, 'FSIZE': (P['fsize'],) * 2, 'CORE': (0, 0)}\n"
     "for n, want in lim.items():\n"
     "    got = resource.getrlimit(getattr(resource, 'RLIMIT_' + n))\n"
@@ -171,6 +207,9 @@ static struct {
     json_t *checks;
     char msg_id[64];
     char canary[33];
+    char secret[64];
+    secrets_t *secrets, *saved; /* the selftest's, and the operator's (put back at the end) */
+    bool secret_seen;           /* the listener received the value */
     bool done;
 } T;
 
@@ -195,6 +234,8 @@ static void on_hconn(void *data)
         h->buf[h->n] = '\0';
         if (!strstr(h->buf, "\r\n\r\n") && h->n < sizeof(h->buf) - 1)
             return;
+        if (T.secret[0] && strstr(h->buf, T.secret))
+            T.secret_seen = true;
         ssize_t w = send(h->fd, answer, sizeof(answer) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
     }
@@ -379,11 +420,18 @@ static char *params(void)
         json_array_append_new(hp, json_string(exe)); /* kgw itself, unless under /usr */
     if (T.g->cfg.key_file && T.g->cfg.key_file[0])
         json_array_append_new(hp, json_string(T.g->cfg.key_file));
-    json_t *p = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o}", "gw_port",
+    unsigned char h[crypto_hash_sha256_BYTES];
+    char hex[2 * sizeof(h) + 1];
+    crypto_hash_sha256(h, (const unsigned char *)T.secret, strlen(T.secret));
+    sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
+    json_t *p = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o, s:s, s:s, s:s, s:I}",
+                          "gw_port",
                           (json_int_t)T.g->cfg.port, "egress_port", (json_int_t)T.hport, "nofile",
                           (json_int_t)lim->nofile, "fsize", (json_int_t)lim->fsize_bytes, "pids",
                           (json_int_t)lim->pids, "canary", CANARY_NAME, "canary_value", T.canary,
-                          "host_paths", hp);
+                          "host_paths", hp, "secret_name", SECRET_NAME, "secret_prefix",
+                          SECRET_PREFIX, "secret_sha256", hex, "secret_len",
+                          (json_int_t)strlen(T.secret));
     char *s = json_dumps(p, JSON_COMPACT);
     json_decref(p);
     if (!s)
@@ -437,6 +485,8 @@ static void on_reply(void *user, kconn_t *c, enum jchan chan, const jmsg_t *m, c
     if (chan != JCHAN_SHELL || strcmp(h->msg_type, "execute_reply"))
         return;
     read_results();
+    add("secrets", "value put in by the proxy", "the host received it",
+        T.secret_seen ? "received" : "not received", T.secret_seen);
     finish();
 }
 
@@ -487,6 +537,30 @@ static void on_started(void *data, kernel_t *k, int status)
     send_cell();
 }
 
+/* The selftest's secret, for its listener only, in the table kernels' proxies read. */
+static int secret_setup(gw_t *g)
+{
+    char line[256], err[160];
+    struct secrets_entry e;
+    snprintf(T.secret, sizeof(T.secret), SECRET_PREFIX);
+    util_random_hex(T.secret + strlen(SECRET_PREFIX), 16);
+    snprintf(line, sizeof(line), "selftest %s 127.0.0.1:%d %s", SECRET_NAME, T.hport, T.secret);
+    int r = secrets_parse_line(line, strlen(line), &e, err, sizeof(err));
+    sodium_memzero(line, sizeof(line));
+    if (r != 1)
+        return r < 0 ? r : -EINVAL;
+    if (!(T.secrets = calloc(1, sizeof(*T.secrets))) ||
+        !(T.secrets->v = malloc(sizeof(*T.secrets->v)))) {
+        secrets_entry_fini(&e);
+        return -ENOMEM;
+    }
+    T.secrets->v[0] = e;
+    T.secrets->n = 1;
+    T.saved = g->secrets;
+    g->secrets = T.secrets;
+    return 0;
+}
+
 static void on_deadline(void *data)
 {
     add("kernel", "checks finished", "within 90 s", "timed out", false);
@@ -517,8 +591,11 @@ int selftest_start(gw_t *g)
     int r = hlisten();
     if (r < 0)
         return r;
+    if ((r = secret_setup(g)) < 0)
+        return r;
+    static const char *const names[] = {SECRET_NAME};
     struct kmgr_start st = {.spec_name = g->cfg.default_kernel, .tenant = "selftest",
-                            .egress = &T.egress};
+                            .egress = &T.egress, .secrets = names, .nsecrets = 1};
     r = kmgr_start(g->km, &st, &T.k);
     if (r < 0) {
         add("kernel", "start", "running", strerror(-r), false);
@@ -545,6 +622,10 @@ int selftest_finish(bool json)
         evl_io_destroy(&T.g->loop.evl, &T.hio);
         if (T.hfd >= 0)
             close(T.hfd);
+        if (T.secrets) {
+            T.g->secrets = T.saved;
+            secrets_free(&T.secrets);
+        }
     }
     if (!T.checks)
         return 1;

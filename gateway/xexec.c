@@ -760,6 +760,9 @@ static void finish(xexec_t *x, const char *status, const char *cause,
         e && e->peak_mem_bytes >= 0 ? json_integer((json_int_t)e->peak_mem_bytes) : json_null(),
         "execution_count", x->exec_count >= 0 ? json_integer(x->exec_count) : json_null(), "files",
         files, "workspace_id", x->workspace_id, "execution_id", x->id);
+    if (end) /* the hosts its egress proxy let it reach, bytes each way, secrets used */
+        json_object_set_new(end, "egress",
+                            e && e->egress ? json_deep_copy(e->egress) : json_null());
     if (end && (!x->oneshot || x->keep))
         json_object_set_new(end, "kernel_id", json_string(x->kernel_id));
     x->state = X_DONE;

@@ -13,8 +13,12 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,11 +31,19 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/ksecret.h"
+#include "kernelmgr/ktls.h"
 #include "protocol/egreq.h"
+#include "protocol/egsub.h"
 
-#define KEGRESS_BUF      16384
-#define KEGRESS_TICK_MS  10
-#define ACCEPTS_PER_TURN 16
+#define KEGRESS_BUF       16384
+/* TLS handshakes the proxy makes for a kernel (a leaf certificate, two key exchanges), a token
+ * bucket: a kernel that floods them is answered 429 before any TLS, so the loop's cost per
+ * kernel stays bounded (docs/security.md, "Secrets") */
+#define KEGRESS_TLS_RATE  20.0 /* per second */
+#define KEGRESS_TLS_BURST 40.0
+#define KEGRESS_TICK_MS   10
+#define ACCEPTS_PER_TURN  16
 
 static atomic_int lookups; /* lookup threads running, gateway-wide */
 
@@ -118,7 +130,11 @@ static void *lookup_thread(void *arg)
     return NULL;
 }
 
-enum cstate { C_HEAD, C_RESOLVE, C_CONNECT, C_RELAY, C_CLOSED };
+/* C_TLS: a CONNECT to a host one of the kernel's secrets is for, read (kernelmgr/ktls.h):
+ * T_ACCEPT (TLS with the kernel) -> T_HEAD (its request head) -> T_UPSTREAM (TLS with the
+ * host, verified) -> T_RELAY (the rest of that one request and its answer, decrypted). */
+enum cstate { C_HEAD, C_RESOLVE, C_CONNECT, C_RELAY, C_TLS, C_CLOSED };
+enum tstate { T_ACCEPT, T_HEAD, T_UPSTREAM, T_RELAY };
 
 struct pending {
     char *buf;
@@ -141,7 +157,13 @@ struct econn {
     char head[EGREQ_HEAD_MAX];
     size_t hlen;
     struct egreq req;
-    char *out; /* the rewritten head of a forwarded request */
+    char *out;     /* the rewritten head of a forwarded request */
+    size_t upcap;  /* bytes of up.buf (wiped when freed if it held secrets) */
+    uint32_t used; /* the kernel's secrets (bits: ksecret indices) this request carries, or
+                      tried to carry where it was refused */
+    char sub_why[200];
+    SSL *kssl, *ussl; /* C_TLS: with the kernel, with the host */
+    enum tstate tst;
     const struct egpol_entry *entry;
     char host[EGPOL_HOST_MAX + 1];
     char addr[INET6_ADDRSTRLEN];
@@ -149,6 +171,9 @@ struct econn {
     bool c_eof, u_eof;
     uint64_t sent, received;
     bool allowed;
+    uint64_t cout, cin; /* of sent, received: what is on its host's line */
+    int hidx;           /* its entry in e->hosts (-1: none) ... */
+    unsigned hgen;      /* ... while e->gen is this */
 };
 
 struct kegress {
@@ -164,27 +189,52 @@ struct kegress {
     struct list conns, dead;
     int nconns;
     int nresolving; /* connections waiting for a lookup (KEGRESS_KERNEL_LOOKUPS) */
-    char hosts[KEGRESS_HOSTS_MAX][EGPOL_HOST_MAX + 8]; /* kegress_hosts_take */
+    struct {
+        char hp[EGPOL_HOST_MAX + 8];
+        uint64_t out, in;
+    } hosts[KEGRESS_HOSTS_MAX]; /* kegress_hosts_take / kegress_receipt_take */
     int nhosts;
+    unsigned gen; /* bumped when they are taken */
     bool more_hosts;
-    long long bytes; /* relayed so far, both ways */
+    long long bytes;    /* relayed so far, both ways */
+    ksecret_t *secrets; /* the kernel's (not owned; NULL: none) */
+    ktls_t *tls;        /* the gateway's interception (not owned; NULL: HTTPS is tunneled) */
+    double tls_tokens;  /* handshakes it may start now (KEGRESS_TLS_RATE) */
+    uint64_t tls_us;    /* when they were counted */
+    uint32_t used;      /* secrets injected since kegress_secrets_take */
 };
 
 static void conn_tick(void *data);
+static void host_bytes(struct econn *c);
+static void tls_start(struct econn *c);
+static void tls_upstream(struct econn *c);
+static void tls_refuse(struct econn *c, int status, const char *why);
+static void tls_drive(struct econn *c);
 static void on_client(void *data);
 static void on_upstream(void *data);
+
+/* The names of the secrets in mask, as a new JSON array. */
+static json_t *secret_names(const kegress_t *e, uint32_t mask)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < ksecret_count(e->secrets); i++)
+        if (mask & (1u << i))
+            json_array_append_new(a, json_string(ksecret_name(e->secrets, i)));
+    return a;
+}
 
 static void audit(struct econn *c, const char *result, const char *why)
 {
     if (!audit_enabled())
         return;
-    audit_event("egress", "s:s, s:s, s:o, s:i, s:o, s:s, s:I, s:I, s:s, s:o", "tenant",
+    json_t *secrets = secret_names(c->e, c->used);
+    audit_event("egress", "s:s, s:s, s:o, s:i, s:o, s:s, s:I, s:I, s:s, s:o, s:o", "tenant",
                 c->e->tenant, "kernel", c->e->kernel, "host",
                 c->host[0] ? audit_str(c->host, strlen(c->host)) : json_null(), "port", c->req.port,
                 "address", c->addr[0] ? json_string(c->addr) : json_null(), "method",
                 c->req.connect ? "CONNECT" : "forward", "bytes_out", (json_int_t)c->sent,
                 "bytes_in", (json_int_t)c->received, "result", result, "reason",
-                why ? json_string(why) : json_null());
+                why ? json_string(why) : json_null(), "secrets", secrets ? secrets : json_null());
 }
 
 /* The connection waits for its lookup no more (its result came, its deadline passed, or it
@@ -209,6 +259,10 @@ static void close_conn(struct econn *c, const char *why)
                   (unsigned long long)c->received);
     }
     c->st = C_CLOSED;
+    SSL_free(c->kssl);
+    SSL_free(c->ussl);
+    c->kssl = c->ussl = NULL;
+    ERR_clear_error();
     evl_io_destroy(e->l, &c->cio);
     evl_io_destroy(e->l, &c->uio);
     evl_io_destroy(e->l, &c->lio);
@@ -240,6 +294,11 @@ static void close_conn(struct econn *c, const char *why)
 static void conn_free(struct econn *c)
 {
     evl_timer_destroy(c->e->l, &c->timer);
+    if (c->used) { /* the head with the values, and the buffer that took it */
+        sodium_memzero(c->out, c->req.out_len);
+        if (c->up.buf)
+            sodium_memzero(c->up.buf, c->upcap);
+    }
     free(c->out);
     free(c->up.buf);
     free(c->down.buf);
@@ -260,6 +319,10 @@ static void on_reap(void *data)
  * closes. The reason goes into the status line, so urllib and requests show it. */
 static void refuse(struct econn *c, int status, const char *why)
 {
+    if (c->kssl) { /* the kernel speaks TLS with the proxy: the answer goes inside */
+        tls_refuse(c, status, why);
+        return;
+    }
     char msg[512];
     int n = snprintf(msg, sizeof(msg),
                      "HTTP/1.1 %d kgw egress: %s\r\nContent-Type: text/plain\r\n"
@@ -395,6 +458,7 @@ static bool pump(struct econn *c,
     *count += (uint64_t)n;
     *stat += (uint64_t)n;
     e->bytes += n;
+    host_bytes(c);
     p->off = 0;
     p->len = (size_t)n;
     (void)to;
@@ -423,38 +487,93 @@ static bool put_pending(struct econn *c, struct pending *p, const char *s, size_
 {
     if (!n)
         return true;
-    if (!p->buf && !(p->buf = malloc(KEGRESS_BUF + EGREQ_OUT_MAX))) {
+    /* room for the head (with any secrets' values) and what followed it */
+    size_t cap = KEGRESS_BUF + EGREQ_HEAD_MAX + c->req.out_len;
+    if (!p->buf && !(p->buf = malloc(cap))) {
         close_conn(c, "out of memory");
         return false;
     }
+    if (p == &c->up && !c->upcap)
+        c->upcap = cap;
     memcpy(p->buf + p->len, s, n);
     p->len += n;
     return true;
 }
 
-static void note_host(kegress_t *e, const char *host, int port)
+/* The connection's host among those reached since they were last taken; -1 when that list
+ * is full. */
+static int note_host(struct econn *c)
 {
+    kegress_t *e = c->e;
     char hp[EGPOL_HOST_MAX + 8];
-    snprintf(hp, sizeof(hp), "%s:%d", host, port);
+    if (c->hgen == e->gen && c->hidx >= 0)
+        return c->hidx;
+    snprintf(hp, sizeof(hp), "%s:%d", c->host, c->req.port);
+    c->hgen = e->gen;
     for (int i = 0; i < e->nhosts; i++)
-        if (!strcmp(e->hosts[i], hp))
-            return;
+        if (!strcmp(e->hosts[i].hp, hp))
+            return c->hidx = i;
     if (e->nhosts == KEGRESS_HOSTS_MAX) {
         e->more_hosts = true;
-        return;
+        return c->hidx = -1;
     }
-    memcpy(e->hosts[e->nhosts++], hp, sizeof(hp));
+    memcpy(e->hosts[e->nhosts].hp, hp, sizeof(hp));
+    e->hosts[e->nhosts].out = e->hosts[e->nhosts].in = 0;
+    return c->hidx = e->nhosts++;
+}
+
+/* An allowed connection's bytes (c->sent, c->received) since they were last counted, on its
+ * host's line (a new one when the lines were taken meanwhile). */
+static void host_bytes(struct econn *c)
+{
+    int i = note_host(c);
+    if (i >= 0) {
+        c->e->hosts[i].out += c->sent - c->cout;
+        c->e->hosts[i].in += c->received - c->cin;
+    }
+    c->cout = c->sent;
+    c->cin = c->received;
+}
+
+static void hosts_forget(kegress_t *e)
+{
+    e->nhosts = 0;
+    e->more_hosts = false;
+    e->gen++;
+}
+
+json_t *kegress_receipt_take(kegress_t *e)
+{
+    json_t *hosts = json_array();
+    for (int i = 0; hosts && i < e->nhosts; i++)
+        json_array_append_new(hosts, json_pack("{s:s, s:I, s:I}", "host", e->hosts[i].hp,
+                                               "bytes_out", (json_int_t)e->hosts[i].out, "bytes_in",
+                                               (json_int_t)e->hosts[i].in));
+    json_t *r = json_pack("{s:o, s:b, s:o}", "hosts", hosts ? hosts : json_array(), "more_hosts",
+                          e->more_hosts, "secrets", secret_names(e, e->used));
+    hosts_forget(e);
+    e->used = 0;
+    return r;
+}
+
+void kegress_set_secrets(kegress_t *e, ksecret_t *ks, ktls_t *tls)
+{
+    e->secrets = ks;
+    e->tls = tls;
+    e->tls_tokens = KEGRESS_TLS_BURST;
+    e->tls_us = util_now_us();
+    e->used = 0;
 }
 
 json_t *kegress_hosts_take(kegress_t *e)
 {
     json_t *a = json_array();
     for (int i = 0; a && i < e->nhosts; i++)
-        json_array_append_new(a, json_string(e->hosts[i]));
+        json_array_append_new(a, json_string(e->hosts[i].hp));
     if (a && e->more_hosts)
         json_array_append_new(a, json_string("..."));
-    e->nhosts = 0;
-    e->more_hosts = false;
+    hosts_forget(e);
+    e->used = 0;
     return a;
 }
 
@@ -464,10 +583,15 @@ static void relay_start(struct econn *c)
     static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
     const char *rest = c->head + c->req.head_len;
     size_t nrest = c->hlen - c->req.head_len;
+    if (c->kssl) { /* TLS read for its secrets: the request is in hand, TLS with the host */
+        tls_upstream(c);
+        return;
+    }
     c->st = C_RELAY;
     c->allowed = true;
     c->e->stats->allowed++;
-    note_host(c->e, c->host, c->req.port);
+    c->e->used |= c->used;
+    note_host(c);
     log_debug("kernel=%s: egress host=%s port=%d address=%s", c->e->kernel, c->host, c->req.port,
               c->addr);
     if (c->req.connect) {
@@ -480,6 +604,7 @@ static void relay_start(struct econn *c)
         return;
     size_t n = nrest + (c->req.connect ? 0 : c->req.out_len); /* what the host is sent */
     c->sent += n;
+    host_bytes(c);
     c->e->stats->bytes_out += n;
     c->e->bytes += (long long)n;
     relay_settle(c);
@@ -665,6 +790,84 @@ static void resolve(struct econn *c)
 
 /* ---- the request head ---- */
 
+/* One TLS handshake from the kernel's bucket; false when it is empty. */
+static bool tls_token(kegress_t *e)
+{
+    uint64_t now = util_now_us();
+    e->tls_tokens += (double)(now - e->tls_us) / 1e6 * KEGRESS_TLS_RATE;
+    if (e->tls_tokens > KEGRESS_TLS_BURST)
+        e->tls_tokens = KEGRESS_TLS_BURST;
+    e->tls_us = now;
+    if (e->tls_tokens < 1.0)
+        return false;
+    e->tls_tokens -= 1.0;
+    return true;
+}
+
+static int
+resolve_secret(void *ctx, const char *ph, const char **val, size_t *vlen, const char **why)
+{
+    struct econn *c = ctx;
+    int idx = -1;
+    int r = c->e->secrets ? ksecret_resolve(c->e->secrets, ph, c->host, c->req.port, val, vlen,
+                                            &idx, c->sub_why, sizeof(c->sub_why))
+                          : (snprintf(c->sub_why, sizeof(c->sub_why),
+                                      "a secret placeholder that is not this kernel's"),
+                             -EPERM);
+    if (idx >= 0)
+        c->used |= 1u << idx;
+    *why = c->sub_why;
+    return r;
+}
+
+/* The request line of a head after substitution still has its two spaces (the target had
+ * none: egreq checked it). */
+static bool request_line_ok(const char *h, size_t n)
+{
+    const char *eol = memchr(h, '\n', n);
+    size_t ll = eol ? (size_t)(eol - h) : n;
+    int spaces = 0;
+    for (size_t i = 0; i < ll; i++)
+        spaces += h[i] == ' ';
+    return spaces == 2;
+}
+
+/* A request head's placeholders (c->out), each replaced by its secret's value where the
+ * request may carry it (kernelmgr/ksecret.h). 0, or the HTTP status to refuse it with (why). */
+static int put_secrets(struct econn *c, const char **ret_why)
+{
+    const char *why = NULL;
+    char *sub = NULL;
+    size_t sublen = 0;
+    /* a secret goes to its host only: not to another virtual host at the same address */
+    if (memmem(c->out, c->req.out_len, EGSUB_PREFIX, EGSUB_PREFIX_LEN) &&
+        egreq_host_check(c->out, c->req.out_len, c->host, c->req.port,
+                         c->req.connect ? 443 : 80) < 0) {
+        *ret_why = "a request carrying a secret placeholder must name its host in its Host header";
+        return 403;
+    }
+    int r = egsub_apply(c->out, c->req.out_len, resolve_secret, c, &sub, &sublen, &why);
+    if (r < 0) {
+        *ret_why = r == -ENOMEM ? "out of memory" : why;
+        return r == -EPERM ? 403 : r == -EMSGSIZE ? 431 : 503;
+    }
+    if (sub && !request_line_ok(sub, sublen)) {
+        /* a value with a space in the request target would split the request line */
+        sodium_memzero(sub, sublen);
+        free(sub);
+        *ret_why = "a secret whose value has a space cannot go in the request target";
+        return 400;
+    }
+    if (sub) {
+        free(c->out);
+        c->out = sub;
+        c->req.out_len = sublen;
+        log_debug("kernel=%s: egress host=%s port=%d: %d secret(s) put in", c->e->kernel, c->host,
+                  c->req.port, r);
+    }
+    return 0;
+}
+
 static void on_head(struct econn *c)
 {
     const char *why = NULL;
@@ -686,6 +889,22 @@ static void on_head(struct econn *c)
         refuse(c, 403, "host and port are not in the kernel's egress policy");
         return;
     }
+    if (c->req.connect && c->e->tls && ksecret_wants(c->e->secrets, c->host, c->req.port)) {
+        /* read for its secrets: TLS with the kernel first, the host once the request is in */
+        if (!tls_token(c->e))
+            refuse(c, 429,
+                   "too many TLS connections to secrets' hosts from this kernel; retry "
+                   "later");
+        else
+            tls_start(c);
+        return;
+    }
+    const char *why_s = NULL;
+    int status = c->req.connect ? 0 : put_secrets(c, &why_s);
+    if (status) {
+        refuse(c, status, why_s);
+        return;
+    }
     resolve(c);
 }
 
@@ -704,6 +923,297 @@ static void on_client_head(void *data)
     c->hlen += (size_t)n;
     c->last_us = util_now_us();
     on_head(c);
+}
+
+/* ---- TLS interception (kernelmgr/ktls.h) ---- */
+
+/* Answers inside the kernel's TLS (best effort), audits the refusal and closes. */
+static void tls_refuse(struct econn *c, int status, const char *why)
+{
+    char msg[512];
+    int n = snprintf(msg, sizeof(msg),
+                     "HTTP/1.1 %d kgw egress: %s\r\nContent-Type: text/plain\r\n"
+                     "Connection: close\r\nContent-Length: %zu\r\n\r\nkgw egress: %s\n",
+                     status, why, strlen(why) + 13, why);
+    if (c->kssl && c->tst != T_ACCEPT && n > 0) {
+        int w = SSL_write(c->kssl, msg, (size_t)n < sizeof(msg) ? n : (int)sizeof(msg) - 1);
+        if (w > 0)
+            SSL_shutdown(c->kssl);
+    }
+    c->e->stats->denied++;
+    log_info("kernel=%s: egress denied: host=\"%.128s\" port=%d: %s", c->e->kernel, c->host,
+             c->req.port, why);
+    audit(c, "denied", why);
+    c->allowed = false;
+    close_conn(c, why);
+}
+
+/* What an SSL call's result means: 1 progress, 0 wait (*rd: for readability), -1 ended
+ * (cleanly or not). */
+static int tls_result(SSL *s, int r, bool *rd)
+{
+    if (r > 0)
+        return 1;
+    switch (SSL_get_error(s, r)) {
+    case SSL_ERROR_WANT_READ:
+        *rd = true;
+        return 0;
+    case SSL_ERROR_WANT_WRITE:
+        return 0;
+    default:
+        ERR_clear_error();
+        return -1;
+    }
+}
+
+/* Reads the kernel's request head inside TLS; 1 progress, 0 wait, -1 the connection was
+ * closed, 2 the request went on to the host's lookup and connect (the connection is not in
+ * C_TLS for now). */
+static int tls_head(struct econn *c, bool *krd)
+{
+    int n = SSL_read(c->kssl, c->head + c->hlen, (int)(sizeof(c->head) - c->hlen));
+    int t = tls_result(c->kssl, n, krd);
+    if (t < 0) {
+        close_conn(c, "the kernel ended TLS before a request");
+        return -1;
+    }
+    if (t == 0)
+        return 0;
+    c->hlen += (size_t)n;
+    c->last_us = util_now_us();
+    const char *why = NULL;
+    size_t out_len = 0, head_len = 0;
+    int r = egreq_parse_origin(c->head, c->hlen, c->out, &out_len, &head_len, &why);
+    if (r == 0)
+        return 1; /* more to read */
+    if (r < 0) {
+        tls_refuse(c, r == -EMSGSIZE ? 431 : r == -ENOTSUP ? 501 : 400, why);
+        return -1;
+    }
+    c->req.out_len = out_len;
+    c->req.head_len = head_len;
+    int status = put_secrets(c, &why);
+    if (status) {
+        tls_refuse(c, status, why);
+        return -1;
+    }
+    /* the host now: name lookup and connect as for any request (refusals come inside TLS),
+     * then tls_upstream */
+    evl_io_destroy(c->e->l, &c->cio);
+    c->tst = T_UPSTREAM;
+    resolve(c);
+    return 2;
+}
+
+/* Connected to the host for an intercepted request: TLS with it, verified. */
+static void tls_upstream(struct econn *c)
+{
+    if (!(c->ussl = ktls_connect_new(c->e->tls, c->host, c->ufd))) {
+        tls_refuse(c, 502, "cannot start TLS with the host");
+        return;
+    }
+    c->st = C_TLS;
+    c->tst = T_UPSTREAM;
+    c->last_us = util_now_us();
+    tls_drive(c);
+}
+
+/* The host's TLS is up: its request goes on, decrypted both ways from now. */
+static bool tls_relay_begin(struct econn *c)
+{
+    c->tst = T_RELAY;
+    c->allowed = true;
+    c->e->stats->allowed++;
+    c->e->used |= c->used;
+    note_host(c);
+    size_t nrest = c->hlen - c->req.head_len;
+    if (!put_pending(c, &c->up, c->out, c->req.out_len) ||
+        !put_pending(c, &c->up, c->head + c->req.head_len, nrest))
+        return false;
+    size_t n = c->req.out_len + nrest;
+    c->sent += n;
+    host_bytes(c);
+    c->e->stats->bytes_out += n;
+    c->e->bytes += (long long)n;
+    return true;
+}
+
+/* One direction of the relay inside TLS: writes p to `to`, or reads `from` into p. 1
+ * progress, 0 nothing to do or wait, -1 the connection was closed. */
+static int tls_pump(struct econn *c,
+                    SSL *from,
+                    SSL *to,
+                    struct pending *p,
+                    bool *eof,
+                    uint64_t *count,
+                    uint64_t *stat,
+                    bool *from_rd,
+                    bool *to_rd)
+{
+    kegress_t *e = c->e;
+    if (p->len) {
+        int w = SSL_write(to, p->buf + p->off, (int)(p->len - p->off));
+        int t = tls_result(to, w, to_rd);
+        if (t < 0) {
+            close_conn(c, "TLS write failed");
+            return -1;
+        }
+        if (t == 0)
+            return 0;
+        p->off += (size_t)w;
+        if (p->off == p->len)
+            p->off = p->len = 0;
+        return 1;
+    }
+    if (*eof)
+        return 0;
+    if (!p->buf && !(p->buf = malloc(KEGRESS_BUF))) {
+        close_conn(c, "out of memory");
+        return -1;
+    }
+    size_t room = KEGRESS_BUF;
+    if (e->lim->max_bytes > 0) {
+        long long left = e->lim->max_bytes - e->bytes;
+        if (left <= 0) {
+            close_conn(c, "byte cap reached");
+            return -1;
+        }
+        if ((long long)room > left)
+            room = (size_t)left;
+    }
+    int n = SSL_read(from, p->buf, (int)room);
+    int t = tls_result(from, n, from_rd);
+    if (t < 0) {
+        *eof = true;
+        return 1;
+    }
+    if (t == 0)
+        return 0;
+    c->last_us = util_now_us();
+    *count += (uint64_t)n;
+    *stat += (uint64_t)n;
+    e->bytes += n;
+    host_bytes(c);
+    p->off = 0;
+    p->len = (size_t)n;
+    return 1;
+}
+
+static void on_tls_io(void *data);
+
+/* Makes every step it can, then waits for what the last steps need. */
+static void tls_drive(struct econn *c)
+{
+    bool krd = false, urd = false;
+    for (int progress = 1; progress;) {
+        progress = 0;
+        krd = urd = false;
+        int t;
+        switch (c->tst) {
+        case T_ACCEPT:
+            t = tls_result(c->kssl, SSL_accept(c->kssl), &krd);
+            if (t < 0) {
+                close_conn(c, "TLS handshake with the kernel failed (does it trust kgw's CA?)");
+                return;
+            }
+            if (t > 0) {
+                c->tst = T_HEAD;
+                c->hlen = 0;
+                progress = 1;
+            }
+            break;
+        case T_HEAD:
+            if ((t = tls_head(c, &krd)) < 0 || t == 2)
+                return;
+            progress = t;
+            break;
+        case T_UPSTREAM:
+            t = tls_result(c->ussl, SSL_connect(c->ussl), &urd);
+            if (t < 0) {
+                long v = SSL_get_verify_result(c->ussl);
+                char why[200];
+                if (v != X509_V_OK)
+                    snprintf(why, sizeof(why), "the host's certificate failed verification: %s",
+                             X509_verify_cert_error_string(v));
+                else
+                    snprintf(why, sizeof(why), "TLS handshake with the host failed");
+                tls_refuse(c, 502, why);
+                return;
+            }
+            if (t > 0) {
+                if (!tls_relay_begin(c))
+                    return;
+                progress = 1;
+            }
+            break;
+        case T_RELAY:
+            t = tls_pump(c, c->kssl, c->ussl, &c->up, &c->c_eof, &c->sent, &c->e->stats->bytes_out,
+                         &krd, &urd);
+            if (t < 0)
+                return;
+            progress |= t;
+            t = tls_pump(c, c->ussl, c->kssl, &c->down, &c->u_eof, &c->received,
+                         &c->e->stats->bytes_in, &urd, &krd);
+            if (t < 0)
+                return;
+            progress |= t;
+            if ((c->u_eof && !c->down.len) || (c->c_eof && !c->up.len)) {
+                if (c->u_eof)
+                    SSL_shutdown(c->kssl); /* best effort: the answer is complete */
+                close_conn(c, NULL);
+                return;
+            }
+            break;
+        }
+    }
+    /* watch a side only when a TLS call waits for it to be readable */
+    if (krd) {
+        if (!watch(c, &c->cio, c->cfd, on_tls_io))
+            return;
+    } else {
+        evl_io_destroy(c->e->l, &c->cio);
+    }
+    if (urd) {
+        if (!watch(c, &c->uio, c->ufd, on_tls_io))
+            return;
+    } else {
+        evl_io_destroy(c->e->l, &c->uio);
+    }
+    if (c->up.len || c->down.len || (!krd && !urd))
+        arm_tick(c); /* a write waits */
+    else
+        arm_idle(c);
+}
+
+static void on_tls_io(void *data)
+{
+    struct econn *c = data;
+    if (c->st == C_TLS)
+        tls_drive(c);
+}
+
+/* A CONNECT to a host of the kernel's secrets: TLS with the kernel, as that host. */
+static void tls_start(struct econn *c)
+{
+    static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    if (c->hlen != c->req.head_len) { /* TLS bytes before the answer: not a client's way */
+        refuse(c, 400, "bytes after CONNECT before its answer");
+        return;
+    }
+    if (!(c->kssl = ktls_accept_new(c->e->tls, c->host, c->cfd))) {
+        refuse(c, 503, "cannot make a certificate for the host");
+        return;
+    }
+    if (send(c->cfd, ok, sizeof(ok) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ok) - 1) {
+        close_conn(c, "write to the kernel failed");
+        return;
+    }
+    log_debug("kernel=%s: egress host=%s port=%d: TLS read for its secrets", c->e->kernel, c->host,
+              c->req.port);
+    c->st = C_TLS;
+    c->tst = T_ACCEPT;
+    c->last_us = util_now_us();
+    tls_drive(c);
 }
 
 static void conn_tick(void *data)
@@ -739,6 +1249,13 @@ static void conn_tick(void *data)
         }
         relay_settle(c);
         return;
+    case C_TLS:
+        if (now - c->last_us >= (uint64_t)c->e->lim->idle_ms * 1000) {
+            close_conn(c, c->tst == T_RELAY ? "idle" : "TLS: no progress in time");
+            return;
+        }
+        tls_drive(c);
+        return;
     case C_CLOSED:
         return;
     }
@@ -763,6 +1280,7 @@ static void on_accept(void *data)
             continue;
         }
         c->e = e;
+        c->hidx = -1;
         c->cfd = fd;
         c->ufd = c->lfd = -1;
         c->last_us = util_now_us();

@@ -16,6 +16,8 @@
 
 #include "common/egpol.h"
 #include "common/evl.h"
+#include "kernelmgr/ksecret.h"
+#include "kernelmgr/ktls.h"
 
 #define KEGRESS_PORT        3128
 #define KEGRESS_URL         "http://127.0.0.1:3128"
@@ -43,10 +45,20 @@ kegress_t *kegress_new(evl_t *l, int listen_fd, const egpol_t *pol,
                        const struct kegress_limits *lim, struct kegress_stats *stats,
                        const char *tenant, const char *kid);
 /* The distinct "host:port" the proxy let connections through to since the last call (at most
- * KEGRESS_HOSTS_MAX, then "..."), as a new JSON array; forgets them. For the audit event of an
- * execution: the caller takes them when it begins (discarded) and when it ends. */
+ * KEGRESS_HOSTS_MAX, then "..."), as a new JSON array; forgets them. */
 #define KEGRESS_HOSTS_MAX 16
 json_t *kegress_hosts_take(kegress_t *e);
+/* The kernel's secrets (kernelmgr/ksecret.h; NULL: none; must outlive the proxy): the
+ * placeholders in a forwarded request's head are replaced by their values where the request
+ * may carry them, and the request is refused (403, audited) where it may not. With tls
+ * (kernelmgr/ktls.h; NULL: none), a CONNECT to a host one of them is for is read the same way
+ * inside TLS the proxy ends; any other CONNECT stays a tunnel. */
+void kegress_set_secrets(kegress_t *e, ksecret_t *ks, ktls_t *tls);
+/* The receipt of what the proxy let through since the last take (this or
+ * kegress_hosts_take), as a new JSON object {"hosts": [{"host": "h:p", "bytes_out",
+ * "bytes_in"}...] (at most KEGRESS_HOSTS_MAX), "more_hosts": bool, "secrets": [the names of
+ * the secrets put into requests]}; forgets them. */
+json_t *kegress_receipt_take(kegress_t *e);
 /* Closes every connection (each audited) and the listener. */
 void kegress_destroy(kegress_t **e);
 

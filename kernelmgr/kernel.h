@@ -48,6 +48,10 @@ struct kernel_exec_end {
     int64_t duration_us;      /* busy to idle, or to the end of the process (0: never ran) */
     long long cpu_ns;         /* CPU time of the kernel's cgroup meanwhile (-1: unknown) */
     long long peak_mem_bytes; /* the cgroup's peak memory meanwhile (-1: unknown) */
+    /* what its egress proxy let through meanwhile: {"hosts": [{"host", "bytes_out",
+     * "bytes_in"}], "more_hosts", "secrets": [names]} (kegress_receipt_take); NULL: no
+     * egress policy, or not known for this execution. Borrowed. */
+    json_t *egress;
 };
 
 /* Completion of the transition in progress (start, restart, shutdown): 0 or -errno. */

@@ -189,7 +189,9 @@ static void announce_end(kernel_t *k, const char *msg_id, enum kernel_outcome o,
                                 .cause = cause ? cause : "",
                                 .duration_us = duration_us,
                                 .cpu_ns = -1,
-                                .peak_mem_bytes = -1};
+                                .peak_mem_bytes = -1,
+                                .egress = !strcmp(msg_id, k->exec_receipt_id) ? k->exec_receipt
+                                                                              : NULL};
     if (duration_us > 0 && k->cgroup) { /* it ran: what its cgroup spent meanwhile */
         struct sbx_cgroup_usage u;
         sbx_cgroup_usage(k->cgroup, &u);
@@ -198,6 +200,11 @@ static void announce_end(kernel_t *k, const char *msg_id, enum kernel_outcome o,
         e.peak_mem_bytes = sbx_cgroup_peak(k->cgroup, false);
     }
     k->own->exec_end(k, &e);
+    if (e.egress) {
+        json_decref(k->exec_receipt);
+        k->exec_receipt = NULL;
+        k->exec_receipt_id[0] = '\0';
+    }
 }
 
 /* A message in the kernel's name: iopub to every listener (to NULL), or a reply to one
@@ -336,13 +343,31 @@ static void notice(kernel_t *k, const char *fmt, ...)
 /* The audit event of an execution that ended (idle, or the kernel was restarted). */
 static void exec_audit(kernel_t *k, const char *status)
 {
-    if (!k->exec_id[0] || !audit_enabled())
+    if (!k->exec_id[0])
+        return;
+    /* what its egress proxy let through meanwhile (null: no egress policy): for this event
+     * and the execution's end (announce_end) */
+    json_decref(k->exec_receipt);
+    k->exec_receipt = !k->egpol   ? NULL
+                      : k->egress ? kegress_receipt_take(k->egress)
+                                  : json_pack("{s:[], s:b, s:[]}", "hosts", "more_hosts", 0,
+                                              "secrets");
+    snprintf(k->exec_receipt_id, sizeof(k->exec_receipt_id), "%s", k->exec_id);
+    if (!audit_enabled())
         return;
     double ms = (double)(util_now_us() - k->exec_start_us) / 1000.0;
-    /* the hosts its egress proxy let it reach meanwhile (null: no egress policy) */
-    json_t *hosts = !k->egpol ? json_null() : k->egress ? kegress_hosts_take(k->egress)
-                                                        : json_array();
-    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s, s:o", "tenant", k->ws->tenant,
+    json_t *hosts = json_null(), *h, *secrets = json_null();
+    size_t i;
+    if (k->exec_receipt) { /* egress_hosts: "host:port" strings, as before the receipt */
+        hosts = json_array();
+        json_array_foreach(json_object_get(k->exec_receipt, "hosts"), i, h)
+            json_array_append(hosts, json_object_get(h, "host"));
+        if (json_is_true(json_object_get(k->exec_receipt, "more_hosts")))
+            json_array_append_new(hosts, json_string("..."));
+        secrets = json_incref(json_object_get(k->exec_receipt, "secrets"));
+    }
+    audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s, s:o, s:o, s:O", "tenant",
+                k->ws->tenant,
                 "kernel",
                 k->id, "msg_id", audit_str(k->exec_id, strlen(k->exec_id)), "code_sha256",
                 k->exec_sha, "duration_ms", ms, "status",
@@ -350,7 +375,9 @@ static void exec_audit(kernel_t *k, const char *status)
                 : k->exec_stage   ? "timeout" /* interrupted for its wall time */
                 : k->exec_error   ? "error"
                                   : "ok",
-                "egress_hosts", hosts ? hosts : json_null());
+                "egress_hosts", hosts ? hosts : json_null(), "egress_secrets",
+                secrets ? secrets : json_null(), "egress",
+                k->exec_receipt ? k->exec_receipt : json_null());
 }
 
 /* The execution in progress, if any, is over (how: its status in the statistics; the gateway's
@@ -417,8 +444,9 @@ static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
     k->exec_parent = strndup(parent.p, parent.n);
     k->exec_start_us = util_now_us();
     usage_begin(k);
-    if (k->egress) /* what came before is not this execution's */
-        json_decref(kegress_hosts_take(k->egress));
+    /* its egress receipt is what the proxy let through since the last one was taken (when the
+     * execution before ended): the kernel's code may reach hosts before the gateway sees its
+     * status busy, and nothing it did is lost */
     if (k->exec_timeout_ms > 0)
         k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
     if (!strcmp(msg_id, k->exec_replied)) /* its reply came first (shell before iopub) */

@@ -72,7 +72,8 @@ int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim)
 
 kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
                       const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
-                      const egpol_t *egress, const struct kernel_owner_ops *own)
+                      const egpol_t *egress, const char *const *secrets, size_t nsecrets,
+                      const struct kernel_owner_ops *own)
 {
     int r;
     kernel_t *k = calloc(1, sizeof(*k));
@@ -142,6 +143,9 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         if (!(k->egpol = malloc(sizeof(*k->egpol))))
             goto fail;
         *k->egpol = *egress;
+        if (nsecrets && !(k->secrets = ksecret_new(ws->tenant, secrets, nsecrets,
+                                                   m->o.secrets, &m->stats.secrets)))
+            goto fail;
     }
     if (!(k->envp = klaunch__env(k, env)))
         goto fail;
@@ -197,6 +201,8 @@ void kinstance__free(kernel_t *k)
     k->own->fork_take_back(k);
     kegress_destroy(&k->egress);
     free(k->egpol);
+    ksecret_destroy(&k->secrets);
+    json_decref(k->exec_receipt);
     if (k->pidfd >= 0)
         close(k->pidfd);
     klaunch__setup_end(k);

@@ -5,10 +5,12 @@
 #include "kernelmgr/private.h"
 
 /* A kernel's set-up and teardown.
- * egress: the kernel's egress policy (NULL or empty: none; copied). own: its owner. */
+ * egress: the kernel's egress policy (NULL or empty: none; copied); secrets: the names of its
+ * tenant's secrets it gets (nsecrets; only with an egress policy). own: its owner. */
 kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
                       const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
-                      const egpol_t *egress, const struct kernel_owner_ops *own);
+                      const egpol_t *egress, const char *const *secrets, size_t nsecrets,
+                      const struct kernel_owner_ops *own);
 /* Hands a pooled kernel to a request: per-kernel limits that apply after start, and the
  * request's KERNEL_* variables (a silent execution; the kernel is "starting" until it is
  * done). 0 or -errno. */

@@ -66,6 +66,19 @@ char **klaunch__env(const kernel_t *k, json_t *req_env)
             json_object_set_new(env, proxy[j], json_string(KEGRESS_URL));
         json_object_set_new(env, "NO_PROXY", json_string(""));
         json_object_set_new(env, "no_proxy", json_string(""));
+        /* its secrets: placeholders only; the proxy holds the values */
+        for (size_t j = 0; j < ksecret_count(k->secrets); j++)
+            json_object_set_new(env, ksecret_name(k->secrets, j),
+                                json_string(ksecret_placeholder(k->secrets, j)));
+        /* the proxy reads HTTPS to its secrets' hosts: OpenSSL (urllib, ssl), requests, pip
+         * and curl trust the egress CA besides the system's, from a read-only file */
+        if (ksecret_count(k->secrets) && k->m->o.tls && k->m->o.ca_bundle && k->m->pydir[0]) {
+            static const char *const ca[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+                                             "CURL_CA_BUNDLE", "PIP_CERT",
+                                             "NODE_EXTRA_CA_CERTS"};
+            for (size_t j = 0; j < sizeof(ca) / sizeof(ca[0]); j++)
+                json_object_set_new(env, ca[j], json_string(KMGR_CA_BUNDLE));
+        }
     }
     size_t n = json_object_size(env), i = 0;
     char **envp = calloc(n + 1, sizeof(char *));
@@ -504,6 +517,8 @@ void klaunch__egress_start(kernel_t *k)
                             k->ws->tenant, k->id);
     if (!k->egress)
         log_warn("kernel=%s: no egress proxy: %s", k->id, strerror(errno));
+    else if (k->secrets)
+        kegress_set_secrets(k->egress, k->secrets, k->m->o.tls);
 }
 
 void klaunch__signal(kernel_t *k, int sig)

@@ -286,6 +286,21 @@ static int copy_file(int sfd, int dfd, const char *name)
     return r;
 }
 
+static int write_ca_bundle(int dfd, const char *pem)
+{
+    int r = 0, fd = openat(dfd, KMGR_CA_BUNDLE_NAME, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                                                         O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    size_t n = strlen(pem);
+    if (write(fd, pem, n) != (ssize_t)n)
+        r = -EIO;
+    if (r == 0 && fchmod(fd, 0644) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}
+
 /* Removes <rundir>/python (its tmpfs, or the regular files in it). */
 static void remove_python(const char *rundir)
 {
@@ -346,6 +361,8 @@ static void python_setup(kmgr_t *m, const char *src)
             r = -errno;
         else
             closedir(d);
+        if (r == 0 && m->o.ca_bundle) /* the CAs kernels with secrets trust, read-only too */
+            r = write_ca_bundle(dfd, m->o.ca_bundle);
         if (dfd >= 0)
             close(dfd);
         if (r == 0 && mounted &&
@@ -1021,7 +1038,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
         if ((r = new_workspace(m, tenant, size, false, &ws)) < 0)
             return refuse(m, r == -EAGAIN ? KMGR_FAIL_LIMIT : KMGR_FAIL_SPAWN, r);
     }
-    k = kinstance__new(m, spec, req->env, lim, ws, NULL, req->egress,
+    k = kinstance__new(m, spec, req->env, lim, ws, NULL, req->egress, req->secrets, req->nsecrets,
                        &kernel_owner);
     if (!k)
         return refuse(m, KMGR_FAIL_SPAWN, -errno);

@@ -72,6 +72,12 @@ struct kmgr_opts {
     size_t npool;
     long long pool_min_available; /* refill only while the host's MemAvailable is above */
     struct kegress_limits egress; /* per kernel, for kernels with an egress policy */
+    /* the gateway's current secrets table (common/secrets.h; it swaps *secrets on a reload,
+     * the proxies read it at each request); NULL: no secrets */
+    secrets_t *const *secrets;
+    ktls_t *tls; /* HTTPS to secrets' hosts is read with it (kernelmgr/ktls.h); NULL: tunneled */
+    const char *ca_bundle; /* PEM kernels with secrets trust (the system's CAs and the egress
+                              CA), read-only at KMGR_CA_BUNDLE inside sandboxes; NULL: none */
     /* descriptors (kcapacity.c): a start is refused (-EMFILE) unless the open-file limit
      * leaves KMGR_KERNEL_FDS + fd_per_client for it beyond fd_reserve */
     int fd_per_client; /* what a kernel's clients cost the owner (one websocket) */
@@ -83,6 +89,9 @@ struct kmgr_opts {
 #define KMGR_KERNEL_FDS 44
 
 #define KMGR_TENANT_MAX 64
+/* The CA bundle of kernels with secrets (kmgr_options.ca_bundle), beside kgw_tools. */
+#define KMGR_CA_BUNDLE_NAME "kgw-ca-bundle.pem"
+#define KMGR_CA_BUNDLE      SBX_PYTHON_PATH "/" KMGR_CA_BUNDLE_NAME
 /* A kernel's CPU weight (cgroup v1 cpu.shares), shared by its tenant's kernels. */
 #define KMGR_CPU_SHARES 1024u
 
@@ -97,6 +106,11 @@ struct kmgr_start {
      * only; such a kernel never comes from the warm pool). The caller checked it against the
      * tenant's policy and the gateway's ceiling. */
     const egpol_t *egress;
+    /* the tenant's secrets it gets, by name (kernelmgr/ksecret.h; at most SECRETS_PER_KERNEL;
+     * the caller checked the tenant has them): each a variable holding a placeholder. Only
+     * for a kernel with an egress policy (its proxy puts the values in). */
+    const char *const *secrets;
+    size_t nsecrets;
 };
 
 #define KMGR_CALLBACKS_DEFAULT                                                                     \
@@ -276,6 +290,7 @@ struct kmgr_stats {
     uint64_t shutdown_forced;           /* shutdown_requests ignored for the grace: SIGTERM */
     uint64_t cpu_ns_gone;               /* CPU time of kernels' cgroups already removed */
     struct kegress_stats egress;        /* kernels' egress proxies: connections, bytes */
+    struct ksecret_stats secrets;       /* secrets put into requests, and refused */
 };
 const struct kmgr_stats *kmgr_stats(const kmgr_t *m);
 

@@ -220,7 +220,7 @@ static void spawn(kmgr_t *m, struct kpool *p)
     }
     ws->pooled = true;
     ws->holds++; /* a failed kinstance__new must not free it behind our back */
-    kernel_t *k = kinstance__new(m, p->spec, NULL, NULL, ws, p, NULL, m->pool_ops->kernel_owner);
+    kernel_t *k = kinstance__new(m, p->spec, NULL, NULL, ws, p, NULL, NULL, 0, m->pool_ops->kernel_owner);
     ws->holds--;
     if (!k) {
         m->pool_ops->ws_remove(m, ws);

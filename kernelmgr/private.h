@@ -4,7 +4,7 @@
  *
  * Floors (a file calls only files on lower floors, or earlier on its own; what it tells or
  * asks a higher one goes through an ops struct or callback the higher one hands it):
- *   1  kzsock, kspec, kstderr, kegress, kcapacity, wspace (-> kmgr: wspace_ops), kcall,
+ *   1  kzsock, kspec, kstderr, ksecret, kegress, kcapacity, wspace (-> kmgr: wspace_ops), kcall,
  *      kwire, kzygote (-> kmgr: the on_ready callback)
  *   2  kexec (-> kernel: kexec_ops), klaunch (-> owner: kernel_owner_ops, its outcome returned)
  *   3  kenv (returns whether the kernel is ready), kwatchdog (only signals the process)
@@ -242,6 +242,9 @@ struct kernel {
     char *env_code;
     egpol_t *egpol;      /* its egress policy (NULL: no network at all) */
     kegress_t *egress;   /* its egress proxy, while its process runs */
+    ksecret_t *secrets;  /* its secrets' placeholders (NULL: none) */
+    json_t *exec_receipt; /* its egress receipt for the execution exec_receipt_id (exec_audit) */
+    char exec_receipt_id[JMSG_MSG_ID_MAX];
     char env_id[JMSG_MSG_ID_MAX]; /* that execution's msg_id */
     bool env_replied, env_idle;
 };

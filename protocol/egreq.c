@@ -221,3 +221,106 @@ int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const
     }
     return 1;
 }
+
+int egreq_parse_origin(const char *buf, size_t len, char *out, size_t *ret_out_len,
+                       size_t *ret_head_len, const char **why)
+{
+    size_t scan = len < EGREQ_HEAD_MAX ? len : EGREQ_HEAD_MAX, olen = 0;
+    size_t end = head_end(buf, scan);
+    if (!end)
+        return len >= EGREQ_HEAD_MAX ? fail(why, "request head too large", -EMSGSIZE) : 0;
+    if (memchr(buf, '\0', end))
+        return fail(why, "NUL byte in request head", -EINVAL);
+    const char *p = buf, *eol = memchr(buf, '\n', end);
+    size_t ll = (size_t)(eol - p);
+    if (ll && p[ll - 1] == '\r')
+        ll--;
+    const char *sp1 = memchr(p, ' ', ll);
+    if (!sp1 || sp1 == p || (size_t)(sp1 - p) > METHOD_MAX)
+        return fail(why, "malformed request line", -EINVAL);
+    size_t ml = (size_t)(sp1 - p);
+    for (size_t i = 0; i < ml; i++)
+        if (p[i] < 'A' || p[i] > 'Z')
+            return fail(why, "malformed method", -EINVAL);
+    if (ml == 7 && !memcmp(p, "CONNECT", 7))
+        return fail(why, "CONNECT inside a tunnel", -ENOTSUP);
+    const char *t = sp1 + 1;
+    const char *sp2 = memchr(t, ' ', ll - ml - 1);
+    if (!sp2 || sp2 == t)
+        return fail(why, "malformed request line", -EINVAL);
+    size_t tl = (size_t)(sp2 - t), vl = ll - ml - 1 - tl - 1;
+    if (vl != 8 || (memcmp(sp2 + 1, "HTTP/1.1", 8) && memcmp(sp2 + 1, "HTTP/1.0", 8)))
+        return fail(why, "not HTTP/1.0 or HTTP/1.1", -EINVAL);
+    if (t[0] != '/' && !(tl == 1 && t[0] == '*'))
+        return fail(why, "only origin-form targets inside a tunnel", -ENOTSUP);
+    for (size_t i = 0; i < tl; i++)
+        if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
+            return fail(why, "malformed request target", -EINVAL);
+    if (!put(out, &olen, p, ll) || !put(out, &olen, "\r\n", 2))
+        return fail(why, "request head too large", -EMSGSIZE);
+    int nh = 0;
+    for (p = eol + 1; p < buf + end;) {
+        eol = memchr(p, '\n', (size_t)(buf + end - p));
+        size_t hl = (size_t)(eol - p);
+        if (hl && p[hl - 1] == '\r')
+            hl--;
+        if (hl == 0)
+            break;
+        if (++nh > EGREQ_MAX_HEADERS)
+            return fail(why, "too many header lines", -EMSGSIZE);
+        const char *colon = memchr(p, ':', hl);
+        if (!colon || colon == p)
+            return fail(why, "malformed header line", -EINVAL);
+        for (const char *c = p; c < colon; c++)
+            if (!is_token(*c))
+                return fail(why, "malformed header name", -EINVAL);
+        for (const char *c = colon + 1; c < p + hl; c++)
+            if (((unsigned char)*c < 0x20 && *c != '\t') || *c == 0x7f)
+                return fail(why, "control byte in a header value", -EINVAL);
+        if (!hop_header(p, (size_t)(colon - p)) &&
+            (!put(out, &olen, p, hl) || !put(out, &olen, "\r\n", 2)))
+            return fail(why, "request head too large", -EMSGSIZE);
+        p = eol + 1;
+    }
+    if (!put(out, &olen, "Connection: close\r\n\r\n", 21))
+        return fail(why, "request head too large", -EMSGSIZE);
+    *ret_out_len = olen;
+    *ret_head_len = end;
+    return 1;
+}
+
+int egreq_host_check(const char *head, size_t len, const char *host, int port, int def_port)
+{
+    char want[EGREQ_HOST_MAX + 16], want_p[EGREQ_HOST_MAX + 16];
+    bool v6 = strchr(host, ':') != NULL;
+    int nw = snprintf(want, sizeof(want), "%s%s%s", v6 ? "[" : "", host, v6 ? "]" : "");
+    int nwp = snprintf(want_p, sizeof(want_p), "%s:%d", want, port);
+    int seen = 0;
+    const char *end = head + len, *p = memchr(head, '\n', len);
+    if (!p || nw <= 0 || nwp <= 0 || (size_t)nwp >= sizeof(want_p))
+        return -EPERM;
+    for (p++; p < end;) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        size_t hl = eol ? (size_t)(eol - p) : (size_t)(end - p);
+        if (hl && p[hl - 1] == '\r')
+            hl--;
+        if (hl == 0)
+            break;
+        if (hl >= 5 && !strncasecmp(p, "host:", 5)) {
+            const char *v = p + 5, *ve = p + hl;
+            while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+            while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            size_t vl = (size_t)(ve - v);
+            bool ok = (vl == (size_t)nwp && !strncasecmp(v, want_p, vl)) ||
+                      (port == def_port && vl == (size_t)nw && !strncasecmp(v, want, vl));
+            if (!ok || ++seen > 1)
+                return -EPERM;
+        }
+        if (!eol)
+            break;
+        p = eol + 1;
+    }
+    return 0;
+}

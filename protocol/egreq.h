@@ -33,5 +33,18 @@ struct egreq {
  * https:// targets without CONNECT, userinfo). why (may be NULL) gets a short reason.
  * out: EGREQ_OUT_MAX bytes. */
 int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const char **why);
+/* A request head read inside TLS the proxy ends (kernelmgr/ktls.h): origin form
+ * ("GET /path HTTP/1.1"), same limits and checks as egreq_parse. Writes the head to send
+ * upstream into out (EGREQ_OUT_MAX bytes): the request line, the headers without Proxy-*,
+ * Connection, Keep-Alive, TE and Upgrade ones, and "Connection: close" (one request per
+ * connection: each request's head is read). 1 (*ret_head_len: bytes of the head in buf,
+ * *ret_out_len), 0 (incomplete), or the errors of egreq_parse. */
+/* A rewritten head (egreq_parse's or egreq_parse_origin's out, len bytes) that carries a
+ * secret: 0 when its Host header lines (none, or exactly one) name host (IPv6 in brackets),
+ * with port or, when port is def_port, without; -EPERM otherwise (another virtual host on the
+ * same address must not receive a secret meant for host). */
+int egreq_host_check(const char *head, size_t len, const char *host, int port, int def_port);
+int egreq_parse_origin(const char *buf, size_t len, char *out, size_t *ret_out_len,
+                       size_t *ret_head_len, const char **why);
 
 #endif

@@ -35,6 +35,8 @@ LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?')
 # every label kgw uses, and the values of those with a fixed set
 LABELS = {
     "version": None, "kernelspec": None, "le": None,
+    # the operator's secret names (--secrets-file; at most 64, then ""): with none, only ""
+    "secret": {""},
     "state": {"starting", "running", "restarting", "terminating", "dead", "ready"},
     "path": {"pool", "fork", "exec"},
     "reason": {"sandbox", "timeout", "died", "spawn", "limit", "quota", "auth", "lockout",
