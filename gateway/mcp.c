@@ -275,6 +275,24 @@ static void call_send_buf(struct mcp_call *c, buf_t *b, int rc)
     buf_fini(b);
 }
 
+/* A message framed already in b (rc: how making it went), taken without a copy when nothing
+ * waits before it. */
+static void call_send_framed(struct mcp_call *c, buf_t *b, int rc)
+{
+    buf_t *o = c->sse && !c->filling ? &c->held : &c->out;
+    if (rc < 0) {
+        log_warn("mcp: out of memory: a message was dropped");
+    } else if (o->len == 0) {
+        buf_fini(o);
+        *o = *b;
+        buf_init(b, SIZE_MAX);
+    } else if (buf_append(o, b->data, b->len) < 0) {
+        log_warn("mcp: out of memory: a message was cut");
+    }
+    buf_fini(b);
+    lws_callback_on_writable(c->r->wsi);
+}
+
 static void call_send(struct mcp_call *c, json_t *msg)
 {
     char *s = msg ? json_dumps(msg, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
@@ -397,8 +415,9 @@ static void tool_reply(struct mcp_call *c)
                              : strdup("[]");
     size_t fn = first ? strlen(first) - 2 : 0; /* its items, without [ ] */
     json_t *null = json_null();
-    int rc = first ? append_json(&b, "{\"jsonrpc\":\"2.0\",\"id\":", c->id ? c->id : null)
-                   : -ENOMEM;
+    int rc = c->sse ? buf_append(&b, "event: message\ndata: ", 21) : 0;
+    rc |= first ? append_json(&b, "{\"jsonrpc\":\"2.0\",\"id\":", c->id ? c->id : null)
+                : -ENOMEM;
     rc |= BUF_LIT(&b, ",\"result\":{\"content\":[");
     rc |= buf_append(&b, first ? first + 1 : "", fn);
     rc |= buf_append(&b, ",", fn && c->items.len ? 1 : 0);
@@ -408,10 +427,12 @@ static void tool_reply(struct mcp_call *c)
     if (c->structured)
         rc |= append_json(&b, ",\"structuredContent\":", c->structured);
     rc |= BUF_LIT(&b, "}}");
+    if (c->sse)
+        rc |= buf_append(&b, "\n\n", 2);
     free(first);
     buf_fini(&c->items); /* (in the answer now) */
     buf_fini(&c->text);
-    call_send_buf(c, &b, rc);
+    call_send_framed(c, &b, rc);
     call_done(c);
 }
 
