@@ -796,9 +796,11 @@ static void progress_fill(struct mcp_call *c)
     }
     c->filling = false;
     if (progress_caught_up(c) && c->held.len) {
-        if (buf_append(&c->out, c->held.data, c->held.len) < 0)
-            log_warn("mcp: out of memory: a message was dropped");
-        buf_reset(&c->held);
+        buf_t b = c->held; /* (taken without a copy when out is empty) */
+        buf_init(&c->held, SIZE_MAX);
+        c->filling = true;
+        call_send_framed(c, &b, 0);
+        c->filling = false;
     }
 }
 
