@@ -35,6 +35,7 @@
 #define MCP_RESULT_MAX   (8 * 1024 * 1024) /* bytes of output a tool result carries */
 #define MCP_READ_MAX     (4 * 1024 * 1024) /* bytes of a file read_file returns */
 #define MCP_PROGRESS_MAX (64 * 1024)       /* bytes of output in one progress notification */
+#define MCP_WRITE_BYTES  (64 * 1024)       /* bytes of the answer made and written at a time */
 #define MCP_SID_LEN      UTIL_UUID_LEN /* a session id: a random UUID naming its shard */
 #define MCP_VERSION_MAX  32
 #define MCP_HEADER_MAX   1024 /* bytes of an Accept or Content-Type header looked at */
@@ -88,7 +89,14 @@ struct mcp_call {
     int status; /* HTTP */
     bool is_error, truncated, cancelled, sse, head_sent, done;
     bool no_sse; /* the client's Accept leaves out text/event-stream: no progress */
-    buf_t out; /* the answer's bytes not written yet */
+    /* the answer's bytes not written yet, from out_off; progress notifications are made into
+     * it from pcur, the execution's next event they tell of, only as the socket takes them
+     * (a client that stops reading holds no copy of the output), and the messages after them
+     * (the result) wait in held until they are made */
+    buf_t out, held;
+    size_t out_off;
+    uint64_t pcur;
+    bool filling; /* making progress notifications into out */
     /* write_file: the file being written (charged to the kernel) */
     files_put_t *put;
     struct files_item item;
@@ -254,11 +262,12 @@ static void on_sweep(void *data)
 static void call_send_text(struct mcp_call *c, const char *s, size_t n)
 {
     int rc = 0;
+    buf_t *o = c->sse && !c->filling ? &c->held : &c->out;
     if (c->sse)
-        rc |= buf_append(&c->out, "event: message\ndata: ", 21);
-    rc |= buf_append(&c->out, s, n);
+        rc |= buf_append(o, "event: message\ndata: ", 21);
+    rc |= buf_append(o, s, n);
     if (c->sse)
-        rc |= buf_append(&c->out, "\n\n", 2);
+        rc |= buf_append(o, "\n\n", 2);
     if (rc < 0)
         log_warn("mcp: out of memory: a message was cut");
     lws_callback_on_writable(c->r->wsi);
@@ -272,6 +281,24 @@ static void call_send_buf(struct mcp_call *c, buf_t *b, int rc)
     else
         call_send_text(c, b->data, b->len);
     buf_fini(b);
+}
+
+/* A message framed already in b (rc: how making it went), taken without a copy when nothing
+ * waits before it. */
+static void call_send_framed(struct mcp_call *c, buf_t *b, int rc)
+{
+    buf_t *o = c->sse && !c->filling ? &c->held : &c->out;
+    if (rc < 0) {
+        log_warn("mcp: out of memory: a message was dropped");
+    } else if (o->len == 0) {
+        buf_fini(o);
+        *o = *b;
+        buf_init(b, SIZE_MAX);
+    } else if (buf_append(o, b->data, b->len) < 0) {
+        log_warn("mcp: out of memory: a message was cut");
+    }
+    buf_fini(b);
+    lws_callback_on_writable(c->r->wsi);
 }
 
 static void call_send(struct mcp_call *c, json_t *msg)
@@ -396,8 +423,9 @@ static void tool_reply(struct mcp_call *c)
                              : strdup("[]");
     size_t fn = first ? strlen(first) - 2 : 0; /* its items, without [ ] */
     json_t *null = json_null();
-    int rc = first ? append_json(&b, "{\"jsonrpc\":\"2.0\",\"id\":", c->id ? c->id : null)
-                   : -ENOMEM;
+    int rc = c->sse ? buf_append(&b, "event: message\ndata: ", 21) : 0;
+    rc |= first ? append_json(&b, "{\"jsonrpc\":\"2.0\",\"id\":", c->id ? c->id : null)
+                : -ENOMEM;
     rc |= BUF_LIT(&b, ",\"result\":{\"content\":[");
     rc |= buf_append(&b, first ? first + 1 : "", fn);
     rc |= buf_append(&b, ",", fn && c->items.len ? 1 : 0);
@@ -407,8 +435,12 @@ static void tool_reply(struct mcp_call *c)
     if (c->structured)
         rc |= append_json(&b, ",\"structuredContent\":", c->structured);
     rc |= BUF_LIT(&b, "}}");
+    if (c->sse)
+        rc |= buf_append(&b, "\n\n", 2);
     free(first);
-    call_send_buf(c, &b, rc);
+    buf_fini(&c->items); /* (in the answer now) */
+    buf_fini(&c->text);
+    call_send_framed(c, &b, rc);
     call_done(c);
 }
 
@@ -512,7 +544,9 @@ static void add_text(struct mcp_call *c, const char *kind, const char *text, siz
     free(lit);
 }
 
-/* Whether the call sends progress notifications (the first one makes the answer SSE). */
+/* Whether the call sends progress notifications (the first one makes the answer SSE): asked
+ * as the execution's events come, the notifications themselves are made later, as the socket
+ * takes them (progress_fill). */
 static bool progress_on(struct mcp_call *c)
 {
     if (!c->token || c->done || c->no_sse)
@@ -524,8 +558,6 @@ static bool progress_on(struct mcp_call *c)
 
 static void progress(struct mcp_call *c, const char *text, size_t len)
 {
-    if (!progress_on(c))
-        return;
     size_t n = jstr_utf8_cut(text, len, MCP_PROGRESS_MAX);
     c->progress += 1;
     call_send(c, jrpc_notification("notifications/progress",
@@ -545,8 +577,6 @@ static void progress_json(struct mcp_call *c, jspan_t lit, size_t n)
         free(t);
         return;
     }
-    if (!progress_on(c))
-        return;
     c->progress += 1;
     buf_t b;
     buf_init(&b, SIZE_MAX);
@@ -623,9 +653,7 @@ static void add_display(struct mcp_call *c, json_t *ev)
                 c, json_pack("{s:s, s:s, s:s}", "type", "image", "data", p, "mimeType", images[i]),
                 (size_t)(q - p));
             free(p);
-            char note[64];
-            snprintf(note, sizeof(note), "[%s image]\n", images[i]);
-            progress(c, note, strlen(note));
+            progress_on(c);
             return;
         }
     }
@@ -636,7 +664,7 @@ static void add_display(struct mcp_call *c, json_t *ev)
             return;
         size_t n = (size_t)sprintf(t, "%s\n", text);
         add_text(c, "result", t, n);
-        progress(c, t, n);
+        progress_on(c);
         free(t);
     }
 }
@@ -651,7 +679,7 @@ static void on_stream(struct mcp_call *c, const struct xexec_event *e)
                nn == 6 && !memcmp(name, "stderr", 6);
     /* (the store holds checked literals: the kernel's, checked, or jansson's) */
     add_text_json(c, err ? "stderr" : "stdout", e->text.p + 1, e->text.n - 2, e->text_len);
-    progress_json(c, e->text, e->text_len);
+    progress_on(c);
 }
 
 static void on_exec_event(struct mcp_call *c, const struct xexec_event *e)
@@ -671,7 +699,7 @@ static void on_exec_event(struct mcp_call *c, const struct xexec_event *e)
         c->is_error = true;
         if (tb) {
             add_text(c, "error", tb, strlen(tb));
-            progress(c, tb, strlen(tb));
+            progress_on(c);
         }
         free(tb);
     } else if (!strcmp(type, "end")) {
@@ -709,9 +737,80 @@ static void sub_wake(struct xexec_sub *s)
         xexec_event(s->x, s->cursor++, &e);
         on_exec_event(c, &e);
     }
+    if (c->sse) /* its progress, as the socket takes it */
+        lws_callback_on_writable(c->r->wsi);
 }
 
 static const struct xexec_sub_ops sub_ops = {.wake = sub_wake};
+
+/* The progress notification of an event the result has taken in (as on_exec_event told it). */
+static void progress_event(struct mcp_call *c, const struct xexec_event *e)
+{
+    if (e->text.p)
+        return progress_json(c, e->text, e->text_len);
+    if (strcmp(e->type, "display") != 0 && strcmp(e->type, "result") != 0 &&
+        strcmp(e->type, "error") != 0)
+        return;
+    json_t *ev = json_loadb(e->json, e->len, 0, NULL);
+    if (!ev)
+        return;
+    if (!strcmp(e->type, "error")) {
+        char *tb = plain_traceback(ev);
+        if (tb)
+            progress(c, tb, strlen(tb));
+        free(tb);
+        return json_decref(ev);
+    }
+    static const char *const images[] = {"image/png", "image/jpeg"};
+    json_t *data = json_object_get(ev, "data");
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(images); i++) {
+        if (json_string_value(json_object_get(data, images[i]))) {
+            char note[64];
+            snprintf(note, sizeof(note), "[%s image]\n", images[i]);
+            progress(c, note, strlen(note));
+            return json_decref(ev);
+        }
+    }
+    const char *text = json_string_value(json_object_get(data, "text/plain"));
+    char *t = text ? malloc(strlen(text) + 2) : NULL;
+    if (t) {
+        size_t n = (size_t)sprintf(t, "%s\n", text);
+        progress(c, t, n);
+    }
+    free(t);
+    json_decref(ev);
+}
+
+/* Whether every event the result took in has had its progress made. */
+static bool progress_caught_up(const struct mcp_call *c)
+{
+    return !c->sse || !c->sub.x || c->pcur >= c->sub.cursor;
+}
+
+/* Makes the next progress notifications into out (about MCP_WRITE_BYTES), then, once they
+ * are all made, the messages held after them. */
+static void progress_fill(struct mcp_call *c)
+{
+    xexec_t *x = c->sub.x;
+    c->filling = true;
+    while (c->sse && x && c->pcur < c->sub.cursor && c->out.len < MCP_WRITE_BYTES) {
+        struct xexec_event e;
+        if (c->pcur < xexec_first_seq(x)) /* dropped for the tenant's budget: not told */
+            c->pcur = xexec_first_seq(x);
+        if (c->pcur >= c->sub.cursor)
+            break;
+        xexec_event(x, c->pcur++, &e);
+        progress_event(c, &e);
+    }
+    c->filling = false;
+    if (progress_caught_up(c) && c->held.len) {
+        buf_t b = c->held; /* (taken without a copy when out is empty) */
+        buf_init(&c->held, SIZE_MAX);
+        c->filling = true;
+        call_send_framed(c, &b, 0);
+        c->filling = false;
+    }
+}
 
 /* ---- tools ---- */
 
@@ -1174,6 +1273,7 @@ void mcp_handle(struct gw_req *r)
     c->r = r;
     c->status = 200;
     buf_init(&c->out, SIZE_MAX);
+    buf_init(&c->held, SIZE_MAX);
     buf_init(&c->items, SIZE_MAX);
     buf_init(&c->text, SIZE_MAX);
     list_init(&c->slink);
@@ -1272,29 +1372,71 @@ static int write_head(struct mcp_call *c, const char *ctype, long long length)
     return 0;
 }
 
-/* Writes what is in c->out as one chunk (and the last chunk after it when last). */
+/* The next bytes of c->out (at most MCP_WRITE_BYTES) as one chunk, and the last chunk after
+ * them when last and they are out's end. 1: all of out is written. */
 static int write_chunk(struct mcp_call *c, bool last)
 {
+    size_t len = c->out.len - c->out_off;
+    len = len > MCP_WRITE_BYTES ? MCP_WRITE_BYTES : len;
+    bool end = c->out_off + len == c->out.len;
+    last = last && end;
     char head[24];
-    int hn = snprintf(head, sizeof(head), "%zx\r\n", c->out.len);
-    size_t n = c->out.len ? (size_t)hn + c->out.len + 2 : 0;
+    int hn = snprintf(head, sizeof(head), "%zx\r\n", len);
+    size_t n = len ? (size_t)hn + len + 2 : 0;
     unsigned char *b = malloc(LWS_PRE + n + 5);
     if (!b)
         return -1;
     unsigned char *p = b + LWS_PRE;
-    if (c->out.len) {
+    if (len) {
         memcpy(p, head, (size_t)hn);
-        memcpy(p + hn, c->out.data, c->out.len);
-        memcpy(p + hn + c->out.len, "\r\n", 2);
+        memcpy(p + hn, c->out.data + c->out_off, len);
+        memcpy(p + hn + len, "\r\n", 2);
     }
     if (last) {
         memcpy(p + n, "0\r\n\r\n", 5);
         n += 5;
     }
-    c->out.len = 0;
+    c->out_off += len;
     int w = lws_write(c->r->wsi, p, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP);
     free(b);
-    return w < 0 ? -1 : 0;
+    if (w < 0)
+        return -1;
+    if (end) {
+        buf_reset(&c->out);
+        c->out_off = 0;
+    }
+    return end ? 1 : 0;
+}
+
+/* A reader that has bytes to take: closed if it takes none for --stall-timeout. */
+static int write_later(struct gw_req *r)
+{
+    lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, (int)r->g->cfg.stall_timeout);
+    lws_callback_on_writable(r->wsi);
+    return 0;
+}
+
+/* The JSON answer (Content-Length), written from c->out as the socket takes it. */
+static int write_plain(struct gw_req *r, struct mcp_call *c)
+{
+    if (!c->head_sent &&
+        write_head(c, c->out.len ? "application/json" : NULL, (long long)c->out.len) < 0)
+        return -1;
+    while (c->out_off < c->out.len && !lws_send_pipe_choked(r->wsi)) {
+        size_t len = c->out.len - c->out_off;
+        len = len > MCP_WRITE_BYTES ? MCP_WRITE_BYTES : len;
+        unsigned char *b = malloc(LWS_PRE + len);
+        if (!b)
+            return -1;
+        memcpy(b + LWS_PRE, c->out.data + c->out_off, len);
+        c->out_off += len;
+        int w = lws_write(r->wsi, b + LWS_PRE, len,
+                          c->out_off == c->out.len ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP);
+        free(b);
+        if (w < 0)
+            return -1;
+    }
+    return c->out_off < c->out.len ? write_later(r) : 1;
 }
 
 int mcp_write(struct gw_req *r)
@@ -1307,32 +1449,26 @@ int mcp_write(struct gw_req *r)
             lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0);
             return 0;
         }
-        if (write_head(c, c->out.len ? "application/json" : NULL, (long long)c->out.len) < 0)
-            return -1;
-        if (c->out.len) {
-            unsigned char *b = malloc(LWS_PRE + c->out.len);
-            if (!b)
-                return -1;
-            memcpy(b + LWS_PRE, c->out.data, c->out.len);
-            int w = lws_write(r->wsi, b + LWS_PRE, c->out.len, LWS_WRITE_HTTP_FINAL);
-            free(b);
-            if (w < 0)
-                return -1;
-        }
-        return 1;
+        return write_plain(r, c);
     }
     if (!c->head_sent && write_head(c, "text/event-stream", -1) < 0)
         return -1;
-    if (lws_send_pipe_choked(r->wsi)) {
-        lws_callback_on_writable(r->wsi);
-        return 0;
-    }
-    if (c->out.len || c->done) {
-        if (write_chunk(c, c->done) < 0)
+    for (;;) {
+        if (c->out_off == c->out.len)
+            progress_fill(c);
+        bool last = c->done && progress_caught_up(c) && c->held.len == 0;
+        if (c->out_off == c->out.len && !last)
+            break;
+        if (lws_send_pipe_choked(r->wsi))
+            return write_later(r);
+        int rc = write_chunk(c, last);
+        if (rc < 0)
             return -1;
+        if (rc == 1 && last)
+            return 1;
     }
-    if (c->done)
-        return 1;
+    if (lws_partial_buffered(r->wsi)) /* a part of a write lws holds */
+        return write_later(r);
     lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0);
     return 0;
 }
@@ -1354,6 +1490,7 @@ void mcp_req_fini(struct gw_req *r)
     json_decref(c->content);
     json_decref(c->structured);
     buf_fini(&c->out);
+    buf_fini(&c->held);
     buf_fini(&c->items);
     buf_fini(&c->text);
     free(c);

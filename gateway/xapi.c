@@ -19,8 +19,11 @@
 #include "protocol/xevent.h"
 #include "protocol/xreq.h"
 
-#define XAPI_BATCH_BYTES (64 * 1024) /* events written per lws_write */
-#define XAPI_STALL_SECS  60          /* a reader that takes nothing this long is cut */
+#define XAPI_BATCH_BYTES (64 * 1024) /* bytes written per lws_write */
+
+/* Where the JSON document ({"execution": MODEL, "events": [...]}) is: its head (up to the
+ * events' "["), the events from the cursor, its tail. */
+enum xdoc { XDOC_HEAD, XDOC_EVENTS, XDOC_TAIL, XDOC_DONE };
 
 struct xreader {
     struct xexec_sub sub;
@@ -28,7 +31,40 @@ struct xreader {
     enum xreq_format fmt;
     int status;
     bool headers_sent;
+    size_t off; /* bytes written of the piece at the cursor (an event framed, the head) */
+    /* the JSON document, written from the store as the socket takes it */
+    enum xdoc doc;
+    char *head; /* {"execution":MODEL,"events":[ */
+    size_t head_len;
 };
+
+/* The bytes of one piece of an answer (an event as framed, the document's head): up to three
+ * spans, one after the other. Each is written from the store as the socket takes it, a part
+ * at a time, so a reader that stops reading holds no copy of it. */
+struct xpiece {
+    const char *p[3];
+    size_t n[3];
+};
+
+/* Appends to b the piece's bytes from *off, up to want of them; true when its end is
+ * written (*off is then 0). */
+static bool piece_copy(const struct xpiece *pc, size_t *off, size_t want, buf_t *b, int *rc)
+{
+    size_t at = 0;
+    for (int i = 0; i < 3; i++) {
+        if (*off < at + pc->n[i] && want > 0) {
+            size_t from = *off - at, take = pc->n[i] - from < want ? pc->n[i] - from : want;
+            *rc |= buf_append(b, pc->p[i] + from, take);
+            *off += take;
+            want -= take;
+        }
+        at += pc->n[i];
+    }
+    if (*off < at)
+        return false;
+    *off = 0;
+    return true;
+}
 
 /* ---- readers ---- */
 
@@ -38,6 +74,7 @@ static void reader_free(struct xreader **p)
     if (!rd)
         return;
     xexec_unsubscribe(&rd->sub);
+    free(rd->head);
     free(rd);
     *p = NULL;
 }
@@ -98,36 +135,99 @@ static int write_chunk(struct lws *wsi, buf_t *b, bool last)
     return lws_write(wsi, start, len, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < 0 ? -1 : 0;
 }
 
-static int write_document(struct gw_req *r, xexec_t *x)
+/* The document's head, and the whole document's length (the execution ended: its events are
+ * fixed while it is read). -1 when out of memory. */
+static long long doc_begin(struct xreader *rd, xexec_t *x)
 {
-    buf_t b;
-    buf_init(&b, SIZE_MAX);
     json_t *m = xexec_model(x);
     char *ms = m ? json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
                  : NULL;
     json_decref(m);
-    static const char room[LWS_PRE];
-    int rc = buf_append(&b, room, sizeof(room));
-    rc |= buf_append(&b, "{\"execution\":", 13);
-    rc |= ms ? buf_append(&b, ms, strlen(ms)) : -1;
+    buf_t b;
+    buf_init(&b, SIZE_MAX);
+    int rc = ms ? buf_append(&b, "{\"execution\":", 13) : -ENOMEM;
+    rc |= ms ? buf_append(&b, ms, strlen(ms)) : -ENOMEM;
     rc |= buf_append(&b, ",\"events\":[", 11);
-    for (uint64_t seq = xexec_first_seq(x); seq < xexec_next_seq(x); seq++) {
-        struct xexec_event e;
-        xexec_event(x, seq, &e);
-        if (seq > xexec_first_seq(x))
-            rc |= buf_append(&b, ",", 1);
-        rc |= buf_append(&b, e.json, e.len);
-    }
-    rc |= buf_append(&b, "]}", 2);
     free(ms);
-    if (rc || write_head(r, "application/json", (long long)(b.len - LWS_PRE)) < 0 ||
-        lws_write(r->wsi, (unsigned char *)b.data + LWS_PRE, b.len - LWS_PRE,
-                  LWS_WRITE_HTTP_FINAL) < 0) {
+    if (rc < 0) {
         buf_fini(&b);
         return -1;
     }
-    buf_fini(&b);
-    return 1;
+    rd->head = b.data; /* taken */
+    rd->head_len = b.len;
+    long long len = (long long)rd->head_len + 2; /* and "]}" */
+    for (uint64_t seq = xexec_first_seq(x); seq < xexec_next_seq(x); seq++) {
+        struct xexec_event e;
+        xexec_event(x, seq, &e);
+        len += (long long)e.len + (seq > xexec_first_seq(x) ? 1 : 0);
+    }
+    rd->doc = XDOC_HEAD;
+    return len;
+}
+
+/* Appends the document's next bytes to b, up to XAPI_BATCH_BYTES after room. */
+static int doc_fill(struct xreader *rd, xexec_t *x, buf_t *b, size_t room)
+{
+    int rc = 0;
+    while (rc == 0 && rd->doc != XDOC_DONE && b->len - room < XAPI_BATCH_BYTES) {
+        struct xpiece pc = {{""}, {0}};
+        struct xexec_event e;
+        if (rd->doc == XDOC_EVENTS && rd->sub.cursor >= xexec_next_seq(x))
+            rd->doc = XDOC_TAIL;
+        if (rd->doc == XDOC_HEAD) {
+            pc.p[0] = rd->head;
+            pc.n[0] = rd->head_len;
+        } else if (rd->doc == XDOC_EVENTS) {
+            xexec_event(x, rd->sub.cursor, &e);
+            pc.p[0] = ",";
+            pc.n[0] = rd->sub.cursor > xexec_first_seq(x) ? 1 : 0;
+            pc.p[1] = e.json;
+            pc.n[1] = e.len;
+        } else {
+            pc.p[0] = "]}";
+            pc.n[0] = 2;
+        }
+        if (!piece_copy(&pc, &rd->off, XAPI_BATCH_BYTES - (b->len - room), b, &rc))
+            break;
+        if (rd->doc == XDOC_EVENTS)
+            rd->sub.cursor++;
+        else
+            rd->doc = rd->doc == XDOC_HEAD ? XDOC_EVENTS : XDOC_DONE;
+    }
+    return rc;
+}
+
+/* The JSON document of an ended execution, written from its store as the socket takes it (a
+ * reader that stops reading holds no copy of it): 1 once written whole. */
+static int write_document(struct gw_req *r, xexec_t *x)
+{
+    struct xreader *rd = r->xr;
+    if (!rd->headers_sent) {
+        rd->sub.cursor = xexec_first_seq(x);
+        long long len = doc_begin(rd, x);
+        if (len < 0 || write_head(r, "application/json", len) < 0)
+            return -1;
+    }
+    if (rd->sub.cursor < xexec_first_seq(x)) /* (the store keeps what a reader reads) */
+        return -1;
+    while (rd->doc != XDOC_DONE && !lws_send_pipe_choked(r->wsi)) {
+        buf_t b;
+        buf_init(&b, SIZE_MAX);
+        static const char room[LWS_PRE];
+        int rc = buf_append(&b, room, sizeof(room));
+        rc |= doc_fill(rd, x, &b, sizeof(room));
+        if (rc < 0 || lws_write(r->wsi, (unsigned char *)b.data + LWS_PRE, b.len - LWS_PRE,
+                                rd->doc == XDOC_DONE ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < 0) {
+            buf_fini(&b);
+            return -1;
+        }
+        buf_fini(&b);
+    }
+    if (rd->doc == XDOC_DONE)
+        return 1;
+    lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, (int)r->g->cfg.stall_timeout);
+    lws_callback_on_writable(r->wsi);
+    return 0;
 }
 
 void xapi_req_fini(struct gw_req *r)
@@ -144,8 +244,10 @@ int xapi_write(struct gw_req *r)
     if (!x) /* dropped from the store while read */
         return -1;
     if (rd->fmt == XREQ_JSON) {
-        lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0);
-        return xexec_done(x) ? write_document(r, x) : 0;
+        if (xexec_done(x))
+            return write_document(r, x);
+        lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0); /* it waits for the end */
+        return 0;
     }
     if (!rd->headers_sent && write_head(r, xreq_format_ctype(rd->fmt), -1) < 0)
         return -1;
@@ -162,10 +264,20 @@ int xapi_write(struct gw_req *r)
         buf_init(&b, SIZE_MAX);
         static const char room[LWS_PRE + 24]; /* LWS_PRE, then the chunk's size line */
         int rc = buf_append(&b, room, sizeof(room));
-        while (rc == 0 && rd->sub.cursor < xexec_next_seq(x) && b.len < XAPI_BATCH_BYTES) {
+        while (rc == 0 && rd->sub.cursor < xexec_next_seq(x) &&
+               b.len - sizeof(room) < XAPI_BATCH_BYTES) {
             struct xexec_event e;
+            char head[XEVENT_FRAME_HEAD_MAX];
+            const char *tail;
             xexec_event(x, rd->sub.cursor, &e);
-            rc = xevent_frame(rd->fmt, rd->sub.cursor, e.type, e.json, e.len, &b);
+            int hn = xevent_frame_parts(rd->fmt, rd->sub.cursor, e.type, head, &tail);
+            if (hn < 0) {
+                rc = hn;
+                break;
+            }
+            struct xpiece pc = {{head, e.json, tail}, {(size_t)hn, e.len, strlen(tail)}};
+            if (!piece_copy(&pc, &rd->off, XAPI_BATCH_BYTES - (b.len - sizeof(room)), &b, &rc))
+                break;
             rd->sub.cursor++;
         }
         bool last = done && rd->sub.cursor >= xexec_next_seq(x);
@@ -183,8 +295,9 @@ int xapi_write(struct gw_req *r)
         if (last)
             return 1;
     }
-    if (rd->sub.cursor < xexec_next_seq(x) || xexec_done(x)) {
-        lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, XAPI_STALL_SECS);
+    /* bytes to take: the store's, or a part of a write lws holds */
+    if (rd->sub.cursor < xexec_next_seq(x) || xexec_done(x) || lws_partial_buffered(r->wsi)) {
+        lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, (int)r->g->cfg.stall_timeout);
         lws_callback_on_writable(r->wsi);
     } else {
         lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0);

@@ -463,6 +463,7 @@ static void start_next(struct xkern *xk)
     x->req.user_expressions = NULL;
     x->state = X_RUNNING;
     x->sent_us = util_now_us();
+    log_debug("xexec: execution=%s kernel=%s: sent", x->id, x->kernel_id); /* (bench) */
     xk->running = x;
     if (x->req.timeout > 0)
         g->loop.evl.timer_arm(&g->loop.evl, x->timer, (uint64_t)(x->req.timeout * 1000.0));

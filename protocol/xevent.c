@@ -167,21 +167,32 @@ size_t xevent_stream_write(char *out, uint64_t seq, jspan_t name, jspan_t text,
     return len;
 }
 
-int xevent_frame(enum xreq_format f, uint64_t seq, const char *type, const char *json,
-                 size_t len, buf_t *out)
+int xevent_frame_parts(enum xreq_format f, uint64_t seq, const char *type,
+                       char head[XEVENT_FRAME_HEAD_MAX], const char **ret_tail)
 {
-    char head[160];
-    int rc;
     if (f == XREQ_NDJSON) {
-        if ((rc = buf_append(out, json, len)) < 0)
-            return rc;
-        return buf_append(out, "\n", 1);
+        head[0] = '\0';
+        *ret_tail = "\n";
+        return 0;
     }
     if (f != XREQ_SSE)
         return -EINVAL;
     /* compact JSON has no raw newline: one data line carries it */
-    int n = snprintf(head, sizeof(head), "id: %" PRIu64 "\nevent: %.64s\ndata: ", seq, type);
+    int n = snprintf(head, XEVENT_FRAME_HEAD_MAX, "id: %" PRIu64 "\nevent: %.64s\ndata: ", seq,
+                     type);
+    *ret_tail = "\n\n";
+    return n;
+}
+
+int xevent_frame(enum xreq_format f, uint64_t seq, const char *type, const char *json,
+                 size_t len, buf_t *out)
+{
+    char head[XEVENT_FRAME_HEAD_MAX];
+    const char *tail;
+    int rc, n = xevent_frame_parts(f, seq, type, head, &tail);
+    if (n < 0)
+        return n;
     if ((rc = buf_append(out, head, (size_t)n)) < 0 || (rc = buf_append(out, json, len)) < 0)
         return rc;
-    return buf_append(out, "\n\n", 2);
+    return buf_append(out, tail, strlen(tail));
 }

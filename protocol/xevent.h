@@ -38,6 +38,14 @@ int xevent_stream_scan(jspan_t content, jspan_t *ret_name, jspan_t *ret_text,
 size_t xevent_stream_write(char *out, uint64_t seq, jspan_t name, jspan_t text,
                            size_t *ret_name_off, size_t *ret_text_off);
 
+#define XEVENT_FRAME_HEAD_MAX 160 /* bytes of a frame's head */
+
+/* How f frames an event (see xevent_frame): its head, written into head (NUL-terminated), goes
+ * before the event's JSON text, *ret_tail after it. The head's length, or -EINVAL for
+ * XREQ_JSON. */
+int xevent_frame_parts(enum xreq_format f, uint64_t seq, const char *type,
+                       char head[XEVENT_FRAME_HEAD_MAX], const char **ret_tail);
+
 /* Appends one event (its compact JSON text, len bytes, holding "seq" and "type") framed for
  * f: NDJSON: the text and "\n"; SSE: "id: seq\nevent: type\ndata: text\n\n". XREQ_JSON
  * documents are not framed per event: -EINVAL. 0 or buf_append's error. */

@@ -134,5 +134,15 @@ int main(void)
     CHECK_CASE("json");
     CHECK_INT(xevent_frame(XREQ_JSON, 3, "end", "{}", 2, &b), -EINVAL);
     buf_fini(&b);
+    CHECK_CASE("parts"); /* what xapi.c writes a piece at a time */
+    char head[XEVENT_FRAME_HEAD_MAX];
+    const char *tail = NULL;
+    CHECK_INT(xevent_frame_parts(XREQ_SSE, 18446744073709551615ULL, "display", head, &tail), 46);
+    CHECK_STR(head, "id: 18446744073709551615\nevent: display\ndata: ");
+    CHECK_STR(tail, "\n\n");
+    CHECK_INT(xevent_frame_parts(XREQ_NDJSON, 7, "end", head, &tail), 0);
+    CHECK_STR(head, "");
+    CHECK_STR(tail, "\n");
+    CHECK_INT(xevent_frame_parts(XREQ_JSON, 7, "end", head, &tail), -EINVAL);
     CHECK_DONE();
 }
