@@ -154,8 +154,6 @@ static void complete(kernel_t *k, int status)
 static void set_running(kernel_t *k)
 {
     evl_t *l = k->m->evl;
-    if (k->m->o.hb_interval_ms > 0)
-        l->timer_arm(l, k->hb_timer, (uint64_t)k->m->o.hb_interval_ms);
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     k->state = KERNEL_RUNNING;
@@ -323,7 +321,6 @@ static void set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
     evl_t *l = k->m->evl;
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
-    l->timer_disarm(l, k->hb_timer);
     log_warn("kernel=%s: dead: %s", k->id, why);
     emit(k, KERNEL_EV_DIED, why);
     k->own->capacity(k);
@@ -342,7 +339,7 @@ static void on_exit_io(void *data)
     char why[300], cause[sizeof(k->stop_cause)];
     if (klaunch__reap(k, &st) < 0)
         return;
-    l->timer_disarm(l, k->hb_timer);
+    kz_close(&k->control); /* what it said to the process is moot; the next opens it anew */
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     bool asked = k->state == KERNEL_TERMINATING ||
@@ -418,6 +415,26 @@ void kernel__check_exit(kernel_t *k)
         on_exit_io(k);
 }
 
+static void on_oversize(void *data, kzsock_t *z);
+
+/* The gateway's control socket, opened when first needed (a stop, an interrupt by message): an
+ * idle kernel holds none. NULL (logged) if it cannot be opened. */
+static kzsock_t *own_control(kernel_t *k)
+{
+    char ep[PATH_MAX + 16];
+    int r;
+    if (k->control.s)
+        return &k->control;
+    kz_close(&k->control); /* what a failed reconnection left */
+    kwire__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
+    if ((r = kz_open(&k->control, k->m->evl, k->m->zctx, ZMQ_DEALER, k->session, ep,
+                     on_own_reply, k, k->m->o.max_kernel_msg, on_oversize)) < 0) {
+        log_warn("kernel=%s: cannot open its control socket: %s", k->id, strerror(-r));
+        return NULL;
+    }
+    return &k->control;
+}
+
 static void stop_process(kernel_t *k, bool restart)
 {
     if (k->pid <= 0)
@@ -434,20 +451,19 @@ static void stop_process(kernel_t *k, bool restart)
         k->stop_stage = 1;
         k->stop_end = "ended while starting";
         k->stop_us = util_now_us();
-        k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
         k->m->evl->timer_disarm(k->m->evl, k->nudge);
         k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
         klaunch__signal(k, SIGKILL);
         return;
     }
-    if (kwire__send_own_id(k, &k->control, "shutdown_request",
+    kzsock_t *control = own_control(k);
+    if (!control || kwire__send_own_id(k, control, "shutdown_request",
                             restart ? "{\"restart\":true}" : "{\"restart\":false}",
                             k->stop_msg_id) < 0)
         k->stop_msg_id[0] = '\0';
     k->stop_stage = 1;
     k->stop_end = NULL;
     k->stop_us = util_now_us();
-    k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
     k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
 }
 
@@ -512,8 +528,10 @@ int kernel_interrupt(kernel_t *k)
 {
     if (k->state != KERNEL_RUNNING)
         return -EAGAIN;
-    if (k->spec->interrupt_message)
-        return kwire__send_own(k, &k->control, "interrupt_request", "{}");
+    if (k->spec->interrupt_message) {
+        kzsock_t *control = own_control(k);
+        return control ? kwire__send_own(k, control, "interrupt_request", "{}") : -ENOTCONN;
+    }
     klaunch__signal(k, SIGINT);
     return 0;
 }
@@ -545,8 +563,8 @@ static void on_oversize(void *data, kzsock_t *z)
                                         : "control");
 }
 
-/* The kernel's timers and its manager sockets (SUB on iopub, DEALERs on shell and control, and
- * the heartbeat's); closed by kernel__unwatch. 0 or -errno. */
+/* The kernel's timers and its manager sockets (SUB on iopub, DEALERs on shell and the
+ * heartbeat; control's is opened when needed); closed by kernel__unwatch. 0 or -errno. */
 int kernel__watch(kernel_t *k)
 {
     char ep[PATH_MAX + 16];
@@ -556,7 +574,6 @@ int kernel__watch(kernel_t *k)
     k->exec_ops = &exec_ops;
     if (!(k->nudge = l->timer_new(l, nudge, k)) ||
         !(k->deadline = l->timer_new(l, kwatchdog__on_deadline, k)) ||
-        !(k->hb_timer = l->timer_new(l, kwatchdog__on_hb_timer, k)) ||
         !(k->linger = l->timer_new(l, on_linger, k)) ||
         !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)) ||
         !(k->idle_timer = l->timer_new(l, kexec__on_idle_late, k)))
@@ -569,10 +586,7 @@ int kernel__watch(kernel_t *k)
     if ((r = kz_open(&k->shell, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
                      on_oversize)) < 0)
         return r;
-    kwire__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
-    if ((r = kz_open(&k->control, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
-                     on_oversize)) < 0)
-        return r;
+    /* the control socket: opened when needed (own_control) */
     kwire__endpoint(k, KPORT_HB, ep, sizeof(ep));
     return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, kwatchdog__on_hb, k, max,
                    on_oversize);
@@ -587,7 +601,6 @@ void kernel__unwatch(kernel_t *k)
     kz_close(&k->hb);
     evl_timer_destroy(l, &k->nudge);
     evl_timer_destroy(l, &k->deadline);
-    evl_timer_destroy(l, &k->hb_timer);
     evl_timer_destroy(l, &k->linger);
     evl_timer_destroy(l, &k->exec_timer);
     evl_timer_destroy(l, &k->idle_timer);
