@@ -28,14 +28,15 @@
 size_t setup_nofile(gw_t *g)
 {
     /* Kernels and clients need descriptors; lws sizes its tables from this limit. A kernel
-     * websocket costs about 22 (its socket; shell, control and stdin DEALERs: each a mailbox,
-     * an ipc connection and the watched ZMQ_FD, and a monitor for oversize messages: two
-     * mailboxes and a watched fd), a kernel KMGR_KERNEL_FDS (measured: about 32 once running). The kernel manager refuses a start (503) that would leave less than
-     * SETUP_FD_RESERVE; at start-up this only warns when --max-kernels does not fit. */
+     * websocket costs 7 open files (its socket; shell, control and stdin DEALERs: each a
+     * mailbox and an ipc connection), 10 entries while the loop watches a copy of each
+     * DEALER's ZMQ_FD; a kernel KMGR_KERNEL_FDS (docs/operations.md "Capacity"). The kernel
+     * manager refuses a start (503) that would leave less than SETUP_FD_RESERVE; at start-up
+     * this only warns when --max-kernels does not fit. */
     g->cfg.km.fd_per_client = SETUP_FD_PER_CLIENT;
     g->cfg.km.fd_reserve = SETUP_FD_RESERVE;
     rlim_t want = SETUP_FD_PER_CLIENT * (rlim_t)g->cfg.max_connections +
-                  64 * (rlim_t)g->cfg.km.max_kernels + 256;
+                  KMGR_KERNEL_FDS * (rlim_t)g->cfg.km.max_kernels + 256;
     struct rlimit rl = {want, want}; /* what is assumed should getrlimit fail */
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         if (rl.rlim_max < want) { /* root may raise the hard limit */

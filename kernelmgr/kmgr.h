@@ -78,9 +78,11 @@ struct kmgr_opts {
     int fd_reserve;    /* kept for everything else: connections, transfers, logs */
 };
 
-/* Descriptors one kernel costs the kernel manager (measured about 20 once running, plus 12 for
- * the monitors of its four sockets (kzsock.c); more while it starts) */
-#define KMGR_KERNEL_FDS 44
+/* Descriptors one kernel costs the kernel manager: measured 11 open files once it runs idle
+ * (docs/operations.md "Capacity" has the table), 18 entries while the loop watches a copy of
+ * each of its 7 watched fds, a few more while it starts (its set-up report, the lent cgroup
+ * directories) */
+#define KMGR_KERNEL_FDS 20
 
 #define KMGR_TENANT_MAX 64
 /* A kernel's CPU weight (cgroup v1 cpu.shares), shared by its tenant's kernels. */
