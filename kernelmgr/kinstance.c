@@ -64,6 +64,7 @@ int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim)
     if (code && k->state == KERNEL_RUNNING) {
         k->state = KERNEL_STARTING;
         snprintf(k->exec_state, sizeof(k->exec_state), "starting");
+        kernel__own_shell(k);
         kenv__send(k);
     }
     return 0;
