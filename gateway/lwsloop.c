@@ -215,10 +215,10 @@ static void settle(lwsloop_t *l)
         ;
 }
 
-void lwsloop_fini(lwsloop_t *l)
+int lwsloop_fini(lwsloop_t *l)
 {
     if (!l->live)
-        return;
+        return 0;
     l->lws_idle = NULL; /* lws closes it */
     if (l->ctx) {
         /* lws 4.1 on a foreign libuv loop: the first call starts closing every connection and
@@ -232,7 +232,9 @@ void lwsloop_fini(lwsloop_t *l)
     }
     uv_close((uv_handle_t *)&l->soon, NULL);
     settle(l);
-    if (uv_loop_close(&l->uv) < 0)
+    int r = uv_loop_close(&l->uv);
+    if (r < 0)
         log_warn("loop: a watch or timer was left open at exit");
     l->live = false;
+    return r;
 }

@@ -38,7 +38,8 @@ void lwsloop_attach(lwsloop_t *l, struct lws_context *ctx);
 /* One turn: waits until something is ready or a timer is due and runs it. */
 void lwsloop_turn(lwsloop_t *l);
 /* Destroys the lws context (which closes its connections through the loop) and the loop. Every
- * watch and timer of the lower layers must be deleted before. Takes a half-made loop. */
-void lwsloop_fini(lwsloop_t *l);
+ * watch and timer of the lower layers must be deleted before: -EBUSY when one was not (the
+ * loop is then left as it is). Takes a half-made loop. */
+int lwsloop_fini(lwsloop_t *l);
 
 #endif
