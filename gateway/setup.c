@@ -144,11 +144,22 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
          * or curl's request hung */
         info.alpn = "http/1.1";
     }
+    /* one loop for lws and kgw's own fds and timers: lws on kgw's libuv loop (epoll), through
+     * lws's libuv event-lib plugin (libwebsockets-evlib-uv) */
+    int r = lwsloop_init(&g->loop);
+    if (r < 0) {
+        log_error("cannot make the event loop: %s", strerror(-r));
+        return r;
+    }
+    info.options |= LWS_SERVER_OPTION_LIBUV;
+    info.foreign_loops = lwsloop_foreign(&g->loop);
     g->ctx = lws_create_context(&info);
     if (!g->ctx) {
-        log_error("cannot create the server context");
+        log_error("cannot create the server context (is libwebsockets' libuv plugin, Debian's "
+                  "libwebsockets-evlib-uv, installed?)");
         return -EIO;
     }
+    lwsloop_attach(&g->loop, g->ctx);
     struct lws_vhost *vh = lws_create_vhost(g->ctx, &info);
     if (!vh) {
         int err = errno;
@@ -177,7 +188,6 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
         log_info("metrics: GET /metrics without a key on http://%s:%lld/metrics", mi.iface,
                  g->cfg.metrics_port);
     }
-    lwsloop_init(&g->loop, g->ctx, vh);
     return 0;
 }
 
