@@ -28,9 +28,8 @@
 size_t setup_nofile(gw_t *g)
 {
     /* Kernels and clients need descriptors; lws sizes its tables from this limit. A kernel
-     * websocket costs 7 open files (its socket; shell, control and stdin DEALERs: each a
-     * mailbox and an ipc connection), 10 entries while the loop watches a copy of each
-     * DEALER's ZMQ_FD; a kernel KMGR_KERNEL_FDS (docs/operations.md "Capacity"). The kernel
+     * websocket costs 7 (its socket; shell, control and stdin DEALERs: each a mailbox and an
+     * ipc connection), a kernel KMGR_KERNEL_FDS (docs/operations.md "Capacity"). The kernel
      * manager refuses a start (503) that would leave less than SETUP_FD_RESERVE; at start-up
      * this only warns when --max-kernels does not fit. */
     g->cfg.km.fd_per_client = SETUP_FD_PER_CLIENT;

@@ -78,10 +78,9 @@ struct kmgr_opts {
     int fd_reserve;    /* kept for everything else: connections, transfers, logs */
 };
 
-/* Descriptors one kernel costs the kernel manager: measured 9 open files once it runs idle
- * (docs/operations.md "Capacity" has the table), 15 entries while the loop watches a copy of
- * each of its 6 watched fds, more while it starts (its shell socket, its set-up report, the
- * lent cgroup directories) */
+/* Descriptors one kernel costs the kernel manager: measured 9 once it runs idle
+ * (docs/operations.md "Capacity" has the table), more while it starts (its shell socket, its
+ * set-up report, the lent cgroup directories) */
 #define KMGR_KERNEL_FDS 20
 
 #define KMGR_TENANT_MAX 64

@@ -106,7 +106,7 @@ def test_start_until_refused_is_503_with_reason_and_kernels_keep_serving(small):
         assert S.kcall(gw, kid, "R['x'] = 6 * 7")["x"] == 42
 
     # kernels gone free their descriptors: a start fits again once a kernel and a client's
-    # worth (kgw_kernel_fds) is free, at most three kernels of about 15 each (docs/operations.md
+    # worth (kgw_kernel_fds) is free, at most three kernels of about 9 each (docs/operations.md
     # "Capacity")
     assert 20 <= per <= 40
     for gone in range(1, 4):
