@@ -89,14 +89,23 @@ def all_idle(gw, ids):
     return all(states.get(k) == "idle" for k in ids)
 
 
+def execute(gw, kid):
+    status, body, _ = gw.request("POST", f"/api/kernels/{kid}/execute", {"code": "6 * 7"})
+    assert status == 201 and b'"status":"ok"' in body, (status, body)
+
+
 def test_idle_kernel_and_websocket_descriptors(gateway_factory, kcmp_works):
     gw = gateway_factory("--pool", "python3=0", "--max-kernels", "100")
     pid = gw.proc.pid
     # what a first kernel opens once for all (the fork server, its first use) is not a kernel's
     warm = gw.start_kernel()["id"]
+    execute(gw, warm)
     base = steady(pid, "one kernel")
 
     ids = [gw.start_kernel()["id"] for _ in range(N_KERNELS)]
+    # idle after an execution each (its accounting reads the kernel's cgroup: nothing held)
+    for kid in ids:
+        execute(gw, kid)
     S.wait_for(lambda: all_idle(gw, ids), 120, what="all kernels idle")
     kernels = steady(pid, f"{N_KERNELS} kernels")
     per_entry = (kernels[0] - base[0]) / N_KERNELS
