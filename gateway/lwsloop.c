@@ -84,8 +84,14 @@ static evl_io_t *io_add(evl_t *e, int fd, evl_io_cb cb, void *data)
 static void io_del(evl_t *e, evl_io_t *io)
 {
     (void)e;
-    if (io)
-        uv_close((uv_handle_t *)&io->h, free_handle);
+    if (!io)
+        return;
+    uv_os_fd_t fd = -1;
+    if (uv_fileno((uv_handle_t *)&io->h, &fd) == 0 && fcntl(fd, F_GETFD) < 0)
+        log_error("loop: a watch on fd %d deleted after the fd was closed (it must be deleted "
+                  "first: the fd may stay in the epoll set)",
+                  fd);
+    uv_close((uv_handle_t *)&io->h, free_handle);
 }
 
 static void run_timer(lwsloop_t *l, evl_timer_t *t)
