@@ -6,10 +6,10 @@
  * The cost of a kernel is measured, not assumed: 9 open files once it runs idle (its iopub and
  * heartbeat ZeroMQ sockets with their mailboxes and ipc connections, iopub's oversize monitor,
  * the pidfd, its stderr pipe, its callback socket; docs/operations.md "Capacity" has the
- * table), more while it starts (its shell socket); KMGR_KERNEL_FDS rounds that up. The owner adds what a kernel's clients cost
- * (fd_per_client: one websocket) and keeps a reserve for everything else (fd_reserve: new
- * connections, file transfers, logs). Kernels still starting have not opened all theirs yet:
- * each counts half a kernel on top of what is open. */
+ * table), more while it starts (its shell socket); KMGR_KERNEL_FDS rounds that up. The owner adds
+ * what a kernel's clients cost (fd_per_client: one websocket) and keeps a reserve for everything
+ * else (fd_reserve: new connections, file transfers, logs). Kernels still starting have not opened
+ * all theirs yet: each counts half a kernel on top of what is open. */
 #include "kernelmgr/kcapacity_int.h"
 
 #include <errno.h>

@@ -179,8 +179,8 @@ static kzsock_t *own_control(kernel_t *k)
         return &k->control;
     kz_close(&k->control); /* what a failed reconnection left */
     kwire__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
-    if ((r = kz_open(&k->control, k->m->evl, k->m->zctx, ZMQ_DEALER, k->session, ep,
-                     on_own_reply, k, k->m->o.max_kernel_msg, on_oversize)) < 0) {
+    if ((r = kz_open(&k->control, k->m->evl, k->m->zctx, ZMQ_DEALER, k->session, ep, on_own_reply,
+                     k, k->m->o.max_kernel_msg, on_oversize)) < 0) {
         log_warn("kernel=%s: cannot open its control socket: %s", k->id, strerror(-r));
         return NULL;
     }
@@ -481,8 +481,8 @@ static void stop_process(kernel_t *k, bool restart)
     }
     kzsock_t *control = own_control(k);
     if (!control || kwire__send_own_id(k, control, "shutdown_request",
-                            restart ? "{\"restart\":true}" : "{\"restart\":false}",
-                            k->stop_msg_id) < 0)
+                                       restart ? "{\"restart\":true}" : "{\"restart\":false}",
+                                       k->stop_msg_id) < 0)
         k->stop_msg_id[0] = '\0';
     k->stop_stage = 1;
     k->stop_end = NULL;

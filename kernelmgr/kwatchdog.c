@@ -1,9 +1,9 @@
 /* A kernel's watchdog: its heartbeats (every --hb-interval-ms, one sweep over all kernels by
  * the manager, so that idle kernels cost one timer wake-up per interval together and their
- * answers arrive in a burst; a kernel that misses three in a row is hung and killed), the deadline of its start (no kernel_info_reply within
- * --start-timeout: killed) and the escalation of its stop (a shutdown_request ignored for
- * --shutdown-grace-ms: SIGTERM, then SIGKILL). It only signals the process: its end is
- * handled by kernel.c like any other. */
+ * answers arrive in a burst; a kernel that misses three in a row is hung and killed), the
+ * deadline of its start (no kernel_info_reply within --start-timeout: killed) and the
+ * escalation of its stop (a shutdown_request ignored for --shutdown-grace-ms: SIGTERM, then
+ * SIGKILL). It only signals the process: its end is handled by kernel.c like any other. */
 #include "kernelmgr/kwatchdog_int.h"
 
 #include <errno.h>

@@ -29,7 +29,7 @@
 #define KZ_OVERSIZE_CONFIRM_MS 1000
 typedef struct kzsock {
     void *s;
-    evl_io_t *io; /* on its ZMQ_FD */
+    evl_io_t *io;       /* on its ZMQ_FD */
     evl_timer_t *again; /* re-drain on the next turn */
     evl_t *evl;
     void (*on_msg)(void *data, struct kzsock *z, zmq_msg_t *frames, size_t n);

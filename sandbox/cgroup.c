@@ -462,11 +462,10 @@ void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret)
     bool v1 = cg->cgs->version == 1;
     ret->mem_bytes = -1;
     ret->cpu_ns = -1;
-    if (read_file(cg->path[0], v1 ? "memory.usage_in_bytes" : "memory.current", buf,
-                  sizeof(buf)) > 0)
+    const char *mem = v1 ? "memory.usage_in_bytes" : "memory.current";
+    if (read_file(cg->path[0], mem, buf, sizeof(buf)) > 0)
         ret->mem_bytes = atoll(buf);
-    if (v1 && cg->cgs->cpuacct &&
-        read_file(cg->path[2], "cpuacct.usage", buf, sizeof(buf)) > 0)
+    if (v1 && cg->cgs->cpuacct && read_file(cg->path[2], "cpuacct.usage", buf, sizeof(buf)) > 0)
         ret->cpu_ns = atoll(buf);
     else if (!v1 && read_file(cg->path[0], "cpu.stat", buf, sizeof(buf)) > 0 &&
              !strncmp(buf, "usage_usec ", 11)) /* the first line (kernel/cgroup/rstat.c) */

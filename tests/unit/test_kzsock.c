@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "evl_poll.h"
+
 #include "kernelmgr/kzsock_int.h"
 
 #define MAXMSG 1000
