@@ -14,7 +14,10 @@ typedef void (*evl_io_cb)(void *data);
 typedef void (*evl_timer_cb)(void *data);
 
 typedef struct evl {
-    /* Watches fd for readability (level-triggered). The loop does not own fd. NULL + errno. */
+    /* Watches fd for readability (level-triggered). The loop does not own fd, and fd must stay
+     * open until the watch is deleted (io_del before close: with epoll a closed fd whose file
+     * lives on elsewhere, e.g. a pipe a child holds, stays in the set under a number the next
+     * descriptor reuses). One watch per fd. NULL + errno. */
     evl_io_t *(*io_add)(struct evl *l, int fd, evl_io_cb cb, void *data);
     void (*io_del)(struct evl *l, evl_io_t *io);
     /* A disarmed timer; NULL + errno. */

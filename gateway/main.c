@@ -435,7 +435,6 @@ static const struct lws_protocols protocols[] = {
     {WSMSG_V1_NAME, callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
     /* websockets that offered only subprotocols kgw does not speak: legacy, none selected */
     {fallback_name, callback, sizeof(struct gw_pss), 65536, 0, NULL, 0},
-    {LWSLOOP_PROTOCOL, lwsloop_callback, 0, 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -830,14 +829,15 @@ static void teardown(evl_io_t *sig_io, int sfd)
     kmgr_destroy(&G.km);
     drain_fini(&G);
     rest_stop_tick(&G);
+    evl_timer_destroy(&G.loop.evl, &G.trim_timer);
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);
     sessions_free_all(&G);
     xexec_fini(&G);
     mcp_fini(&G); /* before lws's timers go (its requests, closed below, let go of sessions) */
     conns_destroy(&G.conns); /* lws's closes at its destroy need not be counted */
-    if (G.ctx)
-        lws_context_destroy(G.ctx);
+    lwsloop_fini(&G.loop); /* lws's context with it */
+    G.ctx = NULL;
     close(sfd);
     keyfile_free(&G.keys);
     secrets_free(&G.secrets);
@@ -902,8 +902,7 @@ int main(int argc, char **argv)
     }
 
     while (!G.stopping)
-        if (lws_service(G.ctx, 0) < 0)
-            break;
+        lwsloop_turn(&G.loop);
     rc = selftest ? selftest_finish(selftest_json) : 0;
 out:
     teardown(sig_io, sfd);

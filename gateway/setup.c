@@ -28,14 +28,14 @@
 size_t setup_nofile(gw_t *g)
 {
     /* Kernels and clients need descriptors; lws sizes its tables from this limit. A kernel
-     * websocket costs about 22 (its socket; shell, control and stdin DEALERs: each a mailbox,
-     * an ipc connection and the watched ZMQ_FD, and a monitor for oversize messages: two
-     * mailboxes and a watched fd), a kernel KMGR_KERNEL_FDS (measured: about 32 once running). The kernel manager refuses a start (503) that would leave less than
-     * SETUP_FD_RESERVE; at start-up this only warns when --max-kernels does not fit. */
+     * websocket costs 7 (its socket; shell, control and stdin DEALERs: each a mailbox and an
+     * ipc connection), a kernel KMGR_KERNEL_FDS (docs/operations.md "Capacity"). The kernel
+     * manager refuses a start (503) that would leave less than SETUP_FD_RESERVE; at start-up
+     * this only warns when --max-kernels does not fit. */
     g->cfg.km.fd_per_client = SETUP_FD_PER_CLIENT;
     g->cfg.km.fd_reserve = SETUP_FD_RESERVE;
     rlim_t want = SETUP_FD_PER_CLIENT * (rlim_t)g->cfg.max_connections +
-                  64 * (rlim_t)g->cfg.km.max_kernels + 256;
+                  KMGR_KERNEL_FDS * (rlim_t)g->cfg.km.max_kernels + 256;
     struct rlimit rl = {want, want}; /* what is assumed should getrlimit fail */
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         if (rl.rlim_max < want) { /* root may raise the hard limit */
@@ -143,11 +143,22 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
          * or curl's request hung */
         info.alpn = "http/1.1";
     }
+    /* one loop for lws and kgw's own fds and timers: lws on kgw's libuv loop (epoll), through
+     * lws's libuv event-lib plugin (libwebsockets-evlib-uv) */
+    int r = lwsloop_init(&g->loop);
+    if (r < 0) {
+        log_error("cannot make the event loop: %s", strerror(-r));
+        return r;
+    }
+    info.options |= LWS_SERVER_OPTION_LIBUV;
+    info.foreign_loops = lwsloop_foreign(&g->loop);
     g->ctx = lws_create_context(&info);
     if (!g->ctx) {
-        log_error("cannot create the server context");
+        log_error("cannot create the server context (is libwebsockets' libuv plugin, Debian's "
+                  "libwebsockets-evlib-uv, installed?)");
         return -EIO;
     }
+    lwsloop_attach(&g->loop, g->ctx);
     struct lws_vhost *vh = lws_create_vhost(g->ctx, &info);
     if (!vh) {
         int err = errno;
@@ -176,7 +187,6 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
         log_info("metrics: GET /metrics without a key on http://%s:%lld/metrics", mi.iface,
                  g->cfg.metrics_port);
     }
-    lwsloop_init(&g->loop, g->ctx, vh);
     return 0;
 }
 

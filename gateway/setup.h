@@ -10,7 +10,7 @@
 /* Descriptors: a client websocket of a kernel; the reserve a kernel start leaves for
  * connections, file transfers and logs; what the gateway holds with no kernel (measured: 52 with
  * the fork server and the metrics listener). */
-#define SETUP_FD_PER_CLIENT 22
+#define SETUP_FD_PER_CLIENT 10
 #define SETUP_FD_RESERVE    64
 #define SETUP_FD_BASE       64
 

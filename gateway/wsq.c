@@ -96,7 +96,13 @@ int wsq_writeable(wsq_t *q)
     if (q->closing && (!q->flush_first || q->q.len == 0)) {
         lws_close_reason(q->wsi, (enum lws_close_status)q->close_code,
                          (unsigned char *)q->close_reason, strlen(q->close_reason));
-        return -1;
+        /* lws starts the closing handshake now (the close frame goes on the next writeable
+         * turn; no callback of ours runs meanwhile) rather than on a return of -1: Debian's
+         * lws 4.1.6 is built with _DEBUG, which on the libuv loop repeats a close asked by a
+         * callback's -1 at once, and the repeat drops the connection before its close frame
+         * (service.c, "uv repeat test"): the client saw 1006 */
+        lws_set_timeout(q->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_SYNC);
+        return 0;
     }
     blob_t *b;
     while ((b = ring_peek(&q->q)) && !lws_send_pipe_choked(q->wsi)) {

@@ -421,8 +421,13 @@ static char *execute_content(const struct xreq *q)
 
 static int send_execute(struct xkern *xk, xexec_t *x)
 {
-    if (!xk->kc && !(xk->kc = kconn_new(xk->k, xk->session, &kconn_ops, xk)))
-        return -errno;
+    /* a new session id each time: the kernel's ROUTER may not yet have seen the last go, and
+     * would refuse a second peer with its routing id */
+    if (!xk->kc) {
+        util_uuid(xk->session);
+        if (!(xk->kc = kconn_new(xk->k, xk->session, &kconn_ops, xk)))
+            return -errno;
+    }
     char *hdr = jmsg_new_header("execute_request", xk->session, x->msg_id);
     char *body = execute_content(&x->req);
     int rc = -ENOMEM;
@@ -475,6 +480,11 @@ static void pump(struct xkern *xk)
 {
     while (!xk->running && !list_empty(&xk->queue) && kernel_state(xk->k) == KERNEL_RUNNING)
         start_next(xk);
+    /* nothing left to run: the session's sockets go (an idle kernel holds none of them; the
+     * next execution opens a session of its own, send_execute). From the loop, never inside
+     * the session's own callback. */
+    if (!xk->running && list_empty(&xk->queue))
+        kconn_destroy(&xk->kc);
 }
 
 static void on_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)

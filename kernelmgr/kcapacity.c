@@ -3,13 +3,13 @@
  * kmgr.c, after the warm pool gave way) instead of failing half-way ("Too many open files" in
  * the fork server, then in exec). This file is the arithmetic only.
  *
- * The cost of a kernel is measured, not assumed: about 20 descriptors once it runs (its five
- * ZeroMQ sockets with their mailboxes, ipc connections and watched ZMQ_FDs, the pidfd, its
- * cgroup and workspace directories, its callback and egress sockets), more for a moment while
- * it starts; KMGR_KERNEL_FDS rounds that up. The owner adds what a kernel's clients cost
- * (fd_per_client: one websocket) and keeps a reserve for everything else (fd_reserve: new
- * connections, file transfers, logs). Kernels still starting have not opened all theirs yet:
- * each counts half a kernel on top of what is open. */
+ * The cost of a kernel is measured, not assumed: 9 open files once it runs idle (its iopub and
+ * heartbeat ZeroMQ sockets with their mailboxes and ipc connections, iopub's oversize monitor,
+ * the pidfd, its stderr pipe, its callback socket; docs/operations.md "Capacity" has the
+ * table), more while it starts (its shell socket); KMGR_KERNEL_FDS rounds that up. The owner adds
+ * what a kernel's clients cost (fd_per_client: one websocket) and keeps a reserve for everything
+ * else (fd_reserve: new connections, file transfers, logs). Kernels still starting have not opened
+ * all theirs yet: each counts half a kernel on top of what is open. */
 #include "kernelmgr/kcapacity_int.h"
 
 #include <errno.h>

@@ -40,8 +40,6 @@ kconn_t *kconn_new(kernel_t *k, const char *session_id, const struct kconn_ops *
     kconn_t *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    for (int i = 0; i < JCHAN_N; i++)
-        c->z[i].fd = -1;
     c->k = k;
     c->ops = ops;
     c->user = user;

@@ -26,6 +26,9 @@
 #define NUDGE_RETRY_MS 2000 /* resend kernel_info_request if a start seems stuck */
 #define NUDGE_IOPUB_MS 20   /* resend when the reply came but no iopub message yet */
 
+static void on_oversize(void *data, kzsock_t *z);
+static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n);
+
 static void emit(kernel_t *k, enum kernel_event ev, const char *detail)
 {
     k->own->event(k, ev, detail);
@@ -148,14 +151,48 @@ static void complete(kernel_t *k, int status)
     }
 }
 
+/* The gateway's shell socket, open while the gateway has requests of its own for the process
+ * (the start's kernel_info_request, a pooled kernel's env code): an idle kernel holds none. No
+ * fixed routing id: the kernel's ROUTER may not yet have seen the last one go. 0 or -errno
+ * (logged). */
+int kernel__own_shell(kernel_t *k)
+{
+    char ep[PATH_MAX + 16];
+    int r;
+    if (k->shell.s)
+        return 0;
+    kz_close(&k->shell); /* what a failed reconnection left */
+    kwire__endpoint(k, KPORT_SHELL, ep, sizeof(ep));
+    if ((r = kz_open(&k->shell, k->m->evl, k->m->zctx, ZMQ_DEALER, NULL, ep, on_own_reply, k,
+                     k->m->o.max_kernel_msg, on_oversize)) < 0)
+        log_warn("kernel=%s: cannot open its shell socket: %s", k->id, strerror(-r));
+    return r;
+}
+
+/* The gateway's control socket, opened when first needed (a stop, an interrupt by message): an
+ * idle kernel holds none. NULL (logged) if it cannot be opened. */
+static kzsock_t *own_control(kernel_t *k)
+{
+    char ep[PATH_MAX + 16];
+    int r;
+    if (k->control.s)
+        return &k->control;
+    kz_close(&k->control); /* what a failed reconnection left */
+    kwire__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
+    if ((r = kz_open(&k->control, k->m->evl, k->m->zctx, ZMQ_DEALER, k->session, ep, on_own_reply,
+                     k, k->m->o.max_kernel_msg, on_oversize)) < 0) {
+        log_warn("kernel=%s: cannot open its control socket: %s", k->id, strerror(-r));
+        return NULL;
+    }
+    return &k->control;
+}
+
 /* ---- messages from the kernel ---- */
 
 /* Starting -> running: the start (or the hand-out of a pooled kernel) is complete. */
 static void set_running(kernel_t *k)
 {
     evl_t *l = k->m->evl;
-    if (k->m->o.hb_interval_ms > 0)
-        l->timer_arm(l, k->hb_timer, (uint64_t)k->m->o.hb_interval_ms);
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     k->state = KERNEL_RUNNING;
@@ -166,6 +203,7 @@ static void set_running(kernel_t *k)
     emit(k, KERNEL_EV_STARTED, NULL);
     complete(k, 0);
     k->own->capacity(k); /* one start fewer in flight */
+    kz_close(&k->shell); /* its requests are answered (may be its handler: kz_drain knows) */
 }
 
 /* A start is complete once the kernel has shown it reads its shell socket (it answered the
@@ -183,6 +221,7 @@ static void check_ready(kernel_t *k)
     k->m->evl->timer_disarm(k->m->evl, k->nudge);
     klaunch__setup_end(k);
     if (k->env_code && k->state == KERNEL_STARTING) {
+        kernel__own_shell(k);
         kenv__send(k); /* a pooled kernel handed out while it was starting */
         return;
     }
@@ -310,7 +349,8 @@ static void nudge(void *data)
     /* ZeroMQ SUB sockets join late: the kernel counts as started only once an iopub message
      * proves the subscription is live, so no client misses the first messages of a request.
      * The request waits in the DEALER's queue until the kernel binds its socket. */
-    kwire__send_own(k, &k->shell, "kernel_info_request", "{}");
+    if (kernel__own_shell(k) == 0)
+        kwire__send_own(k, &k->shell, "kernel_info_request", "{}");
     k->probing = true;
     k->m->evl->timer_arm(k->m->evl, k->nudge, NUDGE_RETRY_MS);
 }
@@ -323,7 +363,6 @@ static void set_dead(kernel_t *k, const char *why, enum kmgr_start_fail fail)
     evl_t *l = k->m->evl;
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
-    l->timer_disarm(l, k->hb_timer);
     log_warn("kernel=%s: dead: %s", k->id, why);
     emit(k, KERNEL_EV_DIED, why);
     k->own->capacity(k);
@@ -342,7 +381,8 @@ static void on_exit_io(void *data)
     char why[300], cause[sizeof(k->stop_cause)];
     if (klaunch__reap(k, &st) < 0)
         return;
-    l->timer_disarm(l, k->hb_timer);
+    kz_close(&k->control); /* what they said to the process is moot; the next opens anew */
+    kz_close(&k->shell);
     l->timer_disarm(l, k->nudge);
     l->timer_disarm(l, k->deadline);
     bool asked = k->state == KERNEL_TERMINATING ||
@@ -434,20 +474,19 @@ static void stop_process(kernel_t *k, bool restart)
         k->stop_stage = 1;
         k->stop_end = "ended while starting";
         k->stop_us = util_now_us();
-        k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
         k->m->evl->timer_disarm(k->m->evl, k->nudge);
         k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
         klaunch__signal(k, SIGKILL);
         return;
     }
-    if (kwire__send_own_id(k, &k->control, "shutdown_request",
-                            restart ? "{\"restart\":true}" : "{\"restart\":false}",
-                            k->stop_msg_id) < 0)
+    kzsock_t *control = own_control(k);
+    if (!control || kwire__send_own_id(k, control, "shutdown_request",
+                                       restart ? "{\"restart\":true}" : "{\"restart\":false}",
+                                       k->stop_msg_id) < 0)
         k->stop_msg_id[0] = '\0';
     k->stop_stage = 1;
     k->stop_end = NULL;
     k->stop_us = util_now_us();
-    k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
     k->m->evl->timer_arm(k->m->evl, k->deadline, (uint64_t)k->m->o.shutdown_grace_ms);
 }
 
@@ -512,8 +551,10 @@ int kernel_interrupt(kernel_t *k)
 {
     if (k->state != KERNEL_RUNNING)
         return -EAGAIN;
-    if (k->spec->interrupt_message)
-        return kwire__send_own(k, &k->control, "interrupt_request", "{}");
+    if (k->spec->interrupt_message) {
+        kzsock_t *control = own_control(k);
+        return control ? kwire__send_own(k, control, "interrupt_request", "{}") : -ENOTCONN;
+    }
     klaunch__signal(k, SIGINT);
     return 0;
 }
@@ -545,8 +586,8 @@ static void on_oversize(void *data, kzsock_t *z)
                                         : "control");
 }
 
-/* The kernel's timers and its manager sockets (SUB on iopub, DEALERs on shell and control, and
- * the heartbeat's); closed by kernel__unwatch. 0 or -errno. */
+/* The kernel's timers and its manager sockets (SUB on iopub, DEALER on the heartbeat; shell's
+ * and control's are opened when needed); closed by kernel__unwatch. 0 or -errno. */
 int kernel__watch(kernel_t *k)
 {
     char ep[PATH_MAX + 16];
@@ -556,7 +597,6 @@ int kernel__watch(kernel_t *k)
     k->exec_ops = &exec_ops;
     if (!(k->nudge = l->timer_new(l, nudge, k)) ||
         !(k->deadline = l->timer_new(l, kwatchdog__on_deadline, k)) ||
-        !(k->hb_timer = l->timer_new(l, kwatchdog__on_hb_timer, k)) ||
         !(k->linger = l->timer_new(l, on_linger, k)) ||
         !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)) ||
         !(k->idle_timer = l->timer_new(l, kexec__on_idle_late, k)))
@@ -565,14 +605,7 @@ int kernel__watch(kernel_t *k)
     kwire__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
     if ((r = kz_open(&k->iopub, l, zctx, ZMQ_SUB, NULL, ep, on_iopub, k, max, on_oversize)) < 0)
         return r;
-    kwire__endpoint(k, KPORT_SHELL, ep, sizeof(ep));
-    if ((r = kz_open(&k->shell, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
-                     on_oversize)) < 0)
-        return r;
-    kwire__endpoint(k, KPORT_CONTROL, ep, sizeof(ep));
-    if ((r = kz_open(&k->control, l, zctx, ZMQ_DEALER, k->session, ep, on_own_reply, k, max,
-                     on_oversize)) < 0)
-        return r;
+    /* the control socket: opened when needed (own_control) */
     kwire__endpoint(k, KPORT_HB, ep, sizeof(ep));
     return kz_open(&k->hb, l, zctx, ZMQ_DEALER, NULL, ep, kwatchdog__on_hb, k, max,
                    on_oversize);
@@ -587,7 +620,6 @@ void kernel__unwatch(kernel_t *k)
     kz_close(&k->hb);
     evl_timer_destroy(l, &k->nudge);
     evl_timer_destroy(l, &k->deadline);
-    evl_timer_destroy(l, &k->hb_timer);
     evl_timer_destroy(l, &k->linger);
     evl_timer_destroy(l, &k->exec_timer);
     evl_timer_destroy(l, &k->idle_timer);

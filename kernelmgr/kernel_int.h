@@ -10,6 +10,9 @@
  * at its teardown. */
 int kernel__watch(kernel_t *k);
 void kernel__unwatch(kernel_t *k);
+/* Opens the gateway's own shell socket if it is closed (it is while the kernel is idle): before
+ * kenv__send. 0 or -errno. */
+int kernel__own_shell(kernel_t *k);
 /* Starts k's process and watches it (a failure sets k dead); reaps it if it has exited
  * (SIGCHLD path). */
 void kernel__launch(kernel_t *k);

@@ -64,7 +64,7 @@ int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim)
     if (code && k->state == KERNEL_RUNNING) {
         k->state = KERNEL_STARTING;
         snprintf(k->exec_state, sizeof(k->exec_state), "starting");
-        k->m->evl->timer_disarm(k->m->evl, k->hb_timer);
+        kernel__own_shell(k);
         kenv__send(k);
     }
     return 0;
@@ -98,7 +98,6 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     if (m->o.sandbox)
         k->lim = m->o.sandbox->lim;
     apply_limits(k, lim);
-    k->iopub.fd = k->shell.fd = k->control.fd = k->hb.fd = -1;
     shardid_mint(k->id);
     util_uuid(k->session);
     util_random_hex(k->key, 32);

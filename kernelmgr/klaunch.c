@@ -184,10 +184,18 @@ static void on_let_go(void *data)
 {
     kernel_t *k = data;
     char why[256];
-    int r = sbx_start_continue(&k->pending, why, sizeof(why));
-    if (r == -EAGAIN)
-        return;
+    /* the watch goes first: sbx_start_continue closes the fd once it has its answer, and a
+     * watch must not outlive its fd (evl.h) */
     evl_io_destroy(k->m->evl, &k->pending_io);
+    int r = sbx_start_continue(&k->pending, why, sizeof(why));
+    if (r == -EAGAIN) { /* nothing to read yet: watch again */
+        k->pending_io = k->m->evl->io_add(k->m->evl, sbx_pending_fd(k->pending), on_let_go, k);
+        if (k->pending_io)
+            return;
+        snprintf(why, sizeof(why), "cannot watch the sandbox's set-up: %s", strerror(errno));
+        klaunch__abandon(k); /* its proxy exits */
+        r = -EIO;
+    }
     if (r < 0 && why[0]) { /* the proxy was killed: this is why (on_exit_io says it) */
         snprintf(k->setup_why, sizeof(k->setup_why), "%s", why);
         klaunch__setup_end(k);

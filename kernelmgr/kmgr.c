@@ -22,6 +22,7 @@
 #include "kernelmgr/kinstance_int.h"
 #include "kernelmgr/klaunch_int.h"
 #include "kernelmgr/kpool_int.h"
+#include "kernelmgr/kwatchdog_int.h"
 #include "kernelmgr/kwire_int.h"
 #include "kernelmgr/kzygote_int.h"
 #include "kernelmgr/private.h"
@@ -59,6 +60,19 @@ static void on_cull(void *data)
         kernel_shutdown(k, cause);
     }
     m->evl->timer_arm(m->evl, m->cull, (uint64_t)m->o.cull_interval_s * 1000);
+}
+
+/* The heartbeats of all running kernels, pooled ones too, in one sweep (kwatchdog.c): one
+ * wake-up per --hb-interval-ms for all, not one per kernel, and the answers come in a burst
+ * the loop reads in a few turns. */
+static void on_hb_sweep(void *data)
+{
+    kmgr_t *m = data;
+    for (size_t i = 0; i < m->n; i++)
+        kwatchdog__beat(m->v[i]);
+    for (size_t i = 0; i < m->pn; i++)
+        kwatchdog__beat(m->pv[i]);
+    m->evl->timer_arm(m->evl, m->hb_sweep, (uint64_t)m->o.hb_interval_ms);
 }
 
 /* Unlinks the files of directory dfd (not its subdirectories or dot-names); closes dfd. */
@@ -683,6 +697,11 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
         sandbox_setup(m);
     if (kzygote__init(m, kpool__kick) < 0 || kpool__init(m, &pool_ops) < 0)
         goto fail;
+    if (o->hb_interval_ms > 0) {
+        if (!(m->hb_sweep = evl->timer_new(evl, on_hb_sweep, m)))
+            goto fail;
+        evl->timer_arm(evl, m->hb_sweep, (uint64_t)o->hb_interval_ms);
+    }
     if (o->cull_idle_timeout_s > 0) {
         m->cull = evl->timer_new(evl, on_cull, m);
         if (!m->cull)
@@ -735,6 +754,7 @@ void kmgr_destroy(kmgr_t **pm)
     free(m->ws);
     free(m->v);
     evl_timer_destroy(m->evl, &m->cull);
+    evl_timer_destroy(m->evl, &m->hb_sweep);
     if (m->zctx)
         zmq_ctx_term(m->zctx);
     sbx_cgroups_destroy(&m->cgroups);

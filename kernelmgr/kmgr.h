@@ -84,9 +84,10 @@ struct kmgr_opts {
     int fd_reserve;    /* kept for everything else: connections, transfers, logs */
 };
 
-/* Descriptors one kernel costs the kernel manager (measured about 20 once running, plus 12 for
- * the monitors of its four sockets (kzsock.c); more while it starts) */
-#define KMGR_KERNEL_FDS 44
+/* Descriptors one kernel costs the kernel manager: measured 9 once it runs idle
+ * (docs/operations.md "Capacity" has the table), more while it starts (its shell socket, its
+ * set-up report, the lent cgroup directories) */
+#define KMGR_KERNEL_FDS 20
 
 #define KMGR_TENANT_MAX 64
 /* The CA bundle of kernels with secrets (kmgr_options.ca_bundle), beside kgw_tools. */

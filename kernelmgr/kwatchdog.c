@@ -1,8 +1,9 @@
-/* A kernel's watchdog: its heartbeats (every --hb-interval-ms; a kernel that misses three in a
- * row is hung and killed), the deadline of its start (no kernel_info_reply within
- * --start-timeout: killed) and the escalation of its stop (a shutdown_request ignored for
- * --shutdown-grace-ms: SIGTERM, then SIGKILL). It only signals the process: its end is
- * handled by kernel.c like any other. */
+/* A kernel's watchdog: its heartbeats (every --hb-interval-ms, one sweep over all kernels by
+ * the manager, so that idle kernels cost one timer wake-up per interval together and their
+ * answers arrive in a burst; a kernel that misses three in a row is hung and killed), the
+ * deadline of its start (no kernel_info_reply within --start-timeout: killed) and the
+ * escalation of its stop (a shutdown_request ignored for --shutdown-grace-ms: SIGTERM, then
+ * SIGKILL). It only signals the process: its end is handled by kernel.c like any other. */
 #include "kernelmgr/kwatchdog_int.h"
 
 #include <errno.h>
@@ -49,10 +50,9 @@ void kwatchdog__on_deadline(void *data)
     }
 }
 
-void kwatchdog__on_hb_timer(void *data)
+void kwatchdog__beat(kernel_t *k)
 {
-    kernel_t *k = data;
-    if (k->state != KERNEL_RUNNING)
+    if (k->state != KERNEL_RUNNING || k->stop_stage > 0)
         return;
     if (k->hb_outstanding && ++k->hb_missed >= k->m->o.hb_misses) {
         log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, k->hb_missed);
@@ -64,5 +64,4 @@ void kwatchdog__on_hb_timer(void *data)
     jspan_t ping = {"ping", 4};
     kz_send(&k->hb, &ping, 1);
     k->hb_outstanding = true;
-    k->m->evl->timer_arm(k->m->evl, k->hb_timer, (uint64_t)k->m->o.hb_interval_ms);
 }

@@ -4,10 +4,12 @@
 
 #include "kernelmgr/private.h"
 
-/* The heartbeat socket's callback, and the heartbeat and deadline timers
- * (data: the kernel; armed by kernel.c). */
+/* The heartbeat socket's callback, and the deadline timer (data: the kernel; armed by
+ * kernel.c). */
 void kwatchdog__on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n);
-void kwatchdog__on_hb_timer(void *data);
+/* One heartbeat of a running kernel (the manager's sweep, every --hb-interval-ms): the miss
+ * of the last one counted (a kernel missing --hb-misses in a row is killed), a ping sent. */
+void kwatchdog__beat(kernel_t *k);
 void kwatchdog__on_deadline(void *data);
 
 #endif

@@ -14,6 +14,16 @@
 #include "kernelmgr/private.h"
 #include "protocol/jsign.h"
 
+/* A DEALER that can no longer send has lost its only pipe (its connection dropped for good:
+ * a frame over the limit) or has a full queue (a peer that stopped reading). Confirmed once the
+ * queue would have had KZ_OVERSIZE_CONFIRM_MS to move: kz_on_quiet looks again. */
+static void kz_pipe_check(kzsock_t *z, int ev)
+{
+    if (z->type != ZMQ_DEALER || !z->watch || (ev & ZMQ_POLLOUT))
+        return;
+    z->evl->timer_arm(z->evl, z->quiet, KZ_OVERSIZE_CONFIRM_MS);
+}
+
 static void kz_drain(void *data)
 {
     kzsock_t *z = data;
@@ -23,7 +33,11 @@ static void kz_drain(void *data)
     for (int batch = 0; batch < KZ_DRAIN_BATCH && bytes < KZ_DRAIN_BYTES; batch++) {
         int ev = 0;
         size_t evsz = sizeof(ev);
-        if (!z->s || zmq_getsockopt(z->s, ZMQ_EVENTS, &ev, &evsz) < 0 || !(ev & ZMQ_POLLIN))
+        if (!z->s || zmq_getsockopt(z->s, ZMQ_EVENTS, &ev, &evsz) < 0)
+            return;
+        if (!(ev & ZMQ_POLLOUT))
+            kz_pipe_check(z, ev);
+        if (!(ev & ZMQ_POLLIN))
             return;
         size_t n = 0;
         bool overflow = false;
@@ -149,17 +163,19 @@ static int kz_connect(kzsock_t *z)
         return -errno;
     if (z->type == ZMQ_SUB && zmq_setsockopt(z->s, ZMQ_SUBSCRIBE, "", 0) < 0)
         return -errno;
-    int r = z->maxmsg > 0 && z->on_oversize ? kz_monitor(z) : 0; /* before connect */
+    /* A DEALER shows the loss by its ZMQ_EVENTS (kz_pipe_check), at no descriptor; a SUB
+     * cannot send and shows nothing: a monitor watches it. */
+    z->watch = z->maxmsg > 0 && z->on_oversize;
+    int r = z->watch && z->type != ZMQ_DEALER ? kz_monitor(z) : 0; /* before connect */
     if (r < 0)
         return r;
     if (zmq_connect(z->s, z->endpoint) < 0)
         return -errno;
     if (zmq_getsockopt(z->s, ZMQ_FD, &zfd, &fdsz) < 0)
         return -errno;
-    z->fd = fcntl(zfd, F_DUPFD_CLOEXEC, 3);
-    if (z->fd < 0)
-        return -errno;
-    z->io = z->evl->io_add(z->evl, z->fd, kz_drain, z);
+    /* ZMQ_FD itself, owned by libzmq: watched until the socket is closed (kz_disconnect ends
+     * the watch first), no copy of it held */
+    z->io = z->evl->io_add(z->evl, zfd, kz_drain, z);
     if (!z->io)
         return errno ? -errno : -ENOMEM;
     z->evl->timer_arm(z->evl, z->again, 0); /* what was signalled before the watch began */
@@ -172,9 +188,6 @@ static void kz_disconnect(kzsock_t *z)
         evl_io_destroy(z->evl, &z->io);
         evl_io_destroy(z->evl, &z->mon_io);
     }
-    if (z->fd >= 0)
-        close(z->fd);
-    z->fd = -1;
     if (z->s) {
         if (z->mon)
             zmq_socket_monitor(z->s, NULL, 0);
@@ -190,7 +203,11 @@ static void kz_disconnect(kzsock_t *z)
 static void kz_on_quiet(void *data)
 {
     kzsock_t *z = data;
-    int r;
+    int r, ev = 0;
+    size_t evsz = sizeof(ev);
+    if (z->type == ZMQ_DEALER &&
+        (!z->s || zmq_getsockopt(z->s, ZMQ_EVENTS, &ev, &evsz) < 0 || (ev & ZMQ_POLLOUT)))
+        return; /* a full queue that moved again: its pipe is there */
     log_warn("kernel socket %.128s: a message over the limit of %lld bytes per frame was "
              "refused; connecting again",
              z->endpoint, z->maxmsg);
@@ -210,7 +227,6 @@ int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
     int err;
 
     memset(z, 0, sizeof(*z));
-    z->fd = -1;
     z->evl = evl;
     z->zctx = zctx;
     z->type = type;
@@ -262,8 +278,11 @@ int kz_send(kzsock_t *z, const jspan_t *frames, size_t n)
     /* ZMQ_FD is edge-triggered and a send may have consumed its signal. */
     int ev = 0;
     size_t evsz = sizeof(ev);
-    if (zmq_getsockopt(z->s, ZMQ_EVENTS, &ev, &evsz) == 0 && (ev & ZMQ_POLLIN))
-        z->evl->timer_arm(z->evl, z->again, 0);
+    if (zmq_getsockopt(z->s, ZMQ_EVENTS, &ev, &evsz) == 0) {
+        if (ev & ZMQ_POLLIN)
+            z->evl->timer_arm(z->evl, z->again, 0);
+        kz_pipe_check(z, ev);
+    }
     return err;
 }
 

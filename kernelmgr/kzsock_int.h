@@ -3,6 +3,7 @@
 #ifndef KGW_KERNELMGR_KZSOCK_INT_H
 #define KGW_KERNELMGR_KZSOCK_INT_H
 
+#include <stdbool.h>
 #include <zmq.h>
 
 #include "common/evl.h"
@@ -20,14 +21,15 @@
  *
  * With a message limit (maxmsg > 0) libzmq refuses a frame over it from its header, before
  * allocating it, and drops the connection for good (a protocol error: libzmq 4.3 does not
- * reconnect then). A monitor tells that drop from a peer that went away (which libzmq retries
- * at once): a disconnect with no retry within KZ_OVERSIZE_CONFIRM_MS is an oversize message;
- * the socket is then opened again and on_oversize runs. */
+ * reconnect then, and ends the socket's pipe to it). A DEALER shows that at no cost: its
+ * ZMQ_EVENTS loses ZMQ_POLLOUT for good (a peer that went away keeps the pipe, libzmq retries
+ * at once), and the pipe's end signals ZMQ_FD. A SUB cannot send: a monitor tells the drop from
+ * a peer that went away, a disconnect with no retry. Either seen for KZ_OVERSIZE_CONFIRM_MS is
+ * an oversize message; the socket is then opened again and on_oversize runs. */
 #define KZ_OVERSIZE_CONFIRM_MS 1000
 typedef struct kzsock {
     void *s;
-    int fd; /* dup of ZMQ_FD, owned */
-    evl_io_t *io;
+    evl_io_t *io;       /* on its ZMQ_FD */
     evl_timer_t *again; /* re-drain on the next turn */
     evl_t *evl;
     void (*on_msg)(void *data, struct kzsock *z, zmq_msg_t *frames, size_t n);
@@ -38,6 +40,7 @@ typedef struct kzsock {
     char *identity, *endpoint;
     long long maxmsg;
     void (*on_oversize)(void *data, struct kzsock *z);
+    bool watch;     /* the oversize watch is on */
     void *mon;      /* PAIR socket reading the socket's monitor events */
     evl_io_t *mon_io; /* on its ZMQ_FD */
     evl_timer_t *quiet; /* a disconnect not followed by a retry: oversize */
@@ -45,7 +48,8 @@ typedef struct kzsock {
 
 /* maxmsg: bytes per frame from the peer (0: libzmq's default, none); on_oversize runs once
  * the socket was reset for a frame over it (NULL: no watch, and the connection stays
- * dropped). A watch costs three descriptors. */
+ * dropped). The socket costs two descriptors (its mailbox, its ipc connection); a watch on a
+ * SUB two more (the monitor's mailbox and the PAIR's), on a DEALER none. */
 int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
             const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
             void *data, long long maxmsg, void (*on_oversize)(void *, kzsock_t *));

@@ -71,6 +71,7 @@ struct kmgr {
     wspace_t **ws; /* workspaces, with or without kernels */
     size_t nws, capws;
     evl_timer_t *cull;
+    evl_timer_t *hb_sweep; /* every running kernel's heartbeat (kwatchdog__beat) */
     /* the warm pool (kpool.c): started kernels nobody owns yet, outside v */
     struct kpool *pools; /* one per configured kernelspec */
     const struct kpool_ops *pool_ops;
@@ -216,7 +217,7 @@ struct kernel {
     bool req_pool;       /* ... with a kernel from the warm pool */
 
     kzsock_t iopub, shell, control, hb;
-    evl_timer_t *nudge, *deadline, *hb_timer, *linger;
+    evl_timer_t *nudge, *deadline, *linger;
     bool got_reply, got_iopub, got_starting; /* the start's proofs (check_ready) */
     bool probing; /* a kernel_info_request of on_nudge may still be answered on iopub */
     int stop_stage; /* 0 running, 1 shutdown_request sent, 2 SIGTERM sent */

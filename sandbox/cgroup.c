@@ -30,7 +30,6 @@ struct sbx_cgroups {
 struct sbx_cgroup {
     sbx_cgroups_t *cgs;
     char path[NCTL][PATH_MAX];
-    int mem_fd, cpu_fd; /* sbx_cgroup_usage's files, held open once read (-1: not yet) */
 };
 
 static int write_file(const char *dir, const char *file, const char *value)
@@ -300,7 +299,6 @@ sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem
     if (!cg)
         return NULL;
     cg->cgs = cgs;
-    cg->mem_fd = cg->cpu_fd = -1;
     int n = cgs->version == 1 ? NCTL : 1;
     for (int i = 0; i < n; i++) {
         mkdir(cgs->base[i], 0755); /* a sweep by another instance may have removed it empty */
@@ -457,36 +455,20 @@ void sbx_cgroup_events(const sbx_cgroup_t *cg, struct sbx_cgroup_events *ret)
     }
 }
 
-/* Reads a file of the cgroup from its start, through a descriptor opened on first use and
- * then kept (a pread costs a tenth of an open, read and close). Returns its length. */
-static int read_held(int *fd, const char *dir, const char *file, char *out, size_t outsz)
-{
-    if (*fd < 0) {
-        char p[PATH_MAX + 64];
-        snprintf(p, sizeof(p), "%s/%s", dir, file);
-        if ((*fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
-            return -errno;
-    }
-    ssize_t n = pread(*fd, out, outsz - 1, 0);
-    if (n < 0)
-        return -errno;
-    out[n] = '\0';
-    return (int)n;
-}
-
+/* Its files are opened for each read, not held: a kernel's cgroup costs the gateway no
+ * descriptor between reads (an open, read and close is some microseconds more than a pread). */
 void sbx_cgroup_usage(sbx_cgroup_t *cg, struct sbx_cgroup_usage *ret)
 {
     char buf[512];
     bool v1 = cg->cgs->version == 1;
     ret->mem_bytes = -1;
     ret->cpu_ns = -1;
-    if (read_held(&cg->mem_fd, cg->path[0], v1 ? "memory.usage_in_bytes" : "memory.current", buf,
-                  sizeof(buf)) > 0)
+    const char *mem = v1 ? "memory.usage_in_bytes" : "memory.current";
+    if (read_file(cg->path[0], mem, buf, sizeof(buf)) > 0)
         ret->mem_bytes = atoll(buf);
-    if (v1 && cg->cgs->cpuacct &&
-        read_held(&cg->cpu_fd, cg->path[2], "cpuacct.usage", buf, sizeof(buf)) > 0)
+    if (v1 && cg->cgs->cpuacct && read_file(cg->path[2], "cpuacct.usage", buf, sizeof(buf)) > 0)
         ret->cpu_ns = atoll(buf);
-    else if (!v1 && read_held(&cg->cpu_fd, cg->path[0], "cpu.stat", buf, sizeof(buf)) > 0 &&
+    else if (!v1 && read_file(cg->path[0], "cpu.stat", buf, sizeof(buf)) > 0 &&
              !strncmp(buf, "usage_usec ", 11)) /* the first line (kernel/cgroup/rstat.c) */
         ret->cpu_ns = atoll(buf + 11) * 1000;
 }
@@ -619,10 +601,6 @@ void sbx_cgroup_destroy(sbx_cgroup_t **pcg)
     sbx_cgroup_t *cg = *pcg;
     if (!cg)
         return;
-    if (cg->mem_fd >= 0)
-        close(cg->mem_fd);
-    if (cg->cpu_fd >= 0)
-        close(cg->cpu_fd);
     for (int i = 0; i < NCTL; i++)
         if (cg->path[i][0])
             kill_and_rmdir(cg->path[i], cg->cgs->keep);
