@@ -12,6 +12,7 @@
 #include "common/egpol.h"
 #include "common/keyfile.h"
 #include "common/list.h"
+#include "common/obudget.h"
 #include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
 #include "gateway/route.h"
@@ -44,6 +45,7 @@ struct gw_config {
     long long max_ws_queue_bytes;
     long long session_linger;
     long long max_replay_bytes;
+    long long output_buffer_bytes; /* 0: obudget_default_limit() */
     long long max_connections;
     long long sched_slice_us;
     bool sandbox;
@@ -136,6 +138,7 @@ typedef struct gw {
     struct mcp *mcp;   /* mcp.c: the MCP sessions */
     const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
+    obudget_t out_budget;    /* --output-buffer-bytes: kernel output held for clients */
     evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
     uint64_t trim_due_ms;    /* when it runs next */
 } gw_t;

@@ -72,6 +72,11 @@ void kernel_touch(kernel_t *k)
     k->last_activity_us = util_wall_us();
 }
 
+struct obudget_share *kernel_out_share(const kernel_t *k)
+{
+    return k->out_share;
+}
+
 void kernel_connections(kernel_t *k, int delta)
 {
     k->connections += delta;
@@ -204,6 +209,50 @@ static bool nudge_parent(const kernel_t *k, const jmsg_t *m)
            !strcmp(ph.msg_type, "kernel_info_request");
 }
 
+/* The output a kernel's clients have not read yet is bounded by its share of the output buffer
+ * budget: an output message (stream, display_data, update_display_data) that would take it
+ * over is dropped, with one notice in the stream per run of drops (as jupyter_server does when
+ * its IOPub data rate limit is exceeded). Status, errors, results (execute_result) and replies
+ * always pass: they tell clients how an execution ended. The iopub socket is never paused for
+ * it: the kernel's PUB socket would drop what does not fit, its status messages included. */
+static bool out_admit(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
+{
+    if (!k->out_share ||
+        (strcmp(h->msg_type, "stream") != 0 && strcmp(h->msg_type, "display_data") != 0 &&
+         strcmp(h->msg_type, "update_display_data") != 0))
+        return true;
+    size_t n = 0;
+    for (int i = 0; i < 4; i++)
+        n += m->part[i].n;
+    for (size_t i = 0; i < m->nbuf; i++)
+        n += m->buf[i].n;
+    size_t held = obudget_share_held(k->out_share), share = obudget_share_limit(k->out_share);
+    if (obudget_share_admit(k->out_share, n)) {
+        if (k->out_dropping && held <= share / 2) {
+            k->out_dropping = false;
+            log_info("kernel=%s: output resumed (%zu bytes held for its clients)", k->id, held);
+        }
+        return true;
+    }
+    if (!k->out_dropping || strcmp(k->out_drop_exec, k->exec_id) != 0) {
+        char text[400];
+        k->out_dropping = true;
+        memcpy(k->out_drop_exec, k->exec_id, sizeof(k->out_drop_exec));
+        snprintf(text, sizeof(text),
+                 "Output buffer limit exceeded: the gateway holds %zu bytes of this kernel's "
+                 "output that its clients have not read yet (its share: %zu bytes of "
+                 "--output-buffer-bytes=%zu). Stream and display output is dropped until they "
+                 "catch up; status, errors, results and replies are not.",
+                 held, share, k->m->o.out_budget->limit);
+        log_warn("kernel=%s: output buffer share exceeded (%zu bytes held, share %zu); dropping "
+                 "output",
+                 k->id, held, share);
+        if (jmsg_is_json_object(m->part[JPART_PARENT]))
+            k->own->notice(k, m->part[JPART_PARENT], text);
+    }
+    return false;
+}
+
 static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 {
     kernel_t *k = data;
@@ -248,7 +297,8 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     case KEXEC_CAP_PASS:
         break;
     }
-    k->own->relay(k, &m, &h);
+    if (out_admit(k, &m, &h))
+        k->own->relay(k, &m, &h);
     free(cut);
 }
 
@@ -554,6 +604,8 @@ int kernel__watch(kernel_t *k)
     void *zctx = k->m->zctx;
     int r;
     k->exec_ops = &exec_ops;
+    if (k->m->o.out_budget && !(k->out_share = obudget_share_new(k->m->o.out_budget)))
+        return -ENOMEM;
     if (!(k->nudge = l->timer_new(l, nudge, k)) ||
         !(k->deadline = l->timer_new(l, kwatchdog__on_deadline, k)) ||
         !(k->hb_timer = l->timer_new(l, kwatchdog__on_hb_timer, k)) ||
@@ -591,4 +643,5 @@ void kernel__unwatch(kernel_t *k)
     evl_timer_destroy(l, &k->linger);
     evl_timer_destroy(l, &k->exec_timer);
     evl_timer_destroy(l, &k->idle_timer);
+    obudget_share_unref(&k->out_share); /* buffers still charged to it hold references */
 }
