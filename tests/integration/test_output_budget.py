@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import re
+import sys
 import time
 import urllib.request
 import uuid
@@ -27,7 +28,7 @@ import pytest
 import websockets.exceptions
 
 import jclient as J
-from conftest import start_gateway, stop_gateway
+from conftest import REPO, start_gateway, stop_gateway
 
 MiB = 1 << 20
 BUDGET = 16 * MiB
@@ -199,4 +200,47 @@ def test_output_budget_bounds_memory_and_keeps_outcomes(budget_gateway):
     assert m["kgw_output_dropped_messages_total"] > 0
     assert m["kgw_output_buffer_peak_bytes"] <= HELD_BOUND + 8 * MiB  # + one message never dropped
     assert m["kgw_output_buffer_limit_bytes"] == BUDGET
+    assert gw.alive()
+
+
+def test_unread_channel_client_queue_is_charged(budget_gateway):
+    """A /channel client that collects iopub (start_channels) but does not read it: its queue is
+    charged to the kernel's share, so the flood is dropped once the share is full, and the
+    client later finds the notice, the execution's idle and its execute_reply."""
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    from channel_client import Channel
+
+    gw = budget_gateway
+    kid = gw.start_kernel()["id"]
+
+    async def go():
+        ch = await Channel.connect(gw.ws_url, gw.token)
+        try:
+            km = await ch.mkm.get_kernel(kid)
+            client = await km.client()
+            await client.start_channels()
+            await client.wait_for_ready(timeout=60)
+            msg_id = await client.execute(STDOUT_WRITES, silent=False, store_history=False,
+                                          allow_stdin=False)
+            reply = await client.get_shell_msg(timeout=120)  # iopub stays unread meanwhile
+            m = metrics(gw)
+            held = m["kgw_output_buffer_bytes"]
+            notice = idle = False
+            while not idle:
+                msg = await client.get_iopub_msg(timeout=60)
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                c = msg["content"]
+                notice |= msg["msg_type"] == "stream" and NOTICE in c.get("text", "")
+                idle = msg["msg_type"] == "status" and c["execution_state"] == "idle"
+            return reply, held, notice, metrics(gw)
+        finally:
+            await ch.close()
+
+    reply, held, notice, m = asyncio.run(go())
+    print(f"held while unread: {held / MiB:.1f} MiB; metrics {m}")
+    assert reply["msg_type"] == "execute_reply" and reply["content"]["status"] == "ok", reply
+    assert notice
+    assert 0 < held <= BUDGET, held           # 320 MiB printed, at most the budget queued
+    assert m["kgw_output_dropped_messages_total"] > 0
     assert gw.alive()
