@@ -235,14 +235,19 @@ static bool out_admit(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
         return true;
     }
     if (!k->out_dropping || strcmp(k->out_drop_exec, k->exec_id) != 0) {
-        char text[400];
+        char text[512];
         k->out_dropping = true;
         memcpy(k->out_drop_exec, k->exec_id, sizeof(k->out_drop_exec));
         snprintf(text, sizeof(text),
-                 "Output buffer limit exceeded: the gateway holds %zu bytes of this kernel's "
-                 "output that its clients have not read yet (its share: %zu bytes of "
-                 "--output-buffer-bytes=%zu). Stream and display output is dropped until they "
-                 "catch up; status, errors, results and replies are not.",
+                 "Output buffer limit exceeded.\n"
+                 "The gateway will drop this kernel's stream and display output\n"
+                 "until its clients have read what it holds for them\n"
+                 "(status, errors, results and replies are never dropped).\n"
+                 "To change this limit, set `--output-buffer-bytes`.\n\n"
+                 "Current values:\n"
+                 "held for this kernel's clients: %zu bytes\n"
+                 "this kernel's share: %zu bytes\n"
+                 "--output-buffer-bytes=%zu",
                  held, share, k->m->o.out_budget->limit);
         log_warn("kernel=%s: output buffer share exceeded (%zu bytes held, share %zu); dropping "
                  "output",

@@ -244,3 +244,37 @@ def test_unread_channel_client_queue_is_charged(budget_gateway):
     assert 0 < held <= BUDGET, held           # 320 MiB printed, at most the budget queued
     assert m["kgw_output_dropped_messages_total"] > 0
     assert gw.alive()
+
+
+def test_execute_api_ends_while_output_is_dropped(budget_gateway):
+    """A kernel whose websocket client does not read runs a flood through the execute API:
+    its output is dropped once the share is full, and the execute API still ends the
+    execution with its `end` event."""
+    gw = budget_gateway
+    kid = gw.start_kernel()["id"]
+
+    async def go():
+        session = uuid.uuid4().hex
+        ws = await asyncio.wait_for(J.K.connect(gw.ws_url, gw.token, kid, "legacy", session,
+                                                max_queue=1, read_limit=1 << 16), 30)
+        c = J.KernelClient(ws, "legacy", session)
+        await c.wait_ready(timeout=60)
+
+        def call():
+            req = urllib.request.Request(
+                f"{gw.url}/api/kernels/{kid}/execute", method="POST",
+                data=json.dumps({"code": STDOUT_WRITES, "timeout": 120}).encode(),
+                headers=gw.headers())
+            with urllib.request.urlopen(req, timeout=180) as r:
+                return r.status, [json.loads(line) for line in r if line.strip()]
+        try:  # the websocket is not read meanwhile
+            return await asyncio.get_running_loop().run_in_executor(None, call)
+        finally:
+            await c.close()
+
+    status, events = asyncio.run(go())
+    assert status == 201, status
+    assert events and events[-1]["type"] == "end" and events[-1]["status"] == "ok", events[-3:]
+    assert any(e.get("type") == "stream" and NOTICE in e.get("text", "") for e in events)
+    assert metrics(gw)["kgw_output_dropped_messages_total"] > 0
+    assert gw.alive()
