@@ -210,17 +210,23 @@ static bool nudge_parent(const kernel_t *k, const jmsg_t *m)
 }
 
 /* The output a kernel's clients have not read yet is bounded by its share of the output buffer
- * budget: an output message (stream, display_data, update_display_data) that would take it
- * over is dropped, with one notice in the stream per run of drops (as jupyter_server does when
- * its IOPub data rate limit is exceeded). Status, errors, results (execute_result) and replies
- * always pass: they tell clients how an execution ended. The iopub socket is never paused for
- * it: the kernel's PUB socket would drop what does not fit, its status messages included. */
+ * budget: an iopub message (stream, display_data, update_display_data, comm_msg, ...) that
+ * would take it over is dropped, with one notice in the stream per run of drops and execution
+ * (as jupyter_server does when its IOPub data rate limit is exceeded). Status, errors, results
+ * and replies always pass: they tell clients how an execution ended. The iopub socket is never
+ * paused for it: the kernel's PUB socket would drop what does not fit, its status messages
+ * included. */
 static bool out_admit(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
-    if (!k->out_share ||
-        (strcmp(h->msg_type, "stream") != 0 && strcmp(h->msg_type, "display_data") != 0 &&
-         strcmp(h->msg_type, "update_display_data") != 0))
+    /* what tells how an execution went, and the comms' life: never dropped (jupyter_server's
+     * rate limit spares status, execute_input and comm_open; errors and results too here) */
+    static const char *const keep[] = {"status",    "execute_input", "execute_result", "error",
+                                       "comm_open", "comm_close",    "clear_output"};
+    if (!k->out_share)
         return true;
+    for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+        if (!strcmp(h->msg_type, keep[i]))
+            return true;
     size_t n = 0;
     for (int i = 0; i < 4; i++)
         n += m->part[i].n;
@@ -240,7 +246,7 @@ static bool out_admit(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
         memcpy(k->out_drop_exec, k->exec_id, sizeof(k->out_drop_exec));
         snprintf(text, sizeof(text),
                  "Output buffer limit exceeded.\n"
-                 "The gateway will drop this kernel's stream and display output\n"
+                 "The gateway will drop this kernel's output (stream, display, comm)\n"
                  "until its clients have read what it holds for them\n"
                  "(status, errors, results and replies are never dropped).\n"
                  "To change this limit, set `--output-buffer-bytes`.\n\n"
