@@ -227,11 +227,7 @@ static bool out_admit(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
     for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
         if (!strcmp(h->msg_type, keep[i]))
             return true;
-    size_t n = 0;
-    for (int i = 0; i < 4; i++)
-        n += m->part[i].n;
-    for (size_t i = 0; i < m->nbuf; i++)
-        n += m->buf[i].n;
+    size_t n = kwire__bytes(m);
     size_t held = obudget_share_held(k->out_share), share = obudget_share_limit(k->out_share);
     if (obudget_share_admit(k->out_share, n)) {
         if (k->out_dropping && held <= share / 2) {

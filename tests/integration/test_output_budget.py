@@ -278,3 +278,45 @@ def test_execute_api_ends_while_output_is_dropped(budget_gateway):
     assert any(e.get("type") == "stream" and NOTICE in e.get("text", "") for e in events)
     assert metrics(gw)["kgw_output_dropped_messages_total"] > 0
     assert gw.alive()
+
+
+FAKE_REPLIES = r'''
+k = get_ipython().kernel
+ident = k._parent_ident["shell"]
+big = "r" * (8 << 20)
+for i in range(24):
+    k.session.send(k.shell_stream, "kernel_info_reply", {"status": "ok", "junk": big},
+                   parent={}, ident=ident)
+'''
+
+
+def test_made_up_replies_count_as_output(budget_gateway):
+    """A kernel sends made-up shell replies (answering no request) to a client that does not
+    read: they are dropped once its share is full, so the gateway does not hold them; the
+    execution's real execute_reply and idle still come."""
+    gw = budget_gateway
+    kid = gw.start_kernel()["id"]
+
+    async def go():
+        session = uuid.uuid4().hex
+        ws = await asyncio.wait_for(J.K.connect(gw.ws_url, gw.token, kid, "legacy", session,
+                                                max_queue=1, read_limit=1 << 16), 30)
+        c = J.KernelClient(ws, "legacy", session)
+        await c.wait_ready(timeout=60)
+        msg_id = await c.request("execute_request", {"code": FAKE_REPLIES, "silent": False})
+        await asyncio.sleep(1)
+        while await execution_state(gw, kid) != "idle":
+            await asyncio.sleep(0.5)
+        peak = metrics(gw)["kgw_output_buffer_peak_bytes"]
+        reply, iopub = await c.collect(msg_id, timeout=120)
+        await c.close()
+        return peak, reply, iopub
+
+    peak, reply, iopub = asyncio.run(go())
+    hwm, _ = memory_mib(gw)
+    print(f"peak held {peak / MiB:.1f} MiB, VmHWM {hwm:.0f} MiB")
+    assert reply["content"]["status"] == "ok", reply
+    assert iopub[-1]["content"]["execution_state"] == "idle"
+    assert peak <= HELD_BOUND + 8 * MiB, peak   # 192 MiB sent, not held
+    assert hwm < 100, hwm
+    assert gw.alive()
