@@ -73,6 +73,17 @@ def memory_mib(gw):
                  for k in ("VmHWM", "VmRSS"))
 
 
+def sanitized(gw):
+    """ASan's allocator and quarantine keep freed memory: no memory bound holds under it."""
+    return "libasan" in open(f"/proc/{gw.proc.pid}/maps").read()
+
+
+def memory_bound(base_rss):
+    """The gateway's peak resident memory a budget allows (MiB): its resident memory before,
+    what the shares may hold, messages in transit; and under the issue's 200 MiB."""
+    return min(base_rss + (HELD_BOUND + TRANSIT) / MiB, 200)
+
+
 def metrics(gw):
     req = urllib.request.Request(f"{gw.url}/metrics", headers=gw.headers())
     with urllib.request.urlopen(req, timeout=30) as r:
@@ -186,8 +197,8 @@ def test_output_budget_bounds_memory_and_keeps_outcomes(budget_gateway):
         hwm, rss = memory_mib(gw)
         report.append((mode, res, runs, len(wrong), round(hwm), round(rss)))
         print(json.dumps(report[-1]))
-        bound = min(base_rss + (HELD_BOUND + TRANSIT) / MiB, 200)
-        assert hwm < bound, f"gateway VmHWM {hwm:.0f} MiB (bound {bound:.0f})"
+        bound = memory_bound(base_rss)
+        assert sanitized(gw) or hwm < bound, f"gateway VmHWM {hwm:.0f} MiB (bound {bound:.0f})"
         assert not wrong, wrong[:5]                 # the quiet tenant lost nothing
         assert runs >= 3, runs
         for r in res:                               # every hostile execution has its outcome
@@ -296,6 +307,7 @@ def test_made_up_replies_count_as_output(budget_gateway):
     execution's real execute_reply and idle still come."""
     gw = budget_gateway
     kid = gw.start_kernel()["id"]
+    _, base_rss = memory_mib(gw)
 
     async def go():
         session = uuid.uuid4().hex
@@ -318,5 +330,5 @@ def test_made_up_replies_count_as_output(budget_gateway):
     assert reply["content"]["status"] == "ok", reply
     assert iopub[-1]["content"]["execution_state"] == "idle"
     assert peak <= HELD_BOUND + 8 * MiB, peak   # 192 MiB sent, not held
-    assert hwm < 100, hwm
+    assert sanitized(gw) or hwm < memory_bound(base_rss), hwm
     assert gw.alive()
