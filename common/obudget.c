@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define OBUDGET_MIN ((size_t)64 << 20)
-#define OBUDGET_MAX ((size_t)1 << 30)
+#define OBUDGET_MIN ((size_t)32 << 20)
+#define OBUDGET_MAX ((size_t)128 << 20)
 
 struct obudget_share {
     obudget_t *b;
@@ -49,7 +49,7 @@ size_t obudget_default_limit(void)
     unsigned long long cg = cgroup_mem_max();
     if (cg > 0 && (mem == 0 || cg < mem))
         mem = cg;
-    unsigned long long v = mem / 16;
+    unsigned long long v = mem / 64;
     if (v < OBUDGET_MIN)
         v = OBUDGET_MIN;
     if (v > OBUDGET_MAX)

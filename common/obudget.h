@@ -34,8 +34,10 @@ typedef struct obudget {
 
 typedef struct obudget_share obudget_share_t;
 
-/* A default limit for a host: 1/16 of the memory the gateway may use (its cgroup's memory.max
- * when set, else MemTotal), clamped to 64 MiB..1 GiB. */
+/* A default limit for a host: 1/64 of the memory the gateway may use (its cgroup's memory.max
+ * when set, else the RAM), clamped to 32..128 MiB: below --max-ws-queue-bytes, so a kernel's
+ * output is dropped before its one slow websocket is disconnected, and the gateway's peak stays
+ * near 200 MiB with six flooding kernels (docs/operations.md "Output buffer"). */
 size_t obudget_default_limit(void);
 
 /* A share of b (b outlives every share), with one reference; NULL + errno. */

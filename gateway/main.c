@@ -120,8 +120,8 @@ static const struct cfg_option options[] = {
       "seconds a client session's sockets outlive its websocket (for reconnects)"),
     I("output-buffer-bytes", output_buffer_bytes, "0", 0, 1099511627776LL,
       "kernel output the gateway holds for clients, all kernels together (client queues); a "
-      "kernel over its share (this / kernels holding output) has its stream and display "
-      "output dropped with a notice (0: 1/16 of the memory, 64 MiB..1 GiB)"),
+      "kernel over its share (this / kernels holding output) has its stream, display and comm "
+      "output dropped with a notice (0: 1/64 of the memory, 32..128 MiB)"),
     I("max-replay-bytes", max_replay_bytes, "67108864", 0, 17179869184LL,
       "output kept for all disconnected sessions together, replayed when they reconnect"),
     I("max-connections", max_connections, "4096", 16, 1000000,

@@ -74,9 +74,9 @@ int main(void)
     CHECK_INT(none.dropped, 0);
     obudget_share_unref(&n);
 
-    CHECK_CASE("the default is 64 MiB..1 GiB");
+    CHECK_CASE("the default is 32..128 MiB");
     size_t d = obudget_default_limit();
-    CHECK(d >= (size_t)64 << 20 && d <= (size_t)1 << 30);
+    CHECK(d >= (size_t)32 << 20 && d <= (size_t)128 << 20);
 
     obudget_share_unref(&q);
     obudget_share_unref(&c);
