@@ -241,14 +241,12 @@ static bool out_admit(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
         k->out_dropping = true;
         memcpy(k->out_drop_exec, k->exec_id, sizeof(k->out_drop_exec));
         snprintf(text, sizeof(text),
+                 /* under 290 bytes: the execute API's notice event keeps 300 */
                  "Output buffer limit exceeded.\n"
-                 "The gateway will drop this kernel's output (stream, display, comm)\n"
-                 "until its clients have read what it holds for them\n"
-                 "(status, errors, results and replies are never dropped).\n"
+                 "This kernel's stream, display and comm output is dropped\n"
+                 "until its clients read what the gateway holds for them.\n"
                  "To change this limit, set `--output-buffer-bytes`.\n\n"
-                 "Current values:\n"
-                 "held for this kernel's clients: %zu bytes\n"
-                 "this kernel's share: %zu bytes\n"
+                 "Current values: held %zu bytes, share %zu,\n"
                  "--output-buffer-bytes=%zu",
                  held, share, k->m->o.out_budget->limit);
         log_warn("kernel=%s: output buffer share exceeded (%zu bytes held, share %zu); dropping "

@@ -286,7 +286,9 @@ def test_execute_api_ends_while_output_is_dropped(budget_gateway):
     status, events = asyncio.run(go())
     assert status == 201, status
     assert events and events[-1]["type"] == "end" and events[-1]["status"] == "ok", events[-3:]
-    assert any(e.get("type") == "stream" and NOTICE in e.get("text", "") for e in events)
+    notices = [e["text"] for e in events if e.get("type") == "stream" and
+               NOTICE in e.get("text", "")]
+    assert notices and f"--output-buffer-bytes={BUDGET}" in notices[0], notices  # whole
     assert metrics(gw)["kgw_output_dropped_messages_total"] > 0
     assert gw.alive()
 
