@@ -263,7 +263,7 @@ int metrics_render(gw_t *g, buf_t *out)
     gauge(p, "kgw_output_buffer_limit_bytes", "--output-buffer-bytes, the budget of them",
           (long long)g->out_budget.limit);
     counter(p, "kgw_output_dropped_messages_total",
-            "Stream and display messages dropped: their kernel was over its output buffer share",
+            "Kernel messages dropped: their kernel was over its output buffer share",
             g->out_budget.dropped);
     counter(p, "kgw_output_dropped_bytes_total", "Bytes of those messages",
             g->out_budget.dropped_bytes);
