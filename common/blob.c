@@ -15,6 +15,7 @@ blob_t *blob_new(size_t headroom, size_t len)
         return NULL;
     b->refs = 1;
     b->flags = 0;
+    b->share = NULL;
     b->len = len;
     b->data = b->mem + headroom;
     b->data[len] = '\0';
@@ -33,6 +34,19 @@ void blob_unref(blob_t **pb)
     if (!b)
         return;
     *pb = NULL;
-    if (--b->refs == 0)
-        free(b);
+    if (--b->refs > 0)
+        return;
+    if (b->share) {
+        obudget_share_release(b->share, b->len);
+        obudget_share_unref(&b->share);
+    }
+    free(b);
+}
+
+void blob_charge(blob_t *b, obudget_share_t *s)
+{
+    if (!s || b->share)
+        return;
+    b->share = obudget_share_ref(s);
+    obudget_share_charge(s, b->len);
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <sodium.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,21 +14,51 @@
 
 /* ---- message queues ---- */
 
-static void q_clear(ring_t *q)
+/* The oldest message of queue qi (a reference for the caller), its bytes released; NULL when
+ * it is empty. */
+static json_t *q_pop(chclient_t *cl, int qi)
+{
+    json_t *m = ring_pop(&cl->q[qi]);
+    if (m && cl->share)
+        obudget_share_release(cl->share, (uintptr_t)ring_pop(&cl->qn[qi]));
+    return m;
+}
+
+static void q_clear(chclient_t *cl, int qi)
 {
     json_t *m;
-    while ((m = ring_pop(q)))
+    while ((m = q_pop(cl, qi)))
         json_decref(m);
 }
 
-static int q_push(ring_t *q, json_t *m)
+/* Queues a reference to m, n bytes of kernel message: charged to the kernel's share. */
+static int q_push(chclient_t *cl, int qi, json_t *m, size_t n)
 {
-    if (q->len >= CH_QUEUE_MAX)
+    if (cl->q[qi].len >= CH_QUEUE_MAX)
         return -ENOBUFS;
-    int r = ring_push(q, m);
-    if (r == 0)
-        json_incref(m); /* the queue's reference */
-    return r;
+    if (cl->share && ring_push(&cl->qn[qi], (void *)(uintptr_t)n) < 0)
+        return -ENOMEM;
+    int r = ring_push(&cl->q[qi], m);
+    if (r < 0) {
+        if (cl->share)
+            cl->qn[qi].len--; /* takes back its last entry, pushed above */
+        return r;
+    }
+    json_incref(m); /* the queue's reference */
+    if (cl->share)
+        obudget_share_charge(cl->share, n);
+    return 0;
+}
+
+/* A kernel message's bytes: header, parent header, metadata, content, buffers. */
+static size_t msg_bytes(const jmsg_t *m)
+{
+    size_t n = 0;
+    for (int i = 0; i < 4; i++)
+        n += m->part[i].n;
+    for (size_t i = 0; i < m->nbuf; i++)
+        n += m->buf[i].n;
+    return n;
 }
 
 /* ---- the clients of a kernel ---- */
@@ -69,9 +100,11 @@ void chclient_free(chclient_t *cl)
 {
     list_remove(&cl->klink);
     for (int i = 0; i < CHQ_N; i++) {
-        q_clear(&cl->q[i]);
+        q_clear(cl, i);
         ring_fini(&cl->q[i]);
+        ring_fini(&cl->qn[i]);
     }
+    obudget_share_unref(&cl->share);
     kconn_destroy(&cl->kc);
     free(cl);
 }
@@ -120,7 +153,7 @@ static const char *parent_id(json_t *msg)
 
 static void wait_ready_done(chcall_t *call)
 {
-    q_clear(&call->cl->q[CHQ_IOPUB]); /* as jupyter_client flushes iopub once ready */
+    q_clear(call->cl, CHQ_IOPUB); /* as jupyter_client flushes iopub once ready */
     chconn_reply_value(call->c, call->rid, json_null());
     chcall_free(call);
 }
@@ -169,7 +202,7 @@ static bool ready_take(chclient_t *cl, int qi, json_t *msg)
 }
 
 /* Gives msg to the first call waiting on that queue, or queues it. */
-static void client_deliver(chclient_t *cl, int qi, json_t *msg)
+static void client_deliver(chclient_t *cl, int qi, json_t *msg, size_t n)
 {
     chconn_t *c = cl->c;
     chcall_t *call;
@@ -183,7 +216,7 @@ static void client_deliver(chclient_t *cl, int qi, json_t *msg)
             return;
         }
     }
-    int r = q_push(&cl->q[qi], msg);
+    int r = q_push(cl, qi, msg, n);
     if (r == -ENOBUFS) {
         log_warn("channel: %s: client %s has %d unread messages; closing", c->wc.who, cl->ref,
                  CH_QUEUE_MAX);
@@ -205,7 +238,7 @@ static void on_client_reply(void *user, kconn_t *kc, enum jchan chan, const jmsg
                  jchan_name(chan));
         return;
     }
-    client_deliver(cl, chan == JCHAN_SHELL ? CHQ_SHELL : CHQ_STDIN, msg);
+    client_deliver(cl, chan == JCHAN_SHELL ? CHQ_SHELL : CHQ_STDIN, msg, msg_bytes(m));
     json_decref(msg);
 }
 
@@ -263,11 +296,14 @@ chclient_t *chclient_new(chconn_t *c, const char *rid, kernel_t *k)
     }
     cl->c = c;
     cl->k = k;
+    if (kernel_out_share(k))
+        cl->share = obudget_share_ref(kernel_out_share(k));
     list_init(&cl->klink);
     snprintf(cl->kernel_id, sizeof(cl->kernel_id), "%s", kernel_id(k));
     util_uuid(cl->ref);
     util_uuid(cl->session);
     if (!(cl->kc = kconn_new(k, cl->session, &client_ops, cl))) {
+        obudget_share_unref(&cl->share);
         free(cl);
         chconn_reply_error(c, rid, RPC_ERR_RUNTIME, "cannot connect to the kernel: %s",
                            strerror(errno));
@@ -291,14 +327,14 @@ void chclient_stop(chclient_t *cl)
 {
     cl->started = false;
     for (int i = 0; i < CHQ_N; i++)
-        q_clear(&cl->q[i]);
+        q_clear(cl, i);
 }
 
 void chclient_get_msg(chclient_t *cl, const char *rid, enum jchan chan, double timeout)
 {
     chconn_t *c = cl->c;
     int qi = chan == JCHAN_IOPUB ? CHQ_IOPUB : chan == JCHAN_SHELL ? CHQ_SHELL : CHQ_STDIN;
-    json_t *m = ring_pop(&cl->q[qi]);
+    json_t *m = q_pop(cl, qi);
     if (m)
         return chconn_reply_value(c, rid, m);
     if (!cl->k)
@@ -377,7 +413,7 @@ static void on_iopub(void *user, kernel_t *k, const jmsg_t *m, const jhdr_t *h)
                      kernel_id(k));
             return;
         }
-        client_deliver(cl, CHQ_IOPUB, msg);
+        client_deliver(cl, CHQ_IOPUB, msg, msg_bytes(m));
     }
     json_decref(msg);
 }
@@ -398,7 +434,33 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
     free(peers);
 }
 
-const struct kmgr_listener_ops chclient_listener_ops = {.iopub = on_iopub, .event = on_event};
+/* A notice for an execution's clients (output dropped or cut, wall time exceeded): an iopub
+ * stream message to stderr in the gateway's own session, as the websocket face sends it. */
+static void on_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
+{
+    gw_t *g = user;
+    struct list *peers = kernel_clients(g, k, false);
+    char line[600];
+    jhdr_t h;
+    jmsg_t m;
+    if (!peers || list_empty(peers) || !jmsg_is_json_object(parent))
+        return;
+    snprintf(line, sizeof(line), "\n[kgw] %s\n", text);
+    json_t *c = json_pack("{s:s, s:s}", "name", "stderr", "text", line);
+    char *content = c ? json_dumps(c, JSON_COMPACT) : NULL;
+    json_decref(c);
+    char *hdr = content ? jmsg_new_header("stream", g->server_session, h.msg_id) : NULL;
+    if (hdr) {
+        jmsg_own(&m, &h, hdr, h.msg_id, "stream", NULL, content);
+        m.part[JPART_PARENT] = parent; /* a span of the kernel's message */
+        on_iopub(user, k, &m, &h);
+    }
+    free(hdr);
+    free(content);
+}
+
+const struct kmgr_listener_ops chclient_listener_ops = {
+    .iopub = on_iopub, .event = on_event, .notice = on_notice};
 
 /* A kernel calls a client function (kgw_tools): forwarded to the /channel client whose
  * execution is running, as a call_request on its connection. The name is on the allowlist and

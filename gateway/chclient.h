@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "common/list.h"
+#include "common/obudget.h"
 #include "common/ring.h"
 #include "gateway/chconn.h"
 #include "kernelmgr/kconn.h"
@@ -30,6 +31,10 @@ struct chclient {
     char session[40];
     bool started; /* start_channels: iopub is collected */
     ring_t q[CHQ_N]; /* of json_t *, each a reference */
+    /* the kernel message bytes of each (as uintptr_t), charged to the kernel's output share
+     * (common/obudget.h) while queued; the share is referenced: it outlives the kernel */
+    ring_t qn[CHQ_N];
+    struct obudget_share *share;
     char exec_ids[CH_EXEC_IDS][JMSG_MSG_ID_MAX]; /* its recent executions */
     unsigned nexec;
     chclient_t *next;

@@ -13,6 +13,7 @@
 #include "common/keyfile.h"
 #include "common/secrets.h"
 #include "common/list.h"
+#include "common/obudget.h"
 #include "gateway/ratelimit.h"
 #include "gateway/lwsloop.h"
 #include "gateway/route.h"
@@ -48,6 +49,7 @@ struct gw_config {
     long long max_ws_queue_bytes;
     long long session_linger;
     long long max_replay_bytes;
+    long long output_buffer_bytes; /* 0: obudget_default_limit() */
     long long max_connections;
     long long sched_slice_us;
     bool sandbox;
@@ -148,6 +150,7 @@ typedef struct gw {
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     struct wsconn_share *ws_shares; /* wsconn.c: websockets open per tenant (NULL: none) */
     struct wschan_share *replay_shares; /* wschan.c: replay_bytes per tenant (NULL: none) */
+    obudget_t out_budget;    /* --output-buffer-bytes: kernel output held for clients */
     evl_timer_t *trim_timer; /* main.c: gives freed memory back to the system */
     uint64_t trim_due_ms;    /* when it runs next */
 } gw_t;

@@ -119,6 +119,10 @@ static const struct cfg_option options[] = {
       "bytes queued to one websocket before the client is disconnected as too slow"),
     I("session-linger", session_linger, "60", 0, 86400,
       "seconds a client session's sockets outlive its websocket (for reconnects)"),
+    I("output-buffer-bytes", output_buffer_bytes, "0", 0, 1099511627776LL,
+      "kernel output the gateway holds for clients, all kernels together (client queues); a "
+      "kernel over its share (this / kernels holding output) has its stream, display and comm "
+      "output dropped with a notice (0: 1/64 of the memory, 32..128 MiB)"),
     I("max-replay-bytes", max_replay_bytes, "67108864", 0, 17179869184LL,
       "output kept for all disconnected sessions together, replayed when they reconnect (one "
       "tenant's sessions: a quarter of it)"),

@@ -276,6 +276,18 @@ int metrics_render(gw_t *g, buf_t *out)
         promtext_double(p, "kgw_kernels_cpu_seconds_total", NULL, 0, (double)u.cpu_ns / 1e9);
     }
 
+    gauge(p, "kgw_output_buffer_bytes",
+          "Kernel output the gateway holds for clients now (client queues), all kernels",
+          (long long)g->out_budget.held);
+    gauge(p, "kgw_output_buffer_peak_bytes", "The most kgw_output_buffer_bytes has been",
+          (long long)g->out_budget.peak);
+    gauge(p, "kgw_output_buffer_limit_bytes", "--output-buffer-bytes, the budget of them",
+          (long long)g->out_budget.limit);
+    counter(p, "kgw_output_dropped_messages_total",
+            "Kernel messages dropped: their kernel was over its output buffer share",
+            g->out_budget.dropped);
+    counter(p, "kgw_output_dropped_bytes_total", "Bytes of those messages",
+            g->out_budget.dropped_bytes);
     gauge(p, "kgw_resident_memory_bytes", "Resident memory of the gateway process",
           resident_bytes());
     capacity(p, g->km);

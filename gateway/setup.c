@@ -288,6 +288,12 @@ int setup_kernels(gw_t *g)
         log_warn("Anyone who can run code in a kernel owns this host. Development only.");
         log_warn("**********************************************************************");
     }
+    g->out_budget.limit = g->cfg.output_buffer_bytes > 0 ? (size_t)g->cfg.output_buffer_bytes
+                                                         : obudget_default_limit();
+    g->out_budget.reserve = g->out_budget.limit / (2 * (size_t)g->cfg.km.max_kernels);
+    g->cfg.km.out_budget = &g->out_budget;
+    log_info("output buffer budget: %zu bytes for all kernels' clients (%zu reserved each)",
+             g->out_budget.limit, g->out_budget.reserve);
     g->km = kmgr_new(&g->loop.evl, &g->cfg.km);
     if (!g->km) {
         int err = errno;

@@ -168,6 +168,8 @@ static void deliver(wsess_t *s, blob_t **enc, enum jchan chan, const jmsg_t *m, 
         log_warn("ws: cannot encode %s message: %s", h->msg_type, strerror(errno));
         return;
     }
+    /* held while any queue (a websocket's, a detached session's) holds it */
+    blob_charge(enc[p], kernel_out_share(s->hub->k));
     if (ws)
         wsq_push(&ws->wc.out, enc[p]);
     else
@@ -280,7 +282,7 @@ static void send_status(khub_t *hub, wsess_t *to, const char *state)
 static void on_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
 {
     khub_t *hub = hub_of(user, k);
-    char line[300];
+    char line[600];
     if (!hub || !jmsg_is_json_object(parent))
         return;
     snprintf(line, sizeof(line), "\n[kgw] %s\n", text);

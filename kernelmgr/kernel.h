@@ -73,6 +73,9 @@ json_t *kernel_model(const kernel_t *k);
  * "restarting" or "dead". */
 const char *kernel_execution_state(const kernel_t *k);
 void kernel_touch(kernel_t *k);
+/* Its share of the output buffer budget (kmgr_opts.out_budget; NULL: none): whatever holds
+ * its output for a client charges the bytes to it (blob_charge). */
+struct obudget_share *kernel_out_share(const kernel_t *k);
 /* Its workspace (struct wspace, kernelmgr/wspace.h). */
 struct wspace *kernel_workspace(const kernel_t *k);
 void kernel_connections(kernel_t *k, int delta);

@@ -130,13 +130,13 @@ static void replied(kernel_t *k, const char *msg_id)
         k->m->evl->timer_arm(k->m->evl, k->idle_timer, IDLE_AFTER_REPLY_MS);
 }
 
-void kexec__answered(kconn_t *c, const jmsg_t *m, const jhdr_t *h)
+bool kexec__answered(kconn_t *c, const jmsg_t *m, const jhdr_t *h)
 {
     jhdr_t ph;
     struct kpending *p;
     /* client msg_ids are any strings: the parent header is parsed, not searched */
     if (!is_reply(h->msg_type) || jhdr_parse(m->part[JPART_PARENT], &ph) < 0)
-        return;
+        return false;
     if (!strcmp(h->msg_type, "execute_reply"))
         replied(c->k, ph.msg_id);
     list_for_each(p, &c->pending, link)
@@ -144,9 +144,10 @@ void kexec__answered(kconn_t *c, const jmsg_t *m, const jhdr_t *h)
         if (!strcmp(p->msg_id, ph.msg_id)) {
             pending_free(p);
             c->npending--;
-            return;
+            return true;
         }
     }
+    return false;
 }
 
 void kexec__forget(kconn_t *c)

@@ -8,9 +8,10 @@
 #define KCONN_PENDING_MAX 256         /* requests in flight remembered per session */
 #define KCONN_PENDING_HEADER_MAX 4096 /* a longer header is remembered by its ids */
 struct kpending;
-/* A client request went to the kernel, or an answer came back (h: the answer's header). */
+/* A client request went to the kernel, or an answer came back (h: the answer's header): true
+ * when it answers a request of the session in flight. */
 void kexec__sent(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h);
-void kexec__answered(kconn_t *c, const jmsg_t *m, const jhdr_t *h);
+bool kexec__answered(kconn_t *c, const jmsg_t *m, const jhdr_t *h);
 /* The session is going: its requests are forgotten. */
 void kexec__forget(kconn_t *c);
 /* The kernel process ended (or is being let go) with requests in flight: each gets its

@@ -11,6 +11,7 @@
 #include "common/evl.h"
 #include "common/hist.h"
 #include "common/list.h"
+#include "common/obudget.h"
 #include "kernelmgr/kegress.h"
 #include "kernelmgr/kernel.h"
 #include "kernelmgr/kspec.h"
@@ -56,6 +57,9 @@ struct kmgr_opts {
     long long output_cap;         /* iopub output bytes per execution (0: none) */
     long long max_kernel_msg;     /* bytes per frame of a kernel's message (0: no limit); a
                                      kernel that sends more is restarted (output_limit) */
+    /* output held for clients, all kernels together (common/obudget.h; NULL: not bounded):
+     * the owner's, it outlives the manager and every buffer charged to it */
+    obudget_t *out_budget;
     int max_workspaces;           /* with or without kernels (0: 2 x max_kernels, or 1024) */
     int workspace_grace_s;        /* a workspace outlives its last kernel this long */
     int tenant_max_kernels;       /* per tenant (0: only max_kernels) */

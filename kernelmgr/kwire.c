@@ -33,13 +33,19 @@ int kwire__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h)
     return 0;
 }
 
-void kwire__count(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m)
+size_t kwire__bytes(const jmsg_t *m)
 {
     size_t n = 0;
     for (size_t i = 0; i <= JPART_CONTENT; i++) /* header, parent, metadata, content */
         n += m->part[i].n;
     for (size_t i = 0; i < m->nbuf; i++)
         n += m->buf[i].n;
+    return n;
+}
+
+void kwire__count(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m)
+{
+    size_t n = kwire__bytes(m);
     k->stats->messages[dir]++;
     k->stats->message_bytes[dir] += n;
 }

@@ -10,6 +10,8 @@
  * manager sockets (0 or -errno; ret_msg_id: its msg_id). */
 void kwire__endpoint(const kernel_t *k, int port, char *out, size_t outsz);
 int kwire__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h);
+/* A message's bytes: header, parent header, metadata, content, buffers. */
+size_t kwire__bytes(const jmsg_t *m);
 void kwire__count(kernel_t *k, enum kmgr_dir dir, const jmsg_t *m);
 int kwire__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content);
 int kwire__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,

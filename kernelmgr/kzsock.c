@@ -151,7 +151,7 @@ static int kz_connect(kzsock_t *z)
     /* A kernel's PUB socket drops what does not fit in its queue plus ours: give iopub a deep
      * queue on this side, so a gateway briefly starved of CPU (the kernel and its client
      * spinning on two cores) does not lose a kernel's output, its final status included. */
-    int rcvhwm = z->type == ZMQ_SUB ? 100000 : hwm;
+    int rcvhwm = z->type == ZMQ_SUB ? 100000 : KZ_DEALER_RCVHWM;
     zmq_setsockopt(z->s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
     zmq_setsockopt(z->s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     if (z->maxmsg > 0) {

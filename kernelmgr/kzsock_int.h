@@ -15,6 +15,13 @@
  * kernels flooding output, a quiet kernel's message waits for one turn of all of them. */
 #define KZ_DRAIN_BATCH 64
 #define KZ_DRAIN_BYTES (64 * 1024)
+/* Messages libzmq may queue for the gateway on a DEALER (shell, control, stdin, heartbeat):
+ * each is at most --max-kernel-message-bytes, and libzmq's I/O thread reads ahead of the loop
+ * (which checks a message's signature as it takes it), so a kernel sending large replies fast
+ * had up to 10 000 of them held in the gateway (24 of 8 MiB: a peak RSS of 78-142 MiB; with
+ * 4, 62 MiB). Replies are few (one per request, 256 in flight per session at most): the
+ * kernel's ROUTER keeps the rest (its send queue of 1000, in the kernel's memory). */
+#define KZ_DEALER_RCVHWM 4
 
 /* A watched ZeroMQ socket. ZMQ_FD is edge-triggered: after every send on the socket the
  * owner re-checks ZMQ_EVENTS (kz_after_send) so no arrival is missed.
