@@ -56,8 +56,9 @@ int wsconn_confirm(gw_t *g, struct lws *wsi, const char *name, struct gw_caller 
     int retry = 0, st = auth_request(g, wsi, ret_who, &retry);
     if (st)
         return gw_refuse_auth(no, st, retry);
+    /* a full gateway answers 503 for everyone (main.c); a tenant's share is 429 before that */
     const struct wsconn_share *sh = share_find(g, ret_who->tenant);
-    if (sh && sh->n >= share_max(g)) {
+    if (sh && sh->n >= share_max(g) && g->connections < g->cfg.max_connections) {
         log_info("%s: websocket of tenant \"%s\" refused: it has %d open, its share", name,
                  ret_who->tenant, sh->n);
         g->stats.refused[GW_REFUSED_CONNECTION_CAP]++;
