@@ -316,6 +316,12 @@ def _revive(conn, files, files_dir, rstate):
     app.kernel.debugpy_stream = None
     hm = shell.history_manager
     try:
+        if hm is not None:
+            # locks its saving thread may have held when the kernel forked: taken for good here
+            import threading
+            hm.save_flag = threading.Event()
+            hm.db_input_cache_lock = threading.Lock()
+            hm.db_output_cache_lock = threading.Lock()
         if hm is not None and hm.enabled and hm.save_thread is not None:
             from IPython.core.history import HistorySavingThread
             hm.init_db()  # its own connection, and a history session of its own
