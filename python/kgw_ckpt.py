@@ -153,13 +153,28 @@ def _on_checkpoint(stream, ident, parent):
     # Python's random module reseeds itself in every forked child: its state as it is now,
     # restored in each kernel revived from the checkpoint (a rollback restores it exactly)
     rstate = sys.modules["random"].getstate() if "random" in sys.modules else None
+    # the kernel's other threads as quiet as they can be made at the fork: its output sent
+    # (the I/O thread idle) and the history thread's locks held by this one
+    for st in (sys.stdout, sys.stderr):
+        try:
+            st.flush()
+        except Exception:
+            pass
+    hm = getattr(shell, "history_manager", None)
+    locks = [l for l in (getattr(hm, "db_input_cache_lock", None),
+                         getattr(hm, "db_output_cache_lock", None)) if l is not None]
     r, w = os.pipe()
+    for l in locks:
+        l.acquire()
     try:
         pid = os.fork()
     except OSError as e:
         os.close(r)
         os.close(w)
         return _error(stream, ident, parent, t, "ForkError", e)
+    finally:
+        for l in locks:
+            l.release()
     if pid == 0:
         os.close(r)
         _frozen(path, files_dir, w, rstate)  # never returns

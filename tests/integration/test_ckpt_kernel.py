@@ -135,14 +135,6 @@ class Kernel:
         self.proc.wait(10)
 
 
-# Known to fail intermittently on a busy host (each of these failed in some runs and passed in
-# others): after a rollback the new process sometimes never answers, or answers kernel_info but
-# publishes nothing for the next execution. Suspected: the fork happens while another thread
-# of the kernel (its I/O thread, its history thread) holds a lock the new process then waits
-# for. Not resolved: see docs/checkpoints.md.
-_RACE = pytest.mark.xfail(reason="intermittent: a rollback's new process sometimes hangs",
-                          strict=False)
-
 
 @pytest.fixture
 def kernel():
@@ -154,7 +146,6 @@ def kernel():
             k.close()
 
 
-@_RACE
 def test_rollback_restores_state_twice(kernel):
     k = kernel
     numpy = k.execute("import numpy")["status"] == "ok"
@@ -192,7 +183,6 @@ def test_rollback_restores_state_twice(kernel):
 
 
 
-@_RACE
 def test_checkpoint_without_files_keeps_workspace(kernel):
     k = kernel
     k.execute("y = 'kept'")
@@ -234,7 +224,6 @@ def test_bad_ids_refused(kernel):
         assert c["status"] == "error" and c["ename"] == "ValueError"
 
 
-@_RACE
 def test_cycles_leave_nothing_behind(kernel):
     k = kernel
     k.execute("n = 0")
