@@ -520,6 +520,8 @@ static void on_message(wsconn_t *w)
         r = kconn_send(ws->sess->kc, wm.chan, &wm.m, &wm.hdr);
         if (r == -EAGAIN)
             wsq_close(&ws->wc.out, 1013, "kernel is not accepting messages", false);
+        else if (r == -EPERM)
+            wsq_close(&ws->wc.out, 1008, "message type reserved for the gateway", false);
         else if (r < 0)
             log_warn("ws: session %s: send to kernel failed: %s", ws->sess->id, strerror(-r));
         w->g->last_activity_us = util_wall_us();

@@ -89,6 +89,8 @@ int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
 {
     if (chan == JCHAN_IOPUB || (unsigned)chan >= JCHAN_N)
         return -EINVAL;
+    if (!strncmp(h->msg_type, KCONN_RESERVED_PREFIX, strlen(KCONN_RESERVED_PREFIX)))
+        return -EPERM; /* only the gateway sends these (docs/checkpoints.md) */
     kernel_touch(c->k);
     int r = kz_send_jmsg(&c->z[chan], c->k->sign, m);
     if (r == 0 && chan == JCHAN_SHELL && !strcmp(h->msg_type, "execute_request"))

@@ -20,7 +20,9 @@ void kconn_destroy(kconn_t **c);
 /* Signs and sends a client message on shell, control or stdin; h is its header as the caller
  * parsed it. Requests are remembered until answered (an execute_request until its idle), so
  * each gets an answer even when the kernel process ends first. -EAGAIN when the kernel's
- * queue is full, -EINVAL for iopub. */
+ * queue is full, -EINVAL for iopub, -EPERM for a message type only the gateway may send
+ * (KCONN_RESERVED_PREFIX: the kernel side of checkpoints, docs/checkpoints.md). */
+#define KCONN_RESERVED_PREFIX "kgw_"
 int kconn_send(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h);
 kernel_t *kconn_kernel(const kconn_t *c);
 const char *kconn_session(const kconn_t *c);

@@ -1,0 +1,409 @@
+"""Checkpoints of this kernel's interpreter, taken and restored by the gateway (docs/checkpoints.md).
+
+Not for kernel code: the gateway installs these handlers (a silent execution of install()) and
+is the only one that can send the requests they answer (it signs them with the kernel's key and
+refuses clients' messages of these types).
+
+A checkpoint is a child of the kernel, forked between two shell requests: it copies (on write)
+the whole interpreter, then closes every descriptor it inherited (ZeroMQ sockets, the event
+loop, files), keeps a copy of the workspace's files if asked, and waits, frozen, on a Unix
+socket in the kernel's runtime directory. A rollback asks it to fork again: that grandchild
+drops what is left of the old kernel (its threads did not survive the fork), builds a new
+IPKernelApp around the same InteractiveShell, and binds the kernel's ipc endpoints again (the
+gateway's sockets reconnect). The old kernel process then goes: the first one (the process the
+gateway started, whose end ends the kernel) replaces itself with a small keeper that lives as
+long as the current kernel process does; a later one exits.
+"""
+import gc
+import json
+import os
+import re
+import signal
+import socket
+import sys
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+MAX_FILES = 10000  # files kept per checkpoint
+MAX_CMD = 4096  # bytes of a command on a checkpoint's socket
+_main_pid = None  # the process the gateway started (set by its first install())
+_kids = {}  # checkpoint id -> pid, for those this process forked (reaped when dropped)
+_KEEPER = r"""
+import os, select, sys
+path = sys.argv[1]
+def live():
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+while True:
+    pid = live()
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        sys.exit(0)
+    while select.select([fd], [], [], 1.0)[0] == []:
+        if live() != pid:
+            break
+    os.close(fd)
+"""
+
+
+def _app():
+    from ipykernel.kernelapp import IPKernelApp
+    return IPKernelApp.instance()
+
+
+def _rundir():
+    return os.path.dirname(os.path.abspath(_app().abs_connection_file))
+
+
+def _sock_path(cid):
+    return os.path.join(_rundir(), ".ckpt-" + cid)
+
+
+def install():
+    """Registers the checkpoint handlers on this kernel's shell channel."""
+    global _main_pid
+    if _main_pid is None:
+        _main_pid = os.getpid()
+    k = _app().kernel
+    k.shell_handlers["kgw_checkpoint_request"] = _on_checkpoint
+    k.shell_handlers["kgw_rollback_request"] = _on_rollback
+    k.shell_handlers["kgw_ckpt_drop_request"] = _on_drop
+
+
+def _reply(stream, ident, parent, msg_type, content):
+    k = _app().kernel
+    k.session.send(stream, msg_type, content, parent, ident=ident)
+
+
+def _error(stream, ident, parent, msg_type, ename, evalue):
+    _reply(stream, ident, parent, msg_type,
+           {"status": "error", "ename": ename, "evalue": str(evalue)[:500]})
+
+
+def _std_copies():
+    """{1: fd, 2: fd}: the originals of descriptors 1 and 2 that ipykernel's streams saved
+    when they redirected them to their own pipes."""
+    out = {}
+    for fd, st in ((1, sys.stdout), (2, sys.stderr)):
+        copy = getattr(st, "_original_stdstream_copy", None)
+        if isinstance(copy, int) and copy > 2:
+            out[fd] = copy
+    return out
+
+
+def _snapshot(root):
+    """The workspace's files: [(relative path, mode, bytes or None for a directory)]."""
+    out, total = [], 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        rel = os.path.relpath(dirpath, root)
+        if rel != ".":
+            out.append((rel, os.lstat(dirpath).st_mode & 0o7777, None))
+        for name in sorted(filenames):
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if not os.path.isfile(p) or os.path.islink(p):
+                continue  # symlinks and special files are not kept
+            if len(out) >= MAX_FILES:
+                raise OSError("more than %d files in the workspace" % MAX_FILES)
+            with open(p, "rb") as f:
+                data = f.read()
+            total += len(data)
+            out.append((os.path.relpath(p, root), st.st_mode & 0o7777, data))
+    return out, total
+
+
+def _restore(root, files):
+    """Makes root hold exactly these files (its directory itself stays)."""
+    keep = {rel for rel, _, _ in files}
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for name in filenames + dirnames:
+            p = os.path.join(dirpath, name)
+            if os.path.relpath(p, root) in keep and not os.path.islink(p):
+                continue
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.rmdir(p) if not os.listdir(p) else None
+            else:
+                os.unlink(p)
+    for rel, mode, data in files:
+        p = os.path.join(root, rel)
+        if data is None:
+            os.makedirs(p, exist_ok=True)
+            os.chmod(p, mode)
+            continue
+        tmp = os.path.join(os.path.dirname(p), ".kgw-restore-" + str(os.getpid()))
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+
+
+def _on_checkpoint(stream, ident, parent):
+    c = parent.get("content", {})
+    cid, files_dir = c.get("id", ""), c.get("files_dir") or None
+    t = "kgw_checkpoint_reply"
+    if not isinstance(cid, str) or not _ID.match(cid):
+        return _error(stream, ident, parent, t, "ValueError", "bad checkpoint id")
+    path = _sock_path(cid)
+    shell = _app().kernel.shell
+    count = shell.execution_count
+    # Python's random module reseeds itself in every forked child: its state as it is now,
+    # restored in each kernel revived from the checkpoint (a rollback restores it exactly)
+    rstate = sys.modules["random"].getstate() if "random" in sys.modules else None
+    # the kernel's other threads as quiet as they can be made at the fork: its output sent
+    # (the I/O thread idle) and the history thread's locks held by this one
+    for st in (sys.stdout, sys.stderr):
+        try:
+            st.flush()
+        except Exception:
+            pass
+    hm = getattr(shell, "history_manager", None)
+    locks = [l for l in (getattr(hm, "db_input_cache_lock", None),
+                         getattr(hm, "db_output_cache_lock", None)) if l is not None]
+    r, w = os.pipe()
+    for l in locks:
+        l.acquire()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        os.close(r)
+        os.close(w)
+        return _error(stream, ident, parent, t, "ForkError", e)
+    finally:
+        for l in locks:
+            l.release()
+    if pid == 0:
+        os.close(r)
+        _frozen(path, files_dir, w, rstate)  # never returns
+    os.close(w)
+    raw = b""
+    while True:
+        b = os.read(r, 4096)
+        if not b:
+            break
+        raw += b
+    os.close(r)
+    try:
+        ans = json.loads(raw)
+    except ValueError:
+        ans = {"ok": False, "error": "the checkpoint process ended at once"}
+    if not ans.get("ok"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        return _error(stream, ident, parent, t, "CheckpointError", ans.get("error", "?"))
+    _kids[cid] = pid
+    _reply(stream, ident, parent, t, {"status": "ok", "id": cid, "execution_count": count,
+                                      "files_bytes": ans.get("files_bytes", 0),
+                                      "files": files_dir is not None})
+
+
+def _frozen(path, files_dir, w, rstate):
+    """The checkpoint process: keeps the state, serves its socket. Never returns."""
+    try:
+        gc.disable()  # nothing of the old kernel may be collected (its sockets) while frozen
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for the live kernel
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernels it forks are reaped
+        files, total = _snapshot(files_dir) if files_dir else (None, 0)
+        try:
+            main = os.pidfd_open(_main_pid)
+        except OSError:
+            main = -1
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ls.bind(path)
+        ls.listen(4)
+        keep = sorted({0, 1, 2, w, ls.fileno()} | ({main} if main >= 0 else set()) |
+                      set(_std_copies().values()))
+        # every other descriptor (ZeroMQ's, the event loop's, files) is closed, but its number
+        # stays taken (by /dev/null): objects of the old kernel that close theirs later, in a
+        # kernel revived from here, must not close what that kernel opened since
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fds = [int(f) for f in os.listdir("/proc/self/fd")]
+        except OSError:
+            fds = range(3, 4096)
+        for fd in fds:
+            if fd > 2 and fd not in keep and fd != null:
+                try:
+                    os.dup2(null, fd)
+                except OSError:
+                    pass
+        os.close(null)
+        os.write(w, json.dumps({"ok": True, "files_bytes": total}).encode())
+        os.close(w)
+    except BaseException as e:
+        try:
+            os.write(w, json.dumps({"ok": False, "error": repr(e)[:300]}).encode())
+        finally:
+            os._exit(1)
+    import select
+    while True:
+        try:
+            rd = select.select([ls] + ([main] if main >= 0 else []), [], [], None)[0]
+            if main in rd:  # the kernel is gone: so is its checkpoint
+                os._exit(0)
+            conn, _ = ls.accept()
+            conn.settimeout(5)
+            cmd = json.loads(conn.recv(MAX_CMD) or b"{}")
+        except BaseException:
+            continue
+        op = cmd.get("op")
+        if op == "drop":
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            os._exit(0)
+        if op != "spawn":
+            conn.close()
+            continue
+        try:
+            pid = os.fork()
+        except OSError as e:
+            conn.sendall(json.dumps({"ok": False, "error": "fork: %s" % e}).encode())
+            conn.close()
+            continue
+        if pid == 0:
+            ls.close()
+            if main >= 0:
+                os.close(main)
+            try:
+                _revive(conn, files if cmd.get("files") else None, files_dir, rstate)
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+            os._exit(1)
+        conn.close()
+
+
+def _revive(conn, files, files_dir, rstate):
+    """A kernel again, from the checkpoint's state. Never returns."""
+    if rstate is not None:
+        sys.modules["random"].setstate(rstate)
+    try:
+        if files is not None:
+            _restore(files_dir, files)
+        conn.sendall(json.dumps({"ok": True, "pid": os.getpid()}).encode())
+    except BaseException as e:
+        try:
+            conn.sendall(json.dumps({"ok": False, "error": repr(e)[:300]}).encode())
+        finally:
+            os._exit(1)
+    conn.close()
+    # the old kernel's streams write to its I/O thread, which did not survive the fork, and
+    # its descriptors 1 and 2 to pipes that thread read: the original ones back
+    for fd, copy in _std_copies().items():
+        os.dup2(copy, fd)
+        os.close(copy)
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import asyncio
+    from ipykernel.kernelapp import IPKernelApp
+    old = IPKernelApp.instance()
+    shell = old.kernel.shell
+    argv = list(sys.argv[1:])
+    graveyard = [old, old.kernel]  # never collected: their sockets belong to the old process
+    IPKernelApp.clear_instance()
+    type(old.kernel).clear_instance()  # a singleton too: the new app makes its own
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    gc.enable()
+    app = IPKernelApp.instance()
+    init_kernel = app.init_kernel
+
+    def adopting_init_kernel():
+        init_kernel()
+        shell.parent = app.kernel
+        shell.kernel = app.kernel
+
+    app.init_kernel = adopting_init_kernel
+    app.initialize(argv)
+    app.__dict__.pop("init_kernel", None)
+    # the debugger's stream: debugpy's state (its threads, its sockets) is the old process's
+    app.kernel.debugpy_stream = None
+    hm = shell.history_manager
+    try:
+        if hm is not None:
+            # locks its saving thread may have held when the kernel forked: taken for good here
+            import threading
+            hm.save_flag = threading.Event()
+            hm.db_input_cache_lock = threading.Lock()
+            hm.db_output_cache_lock = threading.Lock()
+        if hm is not None and hm.enabled and hm.save_thread is not None:
+            from IPython.core.history import HistorySavingThread
+            hm.init_db()  # its own connection, and a history session of its own
+            hm.new_session()
+            hm.save_thread = HistorySavingThread(hm)
+            hm.save_thread.start()
+    except Exception:
+        pass
+    install()
+    sys.modules[__name__]._graveyard = graveyard
+    try:
+        app.start()
+    finally:
+        os._exit(0)
+
+
+def _on_rollback(stream, ident, parent):
+    c = parent.get("content", {})
+    cid = c.get("id", "")
+    t = "kgw_rollback_reply"
+    if not isinstance(cid, str) or not _ID.match(cid):
+        return _error(stream, ident, parent, t, "ValueError", "bad checkpoint id")
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(_sock_path(cid))
+        s.sendall(json.dumps({"op": "spawn", "files": bool(c.get("files"))}).encode())
+        ans = json.loads(s.recv(MAX_CMD) or b"{}")
+        s.close()
+    except (OSError, ValueError) as e:
+        return _error(stream, ident, parent, t, "CheckpointError", e)
+    if not ans.get("ok"):
+        return _error(stream, ident, parent, t, "CheckpointError", ans.get("error", "?"))
+    live = os.path.join(_rundir(), ".kgw-live")
+    with open(live + ".tmp", "w") as f:
+        f.write(str(ans["pid"]))
+    os.replace(live + ".tmp", live)
+    # this process goes; the new one has bound the kernel's endpoints already or will soon
+    if os.getpid() == _main_pid:
+        # its descriptors are all close-on-exec (Python's and libzmq's): the gateway's sockets
+        # reconnect to the new process
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # (kept across exec)
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its checkpoints are reaped when they end
+        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _KEEPER, live])
+    os._exit(0)
+
+
+def _on_drop(stream, ident, parent):
+    c = parent.get("content", {})
+    cid = c.get("id", "")
+    t = "kgw_ckpt_drop_reply"
+    if not isinstance(cid, str) or not _ID.match(cid):
+        return _error(stream, ident, parent, t, "ValueError", "bad checkpoint id")
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(_sock_path(cid))
+        s.sendall(b'{"op": "drop"}')
+        while s.recv(MAX_CMD):  # until it has exited (its end of the connection closed)
+            pass
+        s.close()
+    except OSError as e:
+        return _error(stream, ident, parent, t, "CheckpointError", e)
+    pid = _kids.pop(cid, None)
+    if pid is not None:  # this process's child: reaped (others are their keeper's or init's)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    _reply(stream, ident, parent, t, {"status": "ok", "id": cid})

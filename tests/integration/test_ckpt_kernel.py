@@ -1,0 +1,261 @@
+"""The kernel side of checkpoints (python/kgw_ckpt.py), on a real ipykernel driven directly over
+ZeroMQ (jupyter_client), as the gateway will drive it: take a checkpoint, change the state, roll
+back (twice), and check what came back: variables, a numpy array's checksum, the random state,
+a workspace file's bytes, the execution count; that the frozen checkpoint holds no socket but
+its own; that nothing is left behind after many cycles. The gateway's REST face is not wired
+yet (docs/checkpoints.md)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+jupyter_client = pytest.importorskip("jupyter_client")
+from jupyter_client import BlockingKernelClient  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PY = "/usr/bin/python3"
+
+
+class Kernel:
+    def __init__(self, tmp):
+        self.dir = tmp
+        self.ws = os.path.join(tmp, "ws")
+        os.makedirs(self.ws)
+        self.cf = os.path.join(tmp, "connection.json")
+        with open(self.cf, "w") as f:
+            json.dump({"transport": "ipc", "ip": os.path.join(tmp, "k"), "shell_port": 1,
+                       "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
+                       "key": uuid.uuid4().hex, "signature_scheme": "hmac-sha256"}, f)
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"),
+                   PYDEVD_DISABLE_FILE_VALIDATION="1")
+        self.proc = subprocess.Popen([PY, "-m", "ipykernel_launcher", "-f", self.cf], env=env,
+                                     stdout=subprocess.DEVNULL,
+                                     start_new_session=True)
+        self.kc = BlockingKernelClient(connection_file=self.cf)
+        self.kc.load_connection_file()
+        self.kc.start_channels()
+        self.wait_info(60)
+        assert self.execute("import kgw_ckpt; kgw_ckpt.install()", silent=True)["status"] == "ok"
+
+    def wait_info(self, timeout):
+        """Asks kernel_info until it is answered and an iopub message proves the subscription
+        live (a new process binds the endpoints again; SUB sockets join late), as the
+        gateway does at a start."""
+        t0 = time.monotonic()
+        got_reply = got_iopub = False
+        while time.monotonic() - t0 < timeout:
+            self.kc.kernel_info()
+            end = time.monotonic() + 0.3
+            while time.monotonic() < end and not (got_reply and got_iopub):
+                try:
+                    r = self.kc.get_shell_msg(timeout=0.05)
+                    got_reply = got_reply or r["msg_type"] == "kernel_info_reply"
+                except Exception:
+                    pass
+                try:
+                    m = self.kc.get_iopub_msg(timeout=0.05)
+                    # the new process's answer to a probe (not an old message still queued)
+                    got_iopub = got_iopub or (got_reply and m["parent_header"].get("msg_type")
+                                              == "kernel_info_request")
+                except Exception:
+                    pass
+            if got_reply and got_iopub:
+                # what is left of the probes' output
+                while True:
+                    try:
+                        self.kc.get_iopub_msg(timeout=0.2)
+                    except Exception:
+                        break
+                while True:
+                    try:
+                        self.kc.get_shell_msg(timeout=0.05)
+                    except Exception:
+                        break
+                return time.monotonic() - t0
+        raise AssertionError("no kernel_info_reply in %s s" % timeout)
+
+    def execute(self, code, silent=False):
+        out = []
+
+        def hook(m):
+            if m["msg_type"] == "stream":
+                out.append(m["content"]["text"])
+        r = self.kc.execute_interactive(code, silent=silent, timeout=20, output_hook=hook)
+        r["content"]["stdout"] = "".join(out)
+        return r["content"]
+
+    def value(self, expr):
+        c = self.execute("print(repr(%s))" % expr)
+        assert c["status"] == "ok", c
+        return c["stdout"].strip()
+
+    def request(self, msg_type, content, timeout=30):
+        m = self.kc.session.msg(msg_type, content)
+        self.kc.shell_channel.send(m)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                r = self.kc.get_shell_msg(timeout=1)
+            except Exception:
+                continue
+            if r["parent_header"].get("msg_id") == m["header"]["msg_id"]:
+                return r["content"]
+        raise AssertionError("no reply to " + msg_type)
+
+    def checkpoint(self, cid, files=True):
+        c = self.request("kgw_checkpoint_request",
+                         {"id": cid, "files_dir": self.ws if files else None})
+        assert c["status"] == "ok", c
+        return c
+
+    def rollback(self, cid, files=True):
+        # on success the old process goes without answering: the new one answers kernel_info
+        self.kc.shell_channel.send(self.kc.session.msg("kgw_rollback_request",
+                                                       {"id": cid, "files": files}))
+        return self.wait_info(60)
+
+    def processes(self):
+        """Pids of every process of this kernel (the session it leads)."""
+        out = subprocess.run(["ps", "-o", "pid=", "-s", str(self.proc.pid)],
+                             capture_output=True, text=True).stdout
+        return sorted(int(p) for p in out.split())
+
+    def close(self):
+        self.kc.stop_channels()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+
+
+@pytest.fixture
+def kernel():
+    with tempfile.TemporaryDirectory(prefix="kgw-ckpt-") as tmp:
+        k = Kernel(tmp)
+        try:
+            yield k
+        finally:
+            k.close()
+
+
+def test_rollback_restores_state_twice(kernel):
+    k = kernel
+    numpy = k.execute("import numpy")["status"] == "ok"
+    setup = "import random, hashlib\nx = 41\nfunc = lambda v: v + 1\n"
+    if numpy:
+        setup += "import numpy as np\na = np.arange(100000)\n"
+    assert k.execute(setup)["status"] == "ok"
+    with open(os.path.join(k.ws, "data.txt"), "wb") as f:
+        f.write(b"before\x00\xff")
+    count = k.checkpoint("c1")
+    assert count["files_bytes"] == 8
+    first_random = k.value("random.random()")
+    # ruin everything
+    k.execute("x = 99\nfunc = None\nimport os\nos.remove(%r)\nopen(%r, 'w').write('new')"
+              % (os.path.join(k.ws, "data.txt"), os.path.join(k.ws, "other.txt")))
+    if numpy:
+        k.execute("a[:] = 0")
+    for _ in range(2):
+        k.rollback("c1")
+        # execution counts continue from the checkpoint's
+        c = k.execute("seen = x")
+        assert c["execution_count"] == count["execution_count"]
+        assert k.value("seen") == "41"
+        assert k.value("func(1)") == "2"
+        if numpy:
+            assert k.value("int(a.sum())") == str(sum(range(100000)))
+        # the random state is the checkpoint's: the same draw again
+        assert k.value("random.random()") == first_random
+        with open(os.path.join(k.ws, "data.txt"), "rb") as f:
+            assert f.read() == b"before\x00\xff"
+        assert not os.path.exists(os.path.join(k.ws, "other.txt"))
+        k.execute("x = 7")
+        open(os.path.join(k.ws, "data.txt"), "w").write("changed")
+
+
+
+
+def test_checkpoint_without_files_keeps_workspace(kernel):
+    k = kernel
+    k.execute("y = 'kept'")
+    k.checkpoint("nofiles", files=False)
+    with open(os.path.join(k.ws, "later.txt"), "w") as f:
+        f.write("written after")
+    k.execute("y = 'lost'")
+    k.rollback("nofiles", files=False)
+    assert k.value("y") == "'kept'"
+    assert open(os.path.join(k.ws, "later.txt")).read() == "written after"
+
+
+def test_frozen_checkpoint_holds_only_its_socket(kernel):
+    k = kernel
+    before = set(k.processes())
+    k.checkpoint("f1", files=False)
+    new = set(k.processes()) - before
+    assert len(new) == 1
+    pid = new.pop()
+    fds = os.listdir("/proc/%d/fd" % pid)
+    sockets = [fd for fd in fds if os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("socket:")]
+    assert len(sockets) == 1, sockets  # its own listening socket: no ZeroMQ socket
+    with open("/proc/%d/status" % pid) as f:
+        assert "Threads:\t1\n" in f.read()
+    # a checkpoint that is dropped ends
+    assert k.request("kgw_ckpt_drop_request", {"id": "f1"})["status"] == "ok"
+    t0 = time.monotonic()
+    while pid in k.processes() and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    assert pid not in k.processes()
+    # and cannot be rolled back to
+    c = k.request("kgw_rollback_request", {"id": "f1"})
+    assert c["status"] == "error" and c["ename"] == "CheckpointError"
+
+
+def test_bad_ids_refused(kernel):
+    for t in ("kgw_checkpoint_request", "kgw_rollback_request", "kgw_ckpt_drop_request"):
+        c = kernel.request(t, {"id": "../../etc/x"})
+        assert c["status"] == "error" and c["ename"] == "ValueError"
+
+
+def test_cycles_leave_nothing_behind(kernel):
+    k = kernel
+    k.execute("n = 0")
+    k.checkpoint("base", files=False)
+    k.rollback("base", files=False)  # the first process becomes the keeper
+    settled = len(k.processes())
+    for i in range(10):
+        k.execute("n = %d" % (i + 1))
+        k.checkpoint("c%d" % i, files=False)
+        k.rollback("c%d" % i, files=False)
+        assert k.value("n") == str(i + 1)
+        assert k.request("kgw_ckpt_drop_request", {"id": "c%d" % i})["status"] == "ok"
+    t0 = time.monotonic()
+    while len(k.processes()) != settled and time.monotonic() - t0 < 10:
+        time.sleep(0.1)
+    # the keeper, the checkpoint "base", the live kernel: as after the first rollback
+    assert len(k.processes()) == settled
+    names = [n for n in os.listdir(k.dir) if n.startswith(".ckpt-")]
+    assert names == [".ckpt-base"]
+
+
+def test_kernel_end_ends_its_checkpoints(kernel):
+    k = kernel
+    k.checkpoint("a", files=False)
+    k.checkpoint("b", files=False)
+    pids = k.processes()
+    assert len(pids) == 3
+    os.kill(k.proc.pid, signal.SIGKILL)  # the kernel process the gateway started
+    t0 = time.monotonic()
+    while any(os.path.exists("/proc/%d" % p) and open("/proc/%d/stat" % p).read().split()[2] != "Z"
+              for p in pids if p != k.proc.pid) and time.monotonic() - t0 < 10:
+        time.sleep(0.1)
+    alive = [p for p in pids if p != k.proc.pid and os.path.exists("/proc/%d" % p)
+             and open("/proc/%d/stat" % p).read().split()[2] != "Z"]
+    assert alive == []
