@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -20,11 +22,40 @@
 static const char *const v1_ctls[] = {"memory", "pids", "cpu"};
 #define NCTL 3
 
+/* The cgroup worker: a small process (forked while the gateway is small) that makes and
+ * removes cgroup directories for the gateway, whose loop must not wait for them (a mkdir in
+ * the v1 memory hierarchy takes 10-50 ms here, an rmdir up to 10 ms, and a removal retries
+ * while the killed processes leave). It keeps SPARES empty cgroups ready ("cg-N" in every
+ * hierarchy); sbx_cgroup_new takes one as it is (a rename would take the cgroup_mutex like a
+ * mkdir) and writes its limits,
+ * so a kernel is still in its cgroup, with its limits, before it runs any code. Removals are
+ * handed over and not waited for. Without a worker (it died, or could not start) the
+ * gateway does the same itself, as before. Requests and answers are datagrams on a
+ * SOCK_SEQPACKET pair; the gateway never blocks on it (answers are read when it wants a
+ * spare, sends are MSG_DONTWAIT). */
+#define SPARES 8
+enum { CGW_MAKE = 'm', CGW_REMOVE = 'r' };
+struct cgw_req {
+    char op;
+    pid_t keep;    /* CGW_REMOVE: a process never killed */
+    char name[40]; /* below the gateway's cgroup parent, no '/' */
+};
+struct cgw_ans {
+    char name[40];
+    int err; /* 0 or an errno */
+};
+
 struct sbx_cgroups {
     int version;
     char base[NCTL][PATH_MAX]; /* v1: one per controller; v2: base[0] only */
     pid_t keep;                /* never killed by a cgroup's removal (sbx_cgroups_keep) */
     bool cpuacct;              /* v1: cpuacct shares the cpu hierarchy (cpuacct.usage) */
+    pid_t worker;              /* the cgroup worker, 0 for none */
+    int wfd;                   /* its socket, -1 for none */
+    unsigned serial;           /* of spares */
+    int asked;                 /* spares asked for, not yet answered */
+    int nready;
+    char ready[SPARES][40];    /* spares made */
 };
 
 struct sbx_cgroup {
@@ -136,6 +167,149 @@ static void remove_tree(const char *dir)
     kill_and_rmdir(dir, 0);
 }
 
+/* The worker's side. Only system calls and string formatting: it is a copy of the gateway,
+ * which may have other threads. */
+static void worker_remove(const sbx_cgroups_t *cgs, const char *name, pid_t keep)
+{
+    char dir[PATH_MAX + 48];
+    for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++) {
+        snprintf(dir, sizeof(dir), "%s/%s", cgs->base[i], name);
+        kill_and_rmdir(dir, keep);
+    }
+}
+
+static int worker_make(const sbx_cgroups_t *cgs, const char *name)
+{
+    char dir[PATH_MAX + 48];
+    for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++) {
+        snprintf(dir, sizeof(dir), "%s/%s", cgs->base[i], name);
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+            int err = errno;
+            worker_remove(cgs, name, 0);
+            return err;
+        }
+    }
+    return 0;
+}
+
+static _Noreturn void worker_main(const sbx_cgroups_t *cgs, int fd)
+{
+    struct cgw_req q;
+    for (;;) {
+        ssize_t n = recv(fd, &q, sizeof(q), 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != (ssize_t)sizeof(q))
+            _exit(0); /* EOF: the gateway is gone or done */
+        q.name[sizeof(q.name) - 1] = '\0';
+        if (!q.name[0] || q.name[0] == '.' || strchr(q.name, '/'))
+            continue; /* never outside the gateway's cgroups */
+        if (q.op == CGW_REMOVE) {
+            worker_remove(cgs, q.name, q.keep);
+        } else if (q.op == CGW_MAKE) {
+            struct cgw_ans a = {.err = worker_make(cgs, q.name)};
+            memcpy(a.name, q.name, sizeof(a.name));
+            if (send(fd, &a, sizeof(a), MSG_NOSIGNAL) < 0)
+                _exit(0);
+        }
+    }
+}
+
+static void worker_start(sbx_cgroups_t *cgs)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+            _exit(0);
+        if (sv[1] != 3 && dup2(sv[1], 3) < 0)
+            _exit(0);
+        /* nothing of the gateway's but its socket (the listeners, kernels' sockets) */
+        if (syscall(SYS_close_range, 4, ~0U, 0) < 0)
+            for (int fd = 4; fd < 1024; fd++)
+                close(fd);
+        worker_main(cgs, 3);
+    }
+    close(sv[1]);
+    if (pid < 0) {
+        close(sv[0]);
+        return;
+    }
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+    cgs->worker = pid;
+    cgs->wfd = sv[0];
+}
+
+static void worker_stop(sbx_cgroups_t *cgs)
+{
+    if (cgs->wfd >= 0)
+        close(cgs->wfd); /* EOF: it exits once its last request is done */
+    cgs->wfd = -1;
+    if (cgs->worker > 0)
+        waitpid(cgs->worker, NULL, 0);
+    cgs->worker = 0;
+}
+
+/* Hands a request over without waiting; false when the worker cannot take it (then the
+ * caller does the work itself). */
+static bool worker_send(sbx_cgroups_t *cgs, char op, const char *name, pid_t keep)
+{
+    struct cgw_req q = {.op = op, .keep = keep};
+    if (cgs->wfd < 0 || strlen(name) >= sizeof(q.name))
+        return false;
+    memcpy(q.name, name, strlen(name) + 1);
+    if (send(cgs->wfd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(q))
+        return true;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) { /* gone: from now on, without it */
+        log_debug("cgroup: the cgroup worker is gone (%s)", strerror(errno));
+        close(cgs->wfd);
+        cgs->wfd = -1;
+    }
+    return false;
+}
+
+/* Reads the worker's answers that are there, and asks for spares up to SPARES. */
+static void spares_refill(sbx_cgroups_t *cgs)
+{
+    struct cgw_ans a;
+    ssize_t n;
+    while (cgs->wfd >= 0 && (n = recv(cgs->wfd, &a, sizeof(a), MSG_DONTWAIT)) != 0) {
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                close(cgs->wfd);
+                cgs->wfd = -1;
+            }
+            break;
+        }
+        if (n != (ssize_t)sizeof(a))
+            continue;
+        cgs->asked--;
+        a.name[sizeof(a.name) - 1] = '\0';
+        if (a.err)
+            log_debug("cgroup: no spare %s: %s", a.name, strerror(a.err));
+        else if (cgs->nready < SPARES)
+            memcpy(cgs->ready[cgs->nready++], a.name, sizeof(a.name));
+        else
+            worker_send(cgs, CGW_REMOVE, a.name, 0);
+    }
+    if (n == 0 && cgs->wfd >= 0) { /* EOF: the worker died */
+        close(cgs->wfd);
+        cgs->wfd = -1;
+    }
+    while (cgs->wfd >= 0 && cgs->nready + cgs->asked < SPARES) {
+        char name[40];
+        snprintf(name, sizeof(name), "cg-%u", ++cgs->serial);
+        if (!worker_send(cgs, CGW_MAKE, name, 0))
+            break;
+        cgs->asked++;
+    }
+}
+
 sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
 {
     char own[PATH_MAX];
@@ -143,6 +317,7 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
     sbx_cgroups_t *cgs = calloc(1, sizeof(*cgs));
     if (!cgs)
         return NULL;
+    cgs->wfd = -1;
     if (own_cgroup("memory", own, sizeof(own)) && stat("/sys/fs/cgroup/memory", &st) == 0) {
         cgs->version = 1;
         for (int i = 0; i < NCTL; i++) {
@@ -161,6 +336,8 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
         char usage[PATH_MAX + 16];
         snprintf(usage, sizeof(usage), "%s/cpuacct.usage", cgs->base[2]);
         cgs->cpuacct = access(usage, R_OK) == 0;
+        worker_start(cgs);
+        spares_refill(cgs);
         return cgs;
     }
     if (own_cgroup("", own, sizeof(own))) {
@@ -190,6 +367,8 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
             snprintf(why, whysz, "cannot create cgroup %s: %s", cgs->base[0], strerror(errno));
             goto fail;
         }
+        worker_start(cgs);
+        spares_refill(cgs);
         return cgs;
     }
     snprintf(why, whysz, "no usable cgroup hierarchy found in /proc/self/cgroup");
@@ -204,6 +383,7 @@ void sbx_cgroups_destroy(sbx_cgroups_t **pcgs)
     sbx_cgroups_t *cgs = *pcgs;
     if (!cgs)
         return;
+    worker_stop(cgs); /* its removals are done before the tree goes */
     for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++)
         remove_tree(cgs->base[i]);
     free(cgs);
@@ -291,6 +471,26 @@ bool sbx_cgroups_cpu_accounted(const sbx_cgroups_t *cgs)
     return cgs->version == 2 || cgs->cpuacct;
 }
 
+/* Kills what is left in cg and removes its directories: through the worker (not waited for)
+ * when it has the same name in every hierarchy, as it has unless a rename went half-way. */
+static void release(sbx_cgroup_t *cg)
+{
+    sbx_cgroups_t *cgs = cg->cgs;
+    int n = cgs->version == 1 ? NCTL : 1;
+    const char *name = strrchr(cg->path[0], '/');
+    bool same = name != NULL;
+    for (int i = 0; same && i < n; i++) {
+        size_t bl = strlen(cgs->base[i]);
+        same = !strncmp(cg->path[i], cgs->base[i], bl) && !strcmp(cg->path[i] + bl, name);
+    }
+    if (!same || !worker_send(cgs, CGW_REMOVE, name + 1, cgs->keep))
+        for (int i = 0; i < NCTL; i++)
+            if (cg->path[i][0])
+                kill_and_rmdir(cg->path[i], cgs->keep);
+    for (int i = 0; i < NCTL; i++)
+        cg->path[i][0] = '\0';
+}
+
 sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
                              long long pids, long long cpu_millis)
 {
@@ -300,6 +500,20 @@ sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem
         return NULL;
     cg->cgs = cgs;
     int n = cgs->version == 1 ? NCTL : 1;
+    spares_refill(cgs);
+    while (cgs->nready > 0) { /* a spare made by the worker: no mkdir on the caller's time */
+        const char *spare = cgs->ready[--cgs->nready];
+        /* it keeps the spare's name: a rename takes the cgroup_mutex, as every mkdir and
+         * rmdir does, and waited up to 54 ms behind them here */
+        for (int i = 0; i < n; i++)
+            snprintf(cg->path[i], sizeof(cg->path[i]), "%s/%s", cgs->base[i], spare);
+        if ((r = sbx_cgroup_set_limits(cg, mem_bytes, pids, cpu_millis)) == 0) {
+            spares_refill(cgs);
+            return cg;
+        }
+        release(cg); /* gone (a sweep of a dead instance's): try the next, or make one */
+    }
+    spares_refill(cgs);
     for (int i = 0; i < n; i++) {
         mkdir(cgs->base[i], 0755); /* a sweep by another instance may have removed it empty */
         snprintf(cg->path[i], sizeof(cg->path[i]), "%s/%s", cgs->base[i], name);
@@ -601,9 +815,7 @@ void sbx_cgroup_destroy(sbx_cgroup_t **pcg)
     sbx_cgroup_t *cg = *pcg;
     if (!cg)
         return;
-    for (int i = 0; i < NCTL; i++)
-        if (cg->path[i][0])
-            kill_and_rmdir(cg->path[i], cg->cgs->keep);
+    release(cg);
     free(cg);
     *pcg = NULL;
 }
