@@ -33,7 +33,7 @@ static const char *const v1_ctls[] = {"memory", "pids", "cpu"};
  * gateway does the same itself, as before. Requests and answers are datagrams on a
  * SOCK_SEQPACKET pair; the gateway never blocks on it (answers are read when it wants a
  * spare, sends are MSG_DONTWAIT). */
-#define SPARES 8
+#define SPARES 16
 enum { CGW_MAKE = 'm', CGW_REMOVE = 'r' };
 struct cgw_req {
     char op;
