@@ -275,7 +275,7 @@ static bool worker_send(sbx_cgroups_t *cgs, char op, const char *name, pid_t kee
 static void spares_refill(sbx_cgroups_t *cgs)
 {
     struct cgw_ans a;
-    ssize_t n;
+    ssize_t n = -1;
     while (cgs->wfd >= 0 && (n = recv(cgs->wfd, &a, sizeof(a), MSG_DONTWAIT)) != 0) {
         if (n < 0) {
             if (errno == EINTR)
