@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -131,25 +132,33 @@ static bool own_cgroup(const char *ctl, char *out, size_t outsz)
     return found;
 }
 
-static void kill_and_rmdir(const char *dir, pid_t keep)
+/* Kills what is in the cgroup dir (but keep) and tries to remove it: 0, or -errno (-EBUSY
+ * while killed processes are still leaving, or dead ones not yet reaped). */
+static int kill_rmdir_once(const char *dir, pid_t keep)
 {
     char buf[8192];
+    if (read_file(dir, "cgroup.procs", buf, sizeof(buf)) > 0)
+        for (char *p = buf; *p;) {
+            pid_t pid = (pid_t)atoi(p);
+            if (pid > 0 && pid != keep)
+                kill(pid, SIGKILL);
+            p = strchr(p, '\n');
+            if (!p)
+                break;
+            p++;
+        }
+    return rmdir(dir) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
+static void kill_and_rmdir(const char *dir, pid_t keep)
+{
+    int r = 0;
     for (int attempt = 0; attempt < 50; attempt++) {
-        if (read_file(dir, "cgroup.procs", buf, sizeof(buf)) > 0)
-            for (char *p = buf; *p;) {
-                pid_t pid = (pid_t)atoi(p);
-                if (pid > 0 && pid != keep)
-                    kill(pid, SIGKILL);
-                p = strchr(p, '\n');
-                if (!p)
-                    break;
-                p++;
-            }
-        if (rmdir(dir) == 0 || errno == ENOENT)
+        if ((r = kill_rmdir_once(dir, keep)) == 0)
             return;
         usleep(2000);
     }
-    log_debug("cgroup: cannot remove %s: %s", dir, strerror(errno));
+    log_debug("cgroup: cannot remove %s: %s", dir, strerror(-r));
 }
 
 static void remove_tree(const char *dir)
@@ -168,14 +177,28 @@ static void remove_tree(const char *dir)
 }
 
 /* The worker's side. Only system calls and string formatting: it is a copy of the gateway,
- * which may have other threads. */
-static void worker_remove(const sbx_cgroups_t *cgs, const char *name, pid_t keep)
+ * which may have other threads. A removal that cannot finish at once (killed processes still
+ * leaving, or not yet reaped: they hold a v1 cgroup) is retried every WORKER_RETRY_MS for
+ * WORKER_RETRIES times, between requests. */
+#define WORKER_PENDING 256
+#define WORKER_RETRY_MS 20
+#define WORKER_RETRIES 1500 /* 30 s */
+struct worker_removal {
+    char name[40];
+    pid_t keep;
+    int tries;
+};
+
+/* true once the cgroup is gone from every hierarchy */
+static bool worker_remove(const sbx_cgroups_t *cgs, const char *name, pid_t keep)
 {
     char dir[PATH_MAX + 48];
+    bool gone = true;
     for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++) {
         snprintf(dir, sizeof(dir), "%s/%s", cgs->base[i], name);
-        kill_and_rmdir(dir, keep);
+        gone = kill_rmdir_once(dir, keep) == 0 && gone;
     }
+    return gone;
 }
 
 static int worker_make(const sbx_cgroups_t *cgs, const char *name)
@@ -194,9 +217,22 @@ static int worker_make(const sbx_cgroups_t *cgs, const char *name)
 
 static _Noreturn void worker_main(const sbx_cgroups_t *cgs, int fd)
 {
+    static struct worker_removal pending[WORKER_PENDING];
+    int npending = 0;
     struct cgw_req q;
     for (;;) {
-        ssize_t n = recv(fd, &q, sizeof(q), 0);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, npending ? WORKER_RETRY_MS : -1);
+        if (pr == 0) {
+            for (int i = 0; i < npending;)
+                if (worker_remove(cgs, pending[i].name, pending[i].keep) ||
+                    ++pending[i].tries >= WORKER_RETRIES)
+                    pending[i] = pending[--npending];
+                else
+                    i++;
+            continue;
+        }
+        ssize_t n = pr < 0 ? -1 : recv(fd, &q, sizeof(q), 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n != (ssize_t)sizeof(q))
@@ -205,7 +241,11 @@ static _Noreturn void worker_main(const sbx_cgroups_t *cgs, int fd)
         if (!q.name[0] || q.name[0] == '.' || strchr(q.name, '/'))
             continue; /* never outside the gateway's cgroups */
         if (q.op == CGW_REMOVE) {
-            worker_remove(cgs, q.name, q.keep);
+            if (!worker_remove(cgs, q.name, q.keep) && npending < WORKER_PENDING) {
+                memcpy(pending[npending].name, q.name, sizeof(q.name));
+                pending[npending].keep = q.keep;
+                pending[npending++].tries = 0;
+            }
         } else if (q.op == CGW_MAKE) {
             struct cgw_ans a = {.err = worker_make(cgs, q.name)};
             memcpy(a.name, q.name, sizeof(a.name));
