@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -35,11 +36,14 @@ static const char *const v1_ctls[] = {"memory", "pids", "cpu"};
  * SOCK_SEQPACKET pair; the gateway never blocks on it (answers are read when it wants a
  * spare, sends are MSG_DONTWAIT). */
 #define SPARES 16
-enum { CGW_MAKE = 'm', CGW_REMOVE = 'r' };
+enum { CGW_MAKE = 'm', CGW_REMOVE = 'r', CGW_DIRS = 'd' };
+#define CGW_PATH 192
 struct cgw_req {
     char op;
+    bool mounted;  /* CGW_DIRS: dirs[0] is a mount point */
     pid_t keep;    /* CGW_REMOVE: a process never killed */
     char name[40]; /* below the gateway's cgroup parent, no '/' */
+    char dirs[2][CGW_PATH]; /* CGW_DIRS: absolute, no "..", "" for none */
 };
 struct cgw_ans {
     char name[40];
@@ -215,6 +219,18 @@ static int worker_make(const sbx_cgroups_t *cgs, const char *name)
     return 0;
 }
 
+static void worker_dirs(struct cgw_req *q)
+{
+    for (int i = 0; i < 2; i++) {
+        q->dirs[i][CGW_PATH - 1] = '\0';
+        if (q->dirs[i][0] != '/' || strstr(q->dirs[i], "/.."))
+            continue;
+        if (i == 0 && q->mounted)
+            umount2(q->dirs[i], MNT_DETACH);
+        rmdir(q->dirs[i]);
+    }
+}
+
 static _Noreturn void worker_main(const sbx_cgroups_t *cgs, int fd)
 {
     static struct worker_removal pending[WORKER_PENDING];
@@ -238,6 +254,10 @@ static _Noreturn void worker_main(const sbx_cgroups_t *cgs, int fd)
         if (n != (ssize_t)sizeof(q))
             _exit(0); /* EOF: the gateway is gone or done */
         q.name[sizeof(q.name) - 1] = '\0';
+        if (q.op == CGW_DIRS) {
+            worker_dirs(&q);
+            continue;
+        }
         if (!q.name[0] || q.name[0] == '.' || strchr(q.name, '/'))
             continue; /* never outside the gateway's cgroups */
         if (q.op == CGW_REMOVE) {
@@ -309,6 +329,25 @@ static bool worker_send(sbx_cgroups_t *cgs, char op, const char *name, pid_t kee
         cgs->wfd = -1;
     }
     return false;
+}
+
+void sbx_cgroups_remove_dirs(sbx_cgroups_t *cgs, const char *dir, bool mounted,
+                             const char *also)
+{
+    struct cgw_req q = {.op = CGW_DIRS, .mounted = mounted};
+    bool fits = strlen(dir) < CGW_PATH && (!also || strlen(also) < CGW_PATH);
+    if (fits && cgs && cgs->wfd >= 0) {
+        memcpy(q.dirs[0], dir, strlen(dir) + 1);
+        if (also)
+            memcpy(q.dirs[1], also, strlen(also) + 1);
+        if (send(cgs->wfd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(q))
+            return;
+    }
+    if (mounted)
+        umount2(dir, MNT_DETACH);
+    rmdir(dir);
+    if (also)
+        rmdir(also);
 }
 
 /* Reads the worker's answers that are there, and asks for spares up to SPARES. */

@@ -1,5 +1,5 @@
-"""Kernel starts and deletions never make the gateway's loop wait for cgroup work
-(docs/architecture.md, "Never a wait on the loop").
+"""Kernel starts and deletions never make the gateway's loop wait for cgroup work, nor for
+the unmount of a kernel's runtime directory (docs/architecture.md, "Never a wait on the loop").
 
 A mkdir, rmdir or rename of a cgroup, and a write to a cgroup.procs, take the kernel's global
 cgroup_mutex (a move into a v1 cgroup waits for an RCU grace period besides): milliseconds
@@ -70,6 +70,13 @@ def start_and_delete(gw):
 
 def cgroup_parent_dirs(gw):
     """The gateway's kgw-<instance> cgroup directories."""
+    inst = instance(gw)
+    return [d for d in conftest._own_cgroup_dirs() + ["/sys/fs/cgroup"]
+            if os.path.isdir(os.path.join(d, "kgw-" + inst))
+            for d in [os.path.join(d, "kgw-" + inst)]]
+
+
+def instance(gw):
     inst = None
     with open(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children") as f:
         children = f.read().split()
@@ -82,9 +89,7 @@ def cgroup_parent_dirs(gw):
         if m:
             inst = m.group(1)
     assert inst, "no child of the gateway in its cgroups"
-    return [d for d in conftest._own_cgroup_dirs() + ["/sys/fs/cgroup"]
-            if os.path.isdir(os.path.join(d, "kgw-" + inst))
-            for d in [os.path.join(d, "kgw-" + inst)]]
+    return inst
 
 
 def empty(dirs):
@@ -110,7 +115,7 @@ def test_no_cgroup_work_on_the_loop(lgw, tmp_path):
     out = tmp_path / "loop.trace"
     pid = lgw.proc.pid  # the loop runs on the main thread: its tid is the pid
     tr = subprocess.Popen(["strace", "-qq", "-o", str(out), "-e",
-                           "trace=" + ",".join(CGROUP_CALLS) + ",openat", "-p", str(pid)],
+                           "trace=" + ",".join(CGROUP_CALLS) + ",openat,umount2", "-p", str(pid)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
@@ -129,12 +134,30 @@ def test_no_cgroup_work_on_the_loop(lgw, tmp_path):
            if "/sys/fs/cgroup" in line and (line.split("(")[0] in CGROUP_CALLS or (
                "cgroup.procs" in line and ("O_WRONLY" in line or "O_RDWR" in line)))]
     assert not bad, "cgroup work on the loop:\n" + "\n".join(bad[:20])
+    # nor the unmount of a kernel's runtime tmpfs (an RCU grace period too)
+    bad = [line for line in lines if line.startswith("umount2(") and any(k in line for k in ids)]
+    assert not bad, "unmounts on the loop:\n" + "\n".join(bad[:20])
 
 
 def test_deleted_kernels_cgroups_go(lgw):
-    """Removals are handed to the cgroup worker: they still happen."""
+    """Removals are handed to the cgroup worker: they still happen, the kernels' runtime
+    directories (unmounted) too."""
     ids = start_and_delete(lgw)
     assert ids
+    inst = instance(lgw)
+    rundirs = [os.path.join(d, inst) for d in (
+        os.path.join(os.environ.get("XDG_RUNTIME_DIR", "/nonexistent"), "kgw"), "/run/kgw",
+        f"/tmp/kgw-{os.geteuid()}") if os.path.isdir(os.path.join(d, inst))]
+    assert len(rundirs) == 1, rundirs
+
+    def left():
+        return [n for n in os.listdir(rundirs[0]) if any(n.startswith(k) for k in ids)]
+    deadline = time.monotonic() + 30
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left()
+    with open(f"/proc/{lgw.proc.pid}/mountinfo") as f:  # its runtime tmpfs, unmounted
+        assert not [line for line in f if any(k in line for k in ids)]
     dirs = cgroup_parent_dirs(lgw)
     assert dirs
 
