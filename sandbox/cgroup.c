@@ -40,9 +40,9 @@ enum { CGW_MAKE = 'm', CGW_REMOVE = 'r', CGW_DIRS = 'd' };
 #define CGW_PATH 192
 struct cgw_req {
     char op;
-    bool mounted;  /* CGW_DIRS: dirs[0] is a mount point */
-    pid_t keep;    /* CGW_REMOVE: a process never killed */
-    char name[40]; /* below the gateway's cgroup parent, no '/' */
+    bool mounted;           /* CGW_DIRS: dirs[0] is a mount point */
+    pid_t keep;             /* CGW_REMOVE: a process never killed */
+    char name[40];          /* below the gateway's cgroup parent, no '/' */
     char dirs[2][CGW_PATH]; /* CGW_DIRS: absolute, no "..", "" for none */
 };
 struct cgw_ans {
@@ -60,7 +60,7 @@ struct sbx_cgroups {
     unsigned serial;           /* of spares */
     int asked;                 /* spares asked for, not yet answered */
     int nready;
-    char ready[SPARES][40];    /* spares made */
+    char ready[SPARES][40]; /* spares made */
 };
 
 struct sbx_cgroup {
@@ -184,9 +184,9 @@ static void remove_tree(const char *dir)
  * which may have other threads. A removal that cannot finish at once (killed processes still
  * leaving, or not yet reaped: they hold a v1 cgroup) is retried every WORKER_RETRY_MS for
  * WORKER_RETRIES times, between requests. */
-#define WORKER_PENDING 256
+#define WORKER_PENDING  256
 #define WORKER_RETRY_MS 20
-#define WORKER_RETRIES 1500 /* 30 s */
+#define WORKER_RETRIES  1500 /* 30 s */
 struct worker_removal {
     char name[40];
     pid_t keep;
@@ -331,8 +331,7 @@ static bool worker_send(sbx_cgroups_t *cgs, char op, const char *name, pid_t kee
     return false;
 }
 
-void sbx_cgroups_remove_dirs(sbx_cgroups_t *cgs, const char *dir, bool mounted,
-                             const char *also)
+void sbx_cgroups_remove_dirs(sbx_cgroups_t *cgs, const char *dir, bool mounted, const char *also)
 {
     struct cgw_req q = {.op = CGW_DIRS, .mounted = mounted};
     bool fits = strlen(dir) < CGW_PATH && (!also || strlen(also) < CGW_PATH);

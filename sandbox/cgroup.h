@@ -18,8 +18,7 @@ void sbx_cgroups_destroy(sbx_cgroups_t **cgs);
 /* Unmounts dir (MNT_DETACH) if mounted, and removes it and also (NULL: none), both absolute
  * paths: through the cgroup worker (sandbox/cgroup.c), not waited for (an unmount waits for
  * an RCU grace period, 1-31 ms here); without the worker (cgs NULL, or gone), here. */
-void sbx_cgroups_remove_dirs(sbx_cgroups_t *cgs, const char *dir, bool mounted,
-                             const char *also);
+void sbx_cgroups_remove_dirs(sbx_cgroups_t *cgs, const char *dir, bool mounted, const char *also);
 /* Removes the cgroups of a gateway instance that is gone (its runtime lock was free). */
 void sbx_cgroups_remove_stale(const char *instance);
 /* Removes every kgw-<instance> cgroup under this process's cgroups whose instance is not
