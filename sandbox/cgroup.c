@@ -648,24 +648,6 @@ int sbx_cgroup_set_weight(sbx_cgroup_t *cg, unsigned shares)
     return write_file(cg->path[0], "cpu.weight", v);
 }
 
-int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name)
-{
-    char to[NCTL][PATH_MAX];
-    int n = cg->cgs->version == 1 ? NCTL : 1;
-    for (int i = 0; i < n; i++) {
-        snprintf(to[i], sizeof(to[i]), "%s/%s", cg->cgs->base[i], name);
-        if (rename(cg->path[i], to[i]) < 0) {
-            int err = -errno;
-            while (--i >= 0) /* back, so every hierarchy keeps one name */
-                rename(to[i], cg->path[i]);
-            return err;
-        }
-    }
-    for (int i = 0; i < n; i++)
-        memcpy(cg->path[i], to[i], sizeof(to[i]));
-    return 0;
-}
-
 int sbx_cgroup_delegate(sbx_cgroup_t *cg, uid_t uid, int dirfds[SBX_CGROUP_MAX_DIRS])
 {
     int n = cg->cgs->version == 1 ? NCTL : 1;

@@ -39,8 +39,6 @@ int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,
 /* Its CPU weight among its siblings, on cgroup v1's scale (cpu.shares: 1024 is the default,
  * 2..262144; v2's cpu.weight gets the same fraction of its default of 100). */
 int sbx_cgroup_set_weight(sbx_cgroup_t *cg, unsigned shares);
-/* Renames it within its parent (-errno: cgroup v2 cannot rename; the name stays). */
-int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name);
 /* Gives its cgroup.procs files (one per hierarchy) to uid, so a process of that uid can move
  * itself (and only processes of its own uid) into the cgroup; uid 0 takes them back. With
  * dirfds, also opens the cgroup's directories (O_PATH: they grant nothing by themselves, and
