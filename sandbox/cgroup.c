@@ -550,7 +550,7 @@ bool sbx_cgroups_cpu_accounted(const sbx_cgroups_t *cgs)
 }
 
 /* Kills what is left in cg and removes its directories: through the worker (not waited for)
- * when it has the same name in every hierarchy, as it has unless a rename went half-way. */
+ * when its directories are base/name in every hierarchy (they are: no rename). */
 static void release(sbx_cgroup_t *cg)
 {
     sbx_cgroups_t *cgs = cg->cgs;
