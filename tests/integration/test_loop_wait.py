@@ -70,26 +70,27 @@ def start_and_delete(gw):
 
 def cgroup_parent_dirs(gw):
     """The gateway's kgw-<instance> cgroup directories."""
-    inst = instance(gw)
+    return cgroup_parent_dirs_of(gw)
+
+
+def cgroup_parent_dirs_of(gw, inst=None):
+    inst = inst or instance(gw)
     return [d for d in conftest._own_cgroup_dirs() + ["/sys/fs/cgroup"]
             if os.path.isdir(os.path.join(d, "kgw-" + inst))
             for d in [os.path.join(d, "kgw-" + inst)]]
 
 
 def instance(gw):
-    inst = None
-    with open(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children") as f:
-        children = f.read().split()
-    for child in children:  # the fork server sits in one of them
+    """The gateway's instance name: its runtime directory's, which it holds open (its lock)."""
+    fds = f"/proc/{gw.proc.pid}/fd"
+    for fd in os.listdir(fds):
         try:
-            with open(f"/proc/{child}/cgroup") as f:
-                m = re.search(r"/kgw-(gw-[A-Za-z0-9]+)/", f.read())
+            m = re.search(r"/(gw-[A-Za-z0-9]+)(/|$)", os.readlink(os.path.join(fds, fd)))
         except OSError:
             continue
         if m:
-            inst = m.group(1)
-    assert inst, "no child of the gateway in its cgroups"
-    return inst
+            return m.group(1)
+    raise AssertionError("no runtime directory open in the gateway")
 
 
 def empty(dirs):
@@ -137,6 +138,41 @@ def test_no_cgroup_work_on_the_loop(lgw, tmp_path):
     # nor the unmount of a kernel's runtime tmpfs (an RCU grace period too)
     bad = [line for line in lines if line.startswith("umount2(") and any(k in line for k in ids)]
     assert not bad, "unmounts on the loop:\n" + "\n".join(bad[:20])
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_exec_start_checks_no_cgroup_on_the_loop(tmp_path):
+    """Without the fork server the proxy moves itself into its cgroup before its user
+    namespace exists; the loop neither checks that (reading /proc/PID/cgroup takes the
+    cgroup_mutex) nor moves it."""
+    gw = S.start_sandboxed("--no-fork-server", "--pool", "python3=0")
+    try:
+        dirs = cgroup_parent_dirs_of(gw)
+        deadline = time.monotonic() + 60
+        while empty(dirs) < SPARES and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out = tmp_path / "loop.trace"
+        tr = subprocess.Popen(["strace", "-qq", "-o", str(out), "-e", "trace=openat", "-p",
+                               str(gw.proc.pid)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while not traced(gw.proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert traced(gw.proc.pid), "strace did not attach"
+            ids = run_all([lambda: gw.start_kernel()["id"]] * 3)
+        finally:
+            tr.terminate()
+            tr.wait(10)
+        lines = out.read_text().splitlines()
+        assert sum(any(k in line for k in ids) for line in lines) >= 3, lines[:20]
+        bad = [line for line in lines if re.search(r'"/proc/\d+/cgroup"', line) or (
+            "cgroup.procs" in line and ("O_WRONLY" in line or "O_RDWR" in line))]
+        assert not bad, "\n".join(bad[:20])
+        for k in ids:
+            gw.delete_kernel(k)
+    finally:
+        conftest.stop_gateway(gw)
 
 
 def test_deleted_kernels_cgroups_go(lgw):
