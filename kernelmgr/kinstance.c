@@ -219,12 +219,12 @@ void kinstance__free(kernel_t *k)
             unlink(p);
         }
         unlink(k->conn_file);
-        if (k->dir_mounted)
-            umount2(k->dir, MNT_DETACH);
-        rmdir(k->dir);
-    }
-    if (k->root_dir[0])
+        /* the unmount waits for an RCU grace period: the cgroup worker does it */
+        sbx_cgroups_remove_dirs(k->m->cgroups, k->dir, k->dir_mounted,
+                                k->root_dir[0] ? k->root_dir : NULL);
+    } else if (k->root_dir[0]) {
         rmdir(k->root_dir);
+    }
     if (k->cgroup) { /* what it used stays in the CPU time of all kernels (kmgr_usage) */
         struct sbx_cgroup_usage u;
         sbx_cgroup_usage(k->cgroup, &u);

@@ -102,13 +102,19 @@ bool kzygote__adopt(kmgr_t *m, kernel_t *k)
 {
     struct kzygote *z = &m->zyg;
     sbx_cgroup_t *cg = z->next_cg;
+    /* cgroup v1: never. The server would then move into a fresh cgroup (place) before its
+     * next fork, and the gateway's next start waits for the server's answer: in a burst of
+     * starts each one waited 10-50 ms behind that move. A proxy that moves itself in
+     * (kzygote__lend) pays it while the gateway's loop goes on; the server stays where it
+     * is. (v2: the gateway would move the proxy itself: adopting is cheaper there.) */
+    if (m->cgroups && !strcmp(sbx_cgroups_version(m->cgroups), "v1"))
+        return false;
     if (!cg || !k->cgroup || k->cgroup_used ||
         sbx_cgroup_set_limits(cg, k->lim.mem_bytes, k->lim.pids, k->lim.cpu_millis) < 0)
         return false;
     z->next_cg = NULL;
     sbx_cgroup_destroy(&k->cgroup); /* empty: it never held a process */
-    sbx_cgroup_rename(cg, k->id);   /* its usual name where the hierarchy allows (v1) */
-    k->cgroup = cg;
+    k->cgroup = cg; /* named as it was (no rename: it takes the cgroup_mutex, sandbox/cgroup.c) */
     return true;
 }
 

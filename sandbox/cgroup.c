@@ -4,11 +4,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -20,11 +24,43 @@
 static const char *const v1_ctls[] = {"memory", "pids", "cpu"};
 #define NCTL 3
 
+/* The cgroup worker: a small process (forked while the gateway is small) that makes and
+ * removes cgroup directories for the gateway, whose loop must not wait for them (a mkdir in
+ * the v1 memory hierarchy takes 10-50 ms here, an rmdir up to 10 ms, and a removal retries
+ * while the killed processes leave). It keeps SPARES empty cgroups ready ("cg-N" in every
+ * hierarchy); sbx_cgroup_new takes one as it is (a rename would take the cgroup_mutex like a
+ * mkdir) and writes its limits,
+ * so a kernel is still in its cgroup, with its limits, before it runs any code. Removals are
+ * handed over and not waited for. Without a worker (it died, or could not start) the
+ * gateway does the same itself, as before. Requests and answers are datagrams on a
+ * SOCK_SEQPACKET pair; the gateway never blocks on it (answers are read when it wants a
+ * spare, sends are MSG_DONTWAIT). */
+#define SPARES 16
+enum { CGW_MAKE = 'm', CGW_REMOVE = 'r', CGW_DIRS = 'd' };
+#define CGW_PATH 192
+struct cgw_req {
+    char op;
+    bool mounted;           /* CGW_DIRS: dirs[0] is a mount point */
+    pid_t keep;             /* CGW_REMOVE: a process never killed */
+    char name[40];          /* below the gateway's cgroup parent, no '/' */
+    char dirs[2][CGW_PATH]; /* CGW_DIRS: absolute, no "..", "" for none */
+};
+struct cgw_ans {
+    char name[40];
+    int err; /* 0 or an errno */
+};
+
 struct sbx_cgroups {
     int version;
     char base[NCTL][PATH_MAX]; /* v1: one per controller; v2: base[0] only */
     pid_t keep;                /* never killed by a cgroup's removal (sbx_cgroups_keep) */
     bool cpuacct;              /* v1: cpuacct shares the cpu hierarchy (cpuacct.usage) */
+    pid_t worker;              /* the cgroup worker, 0 for none */
+    int wfd;                   /* its socket, -1 for none */
+    unsigned serial;           /* of spares */
+    int asked;                 /* spares asked for, not yet answered */
+    int nready;
+    char ready[SPARES][40]; /* spares made */
 };
 
 struct sbx_cgroup {
@@ -100,25 +136,33 @@ static bool own_cgroup(const char *ctl, char *out, size_t outsz)
     return found;
 }
 
-static void kill_and_rmdir(const char *dir, pid_t keep)
+/* Kills what is in the cgroup dir (but keep) and tries to remove it: 0, or -errno (-EBUSY
+ * while killed processes are still leaving, or dead ones not yet reaped). */
+static int kill_rmdir_once(const char *dir, pid_t keep)
 {
     char buf[8192];
+    if (read_file(dir, "cgroup.procs", buf, sizeof(buf)) > 0)
+        for (char *p = buf; *p;) {
+            pid_t pid = (pid_t)atoi(p);
+            if (pid > 0 && pid != keep)
+                kill(pid, SIGKILL);
+            p = strchr(p, '\n');
+            if (!p)
+                break;
+            p++;
+        }
+    return rmdir(dir) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
+static void kill_and_rmdir(const char *dir, pid_t keep)
+{
+    int r = 0;
     for (int attempt = 0; attempt < 50; attempt++) {
-        if (read_file(dir, "cgroup.procs", buf, sizeof(buf)) > 0)
-            for (char *p = buf; *p;) {
-                pid_t pid = (pid_t)atoi(p);
-                if (pid > 0 && pid != keep)
-                    kill(pid, SIGKILL);
-                p = strchr(p, '\n');
-                if (!p)
-                    break;
-                p++;
-            }
-        if (rmdir(dir) == 0 || errno == ENOENT)
+        if ((r = kill_rmdir_once(dir, keep)) == 0)
             return;
         usleep(2000);
     }
-    log_debug("cgroup: cannot remove %s: %s", dir, strerror(errno));
+    log_debug("cgroup: cannot remove %s: %s", dir, strerror(-r));
 }
 
 static void remove_tree(const char *dir)
@@ -136,6 +180,214 @@ static void remove_tree(const char *dir)
     kill_and_rmdir(dir, 0);
 }
 
+/* The worker's side. Only system calls and string formatting: it is a copy of the gateway,
+ * which may have other threads. A removal that cannot finish at once (killed processes still
+ * leaving, or not yet reaped: they hold a v1 cgroup) is retried every WORKER_RETRY_MS for
+ * WORKER_RETRIES times, between requests. */
+#define WORKER_PENDING  256
+#define WORKER_RETRY_MS 20
+#define WORKER_RETRIES  1500 /* 30 s */
+struct worker_removal {
+    char name[40];
+    pid_t keep;
+    int tries;
+};
+
+/* true once the cgroup is gone from every hierarchy */
+static bool worker_remove(const sbx_cgroups_t *cgs, const char *name, pid_t keep)
+{
+    char dir[PATH_MAX + 48];
+    bool gone = true;
+    for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++) {
+        snprintf(dir, sizeof(dir), "%s/%s", cgs->base[i], name);
+        gone = kill_rmdir_once(dir, keep) == 0 && gone;
+    }
+    return gone;
+}
+
+static int worker_make(const sbx_cgroups_t *cgs, const char *name)
+{
+    char dir[PATH_MAX + 48];
+    for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++) {
+        snprintf(dir, sizeof(dir), "%s/%s", cgs->base[i], name);
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+            int err = errno;
+            worker_remove(cgs, name, 0);
+            return err;
+        }
+    }
+    return 0;
+}
+
+static void worker_dirs(struct cgw_req *q)
+{
+    for (int i = 0; i < 2; i++) {
+        q->dirs[i][CGW_PATH - 1] = '\0';
+        if (q->dirs[i][0] != '/' || strstr(q->dirs[i], "/.."))
+            continue;
+        if (i == 0 && q->mounted)
+            umount2(q->dirs[i], MNT_DETACH);
+        rmdir(q->dirs[i]);
+    }
+}
+
+static _Noreturn void worker_main(const sbx_cgroups_t *cgs, int fd)
+{
+    static struct worker_removal pending[WORKER_PENDING];
+    int npending = 0;
+    struct cgw_req q;
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, npending ? WORKER_RETRY_MS : -1);
+        if (pr == 0) {
+            for (int i = 0; i < npending;)
+                if (worker_remove(cgs, pending[i].name, pending[i].keep) ||
+                    ++pending[i].tries >= WORKER_RETRIES)
+                    pending[i] = pending[--npending];
+                else
+                    i++;
+            continue;
+        }
+        ssize_t n = pr < 0 ? -1 : recv(fd, &q, sizeof(q), 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != (ssize_t)sizeof(q))
+            _exit(0); /* EOF: the gateway is gone or done */
+        q.name[sizeof(q.name) - 1] = '\0';
+        if (q.op == CGW_DIRS) {
+            worker_dirs(&q);
+            continue;
+        }
+        if (!q.name[0] || q.name[0] == '.' || strchr(q.name, '/'))
+            continue; /* never outside the gateway's cgroups */
+        if (q.op == CGW_REMOVE) {
+            if (!worker_remove(cgs, q.name, q.keep) && npending < WORKER_PENDING) {
+                memcpy(pending[npending].name, q.name, sizeof(q.name));
+                pending[npending].keep = q.keep;
+                pending[npending++].tries = 0;
+            }
+        } else if (q.op == CGW_MAKE) {
+            struct cgw_ans a = {.err = worker_make(cgs, q.name)};
+            memcpy(a.name, q.name, sizeof(a.name));
+            if (send(fd, &a, sizeof(a), MSG_NOSIGNAL) < 0)
+                _exit(0);
+        }
+    }
+}
+
+static void worker_start(sbx_cgroups_t *cgs)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+            _exit(0);
+        if (sv[1] != 3 && dup2(sv[1], 3) < 0)
+            _exit(0);
+        /* nothing of the gateway's but its socket (the listeners, kernels' sockets) */
+        if (syscall(SYS_close_range, 4, ~0U, 0) < 0)
+            for (int fd = 4; fd < 1024; fd++)
+                close(fd);
+        worker_main(cgs, 3);
+    }
+    close(sv[1]);
+    if (pid < 0) {
+        close(sv[0]);
+        return;
+    }
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+    cgs->worker = pid;
+    cgs->wfd = sv[0];
+}
+
+static void worker_stop(sbx_cgroups_t *cgs)
+{
+    if (cgs->wfd >= 0)
+        close(cgs->wfd); /* EOF: it exits once its last request is done */
+    cgs->wfd = -1;
+    if (cgs->worker > 0)
+        waitpid(cgs->worker, NULL, 0);
+    cgs->worker = 0;
+}
+
+/* Hands a request over without waiting; false when the worker cannot take it (then the
+ * caller does the work itself). */
+static bool worker_send(sbx_cgroups_t *cgs, char op, const char *name, pid_t keep)
+{
+    struct cgw_req q = {.op = op, .keep = keep};
+    if (cgs->wfd < 0 || strlen(name) >= sizeof(q.name))
+        return false;
+    memcpy(q.name, name, strlen(name) + 1);
+    if (send(cgs->wfd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(q))
+        return true;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) { /* gone: from now on, without it */
+        log_debug("cgroup: the cgroup worker is gone (%s)", strerror(errno));
+        close(cgs->wfd);
+        cgs->wfd = -1;
+    }
+    return false;
+}
+
+void sbx_cgroups_remove_dirs(sbx_cgroups_t *cgs, const char *dir, bool mounted, const char *also)
+{
+    struct cgw_req q = {.op = CGW_DIRS, .mounted = mounted};
+    bool fits = strlen(dir) < CGW_PATH && (!also || strlen(also) < CGW_PATH);
+    if (fits && cgs && cgs->wfd >= 0) {
+        memcpy(q.dirs[0], dir, strlen(dir) + 1);
+        if (also)
+            memcpy(q.dirs[1], also, strlen(also) + 1);
+        if (send(cgs->wfd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(q))
+            return;
+    }
+    if (mounted)
+        umount2(dir, MNT_DETACH);
+    rmdir(dir);
+    if (also)
+        rmdir(also);
+}
+
+/* Reads the worker's answers that are there, and asks for spares up to SPARES. */
+static void spares_refill(sbx_cgroups_t *cgs)
+{
+    struct cgw_ans a;
+    ssize_t n = -1;
+    while (cgs->wfd >= 0 && (n = recv(cgs->wfd, &a, sizeof(a), MSG_DONTWAIT)) != 0) {
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                close(cgs->wfd);
+                cgs->wfd = -1;
+            }
+            break;
+        }
+        if (n != (ssize_t)sizeof(a))
+            continue;
+        cgs->asked--;
+        a.name[sizeof(a.name) - 1] = '\0';
+        if (a.err)
+            log_debug("cgroup: no spare %s: %s", a.name, strerror(a.err));
+        else if (cgs->nready < SPARES)
+            memcpy(cgs->ready[cgs->nready++], a.name, sizeof(a.name));
+        else
+            worker_send(cgs, CGW_REMOVE, a.name, 0);
+    }
+    if (n == 0 && cgs->wfd >= 0) { /* EOF: the worker died */
+        close(cgs->wfd);
+        cgs->wfd = -1;
+    }
+    while (cgs->wfd >= 0 && cgs->nready + cgs->asked < SPARES) {
+        char name[40];
+        snprintf(name, sizeof(name), "cg-%u", ++cgs->serial);
+        if (!worker_send(cgs, CGW_MAKE, name, 0))
+            break;
+        cgs->asked++;
+    }
+}
+
 sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
 {
     char own[PATH_MAX];
@@ -143,6 +395,7 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
     sbx_cgroups_t *cgs = calloc(1, sizeof(*cgs));
     if (!cgs)
         return NULL;
+    cgs->wfd = -1;
     if (own_cgroup("memory", own, sizeof(own)) && stat("/sys/fs/cgroup/memory", &st) == 0) {
         cgs->version = 1;
         for (int i = 0; i < NCTL; i++) {
@@ -161,6 +414,8 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
         char usage[PATH_MAX + 16];
         snprintf(usage, sizeof(usage), "%s/cpuacct.usage", cgs->base[2]);
         cgs->cpuacct = access(usage, R_OK) == 0;
+        worker_start(cgs);
+        spares_refill(cgs);
         return cgs;
     }
     if (own_cgroup("", own, sizeof(own))) {
@@ -190,6 +445,8 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
             snprintf(why, whysz, "cannot create cgroup %s: %s", cgs->base[0], strerror(errno));
             goto fail;
         }
+        worker_start(cgs);
+        spares_refill(cgs);
         return cgs;
     }
     snprintf(why, whysz, "no usable cgroup hierarchy found in /proc/self/cgroup");
@@ -204,6 +461,7 @@ void sbx_cgroups_destroy(sbx_cgroups_t **pcgs)
     sbx_cgroups_t *cgs = *pcgs;
     if (!cgs)
         return;
+    worker_stop(cgs); /* its removals are done before the tree goes */
     for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++)
         remove_tree(cgs->base[i]);
     free(cgs);
@@ -291,6 +549,26 @@ bool sbx_cgroups_cpu_accounted(const sbx_cgroups_t *cgs)
     return cgs->version == 2 || cgs->cpuacct;
 }
 
+/* Kills what is left in cg and removes its directories: through the worker (not waited for)
+ * when its directories are base/name in every hierarchy (they are: no rename). */
+static void release(sbx_cgroup_t *cg)
+{
+    sbx_cgroups_t *cgs = cg->cgs;
+    int n = cgs->version == 1 ? NCTL : 1;
+    const char *name = strrchr(cg->path[0], '/');
+    bool same = name != NULL;
+    for (int i = 0; same && i < n; i++) {
+        size_t bl = strlen(cgs->base[i]);
+        same = !strncmp(cg->path[i], cgs->base[i], bl) && !strcmp(cg->path[i] + bl, name);
+    }
+    if (!same || !worker_send(cgs, CGW_REMOVE, name + 1, cgs->keep))
+        for (int i = 0; i < NCTL; i++)
+            if (cg->path[i][0])
+                kill_and_rmdir(cg->path[i], cgs->keep);
+    for (int i = 0; i < NCTL; i++)
+        cg->path[i][0] = '\0';
+}
+
 sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
                              long long pids, long long cpu_millis)
 {
@@ -300,6 +578,20 @@ sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem
         return NULL;
     cg->cgs = cgs;
     int n = cgs->version == 1 ? NCTL : 1;
+    spares_refill(cgs);
+    while (cgs->nready > 0) { /* a spare made by the worker: no mkdir on the caller's time */
+        const char *spare = cgs->ready[--cgs->nready];
+        /* it keeps the spare's name: a rename takes the cgroup_mutex, as every mkdir and
+         * rmdir does, and waited up to 54 ms behind them here */
+        for (int i = 0; i < n; i++)
+            snprintf(cg->path[i], sizeof(cg->path[i]), "%s/%s", cgs->base[i], spare);
+        if ((r = sbx_cgroup_set_limits(cg, mem_bytes, pids, cpu_millis)) == 0) {
+            spares_refill(cgs);
+            return cg;
+        }
+        release(cg); /* gone (a sweep of a dead instance's): try the next, or make one */
+    }
+    spares_refill(cgs);
     for (int i = 0; i < n; i++) {
         mkdir(cgs->base[i], 0755); /* a sweep by another instance may have removed it empty */
         snprintf(cg->path[i], sizeof(cg->path[i]), "%s/%s", cgs->base[i], name);
@@ -354,24 +646,6 @@ int sbx_cgroup_set_weight(sbx_cgroup_t *cg, unsigned shares)
     unsigned w = (unsigned)((unsigned long long)shares * 100 / 1024);
     snprintf(v, sizeof(v), "%u", w < 1 ? 1 : w > 10000 ? 10000 : w);
     return write_file(cg->path[0], "cpu.weight", v);
-}
-
-int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name)
-{
-    char to[NCTL][PATH_MAX];
-    int n = cg->cgs->version == 1 ? NCTL : 1;
-    for (int i = 0; i < n; i++) {
-        snprintf(to[i], sizeof(to[i]), "%s/%s", cg->cgs->base[i], name);
-        if (rename(cg->path[i], to[i]) < 0) {
-            int err = -errno;
-            while (--i >= 0) /* back, so every hierarchy keeps one name */
-                rename(to[i], cg->path[i]);
-            return err;
-        }
-    }
-    for (int i = 0; i < n; i++)
-        memcpy(cg->path[i], to[i], sizeof(to[i]));
-    return 0;
 }
 
 int sbx_cgroup_delegate(sbx_cgroup_t *cg, uid_t uid, int dirfds[SBX_CGROUP_MAX_DIRS])
@@ -601,9 +875,7 @@ void sbx_cgroup_destroy(sbx_cgroup_t **pcg)
     sbx_cgroup_t *cg = *pcg;
     if (!cg)
         return;
-    for (int i = 0; i < NCTL; i++)
-        if (cg->path[i][0])
-            kill_and_rmdir(cg->path[i], cg->cgs->keep);
+    release(cg);
     free(cg);
     *pcg = NULL;
 }

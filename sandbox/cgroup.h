@@ -15,6 +15,10 @@ typedef struct sbx_cgroups sbx_cgroups_t;
  * leftovers of dead instances. NULL + errno (with why) when cgroups cannot be used. */
 sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz);
 void sbx_cgroups_destroy(sbx_cgroups_t **cgs);
+/* Unmounts dir (MNT_DETACH) if mounted, and removes it and also (NULL: none), both absolute
+ * paths: through the cgroup worker (sandbox/cgroup.c), not waited for (an unmount waits for
+ * an RCU grace period, 1-31 ms here); without the worker (cgs NULL, or gone), here. */
+void sbx_cgroups_remove_dirs(sbx_cgroups_t *cgs, const char *dir, bool mounted, const char *also);
 /* Removes the cgroups of a gateway instance that is gone (its runtime lock was free). */
 void sbx_cgroups_remove_stale(const char *instance);
 /* Removes every kgw-<instance> cgroup under this process's cgroups whose instance is not
@@ -35,8 +39,6 @@ int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,
 /* Its CPU weight among its siblings, on cgroup v1's scale (cpu.shares: 1024 is the default,
  * 2..262144; v2's cpu.weight gets the same fraction of its default of 100). */
 int sbx_cgroup_set_weight(sbx_cgroup_t *cg, unsigned shares);
-/* Renames it within its parent (-errno: cgroup v2 cannot rename; the name stays). */
-int sbx_cgroup_rename(sbx_cgroup_t *cg, const char *name);
 /* Gives its cgroup.procs files (one per hierarchy) to uid, so a process of that uid can move
  * itself (and only processes of its own uid) into the cgroup; uid 0 takes them back. With
  * dirfds, also opens the cgroup's directories (O_PATH: they grant nothing by themselves, and

@@ -119,8 +119,10 @@ int sbx__handshake(pid_t expect, int efd, int syncfd, int gofd, int timeout_ms,
     }
     if (read(syncfd, &pid, sizeof(pid)) == sizeof(pid) && pid > 1 &&
         (expect ? pid == expect : is_our_child(pid))) {
-        f = let_go(pid, gofd, p->root_uid, p->uid, p->ncgroup_dirfds ? NULL : p->cgroup, why,
-                   whysz);
+        /* an exec'd proxy (expect) moved itself into its cgroup, or failed (its report); a
+         * fork server's that was lent the cgroup moves itself after this */
+        f = let_go(pid, gofd, p->root_uid, p->uid,
+                   expect || p->ncgroup_dirfds ? NULL : p->cgroup, why, whysz);
     } else {
         /* the proxy (or the fork server) failed before the user namespace existed: its report
          * is in efd */
@@ -230,7 +232,6 @@ struct sbx_pending {
     pid_t pid;
     int syncfd, gofd;
     uid_t uid, root_uid;
-    sbx_cgroup_t *cgroup;
 };
 
 int sbx_start_begin(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pidfd,
@@ -256,9 +257,9 @@ int sbx_start_begin(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pid
         fcntl(pidfd, F_SETFD, FD_CLOEXEC);
     fcntl(efd[0], F_SETFL, O_NONBLOCK);
     fcntl(syncp[0], F_SETFL, O_NONBLOCK);
+    /* no cgroup to check: the proxy moves itself in, or fails with its report (stages.c) */
     *pd = (sbx_pending_t){.pid = pid, .syncfd = syncp[0], .gofd = gop[1],
-                          .uid = o->profile->uid, .root_uid = o->profile->root_uid,
-                          .cgroup = o->profile->cgroup};
+                          .uid = o->profile->uid, .root_uid = o->profile->root_uid};
     *ret_pid = pid;
     *ret_pidfd = pidfd;
     *ret_setupfd = efd[0];
@@ -281,7 +282,7 @@ int sbx_start_continue(sbx_pending_t **pp, char *why, size_t whysz)
         return -EAGAIN;
     struct sbx__failure f = {0, ESRCH}; /* it failed before its user namespace: see its report */
     if (n == sizeof(pid) && pid == pd->pid) {
-        f = let_go(pid, pd->gofd, pd->root_uid, pd->uid, pd->cgroup, why, whysz);
+        f = let_go(pid, pd->gofd, pd->root_uid, pd->uid, NULL, why, whysz);
         if (f.err) {
             kill(pid, SIGKILL);
             if (!why[0])

@@ -87,8 +87,9 @@ int sbx_start_async(const struct sbx_start_opts *o, pid_t *ret_pid, int *ret_pid
 /* sbx_start_async for an event loop, which need not wait while the proxy creates its user
  * namespace (or moves into its cgroup, an RCU grace period on cgroup v1): returns once the
  * proxy is forked, with its pid, pidfd and set-up report (as sbx_start_async's) and a pending
- * start. When sbx_pending_fd() is readable, sbx_start_continue() writes the proxy's uid maps,
- * moves it into its cgroup if it is not there and lets it go on; it frees the pending start.
+ * start. When sbx_pending_fd() is readable, sbx_start_continue() writes the proxy's uid maps
+ * and lets it go on (the proxy moved itself into its cgroup, or failed: ST_CGROUP in its
+ * report); it frees the pending start.
  * -EAGAIN: not yet (the start stays pending). Another failure: the proxy was killed, or
  * failed on its own (-ESRCH, its reason is in the set-up report); the caller reaps it.
  * sbx_pending_free() abandons a start: the proxy exits. */

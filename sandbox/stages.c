@@ -399,10 +399,14 @@ void sbx__proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p, voi
         keep[5 + i] = p->cgroup_dirfds[i];
     close_all_but(keep, 5 + p->ncgroup_dirfds);
     /* still the gateway's uid (sbx_start_async): into the cgroup here, so the gateway's loop
-     * does not wait for the move (an RCU grace period on cgroup v1); the handshake checks,
-     * and moves it itself if this failed. A fork server's proxy has no cgroup here. */
-    if (p->cgroup)
-        sbx_cgroup_attach(p->cgroup, getpid());
+     * does not wait for the move (an RCU grace period on cgroup v1), nor check it (reading
+     * /proc/PID/cgroup takes the cgroup_mutex): a failure is this start's, with its cause.
+     * A fork server's proxy has no cgroup here. */
+    if (p->cgroup) {
+        int r = sbx_cgroup_attach(p->cgroup, getpid());
+        if (r < 0)
+            sbx__fail(efd, ST_CGROUP, -r);
+    }
     TRY(efd, ST_USERNS, unshare(CLONE_NEWUSER));
     pid_t me = getpid(); /* the gateway maps uids for this pid (a fork server's child too) */
     TRY(efd, ST_USERNS, write(syncfd, &me, sizeof(me)));

@@ -323,8 +323,10 @@ def cgroups_of(pid):
 
 
 def test_kernels_start_in_their_own_cgroup_with_their_limits(fgw):
-    """The fork server waits in the next kernel's cgroup; a kernel takes it over with its own
-    limits (and, on cgroup v1, its name), and the server has moved on to a fresh one."""
+    """A kernel starts in a cgroup of its own with its own limits. On cgroup v2 the fork server
+    waits in the next kernel's cgroup, which the kernel takes over, and the server moves on to
+    a fresh one; on v1 the server stays in its own and the kernel's proxy moves itself in (a
+    move waits for an RCU grace period: the proxy pays it, not the gateway's loop)."""
     mem = 1024 * 1024 * 1024  # below the default 2 GiB; room for a sanitizer runtime
     st, model, _ = fgw.request("POST", "/api/kernels", {"name": "python3",
                                                          "limits": {"memory": mem, "pids": 77}})
@@ -335,9 +337,9 @@ def test_kernels_start_in_their_own_cgroup_with_their_limits(fgw):
         proxy = int(re.search(rf"kernel={kid}: ready \(pid (\d+), forked", fgw.log()).group(1))
         server = int(re.search(r"fork server: ready \(pid (\d+)", fgw.log()).group(1))
         mine = cgroups_of(proxy)
-        if "memory" in mine:  # cgroup v1: renamed to the kernel's id, limits from the request
+        if "memory" in mine:  # cgroup v1: one cgroup in every hierarchy, the request's limits
             ctl = "memory"
-            assert mine["memory"].endswith("/" + kid) and mine["pids"].endswith("/" + kid), mine
+            assert mine["memory"].rsplit("/", 1)[1] == mine["pids"].rsplit("/", 1)[1], mine
             memfile = "/sys/fs/cgroup/memory" + mine["memory"] + "/memory.limit_in_bytes"
             pidsfile = "/sys/fs/cgroup/pids" + mine["pids"] + "/pids.max"
         else:  # v2 cannot rename
@@ -345,11 +347,10 @@ def test_kernels_start_in_their_own_cgroup_with_their_limits(fgw):
             memfile = "/sys/fs/cgroup" + mine[""] + "/memory.max"
             pidsfile = "/sys/fs/cgroup" + mine[""] + "/pids.max"
         assert int(open(memfile).read()) == mem and int(open(pidsfile).read()) == 77
-        deadline = time.monotonic() + 10  # the server moves itself out once the kernel is forked
+        deadline = time.monotonic() + 10  # v2: the server moves itself out once it forked
         while cgroups_of(server)[ctl] == mine[ctl] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert cgroups_of(server)[ctl] != mine[ctl]
-        assert "/fork-" in cgroups_of(server)[ctl]
         # the server may write only its next cgroup's cgroup.procs, not the kernel's
         root = "/sys/fs/cgroup/memory" if ctl else "/sys/fs/cgroup"
         server_uid = os.stat(f"/proc/{server}").st_uid
