@@ -220,6 +220,17 @@ static void kz_on_quiet(void *data)
         z->on_oversize(z->data, z);
 }
 
+int kz_reopen(kzsock_t *z)
+{
+    int r;
+    z->evl->timer_disarm(z->evl, z->quiet);
+    z->evl->timer_disarm(z->evl, z->again);
+    kz_disconnect(z);
+    if ((r = kz_connect(z)) < 0)
+        kz_disconnect(z);
+    return r;
+}
+
 int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
             const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
             void *data, long long maxmsg, void (*on_oversize)(void *, kzsock_t *))
