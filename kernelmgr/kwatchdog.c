@@ -76,6 +76,7 @@ bool kwatchdog__beat(kernel_t *k)
                      strerror(-r));
             return false;
         }
+        log_debug("kernel=%s: heartbeat socket opened anew after %u pings", k->id, k->hb_sent);
         k->hb_sent = 0;
         renewed = true;
     }
