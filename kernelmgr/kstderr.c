@@ -65,7 +65,8 @@ static void keep(kernel_t *k, const char *p, size_t n)
         if (!(k->err_tail = malloc(sizeof(*k->err_tail))))
             return;
         tailbuf_init(k->err_tail);
-        tailbuf_append(k->err_tail, k->err_early, k->err_early_len);
+        if (k->err_early_len)
+            tailbuf_append(k->err_tail, k->err_early, k->err_early_len);
         free(k->err_early);
         k->err_early = NULL;
         k->err_early_len = 0;

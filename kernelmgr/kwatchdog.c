@@ -71,14 +71,17 @@ bool kwatchdog__beat(kernel_t *k)
     }
     if (!k->hb.s || (k->hb_sent >= HB_RENEW && !k->hb_outstanding)) {
         int r = kz_reopen(&k->hb);
-        if (r < 0) { /* the gateway's trouble (descriptors, memory), not the kernel's */
+        if (r == 0) {
+            log_debug("kernel=%s: heartbeat socket opened anew after %u pings", k->id,
+                      k->hb_sent);
+            k->hb_sent = 0;
+            renewed = true;
+        } else if (r != -EBUSY) { /* the gateway's trouble (descriptors, memory), not the
+                                     kernel's: no ping, no miss */
             log_warn("kernel=%s: cannot open its heartbeat socket again: %s", k->id,
                      strerror(-r));
             return false;
-        }
-        log_debug("kernel=%s: heartbeat socket opened anew after %u pings", k->id, k->hb_sent);
-        k->hb_sent = 0;
-        renewed = true;
+        } /* -EBUSY: an oversize frame is being confirmed on it; renewed at a later beat */
     }
     jspan_t ping = {"ping", 4};
     kz_send(&k->hb, &ping, 1);
