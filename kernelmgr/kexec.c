@@ -530,8 +530,8 @@ void kexec__track_sent(kernel_t *k, const char *msg_id)
 {
     if (k->nsent == k->capsent) {
         size_t cap = k->capsent ? 2 * k->capsent : 4;
-        void *p = cap <= KERNEL_SENT_MAX ? realloc(k->sent_exec, cap * sizeof(k->sent_exec[0]))
-                                         : NULL;
+        void *p =
+            cap <= KERNEL_SENT_MAX ? realloc(k->sent_exec, cap * sizeof(k->sent_exec[0])) : NULL;
         if (!p) {
             log_debug("kernel=%s: %zu execute_requests in flight; not tracking more", k->id,
                       k->nsent);

@@ -21,7 +21,7 @@
  * keeps the last one emptied for reuse: after 256 pings an idle kernel's heartbeat held 32 KiB
  * more for good. Renewed before that (every 10 minutes at the default --hb-interval-ms), it
  * holds one chunk each way. docs/operations.md "Capacity". */
-#define HB_RENEW 200
+#define HB_RENEW     200
 
 void kwatchdog__on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 {
@@ -72,14 +72,12 @@ bool kwatchdog__beat(kernel_t *k)
     if (!k->hb.s || (k->hb_sent >= HB_RENEW && !k->hb_outstanding)) {
         int r = kz_reopen(&k->hb);
         if (r == 0) {
-            log_debug("kernel=%s: heartbeat socket opened anew after %u pings", k->id,
-                      k->hb_sent);
+            log_debug("kernel=%s: heartbeat socket opened anew after %u pings", k->id, k->hb_sent);
             k->hb_sent = 0;
             renewed = true;
         } else if (r != -EBUSY) { /* the gateway's trouble (descriptors, memory), not the
                                      kernel's: no ping, no miss */
-            log_warn("kernel=%s: cannot open its heartbeat socket again: %s", k->id,
-                     strerror(-r));
+            log_warn("kernel=%s: cannot open its heartbeat socket again: %s", k->id, strerror(-r));
             return false;
         } /* -EBUSY: an oversize frame is being confirmed on it; renewed at a later beat */
     }
