@@ -452,7 +452,7 @@ static void on_exit_io(void *data)
     }
     kernel_fail_pending(k, o, asked ? k->stop_cause : cause);
     kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
-    k->nsent = 0; /* what the process had been sent died with it */
+    kexec__forget_sent(k); /* what the process had been sent died with it */
     kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
     if (k->own->lost(k, why)) /* its owner took it (a pooled kernel: freed) */
         return;

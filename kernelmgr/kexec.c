@@ -528,12 +528,26 @@ void kexec__oversize(kernel_t *k, const char *chan)
 
 void kexec__track_sent(kernel_t *k, const char *msg_id)
 {
-    if (k->nsent == KERNEL_SENT_MAX) {
-        log_debug("kernel=%s: %d execute_requests in flight; not tracking more", k->id,
-                  KERNEL_SENT_MAX);
-        return;
+    if (k->nsent == k->capsent) {
+        size_t cap = k->capsent ? 2 * k->capsent : 4;
+        void *p =
+            cap <= KERNEL_SENT_MAX ? realloc(k->sent_exec, cap * sizeof(k->sent_exec[0])) : NULL;
+        if (!p) {
+            log_debug("kernel=%s: %zu execute_requests in flight; not tracking more", k->id,
+                      k->nsent);
+            return;
+        }
+        k->sent_exec = p;
+        k->capsent = cap;
     }
     snprintf(k->sent_exec[k->nsent++], sizeof(k->sent_exec[0]), "%s", msg_id);
+}
+
+void kexec__forget_sent(kernel_t *k)
+{
+    free(k->sent_exec);
+    k->sent_exec = NULL;
+    k->nsent = k->capsent = 0;
 }
 
 static void sent_forget(kernel_t *k, const char *msg_id)
@@ -543,6 +557,8 @@ static void sent_forget(kernel_t *k, const char *msg_id)
             k->nsent--;
             if (i < k->nsent)
                 memcpy(k->sent_exec[i], k->sent_exec[k->nsent], sizeof(k->sent_exec[0]));
+            else if (!k->nsent)
+                kexec__forget_sent(k); /* idle: the memory goes back */
             return;
         }
 }

@@ -31,6 +31,9 @@ void kexec__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A client's execute_request was sent to the kernel (kconn_send). */
 void kexec__track_sent(kernel_t *k, const char *msg_id);
+/* Forgets every execute_request tracked (the process that was sent them ended, or none is
+ * left), and frees their memory. */
+void kexec__forget_sent(kernel_t *k);
 /* iopub: a status message; another message (error, execute_input); what the execution's
  * output cap makes of an output message: relayed as it is, dropped (the cap was reached
  * before), or relayed with *ret_content (to free()) instead of its content and buffers (the

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,22 @@ int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim)
     return 0;
 }
 
+/* A new string of the path fmt gives, sized to it (NULL: no memory, errno set). */
+static char *path_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *path_of(const char *fmt, ...)
+{
+    char *p;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&p, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return p;
+}
+
 kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
                       const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
                       const egpol_t *egress, const char *const *secrets, size_t nsecrets,
@@ -104,12 +121,14 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     kernel_touch(k);
     snprintf(k->exec_state, sizeof(k->exec_state), "starting");
     /* unix socket paths are limited to 108 bytes: <dir>/k-N and <dir>/callback */
-    if ((size_t)snprintf(k->dir, sizeof(k->dir), "%s/%s", m->rundir, k->id) +
-            sizeof("/" KCALL_SOCKET_NAME) > 108) {
+    if (strlen(m->rundir) + 1 + strlen(k->id) + sizeof("/" KCALL_SOCKET_NAME) > 108) {
         errno = ENAMETOOLONG;
         goto fail;
     }
-    snprintf(k->conn_file, sizeof(k->conn_file), "%s/connection.json", k->dir);
+    if (!(k->dir = path_of("%s/%s", m->rundir, k->id)) ||
+        !(k->conn_file = path_of("%s/connection.json", k->dir)) ||
+        !(k->root_dir = m->o.sandbox ? path_of("%s.root", k->dir) : strdup("")))
+        goto fail;
     if (mkdir(k->dir, 0700) < 0)
         goto fail;
     if (m->o.sandbox) {
@@ -117,7 +136,6 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         uid_t ruid = uid - 1;
         /* the kernel (uid inside 1000) creates its sockets here; the sandbox's set-up
          * (inside root) mounts the new root on root_dir */
-        snprintf(k->root_dir, sizeof(k->root_dir), "%s.root", k->dir);
         /* a tmpfs of its own, so the kernel's mountinfo shows "/" as the bind source rather
          * than a host path (the gateway runs in a private mount namespace: see main.c) */
         char opts[128];
@@ -212,7 +230,7 @@ void kinstance__free(kernel_t *k)
     free(k->env_code);
     jsign_destroy(&k->sign);
     klaunch__free_strv(k->envp);
-    if (k->dir[0]) {
+    if (k->dir) {
         char p[PATH_MAX + 16];
         for (int port = KPORT_SHELL; port <= KPORT_HB; port++) {
             snprintf(p, sizeof(p), "%s/k-%d", k->dir, port);
@@ -221,10 +239,14 @@ void kinstance__free(kernel_t *k)
         unlink(k->conn_file);
         /* the unmount waits for an RCU grace period: the cgroup worker does it */
         sbx_cgroups_remove_dirs(k->m->cgroups, k->dir, k->dir_mounted,
-                                k->root_dir[0] ? k->root_dir : NULL);
-    } else if (k->root_dir[0]) {
+                                k->root_dir && k->root_dir[0] ? k->root_dir : NULL);
+    } else if (k->root_dir && k->root_dir[0]) {
         rmdir(k->root_dir);
     }
+    free(k->dir);
+    free(k->conn_file);
+    free(k->root_dir);
+    free(k->sent_exec);
     if (k->cgroup) { /* what it used stays in the CPU time of all kernels (kmgr_usage) */
         struct sbx_cgroup_usage u;
         sbx_cgroup_usage(k->cgroup, &u);

@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <signal.h>
@@ -62,17 +63,44 @@ static void on_cull(void *data)
     m->evl->timer_arm(m->evl, m->cull, (uint64_t)m->o.cull_interval_s * 1000);
 }
 
+/* A kernel's start ends, or a kernel goes, in bursts: what they freed lies in holes between
+ * what the kernels that stay hold (the loop's heap and libzmq's I/O threads' arenas), counted
+ * in the gateway's RSS until malloc reuses it. KMGR_TRIM_MS after the first of a burst, those
+ * pages go back to the system (malloc_trim walks the free chunks; logged at debug with its
+ * time). docs/operations.md "Capacity". */
+#define KMGR_TRIM_MS 2000
+
+static void on_trim(void *data)
+{
+    kmgr_t *m = data;
+    uint64_t t0 = util_now_us();
+    m->trim_armed = false;
+    malloc_trim(0);
+    log_debug("malloc_trim: %llu us", (unsigned long long)(util_now_us() - t0));
+}
+
+static void trim_soon(kmgr_t *m)
+{
+    if (m->trim && !m->trim_armed) { /* a burst of starts or renewals trims once */
+        m->trim_armed = true;
+        m->evl->timer_arm(m->evl, m->trim, KMGR_TRIM_MS);
+    }
+}
+
 /* The heartbeats of all running kernels, pooled ones too, in one sweep (kwatchdog.c): one
  * wake-up per --hb-interval-ms for all, not one per kernel, and the answers come in a burst
  * the loop reads in a few turns. */
 static void on_hb_sweep(void *data)
 {
     kmgr_t *m = data;
+    bool renewed = false;
     for (size_t i = 0; i < m->n; i++)
-        kwatchdog__beat(m->v[i]);
+        renewed |= kwatchdog__beat(m->v[i]);
     for (size_t i = 0; i < m->pn; i++)
-        kwatchdog__beat(m->pv[i]);
+        renewed |= kwatchdog__beat(m->pv[i]);
     m->evl->timer_arm(m->evl, m->hb_sweep, (uint64_t)m->o.hb_interval_ms);
+    if (renewed)
+        trim_soon(m);
 }
 
 /* Unlinks the files of directory dfd (not its subdirectories or dot-names); closes dfd. */
@@ -565,12 +593,15 @@ static bool own_lost(kernel_t *k, const char *why)
 
 static void own_gone(kernel_t *k)
 {
-    remove_kernel(k->m, k);
+    kmgr_t *m = k->m;
+    remove_kernel(m, k);
     kinstance__free(k);
+    trim_soon(m);
 }
 
 static void own_capacity(kernel_t *k)
 {
+    trim_soon(k->m);
     kpool__kick(k->m);
 }
 
@@ -697,6 +728,8 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
         sandbox_setup(m);
     if (kzygote__init(m, kpool__kick) < 0 || kpool__init(m, &pool_ops) < 0)
         goto fail;
+    if (!(m->trim = evl->timer_new(evl, on_trim, m)))
+        goto fail;
     if (o->hb_interval_ms > 0) {
         if (!(m->hb_sweep = evl->timer_new(evl, on_hb_sweep, m)))
             goto fail;
@@ -755,6 +788,7 @@ void kmgr_destroy(kmgr_t **pm)
     free(m->v);
     evl_timer_destroy(m->evl, &m->cull);
     evl_timer_destroy(m->evl, &m->hb_sweep);
+    evl_timer_destroy(m->evl, &m->trim);
     if (m->zctx)
         zmq_ctx_term(m->zctx);
     sbx_cgroups_destroy(&m->cgroups);

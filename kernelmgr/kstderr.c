@@ -1,6 +1,7 @@
 /* A kernel process's stderr: a pipe per process, read on the loop into a fixed ring of its
  * newest bytes (common/tailbuf.h, TAILBUF_SIZE: whatever the kernel writes, the gateway holds no
- * more), written to the log when the process fails to start or dies unasked, and quoted in
+ * more; its first KSTDERR_EARLY_MAX bytes are held in a buffer of their size, the ring comes
+ * after), written to the log when the process fails to start or dies unasked, and quoted in
  * short in the cause a client sees. The kernel's secrets (its connection key, the values of its
  * environment) are blotted out of both. Reading is paced (RATE_BYTES per RATE_WINDOW_MS): a
  * kernel flooding its stderr blocks on its own full pipe instead of costing the gateway's loop
@@ -24,6 +25,10 @@
 #define DRAIN_MAX     (1 << 20)   /* read at the process's end, at most (a pipe holds 64 KiB) */
 #define EXCERPT_LINES 3
 #define LOG_LINES     40
+/* Bytes kept in a buffer of their size before the ring is allocated: a kernel's start writes a
+ * few hundred (warnings), and most write no more. */
+#define KSTDERR_EARLY_MAX 2048
+_Static_assert(KSTDERR_EARLY_MAX <= TAILBUF_SIZE, "the early bytes fit in the ring");
 
 static void on_readable(void *data);
 
@@ -35,6 +40,48 @@ static void close_pipe(kernel_t *k)
     if (k->err_fd >= 0)
         close(k->err_fd);
     k->err_fd = -1;
+}
+
+/* Bytes written so far by the process. */
+static uint64_t total(const kernel_t *k)
+{
+    return k->err_tail ? k->err_tail->total : k->err_early_len;
+}
+
+/* Keeps n more bytes: in err_early, sized to them, while they are few; then in the ring. Bytes
+ * that find no memory are lost (an excerpt is a courtesy, the kernel goes on). */
+static void keep(kernel_t *k, const char *p, size_t n)
+{
+    if (!k->err_tail && k->err_early_len + n <= KSTDERR_EARLY_MAX) {
+        char *e = realloc(k->err_early, k->err_early_len + n);
+        if (e) {
+            memcpy(e + k->err_early_len, p, n);
+            k->err_early = e;
+            k->err_early_len += n;
+        }
+        return;
+    }
+    if (!k->err_tail) {
+        if (!(k->err_tail = malloc(sizeof(*k->err_tail))))
+            return;
+        tailbuf_init(k->err_tail);
+        if (k->err_early_len)
+            tailbuf_append(k->err_tail, k->err_early, k->err_early_len);
+        free(k->err_early);
+        k->err_early = NULL;
+        k->err_early_len = 0;
+    }
+    tailbuf_append(k->err_tail, p, n);
+}
+
+/* Forgets what was kept (a new process: its own last words). */
+static void forget(kernel_t *k)
+{
+    free(k->err_tail);
+    k->err_tail = NULL;
+    free(k->err_early);
+    k->err_early = NULL;
+    k->err_early_len = 0;
 }
 
 /* Reads up to max bytes; false at EOF or an error (the pipe is closed then). */
@@ -51,10 +98,7 @@ static bool read_some(kernel_t *k, size_t max)
             close_pipe(k);
             return false;
         }
-        if (!k->err_tail && (k->err_tail = malloc(sizeof(*k->err_tail))))
-            tailbuf_init(k->err_tail);
-        if (k->err_tail)
-            tailbuf_append(k->err_tail, buf, (size_t)n);
+        keep(k, buf, (size_t)n);
         got += (size_t)n;
     }
     return true;
@@ -69,10 +113,10 @@ static void on_readable(void *data)
         k->err_window_ms = now;
         k->err_window_bytes = 0;
     }
-    uint64_t before = k->err_tail ? k->err_tail->total : 0;
+    uint64_t before = total(k);
     if (!read_some(k, RATE_BYTES - k->err_window_bytes))
         return; /* EOF: closed */
-    k->err_window_bytes += (size_t)((k->err_tail ? k->err_tail->total : 0) - before);
+    k->err_window_bytes += (size_t)(total(k) - before);
     if (k->err_window_bytes >= RATE_BYTES && k->err_pause) {
         /* its share of this window is read: not watched until the next one */
         evl_io_destroy(l, &k->err_io);
@@ -93,8 +137,7 @@ int kstderr__open(kernel_t *k, int *ret_wfd)
 {
     int p[2];
     close_pipe(k);
-    if (k->err_tail)
-        tailbuf_init(k->err_tail); /* a new process: its own last words */
+    forget(k); /* a new process: its own last words */
     if (!k->err_pause && !(k->err_pause = k->m->evl->timer_new(k->m->evl, on_pause_over, k)))
         return errno ? -errno : -ENOMEM;
     k->err_window_ms = 0;
@@ -124,8 +167,7 @@ void kstderr__free(kernel_t *k)
 {
     close_pipe(k);
     evl_timer_destroy(k->m->evl, &k->err_pause);
-    free(k->err_tail);
-    k->err_tail = NULL;
+    forget(k);
 }
 
 /* Environment variables whose values are not secrets and help to read an error. */
@@ -142,9 +184,13 @@ static bool harmless(const char *name, size_t n)
 /* The tail, oldest first, with the kernel's secrets blotted out; its length. */
 static size_t tail_copy(const kernel_t *k, char out[TAILBUF_SIZE])
 {
-    if (!k->err_tail)
+    size_t n = k->err_early_len;
+    if (k->err_tail)
+        n = tailbuf_copy(k->err_tail, out, TAILBUF_SIZE);
+    else if (n)
+        memcpy(out, k->err_early, n);
+    else
         return 0;
-    size_t n = tailbuf_copy(k->err_tail, out, TAILBUF_SIZE);
     tailbuf_redact(out, n, k->key, strlen(k->key));
     for (size_t i = 0; k->envp && k->envp[i]; i++) {
         const char *eq = strchr(k->envp[i], '=');
@@ -179,7 +225,7 @@ void kstderr__log(const kernel_t *k)
     if (lines > LOG_LINES)
         start++;
     log_warn("kernel=%s: the end of its stderr (%llu bytes in all):", k->id,
-             (unsigned long long)k->err_tail->total);
+             (unsigned long long)total(k));
     for (size_t i = start; i < n;) {
         const char *nl = memchr(t + i, '\n', n - i);
         size_t len = nl ? (size_t)(nl - (t + i)) : n - i;

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "kernelmgr/klaunch_int.h"
@@ -15,6 +16,12 @@
 #include "kernelmgr/private.h"
 
 #define TERM_KILL_MS 1000 /* SIGTERM -> SIGKILL */
+/* Pings sent on one heartbeat socket before it is opened again. libzmq queues messages between
+ * a socket and its connection in chunks of 256 (16 KiB each way), allocated as they fill, and
+ * keeps the last one emptied for reuse: after 256 pings an idle kernel's heartbeat held 32 KiB
+ * more for good. Renewed before that (every 10 minutes at the default --hb-interval-ms), it
+ * holds one chunk each way. docs/operations.md "Capacity". */
+#define HB_RENEW     200
 
 void kwatchdog__on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 {
@@ -50,18 +57,33 @@ void kwatchdog__on_deadline(void *data)
     }
 }
 
-void kwatchdog__beat(kernel_t *k)
+bool kwatchdog__beat(kernel_t *k)
 {
+    bool renewed = false;
     if (k->state != KERNEL_RUNNING || k->stop_stage > 0)
-        return;
+        return false;
     if (k->hb_outstanding && ++k->hb_missed >= k->m->o.hb_misses) {
         log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, k->hb_missed);
         k->exit_status = -ETIMEDOUT;
         k->hb_killed = true;
         klaunch__signal(k, SIGKILL);
-        return;
+        return false;
+    }
+    if (!k->hb.s || (k->hb_sent >= HB_RENEW && !k->hb_outstanding)) {
+        int r = kz_reopen(&k->hb);
+        if (r == 0) {
+            log_debug("kernel=%s: heartbeat socket opened anew after %u pings", k->id, k->hb_sent);
+            k->hb_sent = 0;
+            renewed = true;
+        } else if (r != -EBUSY) { /* the gateway's trouble (descriptors, memory), not the
+                                     kernel's: no ping, no miss */
+            log_warn("kernel=%s: cannot open its heartbeat socket again: %s", k->id, strerror(-r));
+            return false;
+        } /* -EBUSY: an oversize frame is being confirmed on it; renewed at a later beat */
     }
     jspan_t ping = {"ping", 4};
     kz_send(&k->hb, &ping, 1);
+    k->hb_sent++;
     k->hb_outstanding = true;
+    return renewed;
 }

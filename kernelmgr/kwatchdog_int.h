@@ -8,8 +8,9 @@
  * kernel.c). */
 void kwatchdog__on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n);
 /* One heartbeat of a running kernel (the manager's sweep, every --hb-interval-ms): the miss
- * of the last one counted (a kernel missing --hb-misses in a row is killed), a ping sent. */
-void kwatchdog__beat(kernel_t *k);
+ * of the last one counted (a kernel missing --hb-misses in a row is killed), a ping sent.
+ * True when the heartbeat socket was opened anew for it (memory was freed). */
+bool kwatchdog__beat(kernel_t *k);
 void kwatchdog__on_deadline(void *data);
 
 #endif

@@ -21,6 +21,7 @@ static void kz_pipe_check(kzsock_t *z, int ev)
 {
     if (z->type != ZMQ_DEALER || !z->watch || (ev & ZMQ_POLLOUT))
         return;
+    z->suspect = true;
     z->evl->timer_arm(z->evl, z->quiet, KZ_OVERSIZE_CONFIRM_MS);
 }
 
@@ -101,7 +102,8 @@ static void kz_mon_drain(void *data)
                 more = zmq_msg_more(&ep);
             zmq_msg_close(&ep);
         }
-        if (event == ZMQ_EVENT_DISCONNECTED)
+        z->suspect = event == ZMQ_EVENT_DISCONNECTED;
+        if (z->suspect)
             z->evl->timer_arm(z->evl, z->quiet, KZ_OVERSIZE_CONFIRM_MS);
         else
             z->evl->timer_disarm(z->evl, z->quiet);
@@ -205,6 +207,7 @@ static void kz_on_quiet(void *data)
     kzsock_t *z = data;
     int r, ev = 0;
     size_t evsz = sizeof(ev);
+    z->suspect = false;
     if (z->type == ZMQ_DEALER &&
         (!z->s || zmq_getsockopt(z->s, ZMQ_EVENTS, &ev, &evsz) < 0 || (ev & ZMQ_POLLOUT)))
         return; /* a full queue that moved again: its pipe is there */
@@ -218,6 +221,18 @@ static void kz_on_quiet(void *data)
     }
     if (z->on_oversize)
         z->on_oversize(z->data, z);
+}
+
+int kz_reopen(kzsock_t *z)
+{
+    int r;
+    if (z->suspect)
+        return -EBUSY;
+    z->evl->timer_disarm(z->evl, z->again);
+    kz_disconnect(z);
+    if ((r = kz_connect(z)) < 0)
+        kz_disconnect(z);
+    return r;
 }
 
 int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,

@@ -51,6 +51,7 @@ typedef struct kzsock {
     void *mon;      /* PAIR socket reading the socket's monitor events */
     evl_io_t *mon_io; /* on its ZMQ_FD */
     evl_timer_t *quiet; /* a disconnect not followed by a retry: oversize */
+    bool suspect;       /* quiet is armed: an oversize frame is being confirmed */
 } kzsock_t;
 
 /* maxmsg: bytes per frame from the peer (0: libzmq's default, none); on_oversize runs once
@@ -61,6 +62,11 @@ int kz_open(kzsock_t *z, evl_t *evl, void *zctx, int type, const char *identity,
             const char *endpoint, void (*on_msg)(void *, kzsock_t *, zmq_msg_t *, size_t),
             void *data, long long maxmsg, void (*on_oversize)(void *, kzsock_t *));
 void kz_close(kzsock_t *z);
+/* Closes the socket and opens it again, connected to the same endpoint: what libzmq holds for
+ * it is freed and allocated anew (what is queued either way is dropped). 0; -EBUSY while an
+ * oversize frame is being confirmed (nothing done: that goes first); or -errno (then the
+ * socket is closed: kz_send fails with -ENOTCONN until a reopen succeeds). */
+int kz_reopen(kzsock_t *z);
 /* Sends frames (MORE on all but the last); -EAGAIN when the queue is full. */
 int kz_send(kzsock_t *z, const jspan_t *frames, size_t n);
 /* Sends a signed Jupyter message. */

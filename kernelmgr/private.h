@@ -72,6 +72,8 @@ struct kmgr {
     size_t nws, capws;
     evl_timer_t *cull;
     evl_timer_t *hb_sweep; /* every running kernel's heartbeat (kwatchdog__beat) */
+    evl_timer_t *trim;     /* the heap's free pages back to the system (kmgr.c: trim_soon) */
+    bool trim_armed;
     /* the warm pool (kpool.c): started kernels nobody owns yet, outside v */
     struct kpool *pools; /* one per configured kernelspec */
     const struct kpool_ops *pool_ops;
@@ -156,8 +158,9 @@ struct kernel {
     int connections;
     void *data[KMGR_LISTENERS_MAX]; /* the listeners' (kernel_data) */
 
-    char dir[PATH_MAX];  /* private runtime directory */
-    char conn_file[PATH_MAX];
+    /* sized to use (an idle kernel's memory, docs/operations.md "Capacity"); NULL until set */
+    char *dir;           /* private runtime directory */
+    char *conn_file;
     char key[65];
     jsign_t *sign;
     char session[40];    /* the manager's own Jupyter session */
@@ -182,9 +185,10 @@ struct kernel {
     bool exec_error;         /* an error message came */
     char exec_sha[65];       /* sha256 of its code (hex), for the audit log */
     /* execute_requests clients sent whose iopub status "idle" has not come yet (the drain
-     * waits for them); beyond KERNEL_SENT_MAX only the one running is known */
-    char sent_exec[KERNEL_SENT_MAX][JMSG_MSG_ID_MAX];
-    size_t nsent;
+     * waits for them); beyond KERNEL_SENT_MAX only the one running is known. Allocated while
+     * there are any (kexec__track_sent), grown as needed: an idle kernel holds none */
+    char (*sent_exec)[JMSG_MSG_ID_MAX];
+    size_t nsent, capsent;
     evl_timer_t *exec_timer;
     /* the last execute_reply seen, and the wait for its idle (kexec__on_idle_late) */
     char exec_replied[JMSG_MSG_ID_MAX];
@@ -198,7 +202,7 @@ struct kernel {
     char out_drop_exec[JMSG_MSG_ID_MAX];
     const struct kexec_ops *exec_ops; /* set by kernel__watch */
     wspace_t *ws;        /* bound at /mnt/data; its uid slot is the kernel's */
-    char root_dir[PATH_MAX];
+    char *root_dir;      /* where its sandbox's root is mounted ("": unsandboxed) */
     bool dir_mounted;
     pid_t pid;           /* 0: no process (sandboxed: the proxy outside the sandbox) */
     int pidfd;
@@ -211,7 +215,11 @@ struct kernel {
     evl_timer_t *err_pause;
     uint64_t err_window_ms; /* the pacing window: since when, bytes read in it */
     size_t err_window_bytes;
-    struct tailbuf *err_tail; /* its newest bytes (NULL until the first) */
+    /* its newest bytes: the first KSTDERR_EARLY_MAX in err_early, sized to them (most kernels
+     * write a few lines at start, then nothing); past that a ring (NULL until then) */
+    struct tailbuf *err_tail;
+    char *err_early;
+    size_t err_early_len;
     char last_cause[512]; /* why the process ended unasked, for clients (kernel_last_cause) */
     uint64_t spawn_us;
     char setup_why[256]; /* why the sandbox's set-up failed */
@@ -233,6 +241,7 @@ struct kernel {
     uint64_t stop_us;     /* when it was sent */
     int hb_missed, restarts;
     bool hb_outstanding;
+    unsigned hb_sent; /* pings sent on the heartbeat socket since it was opened (kwatchdog.c) */
 
     struct list conns;   /* kconn_t.link, newest first */
     struct list failing; /* kexec__fail_all: requests being answered */
@@ -273,7 +282,7 @@ struct wspace {
     const struct wspace_ops *ops;
     char id[WSPACE_ID_MAX];
     char tenant[KMGR_TENANT_MAX + 1];
-    char path[PATH_MAX];
+    char *path; /* sized to use: a kernel's own workspace is part of an idle kernel's memory */
     bool made, mounted;
     uid_t uid;
     gid_t gid;

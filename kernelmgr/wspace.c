@@ -202,7 +202,12 @@ wspace_t *wspace__new(kmgr_t *m, const char *tenant, long long size, long slot,
     w->size = size;
     shardid_mint(w->id);
     snprintf(w->tenant, sizeof(w->tenant), "%s", tenant ? tenant : "");
-    snprintf(w->path, sizeof(w->path), "%s/ws-%s", m->rundir, w->id);
+    char *path;
+    if (asprintf(&path, "%s/ws-%s", m->rundir, w->id) < 0) {
+        errno = ENOMEM;
+        goto fail;
+    }
+    w->path = path;
     if (!(w->grace = m->evl->timer_new(m->evl, on_grace, w)))
         goto fail;
     if (m->o.sandbox) {
@@ -268,5 +273,6 @@ void wspace__free(wspace_t *w)
         rmdir(w->path);
     if (w->slot >= 0)
         wspace__slot_put(w->m, w->slot);
+    free(w->path);
     free(w);
 }

@@ -176,3 +176,28 @@ def test_a_stopped_kernel_misses_its_heartbeats_and_is_killed(gateway_factory):
     assert S.kcall(gw, fine, "R['x'] = 2")["x"] == 2
     for kid in (hung, fine):
         gw.delete_kernel(kid)
+
+
+def test_heartbeat_socket_is_renewed_and_still_finds_a_hung_kernel(gateway_factory):
+    """libzmq keeps a pipe's emptied chunk of 256 messages: the heartbeat socket is opened anew
+    every 200 pings, so an idle kernel's heartbeat never holds a second chunk (docs/operations.md
+    "Capacity"). After the renewal, pings still reach both kernels: neither is killed, and one
+    that then stops is still found hung."""
+    gw = gateway_factory("--pool", "python3=0", "--hb-interval-ms", "150", "--autorestart=false")
+    hung, fine = S.new_kernel(gw), S.new_kernel(gw)
+    for kid in (hung, fine):
+        S.wait_for(lambda: f"kernel={kid}: heartbeat socket opened anew after 200 pings"
+                   in gw.log(), 90, what=f"a renewed heartbeat socket for {kid}")
+    assert deaths(gw, "heartbeat") == 0
+    assert S.kcall(gw, fine, "R['x'] = 1")["x"] == 1
+    stop = S.Background(lambda: gw.request(
+        "POST", f"/api/kernels/{hung}/execute",
+        {"code": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)"}))
+    stop.start()
+    S.wait_for(lambda: deaths(gw, "heartbeat") >= 1, 60, what="a heartbeat death")
+    S.wait_for(lambda: gw.request("GET", f"/api/kernels/{hung}")[1].get("execution_state")
+               in ("dead", None), 30, what="the hung kernel dead")
+    stop.value(60)
+    assert S.kcall(gw, fine, "R['x'] = 2")["x"] == 2
+    for kid in (hung, fine):
+        gw.delete_kernel(kid)
