@@ -191,7 +191,9 @@ static void sweep_stale(const char *runtime_dir)
     close(basefd);
 }
 
-/* A gateway instance is alive while it holds the lock in its runtime directory. */
+/* A gateway instance is alive while it holds the lock in its runtime directory. One whose
+ * directory is not under ours may be a live gateway with another --runtime-dir: it counts as
+ * alive (its empty cgroups, such as the cgroup worker's spares, are its own to remove). */
 static bool instance_alive(const char *inst, void *data)
 {
     kmgr_t *m = data;
@@ -201,7 +203,7 @@ static bool instance_alive(const char *inst, void *data)
         return true;
     int fd = open(lock, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-        return errno != ENOENT; /* no runtime directory: the instance is gone */
+        return true;
     bool alive = flock(fd, LOCK_EX | LOCK_NB) < 0;
     close(fd);
     return alive;
