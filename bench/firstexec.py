@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""What a fresh kernel's first executions cost: on N kernels taken from a warm pool (fork
+server), three `1+1`s each over the Jupyter websocket, one at a time; for each rank (1st, 2nd,
+3rd) the median round trip (execute_request sent to its status idle) and the median time
+inside the kernel (the dates of its status busy and status idle: microsecond resolution, the
+kernel's own clock). With `--check`, also each kernel's execution_count and In history.
+
+  /usr/bin/python3 bench/firstexec.py [--n 15] [--kgw build/kgw] [--kgw-arg=...]
+
+Standard library plus python3-websockets (Debian); reuses bench/execute.py's Kgw.
+"""
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+
+import websockets
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from execute import REPO, Kgw, new_header  # noqa: E402
+
+
+def date(h):
+    return datetime.datetime.fromisoformat(h["date"].replace("Z", "+00:00")).timestamp()
+
+
+async def three(kgw, kid):
+    session = uuid.uuid4().hex
+    url = f"ws://127.0.0.1:{kgw.port}/api/kernels/{kid}/channels?session_id={session}"
+    out = []
+    async with websockets.connect(url, extra_headers=kgw.headers(), max_size=None) as ws:
+        for i in range(3):
+            h = new_header("execute_request", session)
+            msg = {"header": h, "parent_header": {}, "metadata": {}, "channel": "shell",
+                   "content": {"code": "1+1", "silent": False, "store_history": True,
+                               "user_expressions": {}, "allow_stdin": False,
+                               "stop_on_error": True}}
+            t0 = time.perf_counter()
+            await ws.send(json.dumps(msg))
+            busy = count = rt = None
+            while rt is None or count is None:
+                m = json.loads(await ws.recv())
+                if m.get("parent_header", {}).get("msg_id") != h["msg_id"]:
+                    continue
+                if m["header"]["msg_type"] == "execute_reply":
+                    count = m["content"]["execution_count"]
+                if m["header"]["msg_type"] == "status":
+                    if m["content"]["execution_state"] == "busy":
+                        busy = date(m["header"])
+                    else:
+                        rt = time.perf_counter() - t0
+                        inside = date(m["header"]) - busy
+            out.append((rt, inside, count))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kgw", default=os.path.join(REPO, "build", "kgw"))
+    ap.add_argument("--kgw-arg", action="append", default=[])
+    ap.add_argument("--n", type=int, default=15)
+    args = ap.parse_args()
+    kgw = Kgw(args.kgw, ["--pool", "python3=2", *args.kgw_arg])
+    ranks = [[], [], []]
+    try:
+        for _ in range(args.n):
+            while kgw.get("/api/status")["pool"]["python3"]["ready"] < 2:
+                time.sleep(0.05)
+            time.sleep(0.2)
+            status, model = kgw.request("POST", "/api/kernels", {})
+            res = asyncio.run(three(kgw, model["id"]))
+            kgw.request("DELETE", f"/api/kernels/{model['id']}")
+            for r, x in zip(ranks, res):
+                r.append(x)
+            if [c for _, _, c in res] != [1, 2, 3]:
+                print("execution counts", [c for _, _, c in res])
+    finally:
+        kgw.stop()
+    for i, r in enumerate(ranks):
+        print(f"execution {i + 1}: round trip p50 {statistics.median(x[0] for x in r) * 1e3:.2f}"
+              f" ms, in the kernel p50 {statistics.median(x[1] for x in r) * 1e3:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
