@@ -83,6 +83,7 @@ def _kgw_warm(shell):
     cell = shell.transform_cell(cell)
     # whether the cell has a top-level await: a compile of its own
     shell.should_run_async(cell, transformed_cell=cell, preprocessing_exc_tuple=None)
+    shell.loop_runner  # its default (IPython's asyncio runner), imported on first use
     # the parse and compile of run_cell, under a name no cell has (the kernel's compiler,
     # shell.compile, would record the cell in linecache: not used)
     compile(ast.parse(cell), "<kgw-warm-up>", "exec")
