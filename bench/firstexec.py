@@ -7,29 +7,49 @@ kernel's own clock). With `--check`, also each kernel's execution_count and In h
 
   /usr/bin/python3 bench/firstexec.py [--n 15] [--kgw build/kgw] [--kgw-arg=...]
 
-Standard library plus python3-websockets (Debian); reuses bench/execute.py's Kgw.
+Standard library plus python3-websockets and python3-psutil (Debian); reuses bench/execute.py's Kgw.
 """
 import argparse
 import asyncio
 import datetime
+import glob
 import json
 import os
+import re
 import statistics
 import sys
 import time
 import uuid
 
+import psutil
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from execute import REPO, Kgw, new_header  # noqa: E402
 
 
+def cpu_ns(pid):
+    """The CPU time the threads of a kernel's sandbox have had, ns: the process the gateway
+    logs (the sandbox's first process) and its descendants (/proc/PID/task/*/schedstat)."""
+    t = 0
+    try:
+        pids = [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for f in [f for p in pids for f in glob.glob(f"/proc/{p}/task/*/schedstat")]:
+        try:
+            with open(f) as fh:
+                t += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return t
+
+
 def date(h):
     return datetime.datetime.fromisoformat(h["date"].replace("Z", "+00:00")).timestamp()
 
 
-async def three(kgw, kid, warm=False):
+async def three(kgw, kid, warm=False, pid=None):
     session = uuid.uuid4().hex
     url = f"ws://127.0.0.1:{kgw.port}/api/kernels/{kid}/channels?session_id={session}"
     out = []
@@ -41,6 +61,7 @@ async def three(kgw, kid, warm=False):
                    "content": {"code": "1+1", "silent": quiet, "store_history": not quiet,
                                "user_expressions": {}, "allow_stdin": False,
                                "stop_on_error": True}}
+            c0 = cpu_ns(pid) if pid else 0
             t0 = time.perf_counter()
             await ws.send(json.dumps(msg))
             busy = count = rt = None
@@ -56,7 +77,8 @@ async def three(kgw, kid, warm=False):
                     else:
                         rt = time.perf_counter() - t0
                         inside = date(m["header"]) - busy
-            out.append((rt, inside, count))
+            await asyncio.sleep(0.05)  # what the kernel's threads do after its idle
+            out.append((rt, inside, count, (cpu_ns(pid) - c0) * 1e-9 if pid else 0))
     return out[1:] if warm else out
 
 
@@ -68,7 +90,7 @@ def main():
     ap.add_argument("--warm", action="store_true",
                     help="a silent execution first (not counted): what it saves the next")
     args = ap.parse_args()
-    kgw = Kgw(args.kgw, ["--pool", "python3=2", *args.kgw_arg])
+    kgw = Kgw(args.kgw, ["--pool", "python3=2", "--log-level", "info", *args.kgw_arg])
     ranks = [[], [], []]
     try:
         for _ in range(args.n):
@@ -76,17 +98,20 @@ def main():
                 time.sleep(0.05)
             time.sleep(0.2)
             status, model = kgw.request("POST", "/api/kernels", {})
-            res = asyncio.run(three(kgw, model["id"], args.warm))
+            with open(kgw.log.name) as f:
+                pid = re.search(rf"kernel={model['id']}: ready \(pid (\d+)", f.read())
+            res = asyncio.run(three(kgw, model["id"], args.warm, pid and int(pid.group(1))))
             kgw.request("DELETE", f"/api/kernels/{model['id']}")
             for r, x in zip(ranks, res):
                 r.append(x)
-            if [c for _, _, c in res] != [1, 2, 3]:  # the silent one does not count
+            if [x[2] for x in res] != [1, 2, 3]:  # the silent one does not count
                 print("execution counts", [c for _, _, c in res])
     finally:
         kgw.stop()
     for i, r in enumerate(ranks):
         print(f"execution {i + 1}: round trip p50 {statistics.median(x[0] for x in r) * 1e3:.2f}"
-              f" ms, in the kernel p50 {statistics.median(x[1] for x in r) * 1e3:.2f} ms")
+              f" ms, in the kernel p50 {statistics.median(x[1] for x in r) * 1e3:.2f} ms, "
+              f"the kernel's CPU p50 {statistics.median(x[3] for x in r) * 1e3:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -71,11 +71,14 @@ def _kgw_prebuild(args, scratch):
 
 
 def _kgw_warm(shell):
-    """What a kernel's first execution would compute on the way, computed once here so that
-    every forked kernel starts with it: a one-shot `1+1` is a kernel's first execution. Only
-    caches a later execution would fill the same way, none a client can see: no code is run,
-    nothing enters the history, the execution count, the user namespace, linecache or the
-    compiler's cell names, and no event or display hook is called."""
+    """What a kernel's first execution would compute on the way (a one-shot's only execution is
+    a kernel's first). In the fork server: computed once, every forked kernel inherits it. In
+    the kernel, before it serves: the same again, now only reads of what is computed, so that
+    the kernel takes its own copies of those pages (copy-on-write) during its start instead of
+    its first execution. Only caches a later execution would fill the same way, none a client
+    can see: no code is run, nothing enters the history, the execution count, the user
+    namespace, linecache or the compiler's cell names, and no event or display hook is called.
+    """
     import ast
     cell = "1+1\n"
     # IPython's input transformers tokenize the cell: tokenize compiles its regular
@@ -252,4 +255,8 @@ def _kgw_launch(env, args):
     for k in ("init_kernel", "parse_command_line", "load_config_file", "update_config",
               "init_extensions"):
         app.__dict__.pop(k, None)
+    try:
+        _kgw_warm(app.kernel.shell)  # the pages its first execution would copy, copied now
+    except Exception as e:  # only a cost moved: never a reason not to serve
+        sys.stderr.write('kgw-zygote: warm-up in the kernel failed: %r\n' % (e,))
     app.start()
