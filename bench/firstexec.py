@@ -1,13 +1,16 @@
 #!/usr/bin/python3
 """What a fresh kernel's first executions cost: on N kernels taken from a warm pool (fork
 server), three `1+1`s each over the Jupyter websocket, one at a time; for each rank (1st, 2nd,
-3rd) the median round trip (execute_request sent to its status idle) and the median time
+3rd) the median round trip (execute_request sent to its status idle), the median time
 inside the kernel (the dates of its status busy and status idle: microsecond resolution, the
-kernel's own clock). With `--check`, also each kernel's execution_count and In history.
+kernel's own clock), and the CPU time and minor page faults of the kernel's sandbox processes
+over the execution (/proc, read before it and 50 ms after its idle). It says so when a
+kernel's execution counts are not 1, 2, 3. `--warm`: a silent execution first, not counted.
 
-  /usr/bin/python3 bench/firstexec.py [--n 15] [--kgw build/kgw] [--kgw-arg=...]
+  /usr/bin/python3 bench/firstexec.py [--n 15] [--kgw build/kgw] [--kgw-arg=...] [--warm]
 
-Standard library plus python3-websockets and python3-psutil (Debian); reuses bench/execute.py's Kgw.
+Standard library plus python3-websockets and python3-psutil (Debian); reuses bench/execute.py's
+Kgw.
 """
 import argparse
 import asyncio
@@ -45,6 +48,22 @@ def cpu_ns(pid):
     return t
 
 
+def minflt(pid):
+    """The minor page faults of a kernel's sandbox processes (/proc/PID/stat, field 10)."""
+    n = 0
+    try:
+        pids = [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                n += int(fh.read().rsplit(")", 1)[1].split()[7])
+        except (OSError, ValueError, IndexError):
+            pass
+    return n
+
+
 def date(h):
     return datetime.datetime.fromisoformat(h["date"].replace("Z", "+00:00")).timestamp()
 
@@ -61,7 +80,7 @@ async def three(kgw, kid, warm=False, pid=None):
                    "content": {"code": "1+1", "silent": quiet, "store_history": not quiet,
                                "user_expressions": {}, "allow_stdin": False,
                                "stop_on_error": True}}
-            c0 = cpu_ns(pid) if pid else 0
+            c0, f0 = (cpu_ns(pid), minflt(pid)) if pid else (0, 0)
             t0 = time.perf_counter()
             await ws.send(json.dumps(msg))
             busy = count = rt = None
@@ -78,7 +97,8 @@ async def three(kgw, kid, warm=False, pid=None):
                         rt = time.perf_counter() - t0
                         inside = date(m["header"]) - busy
             await asyncio.sleep(0.05)  # what the kernel's threads do after its idle
-            out.append((rt, inside, count, (cpu_ns(pid) - c0) * 1e-9 if pid else 0))
+            out.append((rt, inside, count, (cpu_ns(pid) - c0) * 1e-9 if pid else 0,
+                        minflt(pid) - f0 if pid else 0))
     return out[1:] if warm else out
 
 
@@ -111,7 +131,8 @@ def main():
     for i, r in enumerate(ranks):
         print(f"execution {i + 1}: round trip p50 {statistics.median(x[0] for x in r) * 1e3:.2f}"
               f" ms, in the kernel p50 {statistics.median(x[1] for x in r) * 1e3:.2f} ms, "
-              f"the kernel's CPU p50 {statistics.median(x[3] for x in r) * 1e3:.2f} ms")
+              f"the kernel's CPU p50 {statistics.median(x[3] for x in r) * 1e3:.2f} ms, "
+              f"minor faults p50 {statistics.median(x[4] for x in r):.0f}")
 
 
 if __name__ == "__main__":
