@@ -66,7 +66,34 @@ def _kgw_prebuild(args, scratch):
     app.session = Session(parent=app, key=b"-")
     _kgw.update(app=app, shell=shell, args=tuple(args),
                 extensions=_kgw_load_extensions(app, shell))
+    _kgw_warm(shell)
     app.session.key = b""
+
+
+def _kgw_warm(shell):
+    """What a kernel's first execution would compute on the way (a one-shot's only execution is
+    a kernel's first). In the fork server: computed once, every forked kernel inherits it. In
+    the kernel, before it serves: the same again, now only reads of what is computed, so that
+    the kernel takes its own copies of those pages (copy-on-write) during its start instead of
+    its first execution. Only caches a later execution would fill the same way, none a client
+    can see: no code is run, nothing enters the history, the execution count, the user
+    namespace, linecache or the compiler's cell names, and no event or display hook is called.
+    """
+    import ast
+    cell = "1+1\n"
+    # IPython's input transformers tokenize the cell: tokenize compiles its regular
+    # expressions on first use (the re module's cache)
+    cell = shell.transform_cell(cell)
+    # whether the cell has a top-level await: a compile of its own
+    shell.should_run_async(cell, transformed_cell=cell, preprocessing_exc_tuple=None)
+    shell.loop_runner  # its default (IPython's asyncio runner), imported on first use
+    # the parse and compile of run_cell, under a name no cell has (the kernel's compiler,
+    # shell.compile, would record the cell in linecache: not used)
+    compile(ast.parse(cell), "<kgw-warm-up>", "exec")
+    # the display hook's formatters: each formatter's traits take their defaults on first
+    # access (per instance) through per-class generators (traitlets caches both); formatting a
+    # value reads them all and changes nothing
+    shell.display_formatter.format(2)
 
 
 def _kgw_load_extensions(app, shell):
@@ -170,6 +197,10 @@ def _kgw_launch(env, args):
     for name in ('SIGPIPE', 'SIGXFSZ'):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
+    # the temporary directory, found on first use by writing a probe file (ipykernel names
+    # its cells' files after it on the first execution): this kernel's, with its environment
+    import tempfile
+    tempfile.gettempdir()
     import random
     random.seed()  # also done by its at-fork hook; explicit for clarity
     np = sys.modules.get('numpy')
@@ -224,4 +255,8 @@ def _kgw_launch(env, args):
     for k in ("init_kernel", "parse_command_line", "load_config_file", "update_config",
               "init_extensions"):
         app.__dict__.pop(k, None)
+    try:
+        _kgw_warm(app.kernel.shell)  # the pages its first execution would copy, copied now
+    except Exception as e:  # only a cost moved: never a reason not to serve
+        sys.stderr.write('kgw-zygote: warm-up in the kernel failed: %r\n' % (e,))
     app.start()

@@ -406,3 +406,74 @@ def test_pool_refills_from_the_fork_server(gateway_factory):
         assert r == {"x": 1}
     finally:
         gw.delete_kernel(kid)
+
+
+# A fresh kernel's first execution, seen from inside: nothing before it. The fork server
+# computes some of what a first execution would (zygote.py, _kgw_warm) without executing
+# anything: no execution count, no In/Out/_ih/_oh entry, no `_` or `_N`, no last result, no
+# cell file in linecache other than this cell's. R['warm']: the plain-text formatter's traits
+# already hold their values when the first cell runs (its display hook has not run yet).
+FIRST = """
+import linecache, re, tempfile
+ip = get_ipython()
+ns = ip.user_ns
+R['count'] = ip.execution_count
+R['In'] = [len(In), In[0], '#first-cell' in In[-1], list(_ih) == list(In)]
+R['Out'] = [dict(Out), dict(_oh)]
+R['under'] = [ns.get('_'), ns.get('__'), ns.get('___'),
+              sorted(k for k in ns if re.fullmatch(r'_i?[0-9]+', k) and k != '_i1')]
+R['last'] = [ip.last_execution_result is None, ip.last_execution_succeeded]
+R['cells'] = len([f for f in linecache.cache if f.startswith(tempfile.gettempdir() + '/ipykernel_')])
+R['warm'] = 'pprint' in ip.display_formatter.formatters['text/plain']._trait_values
+#first-cell"""
+
+FIRST_EXPECTED = {"count": 1, "In": [2, "", True, True], "Out": [{}, {}],
+                  "under": ["", "", "", []], "last": [True, True], "cells": 1}
+
+
+def test_first_execution_of_a_forked_kernel(fgw):
+    kid = new(fgw)
+    try:
+        r = S.kcall(fgw, kid, FIRST, guard=False)
+    finally:
+        fgw.delete_kernel(kid)
+    assert r.pop("warm") is True, "the fork server did not pre-compute the formatters"
+    assert r == FIRST_EXPECTED
+
+
+def test_first_execution_of_a_pooled_one_shot(gateway_factory):
+    """A one-shot (POST /api/execute) on a kernel from the pool, refilled by the fork server:
+    its only execution is the kernel's first, count 1, with nothing before it."""
+    import http.client
+    import json
+    gw = gateway_factory("--fork-server", "--pool", "python3=2")
+    S.wait_for(lambda: "fork server: ready" in gw.log(), 60, what="the fork server")
+    pool = lambda: gw.request("GET", "/api/status")[1]["pool"]["python3"]  # noqa: E731
+    # the pool's first kernels may have been started before the fork server was ready (exec):
+    # take them, then test forked ones
+    seen = 0
+    for _ in range(8):
+        S.wait_for(lambda: pool()["ready"] >= 2, 120, what="a full pool")
+        c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+        c.request("POST", "/api/execute",
+                  body=json.dumps({"code": S.wrap(FIRST, guard=False, result=True)}).encode(),
+                  headers={"Authorization": f"token {gw.token}",
+                           "Content-Type": "application/json"})
+        resp = c.getresponse()
+        assert resp.status == 201, resp.read()
+        events = [json.loads(line) for line in resp]
+        c.close()
+        end = events[-1]
+        assert end["type"] == "end" and end["status"] == "ok" and end["execution_count"] == 1, \
+            events
+        text = "".join(e.get("text", "") for e in events if e["type"] == "stream")
+        r = json.loads(text.split(S.RESULT_TAG, 1)[1])
+        warm = r.pop("warm")
+        assert r == FIRST_EXPECTED
+        kid = next(e["kernel_id"] for e in events if e.get("kernel_id"))
+        if forked(gw, kid):
+            assert warm is True, "the fork server did not pre-compute the formatters"
+            seen += 1
+            if seen == 2:
+                break
+    assert seen == 2, "no forked kernel from the pool:\n" + gw.log()[-3000:]
