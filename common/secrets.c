@@ -107,14 +107,17 @@ int secrets_parse_line(
     char why[160];
     if (!hosts)
         return -ENOMEM;
+    /* the reason is not quoted: on a line whose fields are out of order the value sits here */
     if (egpol_parse(line + f[2][0], f[2][1] - f[2][0], hosts, why, sizeof(why)) < 0) {
         free(hosts);
-        return snprintf(err, errsz, "hosts: %s", why), -EINVAL;
+        return snprintf(err, errsz, "hosts: not a list of HOST:PORT (the third field)"), -EINVAL;
     }
+    /* a wildcard would send the value to any name under it, one the kernel's owner may hold */
     for (size_t k = 0; k < hosts->n; k++)
-        if (hosts->v[k].any) {
+        if (hosts->v[k].any || hosts->v[k].wild) {
             free(hosts);
-            return snprintf(err, errsz, "hosts: \"*\" (any host) is not allowed for a secret"),
+            return snprintf(err, errsz,
+                            "hosts: a wildcard (\"*\" or \"*.NAME\") is not allowed for a secret"),
                    -EINVAL;
         }
     if (hosts->n == 0) {

@@ -792,6 +792,8 @@ static bool progress_caught_up(const struct mcp_call *c)
 static void progress_fill(struct mcp_call *c)
 {
     xexec_t *x = c->sub.x;
+    if (!c->token && x) /* an event stream without a progress token: nothing to tell */
+        c->pcur = c->sub.cursor;
     c->filling = true;
     while (c->sse && x && c->pcur < c->sub.cursor && c->out.len < MCP_WRITE_BYTES) {
         struct xexec_event e;

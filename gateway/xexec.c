@@ -72,6 +72,7 @@ struct xexec {
     bool aborted; /* the kernel answered "aborted" (another client's execution failed) */
     bool evicted; /* its events were dropped for the budget: freed by the next sweep */
     bool cancelled, timed_out, saw_error, reply_error, idle_seen, oneshot, keep, gone;
+    bool after_due; /* a one-shot's kernel is to be shut down (after, armed) */
     json_int_t exec_count; /* -1: unknown */
     wsnap_t *before;
     evl_timer_t *timer;  /* the request's timeout */
@@ -154,6 +155,8 @@ static void drop_front(xexec_t *x, size_t n)
     x->first_seq += n;
 }
 
+static void on_after(void *data);
+
 static void exec_free(xexec_t *x)
 {
     struct xexec_sub *s, *tmp;
@@ -165,6 +168,8 @@ static void exec_free(xexec_t *x)
     evl_t *evl = &x->xa->g->loop.evl;
     evl_timer_destroy(evl, &x->timer);
     evl_timer_destroy(evl, &x->settle);
+    if (x->after_due) /* freed in the turn it ended (evicted): its kernel goes all the same */
+        on_after(x);
     evl_timer_destroy(evl, &x->after);
     kwait_cancel(&x->wait);
     files_put_cancel(&x->put);
@@ -710,6 +715,7 @@ static void on_after(void *data)
 {
     xexec_t *x = data;
     gw_t *g = x->xa->g;
+    x->after_due = false;
     struct kops_error err;
     kernel_t *k = x->gone ? NULL : kmgr_find(g->km, x->kernel_id);
     if (k && kernel_state(k) != KERNEL_TERMINATING)
@@ -786,8 +792,10 @@ static void finish(xexec_t *x, const char *status, const char *cause,
         audit_event("execute_api", "s:s, s:s, s:s, s:s, s:f", "tenant", x->tn->name, "kernel",
                     x->kernel_id, "execution", x->id, "status", status, "duration_ms", dur);
     log_debug("xexec: execution=%s kernel=%s: %s", x->id, x->kernel_id, status);
-    if (x->oneshot && !x->keep && !x->gone)
+    if (x->oneshot && !x->keep && !x->gone) {
+        x->after_due = true;
         evl->timer_arm(evl, x->after, 0);
+    }
     if (xk)
         pump_soon(xk);
 }
@@ -954,6 +962,12 @@ static void oneshot_written(void *data, int rc, size_t failed)
     kernel_t *k = x->put_k;
     x->put = NULL;
     x->put_k = NULL;
+    if (rc == 0 && kernel_state(k) == KERNEL_DEAD) { /* it died while its files were written */
+        char cause[FPATH_MAX + 200];
+        snprintf(cause, sizeof(cause), "the kernel died%s%s", kernel_last_cause(k)[0] ? ": " : "",
+                 kernel_last_cause(k));
+        return finish(x, "kernel_died", cause, NULL);
+    }
     written(x, k, rc, failed);
 }
 

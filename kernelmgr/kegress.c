@@ -846,6 +846,12 @@ static int put_secrets(struct econn *c, const char **ret_why)
         *ret_why = "a request carrying a secret placeholder must name its host in its Host header";
         return 403;
     }
+    /* plain HTTP to the HTTPS port: the kernel chose to send in clear what goes over TLS */
+    if (!c->kssl && c->req.port == 443 &&
+        memmem(c->out, c->req.out_len, EGSUB_PREFIX, EGSUB_PREFIX_LEN)) {
+        *ret_why = "a secret placeholder is not sent in plain HTTP to port 443: use https://";
+        return 403;
+    }
     int r = egsub_apply(c->out, c->req.out_len, resolve_secret, c, &sub, &sublen, &why);
     if (r < 0) {
         *ret_why = r == -ENOMEM ? "out of memory" : why;

@@ -244,7 +244,10 @@ static X509 *leaf_for(ktls_t *t, const char *host)
     }
     char san[EGPOL_HOST_MAX + 8];
     snprintf(san, sizeof(san), "%s:%s", is_ip(host) ? "IP" : "DNS", host);
-    X509 *c = cert_new(t->leaf_key, host, KTLS_LEAF_DAYS);
+    /* CN at most 64 characters (X.509's upper bound); clients check the SAN, which has it all */
+    char cn[65];
+    snprintf(cn, sizeof(cn), "%s", host);
+    X509 *c = cert_new(t->leaf_key, cn, KTLS_LEAF_DAYS);
     if (!c || X509_set_issuer_name(c, X509_get_subject_name(t->ca)) != 1 ||
         !add_ext(c, t->ca, NID_basic_constraints, "critical,CA:FALSE") ||
         !add_ext(c, t->ca, NID_key_usage, "critical,digitalSignature") ||

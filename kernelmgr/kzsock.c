@@ -19,8 +19,8 @@
  * queue would have had KZ_OVERSIZE_CONFIRM_MS to move: kz_on_quiet looks again. */
 static void kz_pipe_check(kzsock_t *z, int ev)
 {
-    if (z->type != ZMQ_DEALER || !z->watch || (ev & ZMQ_POLLOUT))
-        return;
+    if (z->type != ZMQ_DEALER || !z->watch || (ev & ZMQ_POLLOUT) || z->suspect)
+        return; /* (a check under way is not put off by every send: it would never end) */
     z->suspect = true;
     z->evl->timer_arm(z->evl, z->quiet, KZ_OVERSIZE_CONFIRM_MS);
 }

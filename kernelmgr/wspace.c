@@ -63,10 +63,10 @@ struct wspace_charge {
 static void on_charged(void *data)
 {
     wspace_charge_t *wc = data;
+    evl_io_destroy(wc->l, &wc->io); /* a watch goes before its fd (charge_end closes it) */
     int rc = sbx_cgroup_charge_end(&wc->c);
     wspace_charge_cb done = wc->done;
     void *d = wc->data;
-    evl_io_destroy(wc->l, &wc->io);
     free(wc);
     done(d, rc);
 }

@@ -51,7 +51,7 @@ int main(void)
     CHECK_INT(e.hosts->n, 1);
     CHECK_INT(e.hosts->v[0].port, 443);
     secrets_entry_fini(&e);
-    CHECK_INT(parse("t DB_TOKEN db.example:5432,*.example.org:443\tv\r", &e, err), 1);
+    CHECK_INT(parse("t DB_TOKEN db.example:5432,www.example.org:443\tv\r", &e, err), 1);
     CHECK_STR(e.value, "v"); /* a CR before the newline is not the value's */
     CHECK_INT(e.hosts->n, 2);
     secrets_entry_fini(&e);
@@ -66,7 +66,11 @@ int main(void)
     bad("acme LD_PRELOAD h:1 v", "secret name");
     bad("acme KERNEL_X h:1 v", "secret name");
     bad("acme 1X h:1 v", "secret name");
-    bad("acme KEY *:443 v", "any host");
+    bad("acme KEY *:443 v", "wildcard");
+    bad("acme KEY api.example.com:443,*.example.org:443 v", "wildcard");
+    /* fields out of order: the value in the hosts' place is not quoted in the error */
+    CHECK_INT(parse("acme KEY sk-secretvalue api.example.com:443", &e, err), -EINVAL);
+    CHECK(!strstr(err, "sk-secretvalue"));
     bad("acme KEY nohostport v", "hosts");
     bad("acme KEY h:1 a\x01b", "printable");
     bad("acme KEY h:1 x-kgw-secret-0", "must not contain");
