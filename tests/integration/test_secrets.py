@@ -498,3 +498,42 @@ def test_mcp_structured_content_has_the_receipt(sgw, net):
     assert sc["status"] == "ok" and sc["egress"]["secrets"] == ["API_TOKEN"], body
     assert [h["host"] for h in sc["egress"]["hosts"]] == [f"{A_HOST}:{net['pa']}"], sc
     assert VALUE not in json.dumps(body)
+
+
+def test_wildcard_secret_hosts_are_refused(tmp_path):
+    """A secret never goes to every name under a domain (one the kernel's owner may hold)."""
+    key = secrets.token_hex(16)
+    kf = tmp_path / "keys"
+    kf.write_text(f"sec blake2b:{hashlib.blake2b(key.encode(), digest_size=32).hexdigest()} "
+                  f"egress=*.example.org:443\n")
+    sf = tmp_path / "secrets"
+    sf.write_text(f"sec API_TOKEN *.example.org:443 {VALUE}\n")
+    os.chmod(sf, 0o600)
+    p = subprocess.run([conftest.KGW_BIN, "--port", str(conftest.free_port()),
+                        f"--key-file={kf}", f"--secrets-file={sf}"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "wildcard" in p.stderr, p.stderr
+    assert VALUE not in p.stderr + p.stdout
+
+
+def test_no_secret_in_plain_http_to_port_443(tmp_path):
+    """`http://HOST:443/` with a placeholder: refused before anything is sent (the kernel chose
+    to send in clear what the host takes over TLS); nothing listens there, nothing is needed."""
+    key = secrets.token_hex(16)
+    kf = tmp_path / "keys"
+    kf.write_text(f"sec blake2b:{hashlib.blake2b(key.encode(), digest_size=32).hexdigest()} "
+                  f"egress={A_HOST}:443\n")
+    sf = tmp_path / "secrets"
+    sf.write_text(f"sec API_TOKEN {A_HOST}:443 {VALUE}\n")
+    os.chmod(sf, 0o600)
+    gw = S.start_sandboxed(f"--key-file={kf}", f"--secrets-file={sf}")
+    try:
+        c = conftest.Gateway(gw.proc, gw.port, key, gw.log_path)
+        kid = start(c)["id"]
+        r = S.kcall(c, kid, FETCH + f'''
+R["plain"] = fetch("http://{A_HOST}:443/", {{"Authorization": "Bearer " + TOK}})
+''')
+        assert r["plain"]["status"] == 403 and "port 443" in r["plain"]["reason"], r
+        assert VALUE not in json.dumps(r)
+    finally:
+        conftest.stop_gateway(gw)
