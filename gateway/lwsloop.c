@@ -44,10 +44,13 @@ static void free_handle(uv_handle_t *h)
 
 static void on_poll(uv_poll_t *h, int status, int events)
 {
-    (void)status; /* an error (the watch is then stopped) is for the callback's read to see */
     (void)events;
     evl_io_t *io = (evl_io_t *)h;
-    io->cb(io->data);
+    io->cb(io->data); /* an error is for the callback's read to see */
+    /* on an error (EPOLLERR) libuv stopped the watch: a callback that read data and kept its
+     * watch still wants to hear of the fd (evl.h: level-triggered until deleted) */
+    if (status < 0 && !uv_is_closing((uv_handle_t *)h))
+        (void)uv_poll_start(h, UV_READABLE, on_poll);
     kick(h->data); /* io's memory lasts the turn even when the callback deleted it */
 }
 
