@@ -104,7 +104,16 @@ static bool put(char *out, size_t *olen, const char *s, size_t n)
     return true;
 }
 
-int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const char **why)
+/* The request line of a head that ends within buf[0..len): 1 with rl filled, 0 when the head
+ * is not complete yet, < 0 (why set) when it is refused. */
+struct rline {
+    size_t end;              /* the head's length, its empty line included */
+    const char *eol;         /* the request line's '\n' */
+    const char *m, *t, *v;   /* method, target, version ("HTTP/1.x", 8 bytes) */
+    size_t ml, tl, ll;       /* lengths of method, target, line (without CR LF) */
+};
+
+static int request_line(const char *buf, size_t len, struct rline *rl, const char **why)
 {
     size_t scan = len < EGREQ_HEAD_MAX ? len : EGREQ_HEAD_MAX;
     size_t end = head_end(buf, scan);
@@ -112,8 +121,7 @@ int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const
         return len >= EGREQ_HEAD_MAX ? fail(why, "request head too large", -EMSGSIZE) : 0;
     if (memchr(buf, '\0', end))
         return fail(why, "NUL byte in request head", -EINVAL);
-
-    /* request line: METHOD SP TARGET SP HTTP/1.x */
+    /* METHOD SP TARGET SP HTTP/1.x */
     const char *p = buf, *eol = memchr(buf, '\n', end);
     size_t ll = (size_t)(eol - p);
     if (ll && p[ll - 1] == '\r')
@@ -136,6 +144,49 @@ int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const
     for (size_t i = 0; i < tl; i++)
         if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
             return fail(why, "malformed request target", -EINVAL);
+    *rl = (struct rline){.end = end, .eol = eol, .m = p, .t = t, .v = v,
+                         .ml = ml, .tl = tl, .ll = ll};
+    return 1;
+}
+
+/* The header line at *p (before end): 1 with its start (ret_h), its length without CR LF
+ * (ret_hl) and its name's (ret_nl), *p moved past it; 0 at the empty line; < 0 (why set) when
+ * it is refused. */
+static int header_line(const char **p, const char *end, int *nh, const char **ret_h,
+                       size_t *ret_hl, size_t *ret_nl, const char **why)
+{
+    const char *h = *p, *eol = memchr(h, '\n', (size_t)(end - h));
+    size_t hl = (size_t)(eol - h);
+    if (hl && h[hl - 1] == '\r')
+        hl--;
+    if (hl == 0)
+        return 0;
+    if (++*nh > EGREQ_MAX_HEADERS)
+        return fail(why, "too many header lines", -EMSGSIZE);
+    const char *colon = memchr(h, ':', hl);
+    if (!colon || colon == h)
+        return fail(why, "malformed header line", -EINVAL);
+    for (const char *c = h; c < colon; c++)
+        if (!is_token(*c))
+            return fail(why, "malformed header name", -EINVAL);
+    for (const char *c = colon + 1; c < h + hl; c++)
+        if (((unsigned char)*c < 0x20 && *c != '\t') || *c == 0x7f)
+            return fail(why, "control byte in a header value", -EINVAL);
+    *ret_h = h;
+    *ret_hl = hl;
+    *ret_nl = (size_t)(colon - h);
+    *p = eol + 1;
+    return 1;
+}
+
+int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const char **why)
+{
+    struct rline rl;
+    int r = request_line(buf, len, &rl, why);
+    if (r <= 0)
+        return r;
+    const char *p = rl.m, *t = rl.t, *v = rl.v;
+    size_t ml = rl.ml, tl = rl.tl, end = rl.end;
 
     memset(ret, 0, sizeof(*ret));
     ret->head_len = end;
@@ -180,33 +231,18 @@ int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const
     /* header lines */
     int nh = 0;
     bool host_seen = false;
-    for (p = eol + 1; p < buf + end;) {
-        eol = memchr(p, '\n', (size_t)(buf + end - p));
-        size_t hl = (size_t)(eol - p);
-        if (hl && p[hl - 1] == '\r')
-            hl--;
-        if (hl == 0)
-            break; /* the empty line */
-        if (++nh > EGREQ_MAX_HEADERS)
-            return fail(why, "too many header lines", -EMSGSIZE);
-        const char *colon = memchr(p, ':', hl);
-        if (!colon || colon == p)
-            return fail(why, "malformed header line", -EINVAL);
-        for (const char *c = p; c < colon; c++)
-            if (!is_token(*c))
-                return fail(why, "malformed header name", -EINVAL);
-        for (const char *c = colon + 1; c < p + hl; c++)
-            if (((unsigned char)*c < 0x20 && *c != '\t') || *c == 0x7f)
-                return fail(why, "control byte in a header value", -EINVAL);
-        size_t nl = (size_t)(colon - p);
-        if (!ret->connect && !hop_header(p, nl)) {
-            if (nl == 4 && !strncasecmp(p, "host", 4))
+    const char *h;
+    size_t hl, nl;
+    for (p = rl.eol + 1; (r = header_line(&p, buf + end, &nh, &h, &hl, &nl, why)) > 0;) {
+        if (!ret->connect && !hop_header(h, nl)) {
+            if (nl == 4 && !strncasecmp(h, "host", 4))
                 host_seen = true;
-            if (!put(out, &ret->out_len, p, hl) || !put(out, &ret->out_len, "\r\n", 2))
+            if (!put(out, &ret->out_len, h, hl) || !put(out, &ret->out_len, "\r\n", 2))
                 return fail(why, "request head too large", -EMSGSIZE);
         }
-        p = eol + 1;
     }
+    if (r < 0)
+        return r;
     if (!ret->connect) {
         char hostline[EGREQ_HOST_MAX + 32];
         int n = 0;
@@ -225,67 +261,29 @@ int egreq_parse(const char *buf, size_t len, struct egreq *ret, char *out, const
 int egreq_parse_origin(const char *buf, size_t len, char *out, size_t *ret_out_len,
                        size_t *ret_head_len, const char **why)
 {
-    size_t scan = len < EGREQ_HEAD_MAX ? len : EGREQ_HEAD_MAX, olen = 0;
-    size_t end = head_end(buf, scan);
-    if (!end)
-        return len >= EGREQ_HEAD_MAX ? fail(why, "request head too large", -EMSGSIZE) : 0;
-    if (memchr(buf, '\0', end))
-        return fail(why, "NUL byte in request head", -EINVAL);
-    const char *p = buf, *eol = memchr(buf, '\n', end);
-    size_t ll = (size_t)(eol - p);
-    if (ll && p[ll - 1] == '\r')
-        ll--;
-    const char *sp1 = memchr(p, ' ', ll);
-    if (!sp1 || sp1 == p || (size_t)(sp1 - p) > METHOD_MAX)
-        return fail(why, "malformed request line", -EINVAL);
-    size_t ml = (size_t)(sp1 - p);
-    for (size_t i = 0; i < ml; i++)
-        if (p[i] < 'A' || p[i] > 'Z')
-            return fail(why, "malformed method", -EINVAL);
-    if (ml == 7 && !memcmp(p, "CONNECT", 7))
+    struct rline rl;
+    size_t olen = 0;
+    int r = request_line(buf, len, &rl, why);
+    if (r <= 0)
+        return r;
+    if (rl.ml == 7 && !memcmp(rl.m, "CONNECT", 7))
         return fail(why, "CONNECT inside a tunnel", -ENOTSUP);
-    const char *t = sp1 + 1;
-    const char *sp2 = memchr(t, ' ', ll - ml - 1);
-    if (!sp2 || sp2 == t)
-        return fail(why, "malformed request line", -EINVAL);
-    size_t tl = (size_t)(sp2 - t), vl = ll - ml - 1 - tl - 1;
-    if (vl != 8 || (memcmp(sp2 + 1, "HTTP/1.1", 8) && memcmp(sp2 + 1, "HTTP/1.0", 8)))
-        return fail(why, "not HTTP/1.0 or HTTP/1.1", -EINVAL);
-    if (t[0] != '/' && !(tl == 1 && t[0] == '*'))
+    if (rl.t[0] != '/' && !(rl.tl == 1 && rl.t[0] == '*'))
         return fail(why, "only origin-form targets inside a tunnel", -ENOTSUP);
-    for (size_t i = 0; i < tl; i++)
-        if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
-            return fail(why, "malformed request target", -EINVAL);
-    if (!put(out, &olen, p, ll) || !put(out, &olen, "\r\n", 2))
+    if (!put(out, &olen, rl.m, rl.ll) || !put(out, &olen, "\r\n", 2))
         return fail(why, "request head too large", -EMSGSIZE);
     int nh = 0;
-    for (p = eol + 1; p < buf + end;) {
-        eol = memchr(p, '\n', (size_t)(buf + end - p));
-        size_t hl = (size_t)(eol - p);
-        if (hl && p[hl - 1] == '\r')
-            hl--;
-        if (hl == 0)
-            break;
-        if (++nh > EGREQ_MAX_HEADERS)
-            return fail(why, "too many header lines", -EMSGSIZE);
-        const char *colon = memchr(p, ':', hl);
-        if (!colon || colon == p)
-            return fail(why, "malformed header line", -EINVAL);
-        for (const char *c = p; c < colon; c++)
-            if (!is_token(*c))
-                return fail(why, "malformed header name", -EINVAL);
-        for (const char *c = colon + 1; c < p + hl; c++)
-            if (((unsigned char)*c < 0x20 && *c != '\t') || *c == 0x7f)
-                return fail(why, "control byte in a header value", -EINVAL);
-        if (!hop_header(p, (size_t)(colon - p)) &&
-            (!put(out, &olen, p, hl) || !put(out, &olen, "\r\n", 2)))
+    const char *p, *h;
+    size_t hl, nl;
+    for (p = rl.eol + 1; (r = header_line(&p, buf + rl.end, &nh, &h, &hl, &nl, why)) > 0;)
+        if (!hop_header(h, nl) && (!put(out, &olen, h, hl) || !put(out, &olen, "\r\n", 2)))
             return fail(why, "request head too large", -EMSGSIZE);
-        p = eol + 1;
-    }
+    if (r < 0)
+        return r;
     if (!put(out, &olen, "Connection: close\r\n\r\n", 21))
         return fail(why, "request head too large", -EMSGSIZE);
     *ret_out_len = olen;
-    *ret_head_len = end;
+    *ret_head_len = rl.end;
     return 1;
 }
 
