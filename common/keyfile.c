@@ -8,6 +8,7 @@
 
 #include "common/egpol.h"
 #include "common/ident.h"
+#include "common/util.h"
 
 #define B2_PREFIX "blake2b:"
 
@@ -87,7 +88,7 @@ int keyfile_parse_line(const char *line, size_t len, struct keyfile_entry *out, 
 int keyfile_load(const char *path, keyfile_t **ret, char *err, size_t errsz)
 {
     char line[KEYFILE_LINE_MAX + 2], why[160];
-    int r = 0, lineno = 0;
+    int r = 0;
     FILE *f = fopen(path, "re");
     if (!f) {
         r = -errno;
@@ -100,21 +101,13 @@ int keyfile_load(const char *path, keyfile_t **ret, char *err, size_t errsz)
         fclose(f);
         return -ENOMEM;
     }
-    while (fgets(line, sizeof(line), f)) {
-        size_t n = strlen(line);
-        lineno++;
-        if (n > 0 && line[n - 1] == '\n')
-            line[--n] = '\0';
-        else if (!feof(f)) {
-            snprintf(err, errsz, "%s:%d: line longer than %d bytes", path, lineno,
-                     KEYFILE_LINE_MAX);
-            r = -EINVAL;
-            break;
-        }
+    struct util_file_pos pos = {path, 0};
+    size_t n;
+    while ((r = util_read_line(f, line, KEYFILE_LINE_MAX, &pos, &n, err, errsz)) > 0) {
         struct keyfile_entry e;
         int pr = keyfile_parse_line(line, n, &e, why, sizeof(why));
         if (pr < 0) {
-            snprintf(err, errsz, "%s:%d: %s", path, lineno, why);
+            snprintf(err, errsz, "%s:%d: %s", path, pos.lineno, why);
             r = pr;
             break;
         }

@@ -169,34 +169,26 @@ void secrets_placeholder(char out[SECRETS_PH_LEN + 1])
 /* One line at a time from a file opened and checked by secrets_load. */
 static int load_lines(FILE *f, const char *path, secrets_t *s, char *err, size_t errsz)
 {
-    size_t cap = 0;
-    int lineno = 0, r = 0;
+    size_t cap = 0, n;
+    int r;
+    struct util_file_pos pos = {path, 0};
     char *line = malloc(SECRETS_LINE_MAX + 2), why[200];
     if (!line)
         return -ENOMEM;
-    while (fgets(line, SECRETS_LINE_MAX + 2, f)) {
-        size_t n = strlen(line);
-        lineno++;
-        if (n > 0 && line[n - 1] == '\n')
-            line[--n] = '\0';
-        else if (!feof(f)) {
-            snprintf(err, errsz, "%s:%d: line longer than %d bytes", path, lineno,
-                     SECRETS_LINE_MAX);
-            r = -EINVAL;
-            break;
-        }
+    while ((r = util_read_line(f, line, SECRETS_LINE_MAX, &pos, &n, err, errsz)) > 0) {
         struct secrets_entry e;
         int pr = secrets_parse_line(line, n, &e, why, sizeof(why));
         if (pr < 0) {
-            snprintf(err, errsz, "%s:%d: %s", path, lineno, pr == -ENOMEM ? "out of memory" : why);
+            snprintf(err, errsz, "%s:%d: %s", path, pos.lineno,
+                     pr == -ENOMEM ? "out of memory" : why);
             r = pr;
             break;
         }
         if (pr == 0)
             continue;
         if (secrets_find(s, e.tenant, e.name)) {
-            snprintf(err, errsz, "%s:%d: tenant %s has secret %s twice", path, lineno, e.tenant,
-                     e.name);
+            snprintf(err, errsz, "%s:%d: tenant %s has secret %s twice", path, pos.lineno,
+                     e.tenant, e.name);
             secrets_entry_fini(&e);
             r = -EINVAL;
             break;

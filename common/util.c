@@ -137,6 +137,23 @@ int util_write_small(const char *path, const char *value)
 
 /* Open descriptors of this process (-1: unknown): the size of /proc/self/fd where the kernel
  * reports it (Linux 6.2), else its entries. */
+int util_read_line(FILE *f, char *buf, size_t max, struct util_file_pos *pos, size_t *len,
+                   char *err, size_t errsz)
+{
+    if (!fgets(buf, (int)max + 2, f))
+        return 0;
+    size_t n = strlen(buf);
+    pos->lineno++;
+    if (n > 0 && buf[n - 1] == '\n')
+        buf[--n] = '\0';
+    else if (!feof(f)) {
+        snprintf(err, errsz, "%s:%d: line longer than %zu bytes", pos->path, pos->lineno, max);
+        return -EINVAL;
+    }
+    *len = n;
+    return 1;
+}
+
 long long util_open_fds(void)
 {
     struct stat st;

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define UTIL_UUID_LEN 36
 
@@ -34,6 +35,16 @@ int util_write_small(const char *path, const char *value);
 
 /* Open descriptors of this process, or -1 when unknown. */
 long long util_open_fds(void);
+/* Where a config file is being read (util_read_line's error messages). */
+struct util_file_pos {
+    const char *path;
+    int lineno; /* lines read so far */
+};
+/* The next line of a config file into buf (at least max + 2 bytes), without its newline, its
+ * length in *len: 1, or 0 at the end of the file, or -EINVAL with "PATH:LINE: line longer than
+ * MAX bytes" in err. */
+int util_read_line(FILE *f, char *buf, size_t max, struct util_file_pos *pos, size_t *len,
+                   char *err, size_t errsz);
 
 /* The calling thread's scheduler slice (Linux 6.12+ EEVDF: sched_attr.sched_runtime for a
  * SCHED_OTHER thread; the kernel clamps it to 0.1..100 ms) in nanoseconds, 0 for the kernel's
