@@ -25,10 +25,10 @@ INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
                    "clientInfo": {"name": "named", "version": "1"}}}
 
 
-def post(gw, body, session=None, name=None, method="POST", token=None):
+def post(gw, body, session=None, name=None, method="POST", token=None, headers=None):
     """(status, parsed JSON body or None, headers) of one request to /mcp."""
     h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-         "Authorization": f"Bearer {token or gw.token}"}
+         "Authorization": f"Bearer {token or gw.token}", **(headers or {})}
     if session:
         h["Mcp-Session-Id"] = session
     if name is not None:
@@ -117,11 +117,15 @@ def test_state_across_sessions(gateway):
 
 
 def test_headers_checked(gateway_factory):
-    gw = gateway_factory("--mcp-named-kernels=2")
+    gw = gateway_factory("--mcp-named-kernels=2", "--allow-origin=https://app.example")
     for bad in (".hidden", "-x", "a b", "a/b", "k" * 65, "caf\u00e9".encode().decode("latin-1")):
         st, body, _ = post(gw, INIT, name=bad)
         assert st == 400 and body["error"]["code"] == -32000, (bad, st, body)
         assert "Kgw-Kernel-Name" in body["error"]["message"]
+    # a browser client may send it
+    st, body, h = post(gw, INIT, name="a", headers={"Origin": "https://app.example"})
+    assert st == 200 and "Kgw-Kernel-Name" in h["Access-Control-Allow-Headers"], (st, body)
+    end(gw, h["Mcp-Session-Id"], "a")
     # the name a session was initialized with (or none) is the one its requests send
     sid = session(gw, "a")
     st, body, _ = post(gw, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, sid, "b")
