@@ -1025,10 +1025,20 @@ static void m_initialize(struct mcp_call *c, json_t *params)
     if (!asked)
         return reply_error(c, 200, JRPC_INVALID_PARAMS, "'protocolVersion' must be a string");
     size_t mine = 0;
-    struct mcp_session *o;
+    struct mcp_session *o, *lru = NULL;
     list_for_each(o, &m->sessions, link)
     {
-        mine += !strcmp(o->tenant, c->r->caller.tenant);
+        if (strcmp(o->tenant, c->r->caller.tenant) != 0)
+            continue;
+        mine++;
+        if (o->named && list_empty(&o->calls) && (!lru || o->last_ms < lru->last_ms))
+            lru = o;
+    }
+    /* A session of a named kernel holds nothing the name does not (per-call clients often
+     * leave theirs to idle out): at the limit, the one idle the longest makes room. */
+    if (mine >= MCP_TENANT_MAX && lru) {
+        session_end(m, lru, "evicted: the tenant's session limit was reached");
+        mine--;
     }
     if (mine >= MCP_TENANT_MAX)
         return reply_error(c, 429, JRPC_INTERNAL_ERROR,

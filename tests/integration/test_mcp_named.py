@@ -149,6 +149,33 @@ def test_headers_checked(gateway_factory):
     assert post(off, INIT)[0] == 200
 
 
+def test_session_limit_evicts_named_sessions_only(gateway_factory):
+    """Per-call clients that never end their sessions leave them to idle out; at the tenant's
+    limit of sessions (1000) the named kernel's session idle the longest makes room (it holds
+    nothing its name does not); sessions of their own kernels are never evicted."""
+    LIMIT = 1000
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    gw = gateway_factory()
+    first = session(gw, "many")
+    others = [post(gw, INIT, name="many")[2]["Mcp-Session-Id"] for _ in range(LIMIT - 2)]
+    plain = session(gw)
+    assert post(gw, ping, first, "many")[0] == 200  # now the most recently used
+    st, body, _ = post(gw, INIT)
+    assert st == 200, body
+    assert post(gw, ping, others[0], "many")[0] == 404
+    assert post(gw, ping, first, "many")[0] == 200
+    assert post(gw, ping, others[1], "many")[0] == 200
+    assert post(gw, ping, plain)[0] == 200
+    assert "evicted: the tenant's session limit" in gw.log()
+    # only sessions of their own: the limit refuses, whatever the newcomer asks
+    gw2 = gateway_factory()
+    for _ in range(LIMIT):
+        assert post(gw2, INIT)[0] == 200
+    for name in (None, "x"):
+        st, body, _ = post(gw2, INIT, name=name)
+        assert st == 429 and "1000 MCP sessions" in body["error"]["message"], body
+
+
 def test_tenants_do_not_share_names(gateway_factory, tmp_path):
     kf, keys = key_file(("alice", "bob"), tmp_path)
     gw = gateway_factory(f"--key-file={kf}", "--mcp-named-kernels=1")
