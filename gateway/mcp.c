@@ -1071,12 +1071,12 @@ static void m_initialize(struct mcp_call *c, json_t *params)
     list_append(&m->sessions, &s->link);
     m->count++;
     snprintf(c->sid, sizeof(c->sid), "%s", s->id);
-    log_info("mcp: session=%.8s tenant=%s: started (protocol %s)%s%s", s->id, s->tenant,
-             s->version, s->named ? ", named kernel " : "", s->named ? s->named->name : "");
+    log_info("mcp: session=%.8s tenant=%s: started (protocol %s)%s%s", s->id, s->tenant, s->version,
+             s->named ? ", named kernel " : "", s->named ? s->named->name : "");
     if (audit_enabled())
-        audit_event("mcp_session_start", "s:s, s:s, s:s, s:s, s:s?", "tenant", s->tenant,
-                    "session", s->id, "protocol", s->version, "addr", c->r->caller.addr,
-                    "kernel_name", s->named ? s->named->name : NULL);
+        audit_event("mcp_session_start", "s:s, s:s, s:s, s:s, s:s?", "tenant", s->tenant, "session",
+                    s->id, "protocol", s->version, "addr", c->r->caller.addr, "kernel_name",
+                    s->named ? s->named->name : NULL);
     reply(c, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", s->version,
                        "capabilities", "tools", "listChanged", 0, "serverInfo", "name", "kgw",
                        "title", "kgw kernel gateway", "version", KGW_VERSION, "instructions",
@@ -1212,8 +1212,7 @@ static int named_start(struct mcp_call *c, kernel_t **ret_k)
         snprintf(note, sizeof(note),
                  "[kgw] the kernel named '%s' had ended (idle, shut down, or it died): a new one "
                  "was started, so variables and imports from earlier calls are gone; %s\n",
-                 e->name,
-                 same_ws ? "workspace files are kept" : "its workspace is new (empty)");
+                 e->name, same_ws ? "workspace files are kept" : "its workspace is new (empty)");
     else
         snprintf(note, sizeof(note),
                  "[kgw] a new kernel named '%s' was started; later MCP sessions sending "
