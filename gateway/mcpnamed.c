@@ -147,7 +147,9 @@ void mcpnamed_sweep(mcpnamed_t *n, uint64_t idle_ms)
             kops_shutdown(n->g, k, &err);
             k = NULL;
         }
-        if (!k && e->sessions == 0)
+        /* one whose kernel ended (deleted, culled, died) is kept until the idle time from its
+         * last use: its next session is told, and gets the workspace while it is kept */
+        if (!k && e->sessions == 0 && (!e->kernel_id[0] || e->last_ms + idle_ms <= now))
             entry_free(e, e->kernel_id[0] ? "its kernel is gone" : "unused");
     }
 }

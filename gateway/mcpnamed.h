@@ -2,7 +2,8 @@
  * share by name (the Kgw-Kernel-Name header), so clients that open an MCP session per tool call
  * keep their variables. A name is bound to at most one kernel of one tenant; the same name of
  * another tenant is another entry. Entries are counted per tenant and swept: a kernel unused
- * for the idle time is shut down, an entry no session holds whose kernel is gone is freed. */
+ * for the idle time is shut down; an entry no session holds whose kernel is gone is freed once
+ * unused for the idle time too (at once when its tenant needs the room). */
 #ifndef KGW_GATEWAY_MCPNAMED_H
 #define KGW_GATEWAY_MCPNAMED_H
 
@@ -48,7 +49,7 @@ void mcpnamed_touch(struct mcpnamed_entry *e);
 /* The entry's kernel is k (just started for it). */
 void mcpnamed_set_kernel(struct mcpnamed_entry *e, kernel_t *k);
 /* Shuts down the kernels unused for idle_ms (none of their executions queued or running),
- * frees the entries no session holds whose kernel is gone. */
+ * frees the entries no session holds whose kernel is gone and that were unused for idle_ms. */
 void mcpnamed_sweep(mcpnamed_t *n, uint64_t idle_ms);
 /* Entries of the tenant. */
 size_t mcpnamed_count(const mcpnamed_t *n, const char *tenant);

@@ -214,6 +214,20 @@ def test_deleted_kernel_is_replaced_and_told(gateway):
     end(gateway, sid, "phoenix")
 
 
+def test_died_kernel_is_replaced_and_told(gateway_factory):
+    gw = gateway_factory("--max-restarts=0")
+    text, st = per_call(gw, "x = 1", "fragile")
+    kid = st["kernel_id"]
+    text, st = per_call(gw, "import os\nos._exit(3)", "fragile")
+    assert st["status"] == "kernel_died", text
+    for _ in range(100):  # (dead: not restarted)
+        if kernel_status(gw, kid)[0] == 404:
+            break
+        time.sleep(0.2)
+    text, st = per_call(gw, "print(x)", "fragile")
+    assert "NameError" in text and "had ended" in text and st["kernel_id"] != kid, text
+
+
 def test_two_sessions_at_once_queue(gateway):
     """Two sessions of one name run on one kernel: the second execution waits for the first."""
     _, st = per_call(gateway, "import time", "queue")
