@@ -4,8 +4,8 @@ by sending `Kgw-Kernel-Name: NAME` on every request.
 
 Checked with raw HTTP against a real gateway and real kernels: state across sessions of one
 name, separate kernels for other names, no name and other tenants, the per-tenant bound, name
-syntax, a deleted kernel replaced (and the client told), restart, two sessions at once on one
-kernel, the idle end. LangChain's JS adapter (@langchain/mcp-adapters from tests/mcp's
+syntax, a deleted or dead kernel replaced (and the client told), restart, two sessions at once
+on one kernel, the idle end, the tenant's session limit making room from named sessions. LangChain's JS adapter (@langchain/mcp-adapters from tests/mcp's
 lockfile) is driven by tests/mcp/langchain_named.mjs, one MultiServerMCPClient per call.
 """
 import json
