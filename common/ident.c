@@ -28,6 +28,7 @@ static const struct {
     [IDENT_TOKEN] = {S_GRAPH, S_GRAPH, IDENT_TOKEN_MAX},
     [IDENT_INSTANCE] = {S_WORD | S_DOT | S_DASH | S_COLON, S_WORD | S_DOT | S_DASH | S_COLON,
                         IDENT_INSTANCE_MAX},
+    [IDENT_KNAME] = {S_WORD, S_WORD | S_DOT | S_DASH, IDENT_KNAME_MAX},
 };
 
 static bool in_set(unsigned char c, unsigned set)

@@ -23,6 +23,7 @@
 #define IDENT_UUIDISH_MAX  128
 #define IDENT_TOKEN_MAX    100
 #define IDENT_INSTANCE_MAX 128
+#define IDENT_KNAME_MAX    64
 
 enum ident_class {
     /* API key file tenants (common/keyfile.c): [A-Za-z0-9._-]{1,64}, not starting with '.' or
@@ -52,6 +53,10 @@ enum ident_class {
     /* The gateway's --instance-id (gateway/http.c): [A-Za-z0-9._:-]{1,128}, any first byte of
      * the set. (An empty --instance-id means "generate one"; the caller handles that before.) */
     IDENT_INSTANCE,
+    /* Names of MCP named kernels (gateway/mcp.c, the Kgw-Kernel-Name header):
+     * [A-Za-z0-9._-]{1,64}, not starting with '.' or '-'. A name appears in logs, audit events
+     * and tool results. */
+    IDENT_KNAME,
     IDENT_N
 };
 

@@ -62,7 +62,7 @@ static int add_common_headers(gw_t *g, struct lws *wsi, const char *csp, unsigne
         rc |= add_header(wsi, "access-control-allow-credentials:", "true", p, end);
         rc |= add_header(wsi, "access-control-allow-headers:",
                          "Authorization, Content-Type, X-API-Key, X-XSRFToken, Idempotency-Key, "
-                         "Last-Event-ID, Mcp-Session-Id, MCP-Protocol-Version",
+                         "Last-Event-ID, Mcp-Session-Id, MCP-Protocol-Version, Kgw-Kernel-Name",
                          p, end);
         rc |= add_header(wsi, "access-control-allow-methods:",
                          "GET, POST, PUT, PATCH, DELETE, OPTIONS", p, end);

@@ -222,6 +222,9 @@ static const struct cfg_option options[] = {
     I("mcp-idle-timeout", mcp_idle_timeout, "3600", 10, 604800,
       "seconds an MCP session (/mcp) is kept without requests; then it ends and its kernel is "
       "shut down"),
+    I("mcp-named-kernels", mcp_named_kernels, "16", 0, 1000,
+      "named kernels (/mcp's Kgw-Kernel-Name header) one tenant may have at once, kept across "
+      "MCP sessions until unused for --mcp-idle-timeout (0 = the header is refused)"),
     I("max-executions", max_executions, "100000", 1, 100000000,
       "executions of the execute API held at once, all tenants (queued, running, or finished "
       "within --execution-retention); when full, the tenant holding the most drops its oldest "

@@ -18,11 +18,13 @@
 #include <strings.h>
 
 #include "common/audit.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/shardid.h"
 #include "common/util.h"
 #include "gateway/files.h"
 #include "gateway/kops.h"
+#include "gateway/mcpnamed.h"
 #include "gateway/xexec.h"
 #include "protocol/fpath.h"
 #include "protocol/jrpc.h"
@@ -53,6 +55,7 @@ struct mcp {
     struct list sessions;
     size_t count;
     evl_timer_t *sweep;
+    mcpnamed_t *named; /* the named kernels (Kgw-Kernel-Name) */
 };
 
 struct mcp_session {
@@ -62,6 +65,7 @@ struct mcp_session {
     char tenant[KEYFILE_TENANT_MAX + 1];
     char version[MCP_VERSION_MAX];
     char kernel_id[40]; /* "" until the first tool call */
+    struct mcpnamed_entry *named; /* the named kernel it uses instead, or NULL */
     uint64_t last_ms;
 };
 
@@ -72,6 +76,7 @@ struct mcp_call {
     struct gw_req *r;
     struct mcp_session *s;
     char sid[MCP_SID_LEN + 1]; /* the Mcp-Session-Id header of the answer ("" : none) */
+    char kname[IDENT_KNAME_MAX + 1]; /* the Kgw-Kernel-Name header ("": none) */
     json_t *id;                /* of the request */
     json_t *token;             /* its progress token, or NULL */
     json_t *args;
@@ -233,8 +238,13 @@ static void session_end(struct mcp *m, struct mcp_session *s, const char *why)
     struct kops_error err;
     if (k && kernel_state(k) != KERNEL_TERMINATING && kernel_state(k) != KERNEL_DEAD)
         kops_shutdown(m->g, k, &err);
-    log_info("mcp: session=%.8s tenant=%s kernel=%s: ended (%s)", s->id, s->tenant,
-             s->kernel_id[0] ? s->kernel_id : "none", why);
+    if (s->named) /* its kernel stays for the name's next session */
+        mcpnamed_release(m->named, s->named);
+    log_info("mcp: session=%.8s tenant=%s kernel=%s%s%s: ended (%s)", s->id, s->tenant,
+             s->named          ? s->named->kernel_id
+             : s->kernel_id[0] ? s->kernel_id
+                               : "none",
+             s->named ? ", kept: named " : "", s->named ? s->named->name : "", why);
     if (audit_enabled())
         audit_event("mcp_session_end", "s:s, s:s, s:s, s:s", "tenant", s->tenant, "session", s->id,
                     "kernel", s->kernel_id, "reason", why);
@@ -253,6 +263,7 @@ static void on_sweep(void *data)
         if (list_empty(&s->calls) && s->last_ms + idle <= now)
             session_end(m, s, "idle");
     }
+    mcpnamed_sweep(m->named, idle);
     m->g->loop.evl.timer_arm(&m->g->loop.evl, m->sweep, MCP_SWEEP_MS);
 }
 
@@ -319,6 +330,8 @@ static void call_done(struct mcp_call *c)
     if (c->s) {
         c->s->last_ms = util_now_ms();
         list_remove(&c->slink);
+        if (c->s->named)
+            mcpnamed_touch(c->s->named);
     }
     lws_callback_on_writable(c->r->wsi);
 }
@@ -1012,10 +1025,20 @@ static void m_initialize(struct mcp_call *c, json_t *params)
     if (!asked)
         return reply_error(c, 200, JRPC_INVALID_PARAMS, "'protocolVersion' must be a string");
     size_t mine = 0;
-    struct mcp_session *o;
+    struct mcp_session *o, *lru = NULL;
     list_for_each(o, &m->sessions, link)
     {
-        mine += !strcmp(o->tenant, c->r->caller.tenant);
+        if (strcmp(o->tenant, c->r->caller.tenant) != 0)
+            continue;
+        mine++;
+        if (o->named && list_empty(&o->calls) && (!lru || o->last_ms < lru->last_ms))
+            lru = o;
+    }
+    /* A session of a named kernel holds nothing the name does not (per-call clients often
+     * leave theirs to idle out): at the limit, the one idle the longest makes room. */
+    if (mine >= MCP_TENANT_MAX && lru) {
+        session_end(m, lru, "evicted: the tenant's session limit was reached");
+        mine--;
     }
     if (mine >= MCP_TENANT_MAX)
         return reply_error(c, 429, JRPC_INTERNAL_ERROR,
@@ -1027,6 +1050,19 @@ static void m_initialize(struct mcp_call *c, json_t *params)
     struct mcp_session *s = calloc(1, sizeof(*s));
     if (!s)
         return reply_error(c, 500, JRPC_INTERNAL_ERROR, "out of memory");
+    int rc = c->kname[0] ? mcpnamed_acquire(m->named, c->r->caller.tenant, c->kname,
+                                            g->cfg.mcp_named_kernels, &s->named)
+                         : 0;
+    if (rc < 0) {
+        free(s);
+        if (rc == -EDQUOT)
+            return reply_error(c, 429, JRPC_INTERNAL_ERROR,
+                               "this tenant has %lld named kernels, the most "
+                               "(--mcp-named-kernels): use one of their names, or shut one "
+                               "down (DELETE /api/kernels/{id}), or wait for an idle one to end",
+                               g->cfg.mcp_named_kernels);
+        return reply_error(c, 500, JRPC_INTERNAL_ERROR, "out of memory");
+    }
     shardid_mint(s->id); /* a router sends the session's requests to this shard by it */
     snprintf(s->tenant, sizeof(s->tenant), "%s", c->r->caller.tenant);
     snprintf(s->version, sizeof(s->version), "%s", supported(asked) ? asked : versions[0]);
@@ -1035,16 +1071,23 @@ static void m_initialize(struct mcp_call *c, json_t *params)
     list_append(&m->sessions, &s->link);
     m->count++;
     snprintf(c->sid, sizeof(c->sid), "%s", s->id);
-    log_info("mcp: session=%.8s tenant=%s: started (protocol %s)", s->id, s->tenant, s->version);
+    log_info("mcp: session=%.8s tenant=%s: started (protocol %s)%s%s", s->id, s->tenant, s->version,
+             s->named ? ", named kernel " : "", s->named ? s->named->name : "");
     if (audit_enabled())
-        audit_event("mcp_session_start", "s:s, s:s, s:s, s:s", "tenant", s->tenant, "session",
-                    s->id, "protocol", s->version, "addr", c->r->caller.addr);
+        audit_event("mcp_session_start", "s:s, s:s, s:s, s:s, s:s?", "tenant", s->tenant, "session",
+                    s->id, "protocol", s->version, "addr", c->r->caller.addr, "kernel_name",
+                    s->named ? s->named->name : NULL);
     reply(c, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", s->version,
                        "capabilities", "tools", "listChanged", 0, "serverInfo", "name", "kgw",
                        "title", "kgw kernel gateway", "version", KGW_VERSION, "instructions",
-                       "Run Python with execute_code: state (variables, imports, files) "
-                       "persists across calls in this session. Files live in the session's "
-                       "workspace (list_files, read_file, write_file)."));
+                       s->named ? "Run Python with execute_code: state (variables, imports, "
+                                  "files) persists across calls, and across MCP sessions naming "
+                                  "the same kernel (Kgw-Kernel-Name). Files live in the kernel's "
+                                  "workspace (list_files, read_file, write_file)."
+                                : "Run Python with execute_code: state (variables, imports, "
+                                  "files) persists across calls in this session. Files live in "
+                                  "the session's workspace (list_files, read_file, "
+                                  "write_file)."));
 }
 
 static void m_ping(struct mcp_call *c, json_t *params)
@@ -1134,6 +1177,52 @@ static void kernel_ready(struct gw_req *r, kernel_t *k, int status)
     c->tool->run(c, k);
 }
 
+/* A new kernel for the session's named kernel (its first, or one after the last ended), in the
+ * workspace of the last one while that is kept (--workspace-grace): the result starts with a
+ * note saying so, as the variables the client may expect are not there. -1 after answering. */
+static int named_start(struct mcp_call *c, kernel_t **ret_k)
+{
+    gw_t *g = c->r->g;
+    struct mcpnamed_entry *e = c->s->named;
+    struct kops_error err;
+    kernel_t *k;
+    bool again = e->starts > 0, same_ws = false;
+    int rc = -ESRCH;
+    if (e->workspace[0]) {
+        json_t *req = json_pack("{s:s}", "workspace", e->workspace);
+        rc = req ? kops_start(g, &c->r->caller, req, &k, &err) : -ENOMEM;
+        json_decref(req);
+        same_ws = rc == 0;
+    }
+    if (rc == -ESRCH) { /* (none, or its grace is over) */
+        json_t *req = json_object();
+        rc = kops_start(g, &c->r->caller, req, &k, &err);
+        json_decref(req);
+    }
+    if (rc < 0) {
+        tool_fail(c, "the named kernel '%s' could not be started: %s", e->name,
+                  rc == -ENOMEM ? "out of memory" : err.message);
+        return -1;
+    }
+    mcpnamed_set_kernel(e, k);
+    log_info("mcp: session=%.8s: named kernel '%s' of tenant=%s: kernel=%s started%s", c->s->id,
+             e->name, e->tenant, e->kernel_id, again ? " (the last one ended)" : "");
+    char note[400];
+    if (again)
+        snprintf(note, sizeof(note),
+                 "[kgw] the kernel named '%s' had ended (idle, shut down, or it died): a new one "
+                 "was started, so variables and imports from earlier calls are gone; %s\n",
+                 e->name, same_ws ? "workspace files are kept" : "its workspace is new (empty)");
+    else
+        snprintf(note, sizeof(note),
+                 "[kgw] a new kernel named '%s' was started; later MCP sessions sending "
+                 "Kgw-Kernel-Name: %s use it too\n",
+                 e->name, e->name);
+    json_array_append_new(c->content, json_pack("{s:s, s:s}", "type", "text", "text", note));
+    *ret_k = k;
+    return 0;
+}
+
 static void m_tools_call(struct mcp_call *c, json_t *params)
 {
     gw_t *g = c->r->g;
@@ -1166,10 +1255,16 @@ static void m_tools_call(struct mcp_call *c, json_t *params)
         audit_event("mcp_tool_call", "s:s, s:s, s:s", "tenant", s->tenant, "session", s->id, "tool",
                     t->name);
 
-    kernel_t *k = s->kernel_id[0] ? gw_kernel(g, s->kernel_id, s->tenant) : NULL;
+    if (s->named)
+        mcpnamed_touch(s->named);
+    const char *kid = s->named ? s->named->kernel_id : s->kernel_id;
+    kernel_t *k = kid[0] ? gw_kernel(g, kid, s->tenant) : NULL;
     if (k && (kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD))
         k = NULL;
-    if (!k) {
+    if (!k && s->named) {
+        if (named_start(c, &k) < 0)
+            return;
+    } else if (!k) {
         struct kops_error err;
         json_t *req = json_object();
         int rc = kops_start(g, &c->r->caller, req, &k, &err);
@@ -1264,6 +1359,30 @@ static bool media_ok(const char *accept, const char *type)
     return strcasestr(accept, type) || strcasestr(accept, wild) || strstr(accept, "*/*");
 }
 
+/* The Kgw-Kernel-Name header into c->kname (checked: IDENT_KNAME); -1 after answering 400. */
+static int kname_header(struct mcp_call *c)
+{
+    char v[IDENT_KNAME_MAX + 2];
+    int h = header(c->r, "kgw-kernel-name:", v, sizeof(v));
+    if (h == 0)
+        return 0;
+    if (h < 0 || !ident_str_ok(v, IDENT_KNAME)) {
+        reply_error(c, 400, MCP_ERR_TRANSPORT,
+                    "invalid Kgw-Kernel-Name: give 1 to %d of A-Z a-z 0-9 . _ -, the first "
+                    "not . or -",
+                    IDENT_KNAME_MAX);
+        return -1;
+    }
+    if (c->r->g->cfg.mcp_named_kernels <= 0) {
+        reply_error(c, 400, MCP_ERR_TRANSPORT,
+                    "named kernels (Kgw-Kernel-Name) are off on this gateway "
+                    "(--mcp-named-kernels=0)");
+        return -1;
+    }
+    snprintf(c->kname, sizeof(c->kname), "%s", v);
+    return 0;
+}
+
 void mcp_handle(struct gw_req *r)
 {
     gw_t *g = r->g;
@@ -1292,6 +1411,12 @@ void mcp_handle(struct gw_req *r)
     int hs = header(r, "mcp-session-id:", sid, sizeof(sid));
     struct mcp_session *s =
         hs > 0 && strlen(sid) == MCP_SID_LEN ? session_find(m, sid, r->caller.tenant) : NULL;
+    if (kname_header(c) < 0)
+        return;
+    if (s && c->kname[0] && (!s->named || strcmp(s->named->name, c->kname) != 0))
+        return reply_error(c, 400, MCP_ERR_TRANSPORT,
+                           "Kgw-Kernel-Name differs from the one the session was initialized "
+                           "with: a session keeps its kernel; initialize a new one");
     if (r->method == HTTP_M_DELETE) {
         if (hs == 0)
             return reply_error(c, 400, MCP_ERR_TRANSPORT, "Mcp-Session-Id header required");
@@ -1510,6 +1635,11 @@ int mcp_listen(gw_t *g)
         free(m);
         return -ENOMEM;
     }
+    if (!(m->named = mcpnamed_new(g))) {
+        evl_timer_destroy(&g->loop.evl, &m->sweep);
+        free(m);
+        return -ENOMEM;
+    }
     g->loop.evl.timer_arm(&g->loop.evl, m->sweep, MCP_SWEEP_MS);
     g->mcp = m;
     return 0;
@@ -1531,6 +1661,7 @@ void mcp_fini(gw_t *g)
         free(s);
     }
     evl_timer_destroy(&g->loop.evl, &m->sweep);
+    mcpnamed_destroy(&m->named);
     free(m);
     g->mcp = NULL;
 }

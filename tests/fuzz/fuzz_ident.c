@@ -21,6 +21,7 @@ static const struct {
     {IDENT_UUIDISH, 128, "^[A-Za-z0-9_]+-[A-Za-z0-9_]+-[A-Za-z0-9_]+-[A-Za-z0-9_]+-[A-Za-z0-9_]+$"},
     {IDENT_TOKEN, 100, "^[!-~]+$"},
     {IDENT_INSTANCE, 128, "^[A-Za-z0-9._:-]+$"},
+    {IDENT_KNAME, 64, "^[A-Za-z0-9_][A-Za-z0-9._-]*$"},
 };
 #define NREFS (sizeof(refs) / sizeof(refs[0]))
 

@@ -326,6 +326,25 @@ def test_mcp_sessions_through_the_router(cluster):
     assert st == 404, (st, body)
 
 
+def test_mcp_named_kernels_through_the_router(cluster):
+    """Every MCP session naming a kernel (Kgw-Kernel-Name) starts on the shard the name hashes
+    to, so a client that opens a session per call keeps its kernel through the router."""
+    import test_mcp_named as N
+    router = cluster["router"]
+    seen = {}
+    for i in range(6):
+        name = f"conversation-{i}"
+        text, st = N.per_call(router, f"x = {i}", name)
+        assert st["status"] == "ok", text
+        kid = st["kernel_id"]
+        for _ in range(2):
+            text, st = N.per_call(router, "print(x)", name)
+            assert text.startswith(f"{i}\n") and st["kernel_id"] == kid, (name, text)
+        seen[name] = kid.split("-")[4][:4]
+    assert set(seen.values()) <= {tag(n) for n in NAMES}, seen
+    assert len(set(seen.values())) > 1, f"names spread over shards: {seen}"
+
+
 def _audit_addrs(shard):
     addrs = []
     with open(shard.audit) as f:

@@ -205,6 +205,25 @@ static void test_instance(void)
     CHECK_INT(ident_max(c), 128);
 }
 
+static void test_kname(void)
+{
+    enum ident_class c = IDENT_KNAME;
+    ok(c, "analysis");
+    ok(c, "user-42.scratch_1");
+    ok(c, "0");
+    ok(c, "_x");
+    ok(c, rep("", 'k', 64));
+    no(c, rep("", 'k', 65));
+    no(c, ".hidden");
+    no(c, "-x");
+    no(c, "a b");
+    no(c, "a/b");
+    no(c, "a:b");
+    no(c, "caf\xc3\xa9");
+    no(c, "a\r\nb");
+    CHECK_INT(ident_max(c), 64);
+}
+
 int main(void)
 {
     test_common();
@@ -216,5 +235,6 @@ int main(void)
     test_uuidish();
     test_token();
     test_instance();
+    test_kname();
     CHECK_DONE();
 }
