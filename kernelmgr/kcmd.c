@@ -15,6 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
+#include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/kcmd.h"
@@ -44,6 +47,8 @@ struct kcmd {
     bool asked; /* reason is why it was stopped */
     enum kcmd_status reason;
     char what[64]; /* argv[0], for messages */
+    char sha[65];  /* sha256 of its argv (each string and its NUL), hex, for the audit log */
+    char tenant[KMGR_TENANT_MAX + 1], kernel[40];
     char fail_msg[160];
 };
 
@@ -159,6 +164,10 @@ static void end(kcmd_t *c)
                      sigabbrev_np(e.signal) ? sigabbrev_np(e.signal) : "?");
     }
     e.message = msg;
+    audit_event("command", "s:s, s:s, s:o, s:s, s:s, s:i, s:i, s:f", "tenant", c->tenant,
+                "kernel", c->kernel, "program", audit_str(c->what, strlen(c->what)),
+                "command_sha256", c->sha, "status", kcmd_status_name(e.status), "exit_code",
+                e.exit_code, "signal", e.signal, "duration_ms", (double)e.duration_us / 1000.0);
     if (!c->released && c->cb.end) {
         c->in_cb++;
         c->cb.end(c->cb.ud, &e);
@@ -509,6 +518,16 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     for (char *q = c->what; *q; q++)
         if ((unsigned char)*q < 0x20 || *q == 0x7f)
             *q = '?';
+    crypto_hash_sha256_state hs;
+    unsigned char h[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256_init(&hs);
+    for (size_t i = 0; o->argv[i]; i++)
+        crypto_hash_sha256_update(&hs, (const unsigned char *)o->argv[i],
+                                  strlen(o->argv[i]) + 1);
+    crypto_hash_sha256_final(&hs, h);
+    sodium_bin2hex(c->sha, sizeof(c->sha), h, sizeof(h));
+    snprintf(c->tenant, sizeof(c->tenant), "%s", k->ws->tenant);
+    snprintf(c->kernel, sizeof(c->kernel), "%s", k->id);
     do
         c->id = ++k->cmd_next_id;
     while (!c->id || c->id == 0xffffffffU || find(k, c->id));
@@ -542,6 +561,9 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
         c->evl->timer_arm(c->evl, c->timer, ms > 1e12 ? (uint64_t)1e12 : (uint64_t)ms);
     }
     free(env);
+    audit_event("command_start", "s:s, s:s, s:o, s:s", "tenant", c->tenant, "kernel",
+                c->kernel, "program", audit_str(c->what, strlen(c->what)), "command_sha256",
+                c->sha);
     c->k = k;
     list_append(&k->cmds, &c->link);
     k->ncmds++;
