@@ -19,9 +19,9 @@
 #include "protocol/xevent.h"
 #include "protocol/xreq.h"
 
-#define XCMD_QUEUE_MAX   (256 * 1024) /* bytes queued for a client before its command pauses */
-#define XCMD_WRITE_BYTES (64 * 1024)  /* bytes per lws_write */
-#define XCMD_STDIN_RETRY_MS 20        /* a stdin pipe that was full: tried again after */
+#define XCMD_QUEUE_MAX      (256 * 1024) /* bytes queued for a client before its command pauses */
+#define XCMD_WRITE_BYTES    (64 * 1024)  /* bytes per lws_write */
+#define XCMD_STDIN_RETRY_MS 20           /* a stdin pipe that was full: tried again after */
 
 /* ---- the request body ---- */
 
@@ -30,8 +30,8 @@ static bool env_name_ok(const char *s)
     if (!s[0] || (s[0] >= '0' && s[0] <= '9'))
         return false;
     for (; *s; s++)
-        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') ||
-              (*s >= '0' && *s <= '9') || *s == '_'))
+        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
             return false;
     return true;
 }
@@ -57,11 +57,11 @@ void xcmd_spec_fini(struct xcmd_spec *s)
     memset(s, 0, sizeof(*s));
 }
 
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        snprintf(err, errsz, __VA_ARGS__);                                                         \
-        xcmd_spec_fini(s);                                                                         \
-        return -EINVAL;                                                                            \
+#define FAIL(...)                          \
+    do {                                   \
+        snprintf(err, errsz, __VA_ARGS__); \
+        xcmd_spec_fini(s);                 \
+        return -EINVAL;                    \
     } while (0)
 
 int xcmd_spec_parse(json_t *body, const char *const *allowed, struct xcmd_spec *s, char *err,
@@ -72,13 +72,18 @@ int xcmd_spec_parse(json_t *body, const char *const *allowed, struct xcmd_spec *
     memset(s, 0, sizeof(*s));
     if (!json_is_object(body))
         FAIL("the body must be a JSON object");
-    json_object_foreach(body, key, v) {
+    json_object_foreach(body, key, v)
+    {
         bool ok = false;
         for (size_t i = 0; allowed[i] && !ok; i++)
             ok = !strcmp(key, allowed[i]);
-        if (!ok)
-            FAIL("unknown field '%.64s' (commands take: command or argv, cwd, env, timeout%s)",
-                 key, json_object_get(body, "stdin") || !strcmp(key, "stdin") ? ", stdin" : "");
+        if (!ok) {
+            char names[128] = "";
+            for (size_t i = 0; allowed[i]; i++)
+                snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+                         i ? ", " : "", allowed[i]);
+            FAIL("unknown field '%.64s' (a command takes: %s)", key, names);
+        }
     }
     json_t *cmd = json_object_get(body, "command"), *argv = json_object_get(body, "argv");
     if (!!cmd == !!argv)
@@ -117,7 +122,8 @@ int xcmd_spec_parse(json_t *body, const char *const *allowed, struct xcmd_spec *
             FAIL("'env' must be an object of at most %d string values", XCMD_ENV_MAX);
         if (!(s->env = calloc(n + 1, sizeof(char *))))
             FAIL("out of memory");
-        json_object_foreach(v, key, val) {
+        json_object_foreach(v, key, val)
+        {
             char *sv = str_dup(val);
             if (!sv || !env_name_ok(key)) {
                 free(sv);
@@ -168,13 +174,13 @@ static int start_error(int rc, kernel_t *k, char *err, size_t errsz)
                  kernel_id(k));
         return 409;
     case -EAGAIN:
-        snprintf(err, errsz,
-                 "kernel %s runs %d commands (the limit); retry when one has ended",
+        snprintf(err, errsz, "kernel %s runs %d commands (the limit); retry when one has ended",
                  kernel_id(k), KCMD_PER_KERNEL_MAX);
         return 429;
     case -E2BIG:
-        snprintf(err, errsz, "the command and its environment are too large (64 KiB, 1024 "
-                             "strings)");
+        snprintf(err, errsz,
+                 "the command and its environment are too large (64 KiB, 1024 "
+                 "strings)");
         return 413;
     case -EINVAL:
         snprintf(err, errsz, "invalid command");
@@ -273,8 +279,8 @@ static struct list streams = {&streams, &streams};
 
 static void queue_event(struct xcmd_stream *st, const char *type, json_t *ev)
 {
-    char *t = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
-                 : NULL;
+    char *t =
+        ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(ev);
     enum xreq_format f = st->fmt == XREQ_SSE ? XREQ_SSE : XREQ_NDJSON;
     size_t before = st->q.len;
@@ -382,8 +388,8 @@ static enum xreq_format request_format(struct lws *wsi)
     return xreq_accept(accept, strlen(accept));
 }
 
-static const char *const http_fields[] = {"command", "argv", "cwd", "env", "timeout", "stdin",
-                                          NULL};
+static const char *const http_fields[] = {"command", "argv",  "cwd", "env",
+                                          "timeout", "stdin", NULL};
 
 void xcmd_post(struct gw_req *r)
 {
@@ -434,8 +440,7 @@ void xcmd_post(struct gw_req *r)
     queue_event(st, "start",
                 json_pack("{s:I, s:s, s:s, s:s}", "seq", (json_int_t)st->seq, "type", "start",
                           "command_id", st->id, "kernel_id", st->kernel_id));
-    log_info("xcmd: command=%s kernel=%s tenant=%s: started", st->id, st->kernel_id,
-             st->tenant);
+    log_info("xcmd: command=%s kernel=%s tenant=%s: started", st->id, st->kernel_id, st->tenant);
 }
 
 void xcmd_delete(struct gw_req *r)
@@ -444,12 +449,14 @@ void xcmd_delete(struct gw_req *r)
     kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
     if (!k)
         return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
-    list_for_each(st, &streams, link) {
+    list_for_each(st, &streams, link)
+    {
         if (!strcmp(st->id, r->route.arg[1]) && !strcmp(st->kernel_id, kernel_id(k)) &&
             !strcmp(st->tenant, r->caller.tenant)) {
             bool running = !st->ended && st->cmd && kcmd_signal(st->cmd, SIGKILL) == 0;
-            return req_reply(r, 202, json_pack("{s:s, s:s}", "command_id", st->id, "state",
-                                               running ? "cancelling" : "ended"));
+            return req_reply(r, 202,
+                             json_pack("{s:s, s:s}", "command_id", st->id, "state",
+                                       running ? "cancelling" : "ended"));
         }
     }
     req_error(r, 404, "no such command: %s", r->route.arg[1]);

@@ -32,10 +32,10 @@ struct kcmd {
     uint32_t id;
     struct kcmd_cbs cb;
     bool sandboxed;
-    int fd[3];        /* [0] stdin's write end, [1] stdout's and [2] stderr's read ends */
-    evl_io_t *io[3];  /* [1], [2] */
+    int fd[3];       /* [0] stdin's write end, [1] stdout's and [2] stderr's read ends */
+    evl_io_t *io[3]; /* [1], [2] */
     pid_t pid;
-    int pidfd;        /* unsandboxed */
+    int pidfd; /* unsandboxed */
     evl_io_t *pid_io;
     evl_timer_t *timer;
     double timeout_s;
@@ -53,9 +53,12 @@ struct kcmd {
 };
 
 static const char *const status_names[KCMD_STATUS_N] = {
-    [KCMD_OK] = "ok",           [KCMD_ERROR] = "error",
-    [KCMD_KILLED] = "killed",   [KCMD_TIMEOUT] = "timeout",
-    [KCMD_CANCELLED] = "cancelled", [KCMD_OUTPUT_LIMIT] = "output_limit",
+    [KCMD_OK] = "ok",
+    [KCMD_ERROR] = "error",
+    [KCMD_KILLED] = "killed",
+    [KCMD_TIMEOUT] = "timeout",
+    [KCMD_CANCELLED] = "cancelled",
+    [KCMD_OUTPUT_LIMIT] = "output_limit",
     [KCMD_KERNEL_GONE] = "kernel_died",
 };
 
@@ -143,8 +146,8 @@ static void end(kcmd_t *c)
             e.exit_code = WEXITSTATUS(st);
         else if (WIFSIGNALED(st))
             e.signal = WTERMSIG(st);
-        e.status = c->asked ? c->reason
-                   : e.signal ? KCMD_KILLED
+        e.status = c->asked           ? c->reason
+                   : e.signal         ? KCMD_KILLED
                    : e.exit_code == 0 ? KCMD_OK
                                       : KCMD_ERROR;
         if (c->kernel_gone && c->asked && c->reason == KCMD_KERNEL_GONE)
@@ -164,10 +167,10 @@ static void end(kcmd_t *c)
                      sigabbrev_np(e.signal) ? sigabbrev_np(e.signal) : "?");
     }
     e.message = msg;
-    audit_event("command", "s:s, s:s, s:o, s:s, s:s, s:i, s:i, s:f", "tenant", c->tenant,
-                "kernel", c->kernel, "program", audit_str(c->what, strlen(c->what)),
-                "command_sha256", c->sha, "status", kcmd_status_name(e.status), "exit_code",
-                e.exit_code, "signal", e.signal, "duration_ms", (double)e.duration_us / 1000.0);
+    audit_event("command", "s:s, s:s, s:o, s:s, s:s, s:i, s:i, s:f", "tenant", c->tenant, "kernel",
+                c->kernel, "program", audit_str(c->what, strlen(c->what)), "command_sha256", c->sha,
+                "status", kcmd_status_name(e.status), "exit_code", e.exit_code, "signal", e.signal,
+                "duration_ms", (double)e.duration_us / 1000.0);
     if (!c->released && c->cb.end) {
         c->in_cb++;
         c->cb.end(c->cb.ud, &e);
@@ -213,8 +216,9 @@ static int read_pipe(kcmd_t *c, int i, int rounds)
     return 1;
 }
 
-#define DRAIN_ROUNDS 64 /* reads per pipe once it exited (4 MiB): a process it left behind
-                           may go on writing */
+#define DRAIN_ROUNDS                                                      \
+    64 /* reads per pipe once it exited (4 MiB): a process it left behind \
+          may go on writing */
 
 /* Once it exited: what its pipes still hold (everything it wrote before it exited is there),
  * then the end. A process it left in another session may keep a pipe open: not waited for. */
@@ -305,9 +309,7 @@ static void on_pidfd(void *data)
 static kcmd_t *find(kernel_t *k, uint32_t id)
 {
     kcmd_t *c;
-    list_for_each(c, &k->cmds, link)
-        if (c->id == id)
-            return c;
+    list_for_each(c, &k->cmds, link) if (c->id == id) return c;
     return NULL;
 }
 
@@ -369,7 +371,8 @@ void kcmd__detach(kernel_t *k)
         close(k->cmd_fd);
     k->cmd_fd = -1;
     kcmd_t *c, *tmp;
-    list_for_each_safe(c, tmp, &k->cmds, link) {
+    list_for_each_safe(c, tmp, &k->cmds, link)
+    {
         c->kernel_gone = true;
         if (!c->sandboxed) {
             /* killed; it ends when reaped (its pidfd), off its kernel now */
@@ -417,8 +420,8 @@ static const char **merge_env(char *const *envp, const char *const *env, int *re
     return v;
 }
 
-static int start_sandboxed(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o,
-                           const char **env, const int *child, int nchild)
+static int start_sandboxed(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o, const char **env,
+                           const int *child, int nchild)
 {
     char cwd[4096], *msg = NULL;
     size_t len = 0;
@@ -428,8 +431,8 @@ static int start_sandboxed(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o,
         snprintf(cwd, sizeof(cwd), "%s", o->cwd);
     else /* relative: to the workspace */
         snprintf(cwd, sizeof(cwd), "%s/%s", SBX_WORKSPACE_PATH, o->cwd);
-    int r = sbxcmd_encode_spawn(c->id, o->stdin_open ? SBXCMD_F_STDIN : 0, cwd, o->argv, env,
-                                &msg, &len);
+    int r = sbxcmd_encode_spawn(c->id, o->stdin_open ? SBXCMD_F_STDIN : 0, cwd, o->argv, env, &msg,
+                                &len);
     if (r < 0)
         return r;
     union {
@@ -437,7 +440,9 @@ static int start_sandboxed(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o,
         struct cmsghdr align;
     } u;
     struct iovec iov = {msg, len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = u.buf,
                         .msg_controllen = CMSG_SPACE((size_t)nchild * sizeof(int))};
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     cm->cmsg_level = SOL_SOCKET;
@@ -454,7 +459,7 @@ static int start_sandboxed(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o,
 static int start_plain(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o, const char **env,
                        const int *child, int nchild)
 {
-    const char *cwd = o->cwd && o->cwd[0] ? o->cwd
+    const char *cwd = o->cwd && o->cwd[0]  ? o->cwd
                       : k->m->o.kernel_cwd ? k->m->o.kernel_cwd
                                            : k->ws->path;
     struct sbx_spawn_opts so = {.argv = (char *const *)o->argv,
@@ -467,8 +472,7 @@ static int start_plain(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o, const 
     if (r < 0) {
         /* as a shell says it: the command ends at once with status 127 */
         c->failed = true;
-        snprintf(c->fail_msg, sizeof(c->fail_msg), "cannot run '%s': %s", c->what,
-                 strerror(-r));
+        snprintf(c->fail_msg, sizeof(c->fail_msg), "cannot run '%s': %s", c->what, strerror(-r));
         c->exited = true;
         c->wait_status = 127 << 8;
         return 0;
@@ -522,8 +526,7 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     unsigned char h[crypto_hash_sha256_BYTES];
     crypto_hash_sha256_init(&hs);
     for (size_t i = 0; o->argv[i]; i++)
-        crypto_hash_sha256_update(&hs, (const unsigned char *)o->argv[i],
-                                  strlen(o->argv[i]) + 1);
+        crypto_hash_sha256_update(&hs, (const unsigned char *)o->argv[i], strlen(o->argv[i]) + 1);
     crypto_hash_sha256_final(&hs, h);
     sodium_bin2hex(c->sha, sizeof(c->sha), h, sizeof(h));
     snprintf(c->tenant, sizeof(c->tenant), "%s", k->ws->tenant);
@@ -561,16 +564,18 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
         c->evl->timer_arm(c->evl, c->timer, ms > 1e12 ? (uint64_t)1e12 : (uint64_t)ms);
     }
     free(env);
-    audit_event("command_start", "s:s, s:s, s:o, s:s", "tenant", c->tenant, "kernel",
-                c->kernel, "program", audit_str(c->what, strlen(c->what)), "command_sha256",
-                c->sha);
+    audit_event("command_start", "s:s, s:s, s:o, s:s", "tenant", c->tenant, "kernel", c->kernel,
+                "program", audit_str(c->what, strlen(c->what)), "command_sha256", c->sha);
     c->k = k;
     list_append(&k->cmds, &c->link);
     k->ncmds++;
     *ret = c;
     return 0;
-kill:
+kill: /* started, but not watched: it goes (sandboxed, init reaps it; else we do) */
+    c->k = k; /* (send_signal's way to init) */
     send_signal(c, SIGKILL);
+    if (!c->sandboxed && c->pid > 1)
+        waitpid(c->pid, NULL, 0); /* SIGKILLed: at once */
 fail:
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 2; j++)

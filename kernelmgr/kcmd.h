@@ -18,8 +18,8 @@
 
 #include "kernelmgr/kernel.h"
 
-#define KCMD_PER_KERNEL_MAX 16   /* commands running at once in one kernel */
-#define KCMD_READ_MAX (64 * 1024) /* bytes per output callback */
+#define KCMD_PER_KERNEL_MAX 16          /* commands running at once in one kernel */
+#define KCMD_READ_MAX       (64 * 1024) /* bytes per output callback */
 
 typedef struct kcmd kcmd_t;
 

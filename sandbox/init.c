@@ -99,7 +99,7 @@ static void cmd_spawn(const struct sbxcmd_req *q, const int *fds, int nfds)
             ;
     close(ep[0]);
     if (pid > 0 && n == (ssize_t)sizeof(err)) { /* the exec failed: reaped by the loop */
-        cmds[slot].id = NO_ID; /* no EXITED for a command that never ran */
+        cmds[slot].id = NO_ID;                  /* no EXITED for a command that never ran */
         cmds[slot].pid = pid;
         return say(SBXCMD_FAILED, q->h.id, pid, err ? err : EIO, 0);
     }
@@ -125,8 +125,8 @@ static int on_ctl(void)
         struct cmsghdr align;
     } u;
     struct iovec iov = {msg, SBXCMD_MSG_MAX};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                        .msg_controllen = sizeof(u.buf)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
     int fds[3], nfds = 0;
     ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (n < 0)

@@ -20,11 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SBXCMD_MAGIC   0x4b47574bU /* "KGWK" */
-#define SBXCMD_MSG_MAX (64 * 1024) /* bytes of a request */
-#define SBXCMD_STR_MAX 1024        /* argv and env strings, each list */
-#define SBXCMD_CMDS_MAX 64         /* commands init tracks at once */
-#define SBXCMD_F_STDIN 1U
+#define SBXCMD_MAGIC    0x4b47574bU /* "KGWK" */
+#define SBXCMD_MSG_MAX  (64 * 1024) /* bytes of a request */
+#define SBXCMD_STR_MAX  1024        /* argv and env strings, each list */
+#define SBXCMD_CMDS_MAX 64          /* commands init tracks at once */
+#define SBXCMD_F_STDIN  1U
 
 enum sbxcmd_op { SBXCMD_SPAWN = 1, SBXCMD_SIGNAL = 2 };
 enum sbxcmd_ev { SBXCMD_STARTED = 1, SBXCMD_FAILED = 2, SBXCMD_EXITED = 3 };
