@@ -21,7 +21,7 @@ int sbxcmd_parse(char *buf, size_t n, char **vec, size_t vecmax, struct sbxcmd_r
         *ret = (struct sbxcmd_req){.h = h};
         return 0;
     }
-    if (h.op != SBXCMD_SPAWN || h.nargv < 1 || h.nargv > SBXCMD_STR_MAX ||
+    if (h.op != SBXCMD_SPAWN || h.sig != 0 || h.nargv < 1 || h.nargv > SBXCMD_STR_MAX ||
         h.nenv > SBXCMD_STR_MAX || (h.flags & ~SBXCMD_F_STDIN))
         return -EBADMSG;
     if ((size_t)h.nargv + h.nenv + 2 > vecmax)

@@ -50,8 +50,9 @@ struct sbxcmd_req {
 
 /* Parses the n bytes of buf (a request received whole; buf has room for n + 1 bytes, a NUL is
  * written at buf[n]), its strings' pointers going into vec (vecmax entries; at least
- * 2 * SBXCMD_STR_MAX + 2 to take any valid request). 0, or -EBADMSG / -E2BIG. A SPAWN has at
- * least one argv string, none empty-named; a SIGNAL has none and a signal 1..64. */
+ * 2 * SBXCMD_STR_MAX + 2 to take any valid request). 0, or -EBADMSG / -E2BIG. A SPAWN has
+ * sig 0, an absolute cwd, at least one argv string (the first not empty), and nothing after
+ * its strings; a SIGNAL has no strings and a signal 1..64. */
 int sbxcmd_parse(char *buf, size_t n, char **vec, size_t vecmax, struct sbxcmd_req *ret);
 
 /* Gateway side: the SPAWN request of id (argv: at least one string; env: NULL-terminated;
