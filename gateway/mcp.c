@@ -220,7 +220,7 @@ static const struct mcp_tool tools[] = {
      "\"number\",\"exclusiveMinimum\":0,\"maximum\":604800,\"description\":\"seconds before "
      "it is killed\"}},\"required\":[\"command\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"status\":{\"type\":\"string\",\"description\":"
-     "\"ok, error, killed, timeout, cancelled, output_limit, kernel_died\"},\"exit_code\":"
+     "\"ok, error, killed, timeout, cancelled, output_limit, kernel_died, out_of_memory\"},\"exit_code\":"
      "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},\"signal\":{\"anyOf\":"
      "[{\"type\":\"integer\"},{\"type\":\"null\"}]},\"duration_ms\":{\"type\":\"number\"},"
      "\"message\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}",

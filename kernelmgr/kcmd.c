@@ -45,10 +45,12 @@ struct kcmd {
     int in_cb;
     int wait_status;
     bool asked; /* reason is why it was stopped */
+    long long oom0; /* its kernel's cgroup's OOM kills when it started (-1: no cgroup) */
     enum kcmd_status reason;
     char what[64]; /* argv[0], for messages */
     char sha[65];  /* sha256 of its argv (each string and its NUL), hex, for the audit log */
     char tenant[KMGR_TENANT_MAX + 1], kernel[40];
+    long long mem_limit;
     char fail_msg[160];
 };
 
@@ -60,6 +62,7 @@ static const char *const status_names[KCMD_STATUS_N] = {
     [KCMD_CANCELLED] = "cancelled",
     [KCMD_OUTPUT_LIMIT] = "output_limit",
     [KCMD_KERNEL_GONE] = "kernel_died",
+    [KCMD_OUT_OF_MEMORY] = "out_of_memory",
 };
 
 const char *kcmd_status_name(enum kcmd_status s)
@@ -124,6 +127,17 @@ static void end(kcmd_t *c)
     char msg[256] = "";
     int st = c->wait_status;
     c->ended = true;
+    bool oom = false;
+    if (c->k && c->k->cgroup && c->oom0 >= 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL &&
+        !c->asked) {
+        /* the OOM killer's: and not to be put down to the kernel when it dies next
+         * (klaunch.c's death causes compare the count with what it saw last) */
+        struct sbx_cgroup_events ev;
+        sbx_cgroup_events(c->k->cgroup, &ev);
+        oom = ev.oom_kills > c->oom0 && ev.oom_kills > c->k->oom_seen;
+        if (oom)
+            c->k->oom_seen = ev.oom_kills;
+    }
     for (int i = 0; i < 3; i++)
         close_fd(c, i);
     evl_io_destroy(c->evl, &c->pid_io);
@@ -147,6 +161,7 @@ static void end(kcmd_t *c)
         else if (WIFSIGNALED(st))
             e.signal = WTERMSIG(st);
         e.status = c->asked           ? c->reason
+                   : oom              ? KCMD_OUT_OF_MEMORY
                    : e.signal         ? KCMD_KILLED
                    : e.exit_code == 0 ? KCMD_OK
                                       : KCMD_ERROR;
@@ -162,6 +177,11 @@ static void end(kcmd_t *c)
                      c->out_max);
         else if (e.status == KCMD_CANCELLED)
             snprintf(msg, sizeof(msg), "the command was cancelled");
+        else if (e.status == KCMD_OUT_OF_MEMORY)
+            snprintf(msg, sizeof(msg),
+                     "the command was killed: out of memory (the kernel's limit, %lld bytes, "
+                     "counts the kernel and its commands together)",
+                     c->mem_limit);
         else if (e.status == KCMD_KILLED)
             snprintf(msg, sizeof(msg), "the command was killed by signal %d (SIG%s)", e.signal,
                      sigabbrev_np(e.signal) ? sigabbrev_np(e.signal) : "?");
@@ -530,6 +550,13 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     crypto_hash_sha256_final(&hs, h);
     sodium_bin2hex(c->sha, sizeof(c->sha), h, sizeof(h));
     snprintf(c->tenant, sizeof(c->tenant), "%s", k->ws->tenant);
+    c->oom0 = -1;
+    c->mem_limit = k->lim.mem_bytes;
+    if (k->cgroup) {
+        struct sbx_cgroup_events ev;
+        sbx_cgroup_events(k->cgroup, &ev);
+        c->oom0 = ev.oom_kills;
+    }
     snprintf(c->kernel, sizeof(c->kernel), "%s", k->id);
     do
         c->id = ++k->cmd_next_id;

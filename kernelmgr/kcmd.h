@@ -41,6 +41,7 @@ enum kcmd_status {
     KCMD_CANCELLED,    /* kcmd_signal (exit_code -1, signal) */
     KCMD_OUTPUT_LIMIT, /* over output_max: killed */
     KCMD_KERNEL_GONE,  /* the kernel's process ended (restart, death, shutdown) */
+    KCMD_OUT_OF_MEMORY, /* killed by the OOM killer at the kernel's memory limit */
     KCMD_STATUS_N
 };
 
@@ -52,7 +53,8 @@ struct kcmd_end {
     const char *message; /* one line for a client ("" when it exited by itself) */
 };
 
-/* "ok", "error", "killed", "timeout", "cancelled", "output_limit", "kernel_died" */
+/* "ok", "error", "killed", "timeout", "cancelled", "output_limit", "kernel_died",
+ * "out_of_memory" */
 const char *kcmd_status_name(enum kcmd_status s);
 
 struct kcmd_cbs {

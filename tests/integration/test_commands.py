@@ -264,7 +264,8 @@ def test_limits_count_the_commands(gw, kid):
     assert text == "alive\n"
     # memory: the kernel's cgroup limit (256 MiB) kills a command that takes more
     _, _, end = sh(gw, kid, "python3 -c 'b = bytearray(600 << 20); print(len(b))'")
-    assert end["status"] == "killed" and end["signal"] == 9, end
+    assert end["status"] == "out_of_memory" and end["signal"] == 9, end
+    assert str(256 << 20) in end["message"], end
     text, end = execute(gw, kid, "print('alive')")
     assert text == "alive\n"
 
