@@ -295,6 +295,16 @@ def test_runs_while_a_cell_is_busy(gw, kid):
 
 def test_ended_with_the_kernel(gw):
     k = gw.start_kernel()["id"]
+    # a restart: the command ends, and commands run in the new process
+    c, r = open_cmd(gw, k, {"command": "echo started; sleep 120"})
+    events_of(r, 2)
+    assert gw.request("POST", f"/api/kernels/{k}/restart")[0] == 200
+    end = events_of(r)[-1]
+    c.close()
+    assert end["type"] == "end" and end["status"] == "kernel_died", end
+    out, _, end = sh(gw, k, "echo again")
+    assert out == "again\n" and end["status"] == "ok"
+    # a shutdown
     c, r = open_cmd(gw, k, {"command": "echo started; sleep 120"})
     events_of(r, 2)
     assert gw.delete_kernel(k) == 204
