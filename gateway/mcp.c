@@ -873,7 +873,10 @@ static void command_done(void *ud)
     c->structured = xcmd_run_end(c->cmd);
     const char *st = json_string_value(json_object_get(c->structured, "status"));
     c->is_error = !st || strcmp(st, "ok") != 0;
-    tool_reply(c);
+    if (c->cancelled) /* the client gave up on it: no response (the stream just ends) */
+        c->sse ? call_done(c) : reply_empty(c, 202);
+    else
+        tool_reply(c);
 }
 
 static void run_command(struct mcp_call *c, kernel_t *k)
@@ -1258,6 +1261,8 @@ static void notify(struct mcp_call *c, const struct jrpc_msg *msg)
                 log_info("mcp: session=%.8s: a tool call was cancelled by the client", c->s->id);
                 if (o->sub.x)
                     xexec_cancel(o->sub.x);
+                if (o->cmd)
+                    xcmd_run_cancel(o->cmd);
                 break;
             }
         }

@@ -605,6 +605,12 @@ json_t *xcmd_run_end(const xcmd_run_t *run)
     return run->end ? json_deep_copy(run->end) : NULL;
 }
 
+void xcmd_run_cancel(xcmd_run_t *run)
+{
+    if (run->cmd)
+        kcmd_signal(run->cmd, SIGKILL);
+}
+
 void xcmd_run_free(xcmd_run_t **p)
 {
     xcmd_run_t *run = *p;

@@ -393,6 +393,22 @@ def test_mcp_run_command(gw):
         assert body["result"]["content"][0]["text"] == "mcp"
         st, body, _ = M.call(gw, sid, 5, "run_command", {"command": "sleep 30", "timeout": 0.3})
         assert body["result"]["structuredContent"]["status"] == "timeout"
+        # notifications/cancelled kills it
+        res = {}
+        t = threading.Thread(target=lambda: res.update(r=M.call(
+            gw, sid, 6, "run_command", {"command": "echo $$ > mc.pid; exec sleep 60"})))
+        t0 = time.monotonic()
+        t.start()
+        time.sleep(1.5)
+        st, _, _ = M.post(gw, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                               "params": {"requestId": 6, "reason": "test"}}, sid)
+        assert st == 202
+        t.join(30)
+        assert not t.is_alive() and time.monotonic() - t0 < 30
+        st, body, _ = M.call(gw, sid, 7, "run_command",
+                             {"command": "kill -0 $(cat mc.pid) 2>/dev/null && echo alive || "
+                                         "echo gone"})
+        assert body["result"]["content"][0]["text"] == "gone\n", body
     finally:
         M.post(gw, None, sid, method="DELETE")
 
