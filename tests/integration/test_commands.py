@@ -434,3 +434,51 @@ def test_other_start_paths(gateway_factory, flags):
         c.close()
     finally:
         g.delete_kernel(k)
+
+
+@pytest.mark.needs_sandbox
+def test_egress_policy_applies(gateway_factory, tmp_path):
+    """A command reaches what its kernel's egress policy allows, through the kernel's proxy,
+    and nothing else."""
+    import hashlib
+    import http.server
+    import secrets as pysecrets
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"hello from the host"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    servers = [http.server.ThreadingHTTPServer((h, 0), Hello) for h in ("127.0.0.2", "127.0.0.3")]
+    for s in servers:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        allowed, other = (s.server_address[1] for s in servers)
+        key = pysecrets.token_hex(16)
+        h = hashlib.blake2b(key.encode(), digest_size=32).hexdigest()
+        kf = tmp_path / "keys"
+        kf.write_text(f"egt blake2b:{h} egress=127.0.0.2:{allowed}\n")
+        g = gateway_factory(f"--key-file={kf}")
+        g.token = key
+        k = g.start_kernel()["id"]
+        fetch = ("python3 - <<'EOF'\nimport urllib.request\n"
+                 f"for u in ['http://127.0.0.2:{allowed}/', 'http://127.0.0.3:{other}/']:\n"
+                 "    try: print(urllib.request.urlopen(u, timeout=10).read().decode())\n"
+                 "    except Exception as e: print('refused', getattr(e, 'code', type(e).__name__))\n"
+                 "EOF")
+        out, _, end = sh(g, k, fetch, timeout=60)
+        assert out.splitlines() == ["hello from the host", "refused 403"], out
+        # without the proxy (its variables unset), nothing at all
+        out, _, _ = sh(g, k, "env -u HTTP_PROXY -u http_proxy " + fetch, timeout=60)
+        assert [l.split()[0] for l in out.splitlines()] == ["refused", "refused"], out
+        g.delete_kernel(k)
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
