@@ -520,7 +520,8 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     if (!k->pid || k->state == KERNEL_DEAD || k->state == KERNEL_TERMINATING ||
         (sandboxed && k->cmd_fd < 0))
         return -ESRCH;
-    if (k->ncmds >= KCMD_PER_KERNEL_MAX)
+    int max = k->m->o.max_commands > 0 ? k->m->o.max_commands : KCMD_PER_KERNEL_MAX;
+    if (k->ncmds >= (max < SBXCMD_CMDS_MAX ? max : SBXCMD_CMDS_MAX))
         return -EAGAIN;
     kcmd_t *c = calloc(1, sizeof(*c));
     const char **env = merge_env(k->envp, o->env, &r);

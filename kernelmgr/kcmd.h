@@ -18,7 +18,8 @@
 
 #include "kernelmgr/kernel.h"
 
-#define KCMD_PER_KERNEL_MAX 16          /* commands running at once in one kernel */
+#define KCMD_PER_KERNEL_MAX 16 /* commands running at once in one kernel, unless
+                                  kmgr_opts.max_commands (--max-commands-per-kernel) says */
 #define KCMD_READ_MAX       (64 * 1024) /* bytes per output callback */
 
 typedef struct kcmd kcmd_t;
@@ -66,8 +67,8 @@ struct kcmd_cbs {
     void *ud;
 };
 
-/* Starts a command in k (running). -ESRCH: no kernel process; -EAGAIN: KCMD_PER_KERNEL_MAX
- * running; -E2BIG: argv and environment over 64 KiB or 1024 strings; -EINVAL: no argv, or a
+/* Starts a command in k (running). -ESRCH: no kernel process; -EAGAIN: its limit of commands
+ * running (--max-commands-per-kernel); -E2BIG: argv and environment over 64 KiB or 1024 strings; -EINVAL: no argv, or a
  * relative cwd. A program that cannot be run ends with KCMD_ERROR, exit_code 127. The
  * callbacks never run after kcmd_release, nor when this fails. */
 int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb, kcmd_t **ret);

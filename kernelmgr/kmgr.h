@@ -54,6 +54,7 @@ struct kmgr_opts {
     int dead_linger_s;            /* how long a dead kernel stays listed */
     const struct kmgr_sandbox *sandbox; /* NULL: kernels run unsandboxed (development only) */
     int exec_timeout_ms;          /* wall time per execution (0: none) */
+    int max_commands;             /* commands running at once per kernel (kcmd.c; 0: 16) */
     long long output_cap;         /* iopub output bytes per execution (0: none) */
     long long max_kernel_msg;     /* bytes per frame of a kernel's message (0: no limit); a
                                      kernel that sends more is restarted (output_limit) */

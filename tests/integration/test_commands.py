@@ -343,7 +343,7 @@ def test_concurrency_limit(gw, kid):
             events_of(r, 1)
             conns.append(c)
         st, body = run(gw, kid, {"command": "true"})
-        assert st == 429 and "16" in body["message"], body
+        assert st == 429 and "--max-commands-per-kernel" in body["message"], body
     finally:
         for c in conns:
             c.close()
