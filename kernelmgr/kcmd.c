@@ -51,6 +51,7 @@ struct kcmd {
     char sha[65];  /* sha256 of its argv (each string and its NUL), hex, for the audit log */
     char tenant[KMGR_TENANT_MAX + 1], kernel[40];
     long long mem_limit;
+    uint64_t *counts; /* its kernel manager's commands ended, by status */
     char fail_msg[160];
 };
 
@@ -64,6 +65,8 @@ static const char *const status_names[KCMD_STATUS_N] = {
     [KCMD_KERNEL_GONE] = "kernel_died",
     [KCMD_OUT_OF_MEMORY] = "out_of_memory",
 };
+
+_Static_assert(KCMD_STATUS_N == KMGR_CMD_STATUS_N, "the counters of commands (kmgr.h)");
 
 const char *kcmd_status_name(enum kcmd_status s)
 {
@@ -186,6 +189,8 @@ static void end(kcmd_t *c)
             snprintf(msg, sizeof(msg), "the command was killed by signal %d (SIG%s)", e.signal,
                      sigabbrev_np(e.signal) ? sigabbrev_np(e.signal) : "?");
     }
+    if (c->counts)
+        c->counts[e.status]++;
     e.message = msg;
     audit_event("command", "s:s, s:s, s:o, s:s, s:s, s:i, s:i, s:f", "tenant", c->tenant, "kernel",
                 c->kernel, "program", audit_str(c->what, strlen(c->what)), "command_sha256", c->sha,
@@ -553,6 +558,7 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     snprintf(c->tenant, sizeof(c->tenant), "%s", k->ws->tenant);
     c->oom0 = -1;
     c->mem_limit = k->lim.mem_bytes;
+    c->counts = k->stats->commands;
     if (k->cgroup) {
         struct sbx_cgroup_events ev;
         sbx_cgroup_events(k->cgroup, &ev);

@@ -372,6 +372,13 @@ def test_audited(gw, kid):
     assert len(e["command_sha256"]) == 64 and "exit 4" not in json.dumps(e)
     assert any(s["event"] == "command_start" and s["command_sha256"] == e["command_sha256"]
                for s in evs)
+    # and counted
+    st, text, _ = gw.request("GET", "/metrics")
+    text = text.decode() if isinstance(text, bytes) else text
+    counts = {l.split()[0]: float(l.split()[1]) for l in text.splitlines()
+              if l.startswith("kgw_commands_total{")}
+    assert counts['kgw_commands_total{status="error"}'] >= 1, counts
+    assert len(counts) == 8, counts
 
 
 def test_mcp_run_command(gw):
