@@ -44,7 +44,7 @@ struct kcmd {
     bool paused, exited, ended, released, kernel_gone, failed;
     int in_cb;
     int wait_status;
-    bool asked; /* reason is why it was stopped */
+    bool asked;     /* reason is why it was stopped */
     long long oom0; /* its kernel's cgroup's OOM kills when it started (-1: no cgroup) */
     enum kcmd_status reason;
     char what[64]; /* argv[0], for messages */
@@ -605,7 +605,8 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     k->ncmds++;
     *ret = c;
     return 0;
-kill: /* started, but not watched: it goes (sandboxed, init reaps it; else we do) */
+kill:
+    /* started, but not watched: it goes (sandboxed, init reaps it; else we do) */
     c->k = k; /* (send_signal's way to init) */
     send_signal(c, SIGKILL);
     if (!c->sandboxed && c->pid > 1)
