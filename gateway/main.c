@@ -234,6 +234,8 @@ static const struct cfg_option options[] = {
       "finished one without an Idempotency-Key is dropped, or the request is refused (429)"),
     I("max-queued-executions", max_queued_executions, "16", 1, 100000,
       "executions of the execute API per kernel, queued or running (more: 429)"),
+    I32("max-commands-per-kernel", km.max_commands, "16", 1, 64,
+        "shell commands running at once in one kernel's sandbox (more: 429; docs/commands.md)"),
     I("stall-timeout", stall_timeout, "60", 1, 86400,
       "seconds a reader of a streamed answer (the execute API's events or document, an MCP "
       "answer) may take nothing while it has bytes to take; then it is closed (an execution "
