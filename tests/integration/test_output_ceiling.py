@@ -5,15 +5,17 @@ execute_result, error, ...) are still bounded (docs/protocol.md "Output buffer l
   coalesced: a progress loop (`clear_output(wait=True); print(i)`) whose client does not read
   holds no more than the kernel's ceiling, and the client still gets its reply and idle;
 - past the ceiling (twice the share), the clients holding the kernel's output are ended: a
-  websocket that does not read while the kernel forges execute_result messages on iopub is
-  closed with 1008, and the gateway does not hold the flood.
+  websocket or a /channel client that does not read while the kernel forges execute_result
+  messages on iopub is closed with 1008, and the gateway does not hold the flood.
 
-Meanwhile another kernel's client (B) runs code and gets its whole output. Both tests fail on
+Meanwhile another kernel's client (B) runs code and gets its whole output. The tests fail on
 the code before the ceiling: the flood was held whole (up to --max-ws-queue-bytes, 256 MiB,
-per websocket).
+per websocket; all of it in a /channel client's queue).
 """
 import asyncio
+import os
 import re
+import sys
 import time
 import urllib.request
 import uuid
@@ -22,7 +24,7 @@ import pytest
 import websockets.exceptions
 
 import jclient as J
-from conftest import start_gateway, stop_gateway
+from conftest import REPO, start_gateway, stop_gateway
 
 MiB = 1 << 20
 BUDGET = 4 * MiB
@@ -190,4 +192,44 @@ def test_forged_results_end_the_unread_client(gw):
     ex = asyncio.run(again())
     assert ex.status == "ok" and ex.of_type("execute_result")[0]["content"]["data"][
         "text/plain"] == "42", ex.types
+    assert gw.alive()
+
+
+def test_forged_results_close_the_unread_channel_client(gw):
+    """The same forgery to a /channel client that collects iopub (start_channels) but does not
+    read it: its connection is closed with 1008 past the ceiling, its queue let go (on the old
+    code the queue held all 100 MiB)."""
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    from channel_client import Channel
+
+    kid = gw.start_kernel()["id"]
+
+    async def go():
+        ch = await Channel.connect(gw.ws_url, gw.token)
+        try:
+            km = await ch.mkm.get_kernel(kid)
+            client = await km.client()
+            await client.start_channels()
+            await client.wait_for_ready(timeout=60)
+            await client.execute(FORGED_RESULTS % 100, silent=False, store_history=False,
+                                 allow_stdin=False)
+            await asyncio.sleep(0.5)
+            deadline = time.monotonic() + 60
+            while await execution_state(gw, kid) != "idle" and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            try:
+                await asyncio.wait_for(client.get_shell_msg(timeout=10), 20)
+                return "open", ch.ws.close_code
+            except (ConnectionError, websockets.exceptions.ConnectionClosed) as e:
+                return str(e), ch.ws.close_code
+        finally:
+            await ch.close()
+
+    got, code = asyncio.run(go())
+    m = metrics(gw)
+    print(f"{got!r} {code}; metrics {m}")
+    assert m["kgw_output_buffer_peak_bytes"] <= CEILING + 2 * MiB, m  # old code: 100 MiB
+    assert code == 1008 and "output share" in got, (got, code)
+    assert m["kgw_output_clients_ended_total"] >= 1
+    assert "channel: " in gw.log() and "is not reading its kernel's output" in gw.log()
     assert gw.alive()
