@@ -196,7 +196,7 @@ struct kernel {
     char exec_replied[JMSG_MSG_ID_MAX];
     evl_timer_t *idle_timer;
     uint64_t iopub_us; /* when the last iopub message came */
-    /* its share of the output buffer budget (kernel.c: out_admit), and whether output is
+    /* its share of the output buffer budget (kout.c), and whether output is
      * being dropped for it (from the first drop until it is under half its share again), in
      * which execution (exec_id then: the next one's drops get a notice of their own) */
     struct obudget_share *out_share;
