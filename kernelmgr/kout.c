@@ -13,8 +13,10 @@
  * relayed (the same status or clear_output under the same parent, nothing between) is
  * coalesced, and past the ceiling the clients holding more than a quarter of the share are
  * ended (a websocket closes with 1008, a detached session stops buffering its replay, a
- * /channel connection closes) before the message passes: what the gateway holds for one
- * kernel stays under its ceiling and one message. */
+ * /channel connection closes), and if the others still hold too much together, every client
+ * holding any of it, before the message passes: what the gateway holds for one kernel stays
+ * under its ceiling and one message, and a status or result is never lost to a client that
+ * keeps up. */
 #include "kernelmgr/kout_int.h"
 
 #include <sodium.h>
@@ -101,6 +103,11 @@ static bool admit_kept(kernel_t *k,
         return true;
     size_t held = obudget_share_held(s), min = obudget_share_limit(s) / 4;
     unsigned ended = k->own->overflow(k, min);
+    if (obudget_share_held(s) > 0 && obudget_share_held(s) + n > ceiling) {
+        /* many clients, each a little behind, hold it together: none of them keeps up */
+        min = 0;
+        ended += k->own->overflow(k, min);
+    }
     b->ended += ended;
     if (ended)
         log_warn("kernel=%s: its clients hold %zu bytes of its output, past its ceiling (%zu) "
@@ -109,7 +116,7 @@ static bool admit_kept(kernel_t *k,
     held = obudget_share_held(s);
     if (held == 0 || held + n <= ceiling)
         return true;
-    /* the clients left read, but not fast enough for what this kernel sends */
+    /* what no client holds any more is still held (it should not be): refused */
     b->dropped++;
     b->dropped_bytes += n;
     notice_drop(k, m, held, obudget_share_limit(s));
