@@ -475,15 +475,17 @@ static unsigned on_overflow(void *user, kernel_t *k, size_t min)
         return 0;
     list_for_each(cl, peers, klink)
     {
-        if (cl->held <= min || cl->c->wc.out.closing)
+        if (cl->held <= min)
             continue;
-        log_warn("channel: %s: client %s is not reading its kernel's output (%zu bytes "
-                 "queued, past the kernel's share); closing",
-                 cl->c->wc.who, cl->ref, cl->held);
-        for (int i = 0; i < CHQ_N; i++)
+        if (!cl->c->wc.out.closing) {
+            log_warn("channel: %s: client %s is not reading its kernel's output (%zu bytes "
+                     "queued, past the kernel's share); closing",
+                     cl->c->wc.who, cl->ref, cl->held);
+            wsconn_close(&cl->c->wc, 1008, "client too slow: kernel output share exceeded", false);
+            n++;
+        }
+        for (int i = 0; i < CHQ_N; i++) /* (a closing connection's too: nobody reads them) */
             q_clear(cl, i);
-        wsconn_close(&cl->c->wc, 1008, "client too slow: kernel output share exceeded", false);
-        n++;
     }
     return n;
 }

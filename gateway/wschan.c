@@ -386,13 +386,16 @@ static unsigned on_overflow(void *user, kernel_t *k, size_t min)
         return 0;
     list_for_each(s, &hub->sessions, link)
     {
-        if (s->ws && !s->ws->wc.out.closing && s->ws->wc.out.qbytes > min) {
-            log_warn("ws: %s is not reading its kernel's output (%zu bytes queued, past the "
-                     "kernel's share); disconnecting",
-                     s->ws->wc.who, s->ws->wc.out.qbytes);
-            wsq_clear(&s->ws->wc.out); /* not kept for a replay either */
+        if (s->ws && s->ws->wc.out.qbytes > min) {
+            if (!s->ws->wc.out.closing) {
+                log_warn("ws: %s is not reading its kernel's output (%zu bytes queued, past "
+                         "the kernel's share); disconnecting",
+                         s->ws->wc.who, s->ws->wc.out.qbytes);
+                n++;
+            }
+            /* not kept for a replay either; a socket already closing drops it too */
+            wsq_clear(&s->ws->wc.out);
             wsq_close(&s->ws->wc.out, 1008, "client too slow: kernel output share exceeded", false);
-            n++;
         } else if (!s->ws && s->buffering && s->buf_bytes > min) {
             log_warn("ws: session %s: too much output while disconnected (%zu bytes, past "
                      "the kernel's share); not replaying it",

@@ -3,6 +3,8 @@
  * restart, shutdown and interrupt. It reports to its owner through kernel_owner_ops
  * (private.h) and calls only files below it (private.h: floors): never the set-up, the
  * sessions, the manager, the warm pool or the fork server. */
+#include "kernelmgr/kernel_int.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,7 +15,6 @@
 #include "common/util.h"
 #include "kernelmgr/kcall_int.h"
 #include "kernelmgr/kenv_int.h"
-#include "kernelmgr/kernel_int.h"
 #include "kernelmgr/kexec_int.h"
 #include "kernelmgr/klaunch_int.h"
 #include "kernelmgr/kout_int.h"
