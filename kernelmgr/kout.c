@@ -142,7 +142,8 @@ bool kout__admit(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
             k->out_dropping = false;
             log_info("kernel=%s: output resumed (%zu bytes held for its clients)", k->id, held);
         }
-    } else if (held + n > share && !admit_kept(k, m, h, kd, hash, n)) {
+    } else if (obudget_share_ceiling(k->out_share) > 0 /* 0: no budget */ && held + n > share &&
+               !admit_kept(k, m, h, kd, hash, n)) {
         return false;
     }
     k->out_last_idem = kd == KOUT_IDEM;
