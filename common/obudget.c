@@ -133,3 +133,12 @@ bool obudget_share_admit(obudget_share_t *s, size_t n)
     b->dropped_bytes += n;
     return false;
 }
+
+size_t obudget_share_ceiling(const obudget_share_t *s)
+{
+    const obudget_t *b = s->b;
+    if (b->limit == 0)
+        return 0;
+    size_t c = 2 * obudget_share_limit(s);
+    return c > b->reserve ? c : b->reserve;
+}

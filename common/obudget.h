@@ -15,7 +15,9 @@
  * and a quiet kernel (its clients read what it prints) always has its reserve, however full
  * the others keep the budget. Whatever is admitted, all shares together hold at most
  * limit + reserve x kernels (the gateway sets reserve = limit / (2 x --max-kernels): 1.5 x
- * limit), plus what is never refused (replies, status, errors, results). */
+ * limit), plus the messages that are never dropped for the share alone (replies, status,
+ * errors, results): those are held up to the share's ceiling, twice its limit (at least the
+ * reserve), past which the kernel ends its slowest clients (kernelmgr/kout.c). */
 #ifndef KGW_COMMON_OBUDGET_H
 #define KGW_COMMON_OBUDGET_H
 
@@ -30,6 +32,8 @@ typedef struct obudget {
     size_t peak;                     /* the most held at once */
     unsigned busy;                   /* shares holding bytes now */
     uint64_t dropped, dropped_bytes; /* messages refused by obudget_share_admit, their bytes */
+    uint64_t coalesced;              /* repeats not held for clients (kernelmgr/kout.c) */
+    uint64_t ended;                  /* clients ended for holding a share past its ceiling */
 } obudget_t;
 
 typedef struct obudget_share obudget_share_t;
@@ -53,5 +57,9 @@ size_t obudget_share_held(const obudget_share_t *s);
 size_t obudget_share_limit(const obudget_share_t *s);
 /* Whether n more bytes fit in the share and in the budget; a refusal counts as a drop. */
 bool obudget_share_admit(obudget_share_t *s, size_t n);
+/* The most the share may hold of messages that are never refused for its limit alone:
+ * 2 x obudget_share_limit, at least the reserve (all shares together: at most 2 x limit).
+ * 0: no limit. */
+size_t obudget_share_ceiling(const obudget_share_t *s);
 
 #endif

@@ -19,8 +19,11 @@
 static json_t *q_pop(chclient_t *cl, int qi)
 {
     json_t *m = ring_pop(&cl->q[qi]);
-    if (m && cl->share)
-        obudget_share_release(cl->share, (uintptr_t)ring_pop(&cl->qn[qi]));
+    if (m && cl->share) {
+        size_t n = (uintptr_t)ring_pop(&cl->qn[qi]);
+        obudget_share_release(cl->share, n);
+        cl->held -= n;
+    }
     return m;
 }
 
@@ -45,8 +48,10 @@ static int q_push(chclient_t *cl, int qi, json_t *m, size_t n)
         return r;
     }
     json_incref(m); /* the queue's reference */
-    if (cl->share)
+    if (cl->share) {
         obudget_share_charge(cl->share, n);
+        cl->held += n;
+    }
     return 0;
 }
 
@@ -459,8 +464,34 @@ static void on_notice(void *user, kernel_t *k, jspan_t parent, const char *text)
     free(content);
 }
 
+/* The kernel's output share is past its ceiling (kernelmgr/kout.c): the connections whose
+ * clients of k hold more than min bytes of its output are closed (1008), their queues let go. */
+static unsigned on_overflow(void *user, kernel_t *k, size_t min)
+{
+    struct list *peers = kernel_clients(user, k, false);
+    chclient_t *cl;
+    unsigned n = 0;
+    if (!peers)
+        return 0;
+    list_for_each(cl, peers, klink)
+    {
+        if (cl->held <= min)
+            continue;
+        if (!cl->c->wc.out.closing) {
+            log_warn("channel: %s: client %s is not reading its kernel's output (%zu bytes "
+                     "queued, past the kernel's share); closing",
+                     cl->c->wc.who, cl->ref, cl->held);
+            wsconn_close(&cl->c->wc, 1008, "client too slow: kernel output share exceeded", false);
+            n++;
+        }
+        for (int i = 0; i < CHQ_N; i++) /* (a closing connection's too: nobody reads them) */
+            q_clear(cl, i);
+    }
+    return n;
+}
+
 const struct kmgr_listener_ops chclient_listener_ops = {
-    .iopub = on_iopub, .event = on_event, .notice = on_notice};
+    .iopub = on_iopub, .event = on_event, .notice = on_notice, .overflow = on_overflow};
 
 /* A kernel calls a client function (kgw_tools): forwarded to the /channel client whose
  * execution is running, as a call_request on its connection. The name is on the allowlist and

@@ -35,6 +35,7 @@ struct chclient {
      * (common/obudget.h) while queued; the share is referenced: it outlives the kernel */
     ring_t qn[CHQ_N];
     struct obudget_share *share;
+    size_t held;                                 /* the sum of qn */
     char exec_ids[CH_EXEC_IDS][JMSG_MSG_ID_MAX]; /* its recent executions */
     unsigned nexec;
     chclient_t *next;

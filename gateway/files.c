@@ -35,7 +35,6 @@
 #define SPA_PATH         0           /* index of the "path" form field */
 #define BOUNDARY_MAX     70          /* RFC 2046 */
 #define MULTIPART_SLACK  65536       /* a multipart body's bytes beyond the file's (estimate) */
-#define STALL_SECS       60          /* a download whose reader takes nothing this long is cut */
 #define CHARGE_CHUNK     (16LL << 20) /* upload bytes charged to a kernel's cgroup at a time */
 #define HELD_MAX         (4 << 20) /* upload bytes that arrived while a charge runs */
 
@@ -484,8 +483,9 @@ int files_download_write(struct gw_req *r)
         x->sent += got;
     }
     if (x->sent < x->size) {
-        /* a reader that stops reading must not hold the workspace (and a descriptor) forever */
-        lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, STALL_SECS);
+        /* a reader that stops reading must not hold the workspace (and a descriptor) forever:
+         * cut after --stall-timeout seconds without taking anything, as the execute API's */
+        lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, (int)r->g->cfg.stall_timeout);
         lws_callback_on_writable(r->wsi);
         return 0;
     }

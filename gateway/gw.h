@@ -68,7 +68,7 @@ struct gw_config {
     long long max_executions_per_tenant; /* xexec.c: executions held per tenant */
     long long mcp_idle_timeout;       /* mcp.c: seconds an idle MCP session is kept */
     long long mcp_named_kernels;      /* mcp.c: named kernels per tenant (0: none) */
-    long long stall_timeout;          /* xapi.c, mcp.c: seconds a reader may take nothing */
+    long long stall_timeout; /* xapi.c, mcp.c, files.c: seconds a reader may take nothing */
     struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
     struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */
     struct rl_opts rl;

@@ -238,8 +238,8 @@ static const struct cfg_option options[] = {
         "shell commands running at once in one kernel's sandbox (more: 429; docs/commands.md)"),
     I("stall-timeout", stall_timeout, "60", 1, 86400,
       "seconds a reader of a streamed answer (the execute API's events or document, an MCP "
-      "answer) may take nothing while it has bytes to take; then it is closed (an execution "
-      "goes on: GET /api/executions/{id}/events?since=N resumes it)"),
+      "answer, a file download) may take nothing while it has bytes to take; then it is "
+      "closed (an execution goes on: GET /api/executions/{id}/events?since=N resumes it)"),
     S("fork-server-exe", fork_server_exe, "",
       "path of kgw-zygote, the fork server (default: " KGW_LIBEXECDIR "/kgw-zygote, or next to "
       "kgw in its build tree)"),

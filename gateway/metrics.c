@@ -295,6 +295,12 @@ int metrics_render(gw_t *g, buf_t *out)
             g->out_budget.dropped);
     counter(p, "kgw_output_dropped_bytes_total", "Bytes of those messages",
             g->out_budget.dropped_bytes);
+    counter(p, "kgw_output_coalesced_messages_total",
+            "Status or clear_output messages not held: a repeat of the last one, over the share",
+            g->out_budget.coalesced);
+    counter(p, "kgw_output_clients_ended_total",
+            "Clients ended for not reading while their kernel's output was past its ceiling",
+            g->out_budget.ended);
     gauge(p, "kgw_resident_memory_bytes", "Resident memory of the gateway process",
           resident_bytes());
     capacity(p, g->km);

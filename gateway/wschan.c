@@ -375,8 +375,41 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
     }
 }
 
+/* The kernel's output share is past its ceiling (kernelmgr/kout.c): the websockets and
+ * detached sessions holding more than min bytes of its output let it go. */
+static unsigned on_overflow(void *user, kernel_t *k, size_t min)
+{
+    khub_t *hub = hub_of(user, k);
+    wsess_t *s;
+    unsigned n = 0;
+    if (!hub)
+        return 0;
+    list_for_each(s, &hub->sessions, link)
+    {
+        if (s->ws && s->ws->wc.out.qbytes > min) {
+            if (!s->ws->wc.out.closing) {
+                log_warn("ws: %s is not reading its kernel's output (%zu bytes queued, past "
+                         "the kernel's share); disconnecting",
+                         s->ws->wc.who, s->ws->wc.out.qbytes);
+                n++;
+            }
+            /* not kept for a replay either; a socket already closing drops it too */
+            wsq_clear(&s->ws->wc.out);
+            wsq_close(&s->ws->wc.out, 1008, "client too slow: kernel output share exceeded", false);
+        } else if (!s->ws && s->buffering && s->buf_bytes > min) {
+            log_warn("ws: session %s: too much output while disconnected (%zu bytes, past "
+                     "the kernel's share); not replaying it",
+                     s->id, s->buf_bytes);
+            buf_clear(s);
+            s->buffering = false;
+            n++;
+        }
+    }
+    return n;
+}
+
 static const struct kmgr_listener_ops listener_ops = {
-    .iopub = on_iopub, .event = on_event, .notice = on_notice};
+    .iopub = on_iopub, .event = on_event, .notice = on_notice, .overflow = on_overflow};
 
 int wschan_listen(gw_t *g)
 {

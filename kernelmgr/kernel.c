@@ -17,6 +17,7 @@
 #include "kernelmgr/kenv_int.h"
 #include "kernelmgr/kexec_int.h"
 #include "kernelmgr/klaunch_int.h"
+#include "kernelmgr/kout_int.h"
 #include "kernelmgr/kstderr_int.h"
 #include "kernelmgr/kwatchdog_int.h"
 #include "kernelmgr/kwire_int.h"
@@ -248,55 +249,6 @@ static bool nudge_parent(const kernel_t *k, const jmsg_t *m)
            !strcmp(ph.msg_type, "kernel_info_request");
 }
 
-/* The output a kernel's clients have not read yet is bounded by its share of the output buffer
- * budget: an iopub message (stream, display_data, update_display_data, comm_msg, ...) that
- * would take it over is dropped, with one notice in the stream per run of drops and execution
- * (as jupyter_server does when its IOPub data rate limit is exceeded). Status, errors, results
- * and replies always pass: they tell clients how an execution ended. The iopub socket is never
- * paused for it: the kernel's PUB socket would drop what does not fit, its status messages
- * included. */
-static bool out_admit(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
-{
-    /* what tells how an execution went, and the comms' life: never dropped (jupyter_server's
-     * rate limit spares status, execute_input and comm_open; errors and results too here) */
-    static const char *const keep[] = {"status",    "execute_input", "execute_result", "error",
-                                       "comm_open", "comm_close",    "clear_output"};
-    if (!k->out_share)
-        return true;
-    for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
-        if (!strcmp(h->msg_type, keep[i]))
-            return true;
-    size_t n = kwire__bytes(m);
-    size_t held = obudget_share_held(k->out_share), share = obudget_share_limit(k->out_share);
-    if (obudget_share_admit(k->out_share, n)) {
-        if (k->out_dropping && held <= share / 2) {
-            k->out_dropping = false;
-            log_info("kernel=%s: output resumed (%zu bytes held for its clients)", k->id, held);
-        }
-        return true;
-    }
-    if (!k->out_dropping || strcmp(k->out_drop_exec, k->exec_id) != 0) {
-        char text[512];
-        k->out_dropping = true;
-        memcpy(k->out_drop_exec, k->exec_id, sizeof(k->out_drop_exec));
-        snprintf(text, sizeof(text),
-                 /* under 290 bytes: the execute API's notice event keeps 300 */
-                 "Output buffer limit exceeded.\n"
-                 "This kernel's stream, display and comm output is dropped\n"
-                 "until its clients read what the gateway holds for them.\n"
-                 "To change this limit, set `--output-buffer-bytes`.\n\n"
-                 "Current values: held %zu bytes, share %zu,\n"
-                 "--output-buffer-bytes=%zu",
-                 held, share, k->m->o.out_budget->limit);
-        log_warn("kernel=%s: output buffer share exceeded (%zu bytes held, share %zu); dropping "
-                 "output",
-                 k->id, held, share);
-        if (jmsg_is_json_object(m->part[JPART_PARENT]))
-            k->own->notice(k, m->part[JPART_PARENT], text);
-    }
-    return false;
-}
-
 static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 {
     kernel_t *k = data;
@@ -341,7 +293,7 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
     case KEXEC_CAP_PASS:
         break;
     }
-    if (out_admit(k, &m, &h))
+    if (kout__admit(k, &m, &h))
         k->own->relay(k, &m, &h);
     free(cut);
 }

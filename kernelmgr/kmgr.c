@@ -504,6 +504,20 @@ static void emit_notice(kmgr_t *m, kernel_t *k, jspan_t parent, const char *text
     }
 }
 
+static unsigned emit_overflow(kmgr_t *m, kernel_t *k, size_t min)
+{
+    struct kmgr_listener *l, *tmp;
+    unsigned n = 0;
+    if (k->pool)
+        return 0;
+    EACH_LISTENER(m, l, tmp)
+    {
+        if (l->ops->overflow)
+            n += l->ops->overflow(l->user, k, min);
+    }
+    return n;
+}
+
 static void emit_exec_end(kmgr_t *m, kernel_t *k, const struct kernel_exec_end *e)
 {
     struct kmgr_listener *l, *tmp;
@@ -539,6 +553,11 @@ static void own_relay(kernel_t *k, const jmsg_t *msg, const jhdr_t *h)
 static void own_notice(kernel_t *k, jspan_t parent, const char *text)
 {
     emit_notice(k->m, k, parent, text);
+}
+
+static unsigned own_overflow(kernel_t *k, size_t min)
+{
+    return emit_overflow(k->m, k, min);
 }
 
 static void own_exec_end(kernel_t *k, const struct kernel_exec_end *e)
@@ -642,6 +661,7 @@ static const struct kernel_owner_ops kernel_owner = {
     .iopub = own_iopub,
     .relay = own_relay,
     .notice = own_notice,
+    .overflow = own_overflow,
     .exec_end = own_exec_end,
     .start_ok = own_start_ok,
     .start_failed = own_start_failed,

@@ -152,6 +152,10 @@ struct kmgr_listener_ops {
     /* A notice for the clients of an execution (output cut, wall time exceeded): parent is
      * the header of the execute_request it concerns. */
     void (*notice)(void *user, kernel_t *k, jspan_t parent, const char *text);
+    /* k's clients hold more of its output than its share's ceiling (common/obudget.h): end
+     * each client of k (a websocket, a detached session's replay, a /channel connection)
+     * that holds more than min bytes of it, releasing them; returns how many were ended. */
+    unsigned (*overflow)(void *user, kernel_t *k, size_t min);
     /* An execution sent through a kconn is over, once per execute_request: when its iopub
      * idle came, or when the kernel process ended first (then the listeners' iopub has had a
      * gateway-made "error" and "status: idle" under its header, and its kconn an

@@ -115,6 +115,8 @@ struct kernel_owner_ops {
     /* an iopub message from the kernel for its clients (counted, then as iopub) */
     void (*relay)(kernel_t *k, const jmsg_t *msg, const jhdr_t *h);
     void (*notice)(kernel_t *k, jspan_t parent, const char *text);
+    /* ends k's clients holding more than min bytes of its output (kmgr_listener_ops) */
+    unsigned (*overflow)(kernel_t *k, size_t min);
     void (*exec_end)(kernel_t *k, const struct kernel_exec_end *e);
     /* a client's start of k (k->req_us) is over: ready, or failed (why) */
     void (*start_ok)(kernel_t *k);
@@ -194,12 +196,16 @@ struct kernel {
     char exec_replied[JMSG_MSG_ID_MAX];
     evl_timer_t *idle_timer;
     uint64_t iopub_us; /* when the last iopub message came */
-    /* its share of the output buffer budget (kernel.c: out_admit), and whether output is
+    /* its share of the output buffer budget (kout.c), and whether output is
      * being dropped for it (from the first drop until it is under half its share again), in
      * which execution (exec_id then: the next one's drops get a notice of their own) */
     struct obudget_share *out_share;
     bool out_dropping;
     char out_drop_exec[JMSG_MSG_ID_MAX];
+    /* the last iopub message relayed, when a status or clear_output: a hash of its type,
+     * parent and content (kout.c: a repeat of it is coalesced while over the share) */
+    bool out_last_idem;
+    unsigned char out_last[16];
     const struct kexec_ops *exec_ops; /* set by kernel__watch */
     wspace_t *ws;        /* bound at /mnt/data; its uid slot is the kernel's */
     char *root_dir;      /* where its sandbox's root is mounted ("": unsandboxed) */

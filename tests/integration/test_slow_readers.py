@@ -211,6 +211,35 @@ def test_stalled_readers_are_cut_and_the_execution_goes_on(gateway_factory):
     assert gw.alive()
 
 
+
+def test_stalled_download_is_cut_after_the_stall_timeout(gateway_factory):
+    """A download whose reader takes nothing is closed after --stall-timeout (2 s here) rather
+    than a fixed 60 s, and a reader that reads gets the file whole. Fails on the old code
+    (files.c cut it after 60 s whatever --stall-timeout said: the reader got it all)."""
+    gw = gateway_factory("--stall-timeout", "2", "--pool", "python3=1")
+    model = gw.start_kernel()
+    kid, ws = model["id"], model["workspace"]
+    size = 32 * MIB  # far over what the socket buffers on both sides take
+    run_ndjson(gw, kid, f"open('/mnt/data/big.bin', 'wb').write(b'd' * {size})")
+    s = raw(gw, "GET", f"/download/big.bin?workspace={ws}", auth(gw))
+    status, hdrs, body = read_head(s)
+    assert status == 200 and int(hdrs["content-length"]) == size, (status, hdrs)
+    time.sleep(2 + 4)  # the stall timeout, and lws's once-a-second timeout checks
+    try:
+        got = drain(s)
+        assert got is not None, "the stalled download was not closed"
+        n = len(body) + len(got)
+        assert n < size, n  # old code: the whole file, once drain() read
+    finally:
+        s.close()
+    c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+    c.request("GET", f"/download/big.bin?workspace={ws}", headers=auth(gw))
+    r = c.getresponse()
+    assert r.status == 200 and len(r.read()) == size
+    c.close()
+    assert gw.alive()
+
+
 # ---- MCP ----
 
 def mcp_post(gw, body, sid=None):

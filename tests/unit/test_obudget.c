@@ -38,6 +38,13 @@ int main(void)
     CHECK(!obudget_share_admit(c, 51));
     CHECK_INT(b.peak, 1000);
 
+    CHECK_CASE("the ceiling is twice the share, at least the reserve");
+    CHECK_INT(obudget_share_limit(q), 500);
+    CHECK_INT(obudget_share_ceiling(q), 1000);
+    b.reserve = 5000;
+    CHECK_INT(obudget_share_ceiling(q), 5000);
+    b.reserve = 50;
+
     CHECK_CASE("releases free the share and the budget");
     obudget_share_release(a, 600);
     CHECK_INT(b.busy, 1);
@@ -46,6 +53,7 @@ int main(void)
     CHECK_INT(b.held, 0);
     CHECK_INT(b.busy, 0);
     CHECK_INT(b.peak, 1000);
+    CHECK_INT(obudget_share_ceiling(a), 2000); /* alone again */
 
     CHECK_CASE("a blob charges its share until its last reference goes");
     blob_t *x = blob_new(16, 100), *y;
@@ -72,6 +80,7 @@ int main(void)
     obudget_share_t *n = obudget_share_new(&none);
     CHECK(obudget_share_admit(n, (size_t)1 << 40));
     CHECK_INT(none.dropped, 0);
+    CHECK_INT(obudget_share_ceiling(n), 0);
     obudget_share_unref(&n);
 
     CHECK_CASE("the default is 32..128 MiB");
