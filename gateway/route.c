@@ -21,6 +21,7 @@ static const struct route_def routes[] = {
     {ROUTE_KERNEL, "/api/kernels/{id}", HTTP_M_GET | HTTP_M_DELETE, 0},
     {ROUTE_KERNEL_INTERRUPT, "/api/kernels/{id}/interrupt", HTTP_M_POST, 0},
     {ROUTE_KERNEL_RESTART, "/api/kernels/{id}/restart", HTTP_M_POST, 0},
+    {ROUTE_KERNEL_FORK, "/api/kernels/{id}/fork", HTTP_M_POST, 0},
     {ROUTE_KERNEL_EXECUTE, "/api/kernels/{id}/execute", HTTP_M_POST, 0},
     {ROUTE_KERNEL_CHANNELS, "/api/kernels/{id}/channels", HTTP_M_GET, ROUTE_F_WEBSOCKET},
     {ROUTE_EXECUTE, "/api/execute", HTTP_M_POST, 0},

@@ -37,6 +37,7 @@ enum route_id {
     ROUTE_MCP,
     ROUTE_PLAYGROUND,
     ROUTE_PLAYGROUND_ASSET,
+    ROUTE_KERNEL_FORK,
     ROUTE_N /* the number of ids (gateway/routes.c has a row for each) */
 };
 

@@ -6,6 +6,7 @@
 
 #include "gateway/channel.h"
 #include "gateway/files.h"
+#include "gateway/gfork.h"
 #include "gateway/mcp.h"
 #include "gateway/metrics.h"
 #include "gateway/playground.h"
@@ -30,6 +31,7 @@ static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_KERNEL] = {.handle = rest_kernel},
     [ROUTE_KERNEL_INTERRUPT] = {.handle = rest_kernel_interrupt},
     [ROUTE_KERNEL_RESTART] = {.handle = rest_kernel_restart},
+    [ROUTE_KERNEL_FORK] = {.handle = gfork_kernel},
     [ROUTE_KERNEL_EXECUTE] = {.handle = xapi_kernel_execute, EXECUTES},
     [ROUTE_KERNEL_CHANNELS] = {.ws_confirm = wschan_confirm, .ws_open = wschan_open},
     [ROUTE_EXECUTE] = {.handle = xapi_oneshot, EXECUTES},

@@ -75,6 +75,7 @@ struct kmgr {
     evl_timer_t *trim;     /* the heap's free pages back to the system (kmgr.c: trim_soon) */
     bool trim_armed;
     /* the warm pool (kpool.c): started kernels nobody owns yet, outside v */
+    struct list forks;   /* forks being made (kfork.c: struct kfork.link) */
     struct kpool *pools; /* one per configured kernelspec */
     const struct kpool_ops *pool_ops;
     size_t npools;
@@ -224,6 +225,14 @@ struct kernel {
     uint64_t spawn_us;
     char setup_why[256]; /* why the sandbox's set-up failed */
     bool forked;         /* this process came from the fork server */
+    /* a fork of another kernel (kfork.c): its process is not the gateway's child but lives in
+     * that kernel's sandbox (adopted), on endpoints in that kernel's runtime directory
+     * (ipc_dir; NULL: its own dir). A restart makes it a fresh kernel of its own. */
+    bool adopted;
+    char *ipc_dir;
+    char fork_of[40];    /* the kernel it was forked from ("": none) */
+    char fork_cp[65];    /* ... from this checkpoint ("": as it was) */
+    bool fork_unknown_cp; /* the fork failed: no such checkpoint */
     int exit_status;
     bool hb_killed;      /* exit_status -ETIMEDOUT: for missed heartbeats, not the start's */
     long long oom_seen, pids_seen; /* the cgroup's events at the last exit (deaths' causes) */
