@@ -49,16 +49,17 @@ static void on_forked(struct gw_req *r, kernel_t *k, int status)
     req_reply(r, 201, kernel_model(k));
 }
 
-static void audit_fork(const struct gw_req *r, const char *parent, const char *cp, int rc,
-                       kernel_t *k)
+static void
+audit_fork(const struct gw_req *r, const char *parent, const char *cp, int rc, kernel_t *k)
 {
     if (!audit_enabled())
         return;
-    audit_event("kernel_fork", "s:s, s:s, s:s, s:o, s:o, s:s", "tenant", r->caller.tenant,
-                "addr", r->caller.addr, "parent", parent, "checkpoint",
-                cp ? json_string(cp) : json_null(), "kernel",
-                k ? json_string(kernel_id(k)) : json_null(), "result",
-                rc == 0 ? "ok" : rc == -ESHUTDOWN ? "draining" : strerror(-rc));
+    audit_event("kernel_fork", "s:s, s:s, s:s, s:o, s:o, s:s", "tenant", r->caller.tenant, "addr",
+                r->caller.addr, "parent", parent, "checkpoint", cp ? json_string(cp) : json_null(),
+                "kernel", k ? json_string(kernel_id(k)) : json_null(), "result",
+                rc == 0            ? "ok"
+                : rc == -ESHUTDOWN ? "draining"
+                                   : strerror(-rc));
 }
 
 void gfork_kernel(struct gw_req *r)
@@ -79,15 +80,16 @@ void gfork_kernel(struct gw_req *r)
         json_decref(body);
         return req_error(r, 400, "unknown field in a fork request (only \"checkpoint\")");
     }
-    if (jcp && !json_is_null(jcp) &&
-        !(cp && gfork_checkpoint_ok(cp, json_string_length(jcp)))) {
+    if (jcp && !json_is_null(jcp) && !(cp && gfork_checkpoint_ok(cp, json_string_length(jcp)))) {
         json_decref(body);
-        return req_error(r, 400, "checkpoint must be a checkpoint id (1-%d characters of "
-                                 "[A-Za-z0-9_-])", GFORK_CP_MAX);
+        return req_error(r, 400,
+                         "checkpoint must be a checkpoint id (1-%d characters of "
+                         "[A-Za-z0-9_-])",
+                         GFORK_CP_MAX);
     }
     if (kernel_state(parent) != KERNEL_RUNNING) {
-        req_error(r, 409, "kernel %s is %s: only a running kernel can be forked",
-                  kernel_id(parent), kernel_execution_state(parent));
+        req_error(r, 409, "kernel %s is %s: only a running kernel can be forked", kernel_id(parent),
+                  kernel_execution_state(parent));
         json_decref(body);
         return;
     }

@@ -11,8 +11,6 @@
  * The request goes on a DEALER of its own on the parent's shell socket, signed with the
  * parent's key: a silent execution that installs kgw_ckpt's handlers, then kgw_fork_request.
  * Being shell requests, they wait behind a running cell. */
-#include "kernelmgr/kfork_int.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,19 +23,20 @@
 
 #include "common/log.h"
 #include "kernelmgr/kernel_int.h"
+#include "kernelmgr/kfork_int.h"
 #include "kernelmgr/kinstance_int.h"
 #include "kernelmgr/kwire_int.h"
 #include "kernelmgr/kzsock_int.h"
 #include "sandbox/sbx.h"
 
-#define KFORK_REPLY_MAX 4096 /* bytes of a kgw_fork_reply's content */
-#define KFORK_PID_MAX 4194304 /* Linux's pid_max ceiling */
+#define KFORK_REPLY_MAX 4096    /* bytes of a kgw_fork_reply's content */
+#define KFORK_PID_MAX   4194304 /* Linux's pid_max ceiling */
 
 struct kfork {
     struct list link; /* on m->forks */
     kmgr_t *m;
     kernel_t *parent, *child;
-    kzsock_t z; /* a DEALER on the parent's shell socket */
+    kzsock_t z;         /* a DEALER on the parent's shell socket */
     evl_timer_t *timer; /* the reply's deadline; then (done) the deferred free */
     char msg_id[40];
     bool done;
@@ -193,11 +192,11 @@ static int write_conn(const kernel_t *k, const char *path, const char *view)
 {
     char ip[PATH_MAX];
     snprintf(ip, sizeof(ip), "%s/k", view);
-    json_t *c = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}", "shell_port",
-                          KPORT_SHELL, "iopub_port", KPORT_IOPUB, "stdin_port", KPORT_STDIN,
-                          "control_port", KPORT_CONTROL, "hb_port", KPORT_HB, "ip", ip, "key",
-                          k->key, "transport", "ipc", "signature_scheme", "hmac-sha256",
-                          "kernel_name", k->spec->name);
+    json_t *c =
+        json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}", "shell_port", KPORT_SHELL,
+                  "iopub_port", KPORT_IOPUB, "stdin_port", KPORT_STDIN, "control_port",
+                  KPORT_CONTROL, "hb_port", KPORT_HB, "ip", ip, "key", k->key, "transport", "ipc",
+                  "signature_scheme", "hmac-sha256", "kernel_name", k->spec->name);
     char *s = c ? json_dumps(c, 0) : NULL;
     json_decref(c);
     if (!s)
@@ -269,8 +268,8 @@ static int send_request(struct kfork *f, const char *cp)
     return r < 0 ? r : 0;
 }
 
-int kfork__start(kmgr_t *m, kernel_t *parent, const char *cp,
-                 const struct kernel_owner_ops *own, kernel_t **ret)
+int kfork__start(
+    kmgr_t *m, kernel_t *parent, const char *cp, const struct kernel_owner_ops *own, kernel_t **ret)
 {
     int r;
     if (parent->state != KERNEL_RUNNING || parent->pid <= 0)

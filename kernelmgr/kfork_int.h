@@ -10,8 +10,11 @@
  * "starting" until the forked process answers as any start's does, or dead (why in its
  * last cause) if the fork fails. 0 and *ret, or -errno: -EBUSY parent not running, -ENOMEM,
  * -ENAMETOOLONG (its endpoints' paths), or a set-up error. */
-int kfork__start(kmgr_t *m, kernel_t *parent, const char *cp,
-                 const struct kernel_owner_ops *own, kernel_t **ret);
+int kfork__start(kmgr_t *m,
+                 kernel_t *parent,
+                 const char *cp,
+                 const struct kernel_owner_ops *own,
+                 kernel_t **ret);
 /* k is going: a fork it was the parent of fails; one it was the child of is abandoned. */
 void kfork__forget(kmgr_t *m, kernel_t *k);
 
