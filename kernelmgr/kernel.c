@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kckpt_int.h"
 #include "kernelmgr/kenv_int.h"
 #include "kernelmgr/kexec_int.h"
 #include "kernelmgr/klaunch_int.h"
@@ -318,6 +319,11 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
             check_ready(k);
         return;
     }
+    if (kckpt__iopub(k, &m)) { /* the gateway's own checkpoint requests: no client's */
+        if (!proven && start_proven(k))
+            check_ready(k);
+        return;
+    }
     if (!strcmp(h.msg_type, "status"))
         kexec__status(k, &m);
     else
@@ -455,6 +461,7 @@ static void on_exit_io(void *data)
     kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
     kexec__forget_sent(k); /* what the process had been sent died with it */
     kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
+    kckpt__reset(k);        /* checkpoint requests too (-ECHILD) */
     if (k->own->lost(k, why)) /* its owner took it (a pooled kernel: freed) */
         return;
     switch (k->state) {

@@ -20,6 +20,7 @@
 #include "common/shardid.h"
 #include "common/util.h"
 #include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kckpt_int.h"
 #include "kernelmgr/kenv_int.h"
 #include "kernelmgr/kernel_int.h"
 #include "kernelmgr/klaunch_int.h"
@@ -212,6 +213,7 @@ void kinstance__free(kernel_t *k)
     if (!k)
         return;
     evl_t *l = k->m->evl;
+    kckpt__destroy(k);
     while (!list_empty(&k->waiters)) {
         kwait_t *w = list_first(&k->waiters, kwait_t, link);
         kwait_cancel(&w);

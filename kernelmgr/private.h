@@ -7,7 +7,7 @@
  *   1  kzsock, kspec, kstderr, ksecret, kegress, kcapacity, wspace (-> kmgr: wspace_ops), kcall,
  *      kwire, kzygote (-> kmgr: the on_ready callback)
  *   2  kexec (-> kernel: kexec_ops), klaunch (-> owner: kernel_owner_ops, its outcome returned)
- *   3  kenv (returns whether the kernel is ready), kwatchdog (only signals the process)
+ *   3  kenv (returns whether the kernel is ready), kwatchdog (only signals the process), kckpt
  *   4  kernel (-> owner: kernel_owner_ops)
  *   5  kconn (-> its client: kconn_ops)
  *   6  kinstance
@@ -261,6 +261,7 @@ struct kernel {
     char stop_cause[512];
     struct list waiters; /* kwait_t.link, newest first */
     struct kcall *calls; /* callbacks (kcall.c) */
+    struct kckpt *ckpt;  /* the gateway's checkpoint requests (kckpt.c; NULL: none yet) */
 
     struct kpool *pool;  /* while it waits in the warm pool (no hooks run): its pool */
     /* the request's KERNEL_* variables, applied to a pooled kernel by a silent execution */
