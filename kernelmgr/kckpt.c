@@ -68,9 +68,9 @@ struct kckpt {
 };
 
 static const char *const req_type[] = {"kgw_checkpoint_request", "kgw_rollback_request",
-                                       "kgw_ckpt_drop_request"};
+                                       "kgw_ckpt_drop_request", "kgw_fork_request"};
 static const char *const reply_type[] = {"kgw_checkpoint_reply", "kgw_rollback_reply",
-                                         "kgw_ckpt_drop_reply"};
+                                         "kgw_ckpt_drop_reply", "kgw_fork_reply"};
 
 static void on_msg(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n);
 static void on_timer(void *data);
@@ -389,7 +389,7 @@ int kckpt_send(kernel_t *k,
 {
     if (k->state != KERNEL_RUNNING)
         return -EBUSY;
-    if ((unsigned)op > KCKPT_DROP || !json_is_object(content))
+    if ((unsigned)op > KCKPT_FORK || !json_is_object(content))
         return -EINVAL;
     if (!k->ckpt && !(k->ckpt = kckpt_new(k)))
         return -ENOMEM;

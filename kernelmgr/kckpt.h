@@ -19,6 +19,8 @@ enum kckpt_op {
     KCKPT_ROLLBACK,   /* kgw_rollback_request {"id", "files"}: done once the new process
                          answers kernel_info and its iopub reaches the gateway (reply NULL) */
     KCKPT_DROP,       /* kgw_ckpt_drop_request {"id"}: its reply */
+    KCKPT_FORK,       /* kgw_fork_request {"connection_file", "checkpoint"}: its reply {"pid"}
+                         (kfork.c) */
 };
 
 /* The end of a request. status 0: reply is the kernel's reply content (borrowed; NULL for a

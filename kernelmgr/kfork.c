@@ -8,9 +8,10 @@
  * binds are in a directory the gateway makes in the parent's runtime directory (the only
  * place both see), and the gateway follows the process with a pidfd (kernel__adopt).
  *
- * The request goes on a DEALER of its own on the parent's shell socket, signed with the
- * parent's key: a silent execution that installs kgw_ckpt's handlers, then kgw_fork_request.
- * Being shell requests, they wait behind a running cell. */
+ * The request is one of the gateway's own checkpoint requests (kckpt.c: KCKPT_FORK): a shell
+ * request, it waits behind a running cell. */
+#include "kernelmgr/kfork_int.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,45 +23,25 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "kernelmgr/kckpt.h"
 #include "kernelmgr/kernel_int.h"
-#include "kernelmgr/kfork_int.h"
 #include "kernelmgr/kinstance_int.h"
-#include "kernelmgr/kwire_int.h"
-#include "kernelmgr/kzsock_int.h"
 #include "sandbox/sbx.h"
 
-#define KFORK_REPLY_MAX 4096    /* bytes of a kgw_fork_reply's content */
-#define KFORK_PID_MAX   4194304 /* Linux's pid_max ceiling */
+#define KFORK_PID_MAX 4194304 /* Linux's pid_max ceiling */
 
 struct kfork {
     struct list link; /* on m->forks */
     kmgr_t *m;
     kernel_t *parent, *child;
-    kzsock_t z;         /* a DEALER on the parent's shell socket */
-    evl_timer_t *timer; /* the reply's deadline; then (done) the deferred free */
-    char msg_id[40];
-    bool done;
+    kckpt_req_t *req; /* the kgw_fork_request (kckpt.c) */
 };
-
-static const char INSTALL[] =
-    "{\"code\":\"import kgw_ckpt as _kgw_ckpt\\n_kgw_ckpt.install()\\ndel _kgw_ckpt\","
-    "\"silent\":true,\"store_history\":false,\"user_expressions\":{},\"allow_stdin\":false,"
-    "\"stop_on_error\":false}";
 
 static void kfork_free(struct kfork *f)
 {
     list_remove(&f->link);
-    kz_close(&f->z);
-    evl_timer_destroy(f->m->evl, &f->timer);
+    kckpt_cancel(&f->req);
     free(f);
-}
-
-/* Over (ok or not): the socket goes now, the rest on the next turn (this may be its callback). */
-static void finish(struct kfork *f)
-{
-    f->done = true;
-    f->parent = f->child = NULL;
-    f->m->evl->timer_arm(f->m->evl, f->timer, 0);
 }
 
 static void fail(struct kfork *f, const char *fmt, const char *a, const char *b)
@@ -68,20 +49,9 @@ static void fail(struct kfork *f, const char *fmt, const char *a, const char *b)
     char why[400];
     kernel_t *k = f->child;
     snprintf(why, sizeof(why), fmt, a, b);
-    finish(f);
+    kfork_free(f);
     log_warn("kernel=%s: fork of %s failed: %s", k->id, k->fork_of, why);
     kernel__adopt_failed(k, why);
-}
-
-static void on_timer(void *data)
-{
-    struct kfork *f = data;
-    if (f->done) {
-        kfork_free(f);
-        return;
-    }
-    fail(f, "%s%s", "the kernel it was forked from did not answer the fork request in time",
-         " (it waits behind a running cell)");
 }
 
 /* The process of the parent's sandbox whose pid there is nspid: its pid here, or -ESRCH.
@@ -143,27 +113,22 @@ static pid_t host_pid(const kernel_t *parent, long nspid)
     return found;
 }
 
-static void on_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
+static void on_reply(void *data, kernel_t *parent, int status, json_t *c)
 {
     struct kfork *f = data;
-    jmsg_t m;
-    jhdr_t h;
-    (void)z;
-    if (f->done || kwire__parse(f->parent, frames, n, &m, &h) < 0 ||
-        strcmp(h.msg_type, "kgw_fork_reply") != 0 ||
-        !memmem(m.part[JPART_PARENT].p, m.part[JPART_PARENT].n, f->msg_id, strlen(f->msg_id)))
-        return;
-    if (m.part[JPART_CONTENT].n > KFORK_REPLY_MAX)
-        return fail(f, "%s%s", "the fork's reply is too long", "");
-    json_t *c = json_loadb(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, 0, NULL);
-    const char *st = json_string_value(json_object_get(c, "status"));
-    if (!st || strcmp(st, "ok") != 0) {
+    f->req = NULL; /* answered: kckpt frees it */
+    if (status == -ETIMEDOUT)
+        return fail(f, "%s%s",
+                    "the kernel it was forked from did not answer the fork request in time",
+                    " (it waits behind a running cell)");
+    if (status == -ECHILD)
+        return fail(f, "%s%s", "the kernel it was forked from ended before the fork", "");
+    if (status == -EREMOTEIO) {
         const char *en = json_string_value(json_object_get(c, "ename"));
         const char *ev = json_string_value(json_object_get(c, "evalue"));
         char ename[64], evalue[256];
         snprintf(ename, sizeof(ename), "%s", en ? en : "Error");
         snprintf(evalue, sizeof(evalue), "%s", ev ? ev : "");
-        json_decref(c);
         for (char *p = evalue; *p; p++)
             if (*p == '\r' || *p == '\n')
                 *p = ' ';
@@ -171,16 +136,17 @@ static void on_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
             f->child->fork_unknown_cp = true;
         return fail(f, "the kernel could not fork: %.64s: %.256s", ename, evalue);
     }
+    if (status < 0)
+        return fail(f, "the fork request failed: %s%s", strerror(-status), "");
     json_int_t nspid = json_integer_value(json_object_get(c, "pid"));
-    json_decref(c);
     if (nspid <= 1 || nspid > KFORK_PID_MAX)
         return fail(f, "%s%s", "the fork's reply has no valid pid", "");
-    pid_t pid = host_pid(f->parent, (long)nspid);
+    pid_t pid = host_pid(parent, (long)nspid);
     int pidfd = pid > 1 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
     if (pidfd < 0)
         return fail(f, "%s%s", "the forked process is not in the kernel's sandbox, or gone", "");
     kernel_t *k = f->child;
-    finish(f);
+    kfork_free(f);
     log_info("kernel=%s: forked from %s%s%s (pid %d)", k->id, k->fork_of,
              k->fork_cp[0] ? " at checkpoint " : "", k->fork_cp, (int)pid);
     kernel__adopt(k, pid, pidfd);
@@ -249,23 +215,15 @@ static int make_ipc_dir(kernel_t *parent, kernel_t *k)
 static int send_request(struct kfork *f, const char *cp)
 {
     kernel_t *p = f->parent, *k = f->child;
-    char ep[PATH_MAX + 16], view[PATH_MAX + 32];
-    int r;
-    kwire__endpoint(p, KPORT_SHELL, ep, sizeof(ep));
-    if ((r = kz_open(&f->z, p->m->evl, p->m->zctx, ZMQ_DEALER, NULL, ep, on_reply, f,
-                     KFORK_REPLY_MAX * 4, NULL)) < 0)
-        return r;
+    char view[PATH_MAX + 32];
     snprintf(view, sizeof(view), "%s/%s/connection.json",
              k->m->o.sandbox ? SBX_RUNTIME_PATH : p->dir, strrchr(k->ipc_dir, '/') + 1);
     json_t *req = json_pack("{s:s, s:s?}", "connection_file", view, "checkpoint", cp);
-    char *content = req ? json_dumps(req, JSON_COMPACT) : NULL;
-    json_decref(req);
-    if (!content)
+    if (!req)
         return -ENOMEM;
-    if ((r = kwire__send_own(p, &f->z, "execute_request", INSTALL)) >= 0)
-        r = kwire__send_own_id(p, &f->z, "kgw_fork_request", content, f->msg_id);
-    free(content);
-    return r < 0 ? r : 0;
+    int r = kckpt_send(p, KCKPT_FORK, req, k->m->o.start_timeout_ms, on_reply, f, &f->req);
+    json_decref(req);
+    return r;
 }
 
 int kfork__start(
@@ -286,10 +244,6 @@ int kfork__start(
     list_init(&f->link);
     f->m = m;
     f->parent = parent;
-    if (!(f->timer = m->evl->timer_new(m->evl, on_timer, f))) {
-        free(f);
-        return -ENOMEM;
-    }
     kernel_t *k = kinstance__build(m, parent->spec, NULL, &lim, parent->ws, NULL, parent->egpol,
                                    NULL, 0, own);
     if (!k) {
@@ -306,7 +260,6 @@ int kfork__start(
         return r;
     }
     list_append(&m->forks, &f->link);
-    m->evl->timer_arm(m->evl, f->timer, (uint64_t)m->o.start_timeout_ms);
     *ret = k;
     return 0;
 }
@@ -316,13 +269,9 @@ void kfork__forget(kmgr_t *m, kernel_t *k)
     struct kfork *f, *tmp;
     list_for_each_safe(f, tmp, &m->forks, link)
     {
-        if (f->done)
-            continue;
-        if (f->child == k) {
-            finish(f);
-        } else if (f->parent == k) {
-            kz_close(&f->z);
+        if (f->child == k)
+            kfork_free(f);
+        else if (f->parent == k)
             fail(f, "%s%s", "the kernel it was forked from ended before the fork", "");
-        }
     }
 }
