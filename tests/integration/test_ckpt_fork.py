@@ -1,0 +1,316 @@
+"""POST /api/kernels/{id}/fork (docs/checkpoints.md, "Fork"), on real kernels through the real
+gateway: the fork holds its parent's state (a variable, a numpy array's checksum, the execution
+count) and the two then diverge; a fork from a checkpoint; Python's and numpy's generators are
+reseeded; another tenant gets 404; the fork has its own key (the parent's cannot talk to it);
+deleting the fork leaves the parent as it was; deleting the parent ends the fork, whose
+execution in flight ends kernel_died with a cause that says why, and whose restart is a fresh
+kernel; nothing is left behind."""
+import http.client
+import json
+import os
+import re
+import threading
+import time
+
+import pytest
+
+from conftest import key_file, start_gateway, stop_gateway
+
+pytestmark = pytest.mark.kgw_only
+
+
+def execute(gw, kid, code, key=None, timeout=60):
+    """Runs code through the execute API: (stdout, end event)."""
+    c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=timeout)
+    h = gw.headers()
+    if key:
+        h["Authorization"] = f"token {key}"
+    c.request("POST", f"/api/kernels/{kid}/execute", body=json.dumps({"code": code}).encode(),
+              headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    assert r.status == 201, (r.status, data)
+    events = [json.loads(x) for x in data.splitlines() if x]
+    out = "".join(e.get("text", "") for e in events if e["type"] == "stream"
+                  and e["name"] == "stdout")
+    return out, events[-1]
+
+
+def value(gw, kid, expr):
+    out, end = execute(gw, kid, f"print(repr({expr}))")
+    assert end["status"] == "ok", end
+    return out.strip()
+
+
+def fork(gw, kid, body=None, key=None):
+    h = {"Authorization": f"token {key}"} if key else None
+    return gw.request("POST", f"/api/kernels/{kid}/fork", body if body is not None else {},
+                      headers=h)
+
+
+def has_numpy(gw, kid):
+    return execute(gw, kid, "import numpy")[1]["status"] == "ok"
+
+
+def sandbox_pids(gw, kid):
+    """The processes of the kernel's sandbox, as its code sees them (its pid namespace; the
+    host's processes when unsandboxed, so only used sandboxed)."""
+    return json.loads(value(gw, kid, "__import__('json').dumps(sorted(int(p) for p in "
+                                     "__import__('os').listdir('/proc') if p.isdigit()))")
+                      .strip("'"))
+
+
+def sandboxed(gw):
+    return "--no-sandbox" not in os.environ.get("KGW_EXTRA_ARGS", "")
+
+
+@pytest.fixture(scope="module")
+def tenants():
+    path, keys = key_file(["alice", "bob"])
+    gw = start_gateway(("--key-file", path))
+    gw.token = keys["alice"]
+    yield gw, keys
+    stop_gateway(gw)
+    os.unlink(path)
+
+
+def test_fork_has_the_state_then_diverges(tenants):
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    numpy = has_numpy(gw, parent)
+    setup = "x = 41\nsquare = lambda v: v * v\n"
+    if numpy:
+        setup += "import numpy as np\na = np.arange(100000)\n"
+    assert execute(gw, parent, setup)[1]["status"] == "ok"
+    before = sandbox_pids(gw, parent) if sandboxed(gw) else None
+    count = execute(gw, parent, "pass")[1]["execution_count"]
+    t0 = time.monotonic()
+    status, model, hdrs = fork(gw, parent)
+    took = time.monotonic() - t0
+    assert status == 201, model
+    child = model["id"]
+    assert child != parent and model["name"] == "python3"
+    assert hdrs["Location"] == f"/api/kernels/{child}"
+    assert model["execution_state"] == "idle"
+    # the same workspace (a fork lives in its parent's sandbox)
+    assert model["workspace"] == gw.request("GET", f"/api/kernels/{parent}")[1]["workspace"]
+    assert value(gw, child, "x") == "41"
+    assert value(gw, child, "square(7)") == "49"
+    if numpy:
+        assert value(gw, child, "int(a.sum())") == str(sum(range(100000)))
+    # execution counts go on from the parent's (2 or 3 executions in the child so far)
+    _, end = execute(gw, child, "x = 1")
+    assert end["execution_count"] == count + (4 if numpy else 3)
+    if numpy:
+        execute(gw, child, "a[:] = 0")
+        assert value(gw, parent, "int(a.sum())") == str(sum(range(100000)))
+        assert value(gw, child, "int(a.sum())") == "0"
+    assert value(gw, parent, "x") == "41"
+    assert value(gw, child, "x") == "1"
+    execute(gw, parent, "x = 2")
+    assert value(gw, child, "x") == "1"
+    if sandboxed(gw):
+        # the fork is one process more in the parent's sandbox; deleting it takes it away
+        assert len(sandbox_pids(gw, parent)) == len(before) + 1
+    assert gw.delete_kernel(child) == 204
+    assert gw.request("GET", f"/api/kernels/{child}")[0] == 404
+    # the parent is as it was
+    assert value(gw, parent, "x") == "2"
+    if sandboxed(gw):
+        deadline = time.monotonic() + 10
+        while len(sandbox_pids(gw, parent)) != len(before) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(sandbox_pids(gw, parent)) == len(before)
+    assert gw.delete_kernel(parent) == 204
+    print(f"fork: {took * 1000:.0f} ms request to 201")
+
+
+def test_fork_reseeds_random(tenants):
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    numpy = has_numpy(gw, parent)
+    code = "import random\nrandom.seed(7)\n"
+    if numpy:
+        code += "import numpy as np\nnp.random.seed(7)\n"
+    execute(gw, parent, code)
+    draws = []
+    for _ in range(2):
+        status, model, _ = fork(gw, parent)
+        assert status == 201, model
+        child = model["id"]
+        d = [value(gw, child, "random.random()")]
+        if numpy:
+            d.append(value(gw, child, "float(np.random.random())"))
+        draws.append(d)
+        gw.delete_kernel(child)
+    # the parent's streams as seeded: what a fork that was not reseeded would draw first
+    seeded = [value(gw, parent, "random.random()")]
+    if numpy:
+        seeded.append(value(gw, parent, "float(np.random.random())"))
+    for d in draws:
+        for got, same in zip(d, seeded):
+            assert got != same
+    assert draws[0] != draws[1]
+    gw.delete_kernel(parent)
+
+
+def test_fork_requests_refused(tenants):
+    gw, keys = tenants
+    parent = gw.start_kernel()["id"]
+    # another tenant: as if the kernel did not exist
+    status, body, _ = fork(gw, parent, key=keys["bob"])
+    assert status == 404 and "reason" in body and "message" in body
+    assert fork(gw, "00000000-0000-0000-0000-000000000000")[0] == 404
+    for bad in ({"checkpoint": "../x"}, {"checkpoint": 3}, {"checkpoint": ""},
+                {"checkpoint": "a" * 65}, {"other": 1}):
+        status, body, _ = fork(gw, parent, bad)
+        assert status == 400, (bad, status, body)
+    status, body, _ = gw.request("POST", f"/api/kernels/{parent}/fork", raw_body=b"[1]")
+    assert status == 400
+    # a checkpoint the kernel does not have
+    status, body, _ = fork(gw, parent, {"checkpoint": "nosuch"})
+    assert status == 404, body
+    assert "Checkpoint" in body["message"]
+    # no kernel left behind by the refusals
+    ids = [k["id"] for k in gw.request("GET", "/api/kernels")[1]]
+    assert ids == [parent]
+    gw.delete_kernel(parent)
+
+
+def test_fork_has_its_own_key(tenants):
+    """Code in the parent, with the parent's connection (its key), cannot talk to the fork; with
+    the fork's own connection file it can. (That code can read the fork's file at all is
+    because both share one sandbox: docs/checkpoints.md.)"""
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    status, model, _ = fork(gw, parent)
+    assert status == 201, model
+    child = model["id"]
+    probe = r"""
+import json, os, time
+from jupyter_client import BlockingKernelClient
+from ipykernel.connect import get_connection_file
+mine = get_connection_file()
+fork_cf = os.path.join(os.path.dirname(mine), "f-" + %r[:8], "connection.json")
+info = json.load(open(fork_cf))
+own = json.load(open(mine))
+def asks(key):
+    kc = BlockingKernelClient()
+    kc.load_connection_info(dict(info, key=key))
+    kc.start_channels(iopub=False, stdin=False, hb=False, control=False)
+    mid = kc.kernel_info()
+    ok = False
+    end = time.monotonic() + 3
+    while time.monotonic() < end and not ok:
+        try:
+            m = kc.get_shell_msg(timeout=0.5)
+            ok = m["parent_header"].get("msg_id") == mid
+        except Exception:
+            pass
+    kc.stop_channels()
+    return ok
+print(json.dumps([info["key"] != own["key"], asks(own["key"]), asks(info["key"])]))
+""" % child
+    out, end = execute(gw, parent, probe)
+    assert end["status"] == "ok", end
+    assert json.loads(out.strip().splitlines()[-1]) == [True, False, True]
+    gw.delete_kernel(child)
+    gw.delete_kernel(parent)
+
+
+def test_deleting_the_parent_ends_the_fork(tenants):
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    execute(gw, parent, "x = 41")
+    status, model, _ = fork(gw, parent)
+    assert status == 201, model
+    child = model["id"]
+    pid = int(re.findall(rf"kernel={child}: forked from {parent} \(pid (\d+)\)", gw.log())[-1])
+    assert os.path.exists(f"/proc/{pid}")
+    ended = {}
+
+    def long_cell():
+        ended["out"], ended["end"] = execute(gw, child, "import time\nprint('go', flush=True)\n"
+                                             "time.sleep(60)")
+
+    t = threading.Thread(target=long_cell)
+    t.start()
+    deadline = time.monotonic() + 20
+    while gw.request("GET", f"/api/kernels/{child}")[1]["execution_state"] != "busy" and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gw.delete_kernel(parent) == 204
+    t.join(30)
+    assert not t.is_alive()
+    end = ended["end"]
+    assert end["status"] == "kernel_died", end
+    assert "fork" in end["cause"] and parent in end["cause"], end
+    # the fork is dead, not restarted into a fresh kernel behind its clients' backs
+    deadline = time.monotonic() + 10
+    while gw.request("GET", f"/api/kernels/{child}")[1]["execution_state"] != "dead" and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gw.request("GET", f"/api/kernels/{child}")[1]["execution_state"] == "dead"
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}")
+    # a restart makes it a fresh kernel of its kernelspec, in a sandbox of its own
+    status, model, _ = gw.request("POST", f"/api/kernels/{child}/restart")
+    assert status == 200, model
+    out, end = execute(gw, child, "print('x' in globals())")
+    assert end["status"] == "ok" and out.strip() == "False"
+    assert gw.delete_kernel(child) == 204
+
+
+SELF_CHECKPOINT = r"""
+import os, time, kgw_ckpt
+from jupyter_client import BlockingKernelClient
+from ipykernel.connect import get_connection_file
+kgw_ckpt.install()
+_kc = BlockingKernelClient(connection_file=get_connection_file())
+_kc.load_connection_file()
+_kc.start_channels(iopub=False, stdin=False, hb=False, control=False)
+_kc.shell_channel.send(_kc.session.msg("kgw_checkpoint_request", {"id": %r, "files_dir": None}))
+time.sleep(0.3)
+"""
+
+
+def checkpoint(gw, kid, cid):
+    """A checkpoint of the kernel: through the REST route where this build has it, else taken
+    by the kernel's own code sending itself kgw_checkpoint_request over its own shell socket
+    (with its own key: the gateway lets no client send it), answered once the cell is over."""
+    status, cp, _ = gw.request("POST", f"/api/kernels/{kid}/checkpoints", {"files": False})
+    if status == 201:
+        return cp["id"]
+    assert status == 404 and cp["message"] == "not found", (status, cp)  # no such route
+    assert execute(gw, kid, SELF_CHECKPOINT % cid)[1]["status"] == "ok"
+    probe = ("import os, time\nfrom ipykernel.connect import get_connection_file\n"
+             "p = os.path.join(os.path.dirname(get_connection_file()), '.ckpt-%s')\n"
+             "t = time.monotonic()\n"
+             "while not os.path.exists(p) and time.monotonic() - t < 10: time.sleep(0.05)\n"
+             "print(os.path.exists(p))" % cid)
+    assert execute(gw, kid, probe)[0].strip() == "True"
+    return cid
+
+
+def test_fork_from_a_checkpoint(tenants):
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    execute(gw, parent, "x = 'at the checkpoint'")
+    cid = checkpoint(gw, parent, "c1")
+    execute(gw, parent, "x = 'later'")
+    status, model, _ = fork(gw, parent, {"checkpoint": cid})
+    assert status == 201, model
+    child = model["id"]
+    assert value(gw, child, "x") == "'at the checkpoint'"
+    assert value(gw, parent, "x") == "'later'"
+    execute(gw, child, "x = 'in the fork'")
+    # the checkpoint stays: a second fork from it has the same state
+    status, model2, _ = fork(gw, parent, {"checkpoint": cid})
+    assert status == 201, model2
+    assert value(gw, model2["id"], "x") == "'at the checkpoint'"
+    assert value(gw, child, "x") == "'in the fork'"
+    for k in (model2["id"], child, parent):
+        assert gw.delete_kernel(k) == 204
