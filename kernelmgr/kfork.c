@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "kernelmgr/kckpt.h"
 #include "kernelmgr/kernel_int.h"
 #include "kernelmgr/kinstance_int.h"
+#include "kernelmgr/klaunch_int.h"
 #include "sandbox/sbx.h"
 
 #define KFORK_PID_MAX 4194304 /* Linux's pid_max ceiling */
@@ -34,6 +36,8 @@ struct kfork {
     struct list link; /* on m->forks */
     kmgr_t *m;
     kernel_t *parent, *child;
+    kernel_t *owner; /* whose sandbox they live in: parent, or the kernel parent was forked
+                        from (a fork of a fork) */
     kckpt_req_t *req; /* the kgw_fork_request (kckpt.c) */
 };
 
@@ -56,7 +60,7 @@ static void fail(struct kfork *f, const char *fmt, const char *a, const char *b)
 
 /* The process of the parent's sandbox whose pid there is nspid: its pid here, or -ESRCH.
  * Only a process in the parent's cgroup counts: what the kernel says is not trusted. */
-static pid_t host_pid(const kernel_t *parent, long nspid)
+static pid_t host_pid(const kernel_t *owner, const kernel_t *parent, long nspid)
 {
     if (!parent->m->o.sandbox) {
         /* unsandboxed (no boundary to keep): the leader of a session of its own, of our uid,
@@ -106,7 +110,7 @@ static pid_t host_pid(const kernel_t *parent, long nspid)
         char *last = strrchr(ns, '\t');
         if (!last || last == strchr(ns, '\t') || strtol(last + 1, NULL, 10) != nspid)
             continue;
-        if (sbx_cgroup_has(parent->cgroup, (pid_t)pid))
+        if (sbx_cgroup_has(owner->cgroup, (pid_t)pid))
             found = (pid_t)pid;
     }
     closedir(d);
@@ -141,7 +145,7 @@ static void on_reply(void *data, kernel_t *parent, int status, json_t *c)
     json_int_t nspid = json_integer_value(json_object_get(c, "pid"));
     if (nspid <= 1 || nspid > KFORK_PID_MAX)
         return fail(f, "%s%s", "the fork's reply has no valid pid", "");
-    pid_t pid = host_pid(parent, (long)nspid);
+    pid_t pid = host_pid(f->owner, parent, (long)nspid);
     int pidfd = pid > 1 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
     if (pidfd < 0)
         return fail(f, "%s%s", "the forked process is not in the kernel's sandbox, or gone", "");
@@ -184,13 +188,13 @@ static int write_conn(const kernel_t *k, const char *path, const char *view)
 
 /* The fork's endpoints' directory in the parent's runtime directory: made, with its
  * connection file. 0 or -errno. */
-static int make_ipc_dir(kernel_t *parent, kernel_t *k)
+static int make_ipc_dir(kernel_t *owner, kernel_t *k)
 {
     char dir[PATH_MAX], view[PATH_MAX], cf[PATH_MAX + 32], name[16];
     int r;
     snprintf(name, sizeof(name), "f-%.8s", k->id);
-    snprintf(dir, sizeof(dir), "%s/%s", parent->dir, name);
-    snprintf(view, sizeof(view), "%s/%s", k->m->o.sandbox ? SBX_RUNTIME_PATH : parent->dir, name);
+    snprintf(dir, sizeof(dir), "%s/%s", owner->dir, name);
+    snprintf(view, sizeof(view), "%s/%s", k->m->o.sandbox ? SBX_RUNTIME_PATH : owner->dir, name);
     /* unix socket paths are limited to 108 bytes: <dir>/k-N */
     if (strlen(dir) + sizeof("/k-N") > 108)
         return -ENAMETOOLONG;
@@ -217,7 +221,7 @@ static int send_request(struct kfork *f, const char *cp)
     kernel_t *p = f->parent, *k = f->child;
     char view[PATH_MAX + 32];
     snprintf(view, sizeof(view), "%s/%s/connection.json",
-             k->m->o.sandbox ? SBX_RUNTIME_PATH : p->dir, strrchr(k->ipc_dir, '/') + 1);
+             k->m->o.sandbox ? SBX_RUNTIME_PATH : f->owner->dir, strrchr(k->ipc_dir, '/') + 1);
     json_t *req = json_pack("{s:s, s:s?}", "connection_file", view, "checkpoint", cp);
     if (!req)
         return -ENOMEM;
@@ -226,11 +230,15 @@ static int send_request(struct kfork *f, const char *cp)
     return r;
 }
 
-int kfork__start(
-    kmgr_t *m, kernel_t *parent, const char *cp, const struct kernel_owner_ops *own, kernel_t **ret)
+int kfork__start(kmgr_t *m,
+                 kernel_t *parent,
+                 kernel_t *owner,
+                 const char *cp,
+                 const struct kernel_owner_ops *own,
+                 kernel_t **ret)
 {
     int r;
-    if (parent->state != KERNEL_RUNNING || parent->pid <= 0)
+    if (parent->state != KERNEL_RUNNING || parent->pid <= 0 || owner->adopted)
         return -EBUSY;
     struct kmgr_limits lim = {.mem_bytes = parent->lim.mem_bytes,
                               .cpu_millis = parent->lim.cpu_millis,
@@ -244,6 +252,7 @@ int kfork__start(
     list_init(&f->link);
     f->m = m;
     f->parent = parent;
+    f->owner = owner;
     kernel_t *k = kinstance__build(m, parent->spec, NULL, &lim, parent->ws, NULL, parent->egpol,
                                    NULL, 0, own);
     if (!k) {
@@ -254,7 +263,7 @@ int kfork__start(
     f->child = k;
     snprintf(k->fork_of, sizeof(k->fork_of), "%s", parent->id);
     snprintf(k->fork_cp, sizeof(k->fork_cp), "%s", cp ? cp : "");
-    if ((r = make_ipc_dir(parent, k)) < 0 || (r = send_request(f, cp)) < 0) {
+    if ((r = make_ipc_dir(owner, k)) < 0 || (r = send_request(f, cp)) < 0) {
         kfork_free(f);
         kinstance__free(k);
         return r;
@@ -264,6 +273,17 @@ int kfork__start(
     return 0;
 }
 
+void kfork__parent_ended(kmgr_t *m, kernel_t *k)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        kernel_t *c = m->v[i];
+        if (c->adopted && c->pid > 1 && !strcmp(c->fork_of, k->id)) {
+            log_info("kernel=%s: ending it: the kernel %s it was forked from ended", c->id, k->id);
+            klaunch__signal(c, SIGKILL);
+        }
+    }
+}
+
 void kfork__forget(kmgr_t *m, kernel_t *k)
 {
     struct kfork *f, *tmp;
@@ -271,7 +291,7 @@ void kfork__forget(kmgr_t *m, kernel_t *k)
     {
         if (f->child == k)
             kfork_free(f);
-        else if (f->parent == k)
+        else if (f->parent == k || f->owner == k)
             fail(f, "%s%s", "the kernel it was forked from ended before the fork", "");
     }
 }

@@ -587,6 +587,7 @@ static void own_ready(kernel_t *k)
 
 static bool own_lost(kernel_t *k, const char *why)
 {
+    kfork__parent_ended(k->m, k);
     if (!k->pool)
         return false;
     log_warn("kernel=%s: pooled kernel ended: %s", k->id, why);
@@ -1133,7 +1134,21 @@ int kmgr_fork(kmgr_t *m, kernel_t *parent, const char *checkpoint, kernel_t **re
         return refuse(m, KMGR_FAIL_LIMIT, r);
     while (m->o.max_kernels > 0 && m->n + m->pn >= (size_t)m->o.max_kernels && kpool__shrink(m))
         ;
-    if ((r = kfork__start(m, parent, checkpoint, &kernel_owner, &k)) < 0)
+    /* a fork's process lives in the sandbox of the kernel it was forked from (or of that
+     * one's parent...): its fork does too */
+    kernel_t *owner = parent;
+    for (int depth = 0; owner && owner->adopted && depth < 64; depth++)
+        owner = kmgr_find(m, owner->fork_of);
+    if (!owner || owner->adopted)
+        return -EBUSY;
+    /* their endpoints take inodes of the owner's runtime directory (a small tmpfs) */
+    size_t forks = 0, len = strlen(owner->dir);
+    for (size_t i = 0; i < m->n; i++)
+        forks += m->v[i]->ipc_dir && !strncmp(m->v[i]->ipc_dir, owner->dir, len) &&
+                 m->v[i]->ipc_dir[len] == '/';
+    if (forks >= KMGR_FORKS_MAX)
+        return -ETOOMANYREFS;
+    if ((r = kfork__start(m, parent, owner, checkpoint, &kernel_owner, &k)) < 0)
         return r == -EBUSY ? r : refuse(m, KMGR_FAIL_SPAWN, r);
     m->v[m->n++] = k;
     tenant_weights(m, tenant);

@@ -210,6 +210,9 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret);
  * failed fork ends dead, kernel_last_cause says why). -EBUSY parent not running, else as
  * kmgr_start. */
 int kmgr_fork(kmgr_t *m, kernel_t *parent, const char *checkpoint, kernel_t **ret);
+/* Forks living at once in one kernel's sandbox (its own and its forks' forks): past it
+ * kmgr_fork answers -ETOOMANYREFS. */
+#define KMGR_FORKS_MAX 6
 
 /* Per-kernel limits from a JSON object {"memory", "cpu", "pids", "workspace", "exec_timeout"
  * (seconds), "output_bytes"}, positive integers. -EINVAL with a message in err. */

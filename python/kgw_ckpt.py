@@ -494,9 +494,9 @@ def _fork_now(conn_file):
     if pid == 0:
         try:
             os.close(r)
-            os.setsid()
             if os.fork() != 0:
                 os._exit(0)
+            os.setsid()  # (the grandchild leads no group yet: it can)
             gc.disable()  # nothing of the old kernel may be finalised before _revive
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             _scrub({w})

@@ -314,3 +314,35 @@ def test_fork_from_a_checkpoint(tenants):
     assert value(gw, child, "x") == "'in the fork'"
     for k in (model2["id"], child, parent):
         assert gw.delete_kernel(k) == 204
+
+
+def test_fork_of_a_fork_and_the_limit(tenants):
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    execute(gw, parent, "x = [0]")
+    status, a, _ = fork(gw, parent)
+    assert status == 201, a
+    execute(gw, a["id"], "x.append(1)")
+    status, b, _ = fork(gw, a["id"])  # lives in the same sandbox, the parent's
+    assert status == 201, b
+    assert value(gw, b["id"], "x") == "[0, 1]"
+    forks = [a["id"], b["id"]]
+    while True:
+        status, body, _ = fork(gw, parent)
+        if status != 201:
+            break
+        forks.append(body["id"])
+    assert status == 409 and "at most" in body["message"], body
+    assert len(forks) == 6
+    # the fork of the fork ends with its own parent
+    assert gw.delete_kernel(a["id"]) == 204
+    deadline = time.monotonic() + 10
+    while gw.request("GET", f"/api/kernels/{b['id']}")[1]["execution_state"] != "dead" and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gw.request("GET", f"/api/kernels/{b['id']}")[1]["execution_state"] == "dead"
+    # room again for one more
+    status, body, _ = fork(gw, parent)
+    assert status == 201, body
+    for k in forks[1:] + [body["id"], parent]:
+        assert gw.delete_kernel(k) == 204
