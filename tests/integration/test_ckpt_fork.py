@@ -346,3 +346,39 @@ def test_fork_of_a_fork_and_the_limit(tenants):
     assert status == 201, body
     for k in forks[1:] + [body["id"], parent]:
         assert gw.delete_kernel(k) == 204
+
+
+def test_interrupts_are_each_its_own(tenants):
+    """The fork leads a process group of its own: interrupting the parent does not reach it,
+    and interrupting it does not reach the parent."""
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    status, model, _ = fork(gw, parent)
+    assert status == 201, model
+    child = model["id"]
+    ends = {}
+
+    def run(kid):
+        ends[kid] = execute(gw, kid, "import time\nfor i in range(300): time.sleep(0.1)\n"
+                                     "print('finished')")
+
+    threads = {kid: threading.Thread(target=run, args=(kid,)) for kid in (parent, child)}
+    for t in threads.values():
+        t.start()
+    for kid in (parent, child):
+        deadline = time.monotonic() + 20
+        while gw.request("GET", f"/api/kernels/{kid}")[1]["execution_state"] != "busy" and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+    for first, second in ((parent, child), (child, parent)):
+        if first not in ends:
+            assert gw.request("POST", f"/api/kernels/{first}/interrupt")[0] == 204
+            threads[first].join(20)
+            assert not threads[first].is_alive()
+            out, end = ends[first]
+            assert "finished" not in out and end["status"] in ("cancelled", "error"), end
+        if second not in ends:
+            assert gw.request("GET", f"/api/kernels/{second}")[1]["execution_state"] == "busy"
+    for kid in (child, parent):
+        assert value(gw, kid, "1 + 1") == "2"
+        assert gw.delete_kernel(kid) == 204
