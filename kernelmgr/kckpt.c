@@ -460,3 +460,97 @@ void kckpt__destroy(kernel_t *k)
     free(c);
     k->ckpt = NULL;
 }
+
+int kckpt_announce(kernel_t *k, const char *msg_type, json_t *content, json_t *metadata)
+{
+    jhdr_t h;
+    jmsg_t m;
+    char *hdr = jmsg_new_header(msg_type, k->session, h.msg_id);
+    char *body = hdr ? json_dumps(content, JSON_COMPACT) : NULL;
+    char *meta = body && metadata ? json_dumps(metadata, JSON_COMPACT) : NULL;
+    int r = -ENOMEM;
+    if (body && (meta || !metadata)) {
+        jmsg_own(&m, &h, hdr, h.msg_id, msg_type, NULL, body);
+        if (meta)
+            m.part[JPART_METADATA] = (jspan_t){meta, strlen(meta)};
+        k->own->iopub(k, &m, &h);
+        r = 0;
+    }
+    free(hdr);
+    free(body);
+    free(meta);
+    return r;
+}
+
+/* The last pid of /proc/<pid>/status's NSpid line (its pid in its own namespace), or -1. */
+static long ns_pid_of(long pid)
+{
+    char path[64], line[256];
+    long last = -1;
+    snprintf(path, sizeof(path), "/proc/%ld/status", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "NSpid:", 6)) {
+            char *p = line + 6, *end;
+            for (long v; (v = strtol(p, &end, 10)), end != p; p = end)
+                last = v;
+            break;
+        }
+    fclose(f);
+    return last;
+}
+
+static int mem_of(long pid, long long *ret_pss, long long *ret_private)
+{
+    char path[64], line[256];
+    long long pss = -1, clean = 0, dirty = 0, v;
+    snprintf(path, sizeof(path), "/proc/%ld/smaps_rollup", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -errno;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "Pss: %lld kB", &v) == 1)
+            pss = v;
+        else if (sscanf(line, "Private_Clean: %lld kB", &v) == 1)
+            clean = v;
+        else if (sscanf(line, "Private_Dirty: %lld kB", &v) == 1)
+            dirty = v;
+    }
+    fclose(f);
+    if (pss < 0)
+        return -EIO;
+    *ret_pss = pss * 1024;
+    *ret_private = (clean + dirty) * 1024;
+    return 0;
+}
+
+#define KCKPT_TREE_MAX 256 /* processes looked at below the kernel's */
+
+int kckpt_mem(const kernel_t *k, long ns_pid, long long *ret_pss, long long *ret_private)
+{
+    long todo[KCKPT_TREE_MAX];
+    size_t n = 0, i = 0;
+    if (k->pid <= 0 || ns_pid <= 0)
+        return -ESRCH;
+    todo[n++] = k->pid;
+    while (i < n) {
+        long pid = todo[i++];
+        char path[96], buf[4096];
+        if (i > 1 && ns_pid_of(pid) == ns_pid)
+            return mem_of(pid, ret_pss, ret_private);
+        /* its children: every thread's list (a child belongs to the thread that forked it) */
+        snprintf(path, sizeof(path), "/proc/%ld/task/%ld/children", pid, pid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        char *p = buf, *end;
+        for (long c; (c = strtol(p, &end, 10)), end != p && n < KCKPT_TREE_MAX; p = end)
+            todo[n++] = c;
+    }
+    return -ESRCH;
+}

@@ -9,6 +9,7 @@
 #define KGW_KERNELMGR_KCKPT_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "kernelmgr/kernel.h"
 
@@ -46,5 +47,15 @@ int kckpt_send(kernel_t *k,
 void kckpt_cancel(kckpt_req_t **r);
 /* The kernel's workspace as its process sees it (for "files_dir"). */
 const char *kckpt_files_dir(const kernel_t *k);
+/* A gateway-made iopub message (content and metadata borrowed; metadata NULL: {}) that every
+ * client of k receives as if the kernel had published it, with an empty parent header (a
+ * rollback's status sequence and notice). 0 or -ENOMEM. */
+int kckpt_announce(kernel_t *k, const char *msg_type, json_t *content, json_t *metadata);
+/* The memory of the process of k whose pid in the kernel's pid namespace is ns_pid (a
+ * checkpoint's "pid"), found among the descendants of the kernel's process: its proportional
+ * set size (shared pages divided among their users) and its private bytes (pages no other
+ * process maps: what it holds alone, copied on write). 0; -ESRCH when there is no such
+ * process, or -errno. Reads /proc (no waiting). */
+int kckpt_mem(const kernel_t *k, long ns_pid, long long *ret_pss, long long *ret_private);
 
 #endif

@@ -199,6 +199,7 @@ def _on_checkpoint(stream, ident, parent):
         return _error(stream, ident, parent, t, "CheckpointError", ans.get("error", "?"))
     _kids[cid] = pid
     _reply(stream, ident, parent, t, {"status": "ok", "id": cid, "execution_count": count,
+                                      "pid": pid,
                                       "files_bytes": ans.get("files_bytes", 0),
                                       "files": files_dir is not None})
 
