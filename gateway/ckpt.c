@@ -80,6 +80,11 @@ static struct ckrec *rec_find(struct kck *c, const char *id)
     return NULL;
 }
 
+bool ckpt_exists(gw_t *g, kernel_t *k, const char *cp)
+{
+    return rec_find(kck_of(g, k, false), cp) != NULL;
+}
+
 static void rec_remove(struct kck *c, struct ckrec *rec)
 {
     list_remove(&rec->link);

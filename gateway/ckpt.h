@@ -56,6 +56,8 @@ int ckpt_rollback(gw_t *g,
                   int *http,
                   char *msg,
                   size_t msgsz);
+/* Whether k has the checkpoint cp (gateway/gfork.c: a fork from it). */
+bool ckpt_exists(gw_t *g, kernel_t *k, const char *cp);
 /* done never runs; what was sent to the kernel goes on. NULL is fine. */
 void ckpt_op_cancel(ckpt_op_t **op);
 

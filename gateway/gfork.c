@@ -10,6 +10,7 @@
 
 #include "common/audit.h"
 #include "common/log.h"
+#include "gateway/ckpt.h"
 #include "gateway/drain.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
@@ -86,6 +87,11 @@ void gfork_kernel(struct gw_req *r)
                          "checkpoint must be a checkpoint id (1-%d characters of "
                          "[A-Za-z0-9_-])",
                          GFORK_CP_MAX);
+    }
+    if (cp && !ckpt_exists(g, parent, cp)) {
+        req_error(r, 404, "Checkpoint does not exist: %.64s", cp);
+        json_decref(body);
+        return;
     }
     if (kernel_state(parent) != KERNEL_RUNNING) {
         req_error(r, 409, "kernel %s is %s: only a running kernel can be forked", kernel_id(parent),

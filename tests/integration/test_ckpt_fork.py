@@ -264,42 +264,17 @@ def test_deleting_the_parent_ends_the_fork(tenants):
     assert gw.delete_kernel(child) == 204
 
 
-SELF_CHECKPOINT = r"""
-import os, time, kgw_ckpt
-from jupyter_client import BlockingKernelClient
-from ipykernel.connect import get_connection_file
-kgw_ckpt.install()
-_kc = BlockingKernelClient(connection_file=get_connection_file())
-_kc.load_connection_file()
-_kc.start_channels(iopub=False, stdin=False, hb=False, control=False)
-_kc.shell_channel.send(_kc.session.msg("kgw_checkpoint_request", {"id": %r, "files_dir": None}))
-time.sleep(0.3)
-"""
-
-
-def checkpoint(gw, kid, cid):
-    """A checkpoint of the kernel: through the REST route where this build has it, else taken
-    by the kernel's own code sending itself kgw_checkpoint_request over its own shell socket
-    (with its own key: the gateway lets no client send it), answered once the cell is over."""
+def checkpoint(gw, kid):
     status, cp, _ = gw.request("POST", f"/api/kernels/{kid}/checkpoints", {"files": False})
-    if status == 201:
-        return cp["id"]
-    assert status == 404 and cp["message"] == "not found", (status, cp)  # no such route
-    assert execute(gw, kid, SELF_CHECKPOINT % cid)[1]["status"] == "ok"
-    probe = ("import os, time\nfrom ipykernel.connect import get_connection_file\n"
-             "p = os.path.join(os.path.dirname(get_connection_file()), '.ckpt-%s')\n"
-             "t = time.monotonic()\n"
-             "while not os.path.exists(p) and time.monotonic() - t < 10: time.sleep(0.05)\n"
-             "print(os.path.exists(p))" % cid)
-    assert execute(gw, kid, probe)[0].strip() == "True"
-    return cid
+    assert status == 201, cp
+    return cp["id"]
 
 
 def test_fork_from_a_checkpoint(tenants):
     gw, _ = tenants
     parent = gw.start_kernel()["id"]
     execute(gw, parent, "x = 'at the checkpoint'")
-    cid = checkpoint(gw, parent, "c1")
+    cid = checkpoint(gw, parent)
     execute(gw, parent, "x = 'later'")
     status, model, _ = fork(gw, parent, {"checkpoint": cid})
     assert status == 201, model
@@ -307,6 +282,9 @@ def test_fork_from_a_checkpoint(tenants):
     assert value(gw, child, "x") == "'at the checkpoint'"
     assert value(gw, parent, "x") == "'later'"
     execute(gw, child, "x = 'in the fork'")
+    # a fork is a kernel of its own: the parent's checkpoints are not its
+    status, body, _ = fork(gw, child, {"checkpoint": cid})
+    assert status == 404 and "Checkpoint" in body["message"], body
     # the checkpoint stays: a second fork from it has the same state
     status, model2, _ = fork(gw, parent, {"checkpoint": cid})
     assert status == 201, model2
