@@ -415,16 +415,16 @@ static void on_dropped(void *data, kernel_t *k, int status, json_t *reply)
     op_end(op, 0, 204, "", NULL);
 }
 
-static int ckpt_drop(gw_t *g,
-                     kernel_t *k,
-                     const struct gw_caller *who,
-                     const char *cp,
-                     ckpt_done_cb done,
-                     void *data,
-                     ckpt_op_t **ret,
-                     int *http,
-                     char *msg,
-                     size_t msgsz)
+int ckpt_drop(gw_t *g,
+              kernel_t *k,
+              const struct gw_caller *who,
+              const char *cp,
+              ckpt_done_cb done,
+              void *data,
+              ckpt_op_t **ret,
+              int *http,
+              char *msg,
+              size_t msgsz)
 {
     struct kck *c = kck_of(g, k, false);
     struct ckrec *rec = rec_find(c, cp);

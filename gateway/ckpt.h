@@ -58,6 +58,19 @@ int ckpt_rollback(gw_t *g,
                   size_t msgsz);
 /* Whether k has the checkpoint cp (gateway/gfork.c: a fork from it). */
 bool ckpt_exists(gw_t *g, kernel_t *k, const char *cp);
+/* Drops k's checkpoint cp (its record at once; done with status 0 and http 204 once the
+ * kernel answered, even when the checkpoint's process was gone). As ckpt_take; -ENOENT: no such
+ * checkpoint (404). */
+int ckpt_drop(gw_t *g,
+              kernel_t *k,
+              const struct gw_caller *who,
+              const char *cp,
+              ckpt_done_cb done,
+              void *data,
+              ckpt_op_t **ret,
+              int *http,
+              char *msg,
+              size_t msgsz);
 /* done never runs; what was sent to the kernel goes on. NULL is fine. */
 void ckpt_op_cancel(ckpt_op_t **op);
 

@@ -239,3 +239,87 @@ def test_cycles_leave_nothing_behind(gateway):
         assert len(os.listdir(f"/proc/{gateway.proc.pid}/fd")) <= fds0 + 2
     finally:
         gateway.delete_kernel(kid)
+
+
+def test_execute_checkpoint_and_rollback_on_error(gateway, kernel):
+    kid = kernel["id"]
+    run(gateway, kid, "v = ['start']\nopen('w.txt', 'w').write('start')")
+    # "checkpoint": one taken right before the code ran; "end" names it
+    end, _, _ = run(gateway, kid, "v.append('a')", checkpoint=True)
+    assert end["status"] == "ok" and end["checkpoint"], end
+    assert "rolled_back" not in end
+    first = end["checkpoint"]
+    st, cp, _ = gateway.request("GET", f"/api/kernels/{kid}/checkpoints/{end['checkpoint']}")
+    assert st == 200 and cp["execution_count"] == end["execution_count"], (cp, end)
+    rollback(gateway, kid, end["checkpoint"])
+    assert run(gateway, kid, "print(v)")[1] == "['start']\n"
+    # a raised error: rolled back (variables and files), and the end says so
+    end, _, events = run(gateway, kid,
+                         "v.append('b')\nopen('w.txt', 'w').write('b')\nraise ValueError('no')",
+                         rollback_on_error=True)
+    assert end["status"] == "error" and end["rolled_back"] is True, end
+    assert "checkpoint" not in end  # its own checkpoint: dropped once over
+    assert any(e["type"] == "error" and e.get("ename") == "ValueError" for e in events)
+    assert run(gateway, kid, "print(v, open('w.txt').read())")[1] == "['start'] start\n"
+    # a success is not rolled back
+    end, _, _ = run(gateway, kid, "v.append('c')", rollback_on_error=True)
+    assert end["status"] == "ok" and end["rolled_back"] is False, end
+    assert run(gateway, kid, "print(v)")[1] == "['start', 'c']\n"
+    # a timeout (the execution is interrupted): rolled back too
+    end, _, _ = run(gateway, kid, "v.append('d')\nimport time\ntime.sleep(60)",
+                    rollback_on_error=True, timeout=1)
+    assert end["status"] == "timeout" and end["rolled_back"] is True, end
+    end, out, _ = run(gateway, kid, "print(v)")
+    assert out == "['start', 'c']\n", (out, end)
+    # the one "checkpoint" took stays; those rollback_on_error took alone were dropped
+    st, lst, _ = gateway.request("GET", f"/api/kernels/{kid}/checkpoints")
+    assert st == 200 and [c["id"] for c in lst] == [first], lst
+    # both: rolled back, and the checkpoint stays
+    end, _, _ = run(gateway, kid, "v.append('e')\n1/0", checkpoint=True, rollback_on_error=True)
+    assert end["status"] == "error" and end["rolled_back"] is True and end["checkpoint"], end
+    assert len(gateway.request("GET", f"/api/kernels/{kid}/checkpoints")[1]) == 2
+
+
+def test_execute_checkpoint_refused_at_the_limit(gateway_factory):
+    gw = gateway_factory("--max-checkpoints=1")
+    kid = gw.start_kernel()["id"]
+    take(gw, kid)
+    end, _, events = run(gw, kid, "print('never')", checkpoint=True)
+    assert end["status"] == "checkpoint_failed" and end["checkpoint"] is None, end
+    assert "--max-checkpoints" in end["cause"], end
+    assert not any(e["type"] == "stream" for e in events)
+    st, body, _ = execute(gw, kid, {"code": "1", "checkpoint": "yes"})
+    assert st == 400 and "checkpoint" in body["message"], body
+
+
+def test_mcp_checkpoint_rollback_on_error_and_rollback_tool(gateway):
+    from test_mcp import call, initialize, post
+    sid = initialize(gateway)
+    try:
+        call(gateway, sid, 0, "execute_code", {"code": "m = 1"})
+        # the checkpoint is taken before the code runs: it holds m = 1
+        st, body, _ = call(gateway, sid, 1, "execute_code", {"code": "m = 10", "checkpoint": True})
+        end = body["result"]["structuredContent"]
+        assert end["status"] == "ok" and end["checkpoint"], body
+        cp = end["checkpoint"]
+        st, body, _ = call(gateway, sid, 2, "execute_code",
+                           {"code": "m = 2\nraise KeyError('k')", "rollback_on_error": True})
+        end = body["result"]["structuredContent"]
+        assert body["result"]["isError"] is True and end["status"] == "error", body
+        assert end["rolled_back"] is True, end
+        st, body, _ = call(gateway, sid, 3, "execute_code", {"code": "print(m)\nm = 3"})
+        assert body["result"]["content"][0]["text"] == "10\n", body
+        st, body, _ = call(gateway, sid, 4, "rollback", {"checkpoint": cp})
+        res = body["result"]
+        assert res["isError"] is False and res["structuredContent"]["id"] == cp, body
+        st, body, _ = call(gateway, sid, 5, "execute_code", {"code": "print(m)"})
+        assert body["result"]["content"][0]["text"] == "1\n", body
+        # bad arguments: JSON-RPC errors; an unknown checkpoint: a tool error
+        st, body, _ = call(gateway, sid, 6, "execute_code", {"code": "1", "checkpoint": "yes"})
+        assert body["error"]["code"] == -32602, body
+        st, body, _ = call(gateway, sid, 7, "rollback",
+                           {"checkpoint": "00000000-0000-0000-0000-000000000000"})
+        assert body["result"]["isError"] is True and "no checkpoint" in \
+            body["result"]["content"][0]["text"], body
+    finally:
+        post(gateway, None, sid, method="DELETE")
