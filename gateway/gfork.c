@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/audit.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "gateway/ckpt.h"
 #include "gateway/drain.h"
@@ -17,21 +18,6 @@
 #include "gateway/kops.h"
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/wspace.h"
-
-#define GFORK_CP_MAX 64
-
-bool gfork_checkpoint_ok(const char *s, size_t n)
-{
-    if (!s || n == 0 || n > GFORK_CP_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        if (!alnum && (i == 0 || (c != '_' && c != '-')))
-            return false;
-    }
-    return true;
-}
 
 static void on_forked(struct gw_req *r, kernel_t *k, int status)
 {
@@ -81,12 +67,11 @@ void gfork_kernel(struct gw_req *r)
         json_decref(body);
         return req_error(r, 400, "unknown field in a fork request (only \"checkpoint\")");
     }
-    if (jcp && !json_is_null(jcp) && !(cp && gfork_checkpoint_ok(cp, json_string_length(jcp)))) {
+    /* the gateway's checkpoint ids are UUIDs (gateway/ckpt.c) */
+    if (jcp && !json_is_null(jcp) &&
+        !(cp && ident_ok(cp, json_string_length(jcp), IDENT_UUIDISH))) {
         json_decref(body);
-        return req_error(r, 400,
-                         "checkpoint must be a checkpoint id (1-%d characters of "
-                         "[A-Za-z0-9_-])",
-                         GFORK_CP_MAX);
+        return req_error(r, 400, "checkpoint must be a checkpoint id");
     }
     if (cp && !ckpt_exists(g, parent, cp)) {
         req_error(r, 404, "Checkpoint does not exist: %.64s", cp);

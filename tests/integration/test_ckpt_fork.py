@@ -163,13 +163,14 @@ def test_fork_requests_refused(tenants):
     assert status == 404 and "reason" in body and "message" in body
     assert fork(gw, "00000000-0000-0000-0000-000000000000")[0] == 404
     for bad in ({"checkpoint": "../x"}, {"checkpoint": 3}, {"checkpoint": ""},
-                {"checkpoint": "a" * 65}, {"other": 1}):
+                {"checkpoint": "nosuch"}, {"checkpoint": "a-b-c-d-" + "e" * 200},
+                {"other": 1}):
         status, body, _ = fork(gw, parent, bad)
         assert status == 400, (bad, status, body)
     status, body, _ = gw.request("POST", f"/api/kernels/{parent}/fork", raw_body=b"[1]")
     assert status == 400
     # a checkpoint the kernel does not have
-    status, body, _ = fork(gw, parent, {"checkpoint": "nosuch"})
+    status, body, _ = fork(gw, parent, {"checkpoint": "00000000-0000-0000-0000-000000000000"})
     assert status == 404, body
     assert "Checkpoint" in body["message"]
     # no kernel left behind by the refusals
