@@ -11,7 +11,8 @@
  *   4  kernel (-> owner: kernel_owner_ops)
  *   5  kconn (-> its client: kconn_ops)
  *   6  kinstance
- *   7  kpool (-> kmgr: kpool_ops)
+ *   7  kpool (-> kmgr: kpool_ops), kfork (a kernel forked from another: kinstance, kckpt,
+ *      kernel, klaunch)
  *   8  kmgr: provides every ops struct above
  * docs/architecture.md tells the story. */
 #ifndef KGW_KERNELMGR_PRIVATE_H
