@@ -361,3 +361,24 @@ def test_interrupts_are_each_its_own(tenants):
     for kid in (child, parent):
         assert value(gw, kid, "1 + 1") == "2"
         assert gw.delete_kernel(kid) == 204
+
+
+def test_restarting_a_live_fork_makes_a_fresh_kernel(tenants):
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    execute(gw, parent, "x = 41")
+    status, model, _ = fork(gw, parent)
+    assert status == 201, model
+    child = model["id"]
+    pid = int(re.findall(rf"kernel={child}: forked from {parent} \(pid (\d+)\)", gw.log())[-1])
+    assert value(gw, child, "x") == "41"
+    status, model, _ = gw.request("POST", f"/api/kernels/{child}/restart")
+    assert status == 200, model
+    assert model["id"] == child
+    out, end = execute(gw, child, "print('x' in globals())")
+    assert end["status"] == "ok" and out.strip() == "False"
+    assert not os.path.exists(f"/proc/{pid}")
+    # a kernel of its own now: the parent's end is not its end
+    assert gw.delete_kernel(parent) == 204
+    assert value(gw, child, "1 + 1") == "2"
+    assert gw.delete_kernel(child) == 204
