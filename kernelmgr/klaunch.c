@@ -518,8 +518,8 @@ enum kmgr_death klaunch__death(kernel_t *k, int st, bool asked, char *why, size_
     if (!asked)
         k->stats->deaths[death]++;
     describe_exit(st, why, whysz);
-    if (k->adopted)
-        snprintf(why, whysz, "ended");
+    if (k->adopted) /* no status to read: whose fork it is says most (a websocket close too) */
+        snprintf(why, whysz, "the fork's process ended (forked from %s)", k->fork_of);
     if (asked && k->stop_end && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
         snprintf(why, whysz, "%s", k->stop_end);
     if (k->setup_why[0]) {

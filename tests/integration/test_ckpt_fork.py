@@ -382,3 +382,36 @@ def test_restarting_a_live_fork_makes_a_fresh_kernel(tenants):
     assert gw.delete_kernel(parent) == 204
     assert value(gw, child, "1 + 1") == "2"
     assert gw.delete_kernel(child) == 204
+
+
+def test_a_websocket_on_the_fork_hears_its_end(tenants):
+    """A Jupyter client of the fork (its kernel websocket) works on it as on any kernel, and
+    when the parent is deleted hears "dead" on iopub and a close 1011 that says why."""
+    import asyncio
+
+    import jclient as J
+    import websockets
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    execute(gw, parent, "x = 41")
+    status, model, _ = fork(gw, parent)
+    assert status == 201, model
+    child = model["id"]
+
+    async def scenario():
+        kc = await J.connect(gw, child)
+        await kc.wait_ready()
+        r = await kc.execute("print(x + 1)")
+        assert r.stdout == "42\n"
+        assert gw.delete_kernel(parent) == 204
+        dead = await kc.recv(lambda m: m["header"].get("msg_type") == "status" and
+                             m["content"].get("execution_state") == "dead", timeout=20)
+        assert dead
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as e:
+            while True:
+                await kc._recv_frame(20)
+        return e.value
+
+    closed = J.run(scenario())
+    assert closed.rcvd.code == 1011 and "fork" in closed.rcvd.reason, closed.rcvd
+    assert gw.delete_kernel(child) == 204
