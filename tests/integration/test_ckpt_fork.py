@@ -415,3 +415,18 @@ def test_a_websocket_on_the_fork_hears_its_end(tenants):
     closed = J.run(scenario())
     assert closed.rcvd.code == 1011 and "fork" in closed.rcvd.reason, closed.rcvd
     assert gw.delete_kernel(child) == 204
+
+
+def test_a_fork_counts_in_its_tenants_quota(gateway_factory):
+    gw = gateway_factory("--tenant-max-kernels", "2", "--pool", "python3=0")
+    parent = gw.start_kernel()["id"]
+    status, model, _ = fork(gw, parent)
+    assert status == 201, model
+    status, body, _ = fork(gw, parent)
+    assert status == 403 and "reason" in body, (status, body)
+    assert gw.request("POST", "/api/kernels", {})[0] == 403
+    assert gw.delete_kernel(model["id"]) == 204
+    status, model, _ = fork(gw, parent)
+    assert status == 201, model
+    for k in (model["id"], parent):
+        assert gw.delete_kernel(k) == 204
