@@ -430,3 +430,25 @@ def test_a_fork_counts_in_its_tenants_quota(gateway_factory):
     assert status == 201, model
     for k in (model["id"], parent):
         assert gw.delete_kernel(k) == 204
+
+
+def test_a_fork_has_checkpoints_and_rollbacks_of_its_own(tenants):
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    execute(gw, parent, "x = 'parent'")
+    status, model, _ = fork(gw, parent)
+    assert status == 201, model
+    child = model["id"]
+    execute(gw, child, "x = 'fork at its checkpoint'")
+    cid = checkpoint(gw, child)
+    execute(gw, child, "x = 'fork later'")
+    status, body, _ = gw.request("POST", f"/api/kernels/{child}/rollback", {"checkpoint": cid})
+    assert status == 200, body
+    assert value(gw, child, "x") == "'fork at its checkpoint'"
+    assert value(gw, parent, "x") == "'parent'"
+    # forked from the fork's checkpoint: a fork of a fork
+    status, grand, _ = fork(gw, child, {"checkpoint": cid})
+    assert status == 201, grand
+    assert value(gw, grand["id"], "x") == "'fork at its checkpoint'"
+    for k in (grand["id"], child, parent):
+        assert gw.delete_kernel(k) == 204
