@@ -191,21 +191,27 @@ static int write_conn(const kernel_t *k, const char *path, const char *view)
 static int make_ipc_dir(kernel_t *owner, kernel_t *k)
 {
     char dir[PATH_MAX], view[PATH_MAX], cf[PATH_MAX + 32], name[16];
-    int r;
-    snprintf(name, sizeof(name), "f-%.8s", k->id);
-    snprintf(dir, sizeof(dir), "%s/%s", owner->dir, name);
-    snprintf(view, sizeof(view), "%s/%s", k->m->o.sandbox ? SBX_RUNTIME_PATH : owner->dir, name);
-    /* unix socket paths are limited to 108 bytes: <dir>/k-N */
-    if (strlen(dir) + sizeof("/k-N") > 108)
+    int r = -EEXIST;
+    /* "f<n>": short, for the unix socket paths under it (108 bytes, with the checkpoints'
+     * .ckpt-<uuid> of a fork's own); the first free name (a dead fork's may stay until its
+     * kernel goes) */
+    for (int n = 0; n < 4 * KMGR_FORKS_MAX && r == -EEXIST; n++) {
+        snprintf(name, sizeof(name), "f%d", n);
+        snprintf(dir, sizeof(dir), "%s/%s", owner->dir, name);
+        r = mkdir(dir, 0700) < 0 ? -errno : 0;
+    }
+    if (r < 0)
+        return r;
+    if (strlen(dir) + sizeof("/k-N") > 108) {
+        rmdir(dir);
         return -ENAMETOOLONG;
-    if (mkdir(dir, 0700) < 0)
-        return -errno;
+    }
+    snprintf(view, sizeof(view), "%s/%s", k->m->o.sandbox ? SBX_RUNTIME_PATH : owner->dir, name);
     if (k->m->o.sandbox && chown(dir, k->ws->uid, k->ws->uid) < 0) {
         r = -errno;
         rmdir(dir);
         return r;
     }
-    snprintf(cf, sizeof(cf), "%s/connection.json", dir);
     if (!(k->ipc_dir = strdup(dir))) {
         rmdir(dir);
         return -ENOMEM;
