@@ -90,8 +90,7 @@ void gfork_kernel(struct gw_req *r)
     if (rc == -EBUSY)
         return req_error(r, 409, "kernel %s is not running", kernel_id(parent));
     if (rc == -ETOOMANYREFS)
-        return req_error(r, 409,
-                         "kernel %s: at most %d forks live at once in one kernel's sandbox",
+        return req_error(r, 409, "kernel %s: at most %d forks live at once in one kernel's sandbox",
                          kernel_id(parent), KMGR_FORKS_MAX);
     if (rc < 0) {
         struct kops_error err;

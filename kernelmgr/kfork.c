@@ -36,8 +36,8 @@ struct kfork {
     struct list link; /* on m->forks */
     kmgr_t *m;
     kernel_t *parent, *child;
-    kernel_t *owner; /* whose sandbox they live in: parent, or the kernel parent was forked
-                        from (a fork of a fork) */
+    kernel_t *owner;  /* whose sandbox they live in: parent, or the kernel parent was forked
+                         from (a fork of a fork) */
     kckpt_req_t *req; /* the kgw_fork_request (kckpt.c) */
 };
 
