@@ -467,3 +467,28 @@ def test_a_fork_has_checkpoints_and_rollbacks_of_its_own(tenants):
     assert value(gw, grand["id"], "x") == "'fork at its checkpoint'"
     for k in (grand["id"], child, parent):
         assert gw.delete_kernel(k) == 204
+
+
+def test_a_fork_waits_behind_a_running_cell(tenants):
+    """The fork request is a shell request: it waits for the cell the parent runs, and the
+    fork has the state that cell left."""
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    result = {}
+
+    def cell():
+        result["end"] = execute(gw, parent, "import time\ntime.sleep(1.5)\ny = 'after the cell'")[1]
+
+    t = threading.Thread(target=cell)
+    t.start()
+    deadline = time.monotonic() + 20
+    while gw.request("GET", f"/api/kernels/{parent}")[1]["execution_state"] != "busy" and \
+            time.monotonic() < deadline:
+        time.sleep(0.02)
+    status, model, _ = fork(gw, parent)
+    t.join(30)
+    assert status == 201, model
+    assert result["end"]["status"] == "ok"
+    assert value(gw, model["id"], "y") == "'after the cell'"
+    for k in (model["id"], parent):
+        assert gw.delete_kernel(k) == 204
