@@ -7,6 +7,8 @@ limits; the leak check; the execute API's "checkpoint" and "rollback_on_error"."
 import asyncio
 import json
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -328,3 +330,21 @@ def test_mcp_checkpoint_rollback_on_error_and_rollback_tool(gateway):
             body["result"]["content"][0]["text"], body
     finally:
         post(gateway, None, sid, method="DELETE")
+
+
+NODE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "node")
+
+
+@pytest.mark.skipif(not shutil.which("node") or not os.path.isdir(
+    os.path.join(NODE_DIR, "node_modules", "@jupyterlab", "services")),
+    reason="node or tests/node/node_modules (npm ci) missing")
+def test_jupyterlab_services_client_across_a_rollback(gateway):
+    proc = subprocess.Popen(["node", os.path.join(NODE_DIR, "rollback_client.mjs"), gateway.url,
+                             gateway.token], cwd=NODE_DIR, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        out = proc.communicate(timeout=120)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out = proc.communicate()[0] + "\n[test] killed after 120 s"
+    assert proc.returncode == 0 and "PASS" in out, out
