@@ -16,7 +16,9 @@
 #include "common/util.h"
 #include "kernelmgr/kckpt.h"
 
-#define CKPT_TIMEOUT_MS 60000 /* a request waits behind the cell the kernel is running */
+/* A request waits behind the cell the kernel is running, at most this long, and never longer
+ * than a REST answer may take (--http-timeout, less a second). */
+#define CKPT_TIMEOUT_MAX_MS 60000
 
 /* What a rollback does not bring back, for the notice and the docs. */
 #define CKPT_LOST                                                                             \
@@ -54,6 +56,12 @@ struct ckpt_op {
     ckpt_done_cb done; /* NULL: cancelled (the operation still completes) */
     void *data;
 };
+
+static int timeout_ms(const gw_t *g)
+{
+    long long ms = (g->cfg.http_timeout - 1) * 1000;
+    return ms < 1000 ? 1000 : ms > CKPT_TIMEOUT_MAX_MS ? CKPT_TIMEOUT_MAX_MS : (int)ms;
+}
 
 static struct kck *kck_of(gw_t *g, kernel_t *k, bool make)
 {
@@ -148,8 +156,13 @@ static void audit(ckpt_op_t *op, const char *event, const char *result)
 }
 
 /* A kernel's failed answer as an HTTP status and a message. */
-static int
-failure(kernel_t *k, int status, json_t *reply, const char *what, char *msg, size_t msgsz)
+static int failure(const gw_t *g,
+                   kernel_t *k,
+                   int status,
+                   json_t *reply,
+                   const char *what,
+                   char *msg,
+                   size_t msgsz)
 {
     const char *ename = json_string_value(json_object_get(reply, "ename"));
     const char *evalue = json_string_value(json_object_get(reply, "evalue"));
@@ -169,7 +182,7 @@ failure(kernel_t *k, int status, json_t *reply, const char *what, char *msg, siz
     case -ETIMEDOUT:
         snprintf(msg, msgsz,
                  "cannot %s: the kernel did not answer within %d s (a cell may still be running)",
-                 what, CKPT_TIMEOUT_MS / 1000);
+                 what, timeout_ms(g) / 1000);
         return 504;
     case -ECHILD:
         snprintf(msg, msgsz, "cannot %s: the kernel's process ended meanwhile%s%.300s", what,
@@ -228,7 +241,7 @@ static void on_taken(void *data, kernel_t *k, int status, json_t *reply)
     if (status == 0 && !rec)
         status = -ENOMEM;
     if (status < 0) {
-        int http = failure(k, status, reply, "take a checkpoint", msg, sizeof(msg));
+        int http = failure(op->g, k, status, reply, "take a checkpoint", msg, sizeof(msg));
         log_info("kernel=%s: checkpoint %s: %s", kernel_id(k), op->id, msg);
         audit(op, "checkpoint", "failed");
         return op_end(op, status, http, msg, NULL);
@@ -262,11 +275,11 @@ int ckpt_take(gw_t *g,
 {
     struct kck *c = kck_of(g, k, true);
     if (!c) {
-        *http = failure(k, -ENOMEM, NULL, "take a checkpoint", msg, msgsz);
+        *http = failure(g, k, -ENOMEM, NULL, "take a checkpoint", msg, msgsz);
         return -ENOMEM;
     }
     if (kernel_state(k) != KERNEL_RUNNING) {
-        *http = failure(k, -EBUSY, NULL, "take a checkpoint", msg, msgsz);
+        *http = failure(g, k, -EBUSY, NULL, "take a checkpoint", msg, msgsz);
         return -EBUSY;
     }
     if (c->n + c->taking >= g->cfg.max_checkpoints) {
@@ -281,7 +294,7 @@ int ckpt_take(gw_t *g,
     json_t *content = op ? json_object() : NULL;
     if (!content) {
         free(op);
-        *http = failure(k, -ENOMEM, NULL, "take a checkpoint", msg, msgsz);
+        *http = failure(g, k, -ENOMEM, NULL, "take a checkpoint", msg, msgsz);
         return -ENOMEM;
     }
     util_uuid(op->id);
@@ -289,10 +302,10 @@ int ckpt_take(gw_t *g,
     json_object_set_new(content, "id", json_string(op->id));
     json_object_set_new(content, "files_dir",
                         files ? json_string(kckpt_files_dir(k)) : json_null());
-    int r = kckpt_send(k, KCKPT_CHECKPOINT, content, CKPT_TIMEOUT_MS, on_taken, op, &op->req);
+    int r = kckpt_send(k, KCKPT_CHECKPOINT, content, timeout_ms(g), on_taken, op, &op->req);
     json_decref(content);
     if (r < 0) {
-        *http = failure(k, r, NULL, "take a checkpoint", msg, msgsz);
+        *http = failure(g, k, r, NULL, "take a checkpoint", msg, msgsz);
         free(op);
         return r;
     }
@@ -340,8 +353,19 @@ static void on_rolled(void *data, kernel_t *k, int status, json_t *reply)
     op->req = NULL;
     if (status == 0 && !rec) /* cannot be: its records end with the process, -ECHILD first */
         status = -ENOENT;
+    if (status == -ETIMEDOUT && kernel_executions(k) == 0 && kernel_restart(k) == 0) {
+        /* no cell held it up: the new process did not come (docs/checkpoints.md, "Not
+         * done"). A kernel in an unknown state is worth less than a fresh one. */
+        snprintf(msg, sizeof(msg),
+                 "cannot roll back: the kernel did not come back from the rollback within %d s "
+                 "and was restarted (its variables and checkpoints are lost)",
+                 timeout_ms(op->g) / 1000);
+        log_warn("kernel=%s: rollback to %s: %s", kernel_id(k), op->id, msg);
+        audit(op, "rollback", "failed");
+        return op_end(op, status, 504, msg, NULL);
+    }
     if (status < 0) {
-        int http = failure(k, status, reply, "roll back", msg, sizeof(msg));
+        int http = failure(op->g, k, status, reply, "roll back", msg, sizeof(msg));
         log_info("kernel=%s: rollback to %s: %s", kernel_id(k), op->id, msg);
         audit(op, "rollback", "failed");
         return op_end(op, status, http, msg, NULL);
@@ -378,22 +402,22 @@ int ckpt_rollback(gw_t *g,
         return -ENOENT;
     }
     if (kernel_state(k) != KERNEL_RUNNING) {
-        *http = failure(k, -EBUSY, NULL, "roll back", msg, msgsz);
+        *http = failure(g, k, -EBUSY, NULL, "roll back", msg, msgsz);
         return -EBUSY;
     }
     ckpt_op_t *op = op_new(g, k, who, OP_ROLLBACK, done, data);
     json_t *content = op ? json_pack("{s:s, s:b}", "id", rec->id, "files", rec->files) : NULL;
     if (!content) {
         free(op);
-        *http = failure(k, -ENOMEM, NULL, "roll back", msg, msgsz);
+        *http = failure(g, k, -ENOMEM, NULL, "roll back", msg, msgsz);
         return -ENOMEM;
     }
     snprintf(op->id, sizeof(op->id), "%s", rec->id);
     snprintf(op->cause, sizeof(op->cause), "%s", cause ? cause : "");
-    int r = kckpt_send(k, KCKPT_ROLLBACK, content, CKPT_TIMEOUT_MS, on_rolled, op, &op->req);
+    int r = kckpt_send(k, KCKPT_ROLLBACK, content, timeout_ms(g), on_rolled, op, &op->req);
     json_decref(content);
     if (r < 0) {
-        *http = failure(k, r, NULL, "roll back", msg, msgsz);
+        *http = failure(g, k, r, NULL, "roll back", msg, msgsz);
         free(op);
         return r;
     }
@@ -410,7 +434,7 @@ static void on_dropped(void *data, kernel_t *k, int status, json_t *reply)
     /* the record is gone already: a checkpoint whose process is gone is dropped too */
     if (status < 0 && status != -EREMOTEIO)
         log_info("kernel=%s: drop of checkpoint %s: %s", kernel_id(k), op->id,
-                 (failure(k, status, reply, "drop", msg, sizeof(msg)), msg));
+                 (failure(op->g, k, status, reply, "drop", msg, sizeof(msg)), msg));
     audit(op, "checkpoint_drop", status == 0 ? "ok" : "gone");
     op_end(op, 0, 204, "", NULL);
 }
@@ -437,14 +461,14 @@ int ckpt_drop(gw_t *g,
     json_t *content = op ? json_pack("{s:s}", "id", rec->id) : NULL;
     if (!content) {
         free(op);
-        *http = failure(k, -ENOMEM, NULL, "drop", msg, msgsz);
+        *http = failure(g, k, -ENOMEM, NULL, "drop", msg, msgsz);
         return -ENOMEM;
     }
     snprintf(op->id, sizeof(op->id), "%s", rec->id);
-    int r = kckpt_send(k, KCKPT_DROP, content, CKPT_TIMEOUT_MS, on_dropped, op, &op->req);
+    int r = kckpt_send(k, KCKPT_DROP, content, timeout_ms(g), on_dropped, op, &op->req);
     json_decref(content);
     if (r < 0) {
-        *http = failure(k, r, NULL, "drop", msg, msgsz);
+        *http = failure(g, k, r, NULL, "drop", msg, msgsz);
         free(op);
         return r;
     }

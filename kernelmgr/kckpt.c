@@ -52,6 +52,7 @@ struct kckpt_req {
     enum phase ph;
     char msg_id[JMSG_MSG_ID_MAX]; /* the message in flight (the install, or the request) */
     bool got_reply, got_iopub;    /* probing */
+    char old_session[64]; /* the kernel Session of the process rolled back ("": not known) */
     char probes[KCKPT_PROBES][JMSG_MSG_ID_MAX];
     unsigned nprobes;
 };
@@ -60,8 +61,9 @@ struct kckpt {
     kernel_t *k;
     kzsock_t z;
     char session[64];
-    bool installed; /* in the current process */
-    struct list q;  /* struct kckpt_req.link, the first in flight */
+    bool installed;        /* in the current process */
+    char seen_session[64]; /* the kernel's Session in its answers (each process has its own) */
+    struct list q;         /* struct kckpt_req.link, the first in flight */
     size_t nq;
     evl_timer_t *timer; /* deadlines, and the next request */
     evl_timer_t *probe;
@@ -210,6 +212,7 @@ static void start(struct kckpt *c, struct kckpt_req *q)
         if (r == 0)
             q->ph = q->op == KCKPT_ROLLBACK ? PH_PROBE : PH_SENT;
         if (r == 0 && q->op == KCKPT_ROLLBACK) {
+            snprintf(q->old_session, sizeof(q->old_session), "%s", c->seen_session);
             q->nprobes = 0;
             q->got_reply = q->got_iopub = false;
             loop(c)->timer_arm(loop(c), c->probe, KCKPT_PROBE_FIRST_MS);
@@ -312,6 +315,24 @@ static void answered(struct kckpt *c, struct kckpt_req *q, json_t *content)
     finish(q, ok ? 0 : -EREMOTEIO, content);
 }
 
+/* The "session" of a message's header: the kernel process's Jupyter Session (ipykernel makes
+ * a new one in every process, a revived one too). "" when missing. */
+static void header_session(const jmsg_t *m, char out[64])
+{
+    json_t *hj = json_loadb(m->part[JPART_HEADER].p, m->part[JPART_HEADER].n, 0, NULL);
+    snprintf(out, 64, "%s", json_string_value(json_object_get(hj, "session")) ?: "");
+    json_decref(hj);
+}
+
+/* An answer to a probe proves the rollback only if the new process sent it: the old one
+ * (whose Session the answers before the rollback named) may still answer what reached it. */
+static bool from_new_process(const struct kckpt_req *q, const jmsg_t *m)
+{
+    char sess[64];
+    header_session(m, sess);
+    return !q->old_session[0] || strcmp(sess, q->old_session) != 0;
+}
+
 static void on_msg(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 {
     struct kckpt *c = data;
@@ -322,6 +343,8 @@ static void on_msg(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         jhdr_parse(m.part[JPART_PARENT], &ph) < 0)
         return;
     kwire__count(c->k, KMGR_TO_CLIENT, &m);
+    if (q->ph != PH_PROBE)
+        header_session(&m, c->seen_session);
     json_t *content = json_loadb(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, 0, NULL);
     if (q->ph == PH_INSTALL && !strcmp(ph.msg_id, q->msg_id) &&
         !strcmp(h.msg_type, "execute_reply")) {
@@ -340,8 +363,13 @@ static void on_msg(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         answered(c, q, content); /* a rollback's reply is an error */
     } else if (q->ph == PH_PROBE && !strcmp(h.msg_type, "kernel_info_reply") &&
                is_probe(q, ph.msg_id)) {
-        q->got_reply = true;
-        probe_step(c, q);
+        if (from_new_process(q, &m)) {
+            q->got_reply = true;
+            header_session(&m, c->seen_session);
+            probe_step(c, q);
+        } else {
+            log_debug("kernel=%s: a probe answered by the process rolled back: ignored", c->k->id);
+        }
     }
     json_decref(content);
 }
@@ -355,7 +383,7 @@ bool kckpt__iopub(kernel_t *k, const jmsg_t *m)
         return false;
     struct kckpt_req *q = head(c);
     if (q && q->ph == PH_PROBE && !q->got_iopub && jhdr_parse(m->part[JPART_PARENT], &ph) == 0 &&
-        is_probe(q, ph.msg_id)) {
+        is_probe(q, ph.msg_id) && from_new_process(q, m)) {
         q->got_iopub = true;
         probe_step(c, q);
     }
@@ -429,6 +457,7 @@ void kckpt__reset(kernel_t *k)
     if (!c)
         return;
     c->installed = false;
+    c->seen_session[0] = '\0';
     kz_close(&c->z); /* what it holds for the old process goes */
     loop(c)->timer_disarm(loop(c), c->probe);
     loop(c)->timer_disarm(loop(c), c->timer);
