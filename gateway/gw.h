@@ -69,6 +69,7 @@ struct gw_config {
     long long mcp_idle_timeout;       /* mcp.c: seconds an idle MCP session is kept */
     long long mcp_named_kernels;      /* mcp.c: named kernels per tenant (0: none) */
     long long stall_timeout; /* xapi.c, mcp.c, files.c: seconds a reader may take nothing */
+    long long max_checkpoints;        /* ckpt.c: per kernel */
     struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
     struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */
     struct rl_opts rl;
@@ -144,7 +145,8 @@ typedef struct gw {
     struct gw_drain drain;
     struct list ch_conns;  /* chconn.c: the open /channel websockets, newest first */
     /* the faces' subscriptions to kernel events (setup_kernels) */
-    struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xexec_listener;
+    struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xexec_listener,
+        ckpt_listener;
     struct xexecs *xexecs; /* xexec.c: the executions (execute API, MCP) */
     struct mcp *mcp;   /* mcp.c: the MCP sessions */
     const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */

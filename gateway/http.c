@@ -163,6 +163,8 @@ static const char *reason_phrase(int status)
         return "Internal Server Error";
     case 503:
         return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
     case 507:
         return "Insufficient Storage";
     default:

@@ -16,6 +16,7 @@ struct fxfer;   /* files.c: an upload or download in progress */
 struct xreader; /* xapi.c: an execution's events being read */
 struct mcp_call; /* mcp.c: an MCP message being answered */
 struct xcmd_stream; /* xcmd.c: a command's events being sent */
+struct ckpt_op;  /* ckpt.c: a checkpoint operation */
 
 struct gw_req {
     gw_t *g;
@@ -44,6 +45,7 @@ struct gw_req {
     struct xreader *xr; /* xapi.c: an execution's events being sent */
     struct mcp_call *mc; /* mcp.c: the answer to a POST /mcp */
     struct xcmd_stream *xc; /* xcmd.c: a command's events being sent */
+    struct ckpt_op *ck;  /* ckpt.c: the checkpoint operation it waits for */
 };
 
 /* Stores a JSON response (steals body; NULL: empty) and asks lws for a writeable callback. */

@@ -240,6 +240,10 @@ static const struct cfg_option options[] = {
       "seconds a reader of a streamed answer (the execute API's events or document, an MCP "
       "answer, a file download) may take nothing while it has bytes to take; then it is "
       "closed (an execution goes on: GET /api/executions/{id}/events?since=N resumes it)"),
+    I("max-checkpoints", max_checkpoints, "8", 0, 1000,
+      "checkpoints one kernel holds at once (POST /api/kernels/{id}/checkpoints, the execute "
+      "API's \"checkpoint\"); past it a new one is refused with 409 until one is dropped "
+      "(0 = checkpoints refused)"),
     S("fork-server-exe", fork_server_exe, "",
       "path of kgw-zygote, the fork server (default: " KGW_LIBEXECDIR "/kgw-zygote, or next to "
       "kgw in its build tree)"),

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/shardid.h"
 #include "common/util.h"
+#include "gateway/ckpt.h"
 #include "gateway/files.h"
 #include "gateway/kops.h"
 #include "gateway/mcpnamed.h"
@@ -114,7 +115,7 @@ struct mcp_call {
 
 typedef void (*tool_run_fn)(struct mcp_call *c, kernel_t *k);
 
-enum arg_type { ARG_STRING, ARG_NUMBER, ARG_PATH /* a string: a normal path */ };
+enum arg_type { ARG_STRING, ARG_NUMBER, ARG_PATH /* a string: a normal path */, ARG_BOOL };
 
 struct mcp_arg {
     const char *name;
@@ -122,7 +123,7 @@ struct mcp_arg {
     bool required;
 };
 
-#define MCP_ARGS_MAX 3
+#define MCP_ARGS_MAX 4
 
 struct mcp_tool {
     const char *name;
@@ -140,12 +141,18 @@ static void run_read_file(struct mcp_call *c, kernel_t *k);
 static void run_write_file(struct mcp_call *c, kernel_t *k);
 static void run_restart(struct mcp_call *c, kernel_t *k);
 static void run_command(struct mcp_call *c, kernel_t *k);
+static void run_rollback(struct mcp_call *c, kernel_t *k);
 
 #define END_SCHEMA                                                                            \
     "{\"type\":\"object\",\"properties\":{"                                                   \
     "\"status\":{\"type\":\"string\",\"description\":\"ok, error, cancelled, timeout, "       \
     "output_limit, out_of_memory, pids_limit, killed, kernel_died, kernel_restarted, "       \
-    "shutdown\"},"                                                                            \
+    "shutdown, checkpoint_failed\"},"                                                         \
+    "\"checkpoint\":{\"description\":\"the checkpoint taken before the code ran (asked "    \
+    "with checkpoint)\",\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]},"              \
+    "\"rolled_back\":{\"type\":\"boolean\",\"description\":\"rollback_on_error: the kernel " \
+    "was rolled back to the state before the code ran\"},"                                   \
+    "\"rollback_error\":{\"type\":\"string\"},"                                              \
     "\"cause\":{\"type\":\"string\"},\"duration_ms\":{\"type\":\"number\"},"                  \
     "\"cpu_ms\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}]},"                     \
     "\"peak_memory_bytes\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"         \
@@ -170,10 +177,18 @@ static const struct mcp_tool tools[] = {
      "the execution's outcome (status, duration, memory, files changed).",
      "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"description\":"
      "\"the code to run\"},\"timeout\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":"
-     "604800,\"description\":\"seconds before the execution is interrupted\"}},"
+     "604800,\"description\":\"seconds before the execution is interrupted\"},"
+     "\"checkpoint\":{\"type\":\"boolean\",\"description\":\"take a checkpoint of the "
+     "kernel's state and files right before the code runs (its id is in the result; the "
+     "rollback tool returns to it)\"},\"rollback_on_error\":{\"type\":\"boolean\","
+     "\"description\":\"if the code fails (error, timeout), put the kernel's variables and "
+     "files back as they were before it ran\"}},"
      "\"required\":[\"code\"],\"additionalProperties\":false}",
      END_SCHEMA,
-     {{"code", ARG_STRING, true}, {"timeout", ARG_NUMBER, false}},
+     {{"code", ARG_STRING, true},
+      {"timeout", ARG_NUMBER, false},
+      {"checkpoint", ARG_BOOL, false},
+      {"rollback_on_error", ARG_BOOL, false}},
      run_execute},
     {"list_files",
      "List workspace files",
@@ -231,6 +246,20 @@ static const struct mcp_tool tools[] = {
      "\"message\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}",
      {{"command", ARG_STRING, true}, {"timeout", ARG_NUMBER, false}},
      run_command},
+    {"rollback",
+     "Roll the kernel back to a checkpoint",
+     "Returns the session's kernel to a checkpoint taken by execute_code with checkpoint: its "
+     "variables, imports and workspace files are as they were then (threads, sockets and "
+     "subprocesses started since are gone). The checkpoint stays: rolling back to it again gives "
+     "the same state.",
+     "{\"type\":\"object\",\"properties\":{\"checkpoint\":{\"type\":\"string\","
+     "\"description\":\"a checkpoint id (execute_code's result)\"}},\"required\":"
+     "[\"checkpoint\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"kernel_id\":"
+     "{\"type\":\"string\"},\"execution_count\":{\"type\":\"integer\"},\"files\":{\"type\":"
+     "\"boolean\"}},\"required\":[\"id\",\"kernel_id\",\"execution_count\"]}",
+     {{"checkpoint", ARG_STRING, true}},
+     run_rollback},
 };
 
 /* ---- sessions ---- */
@@ -853,7 +882,11 @@ static void run_execute(struct mcp_call *c, kernel_t *k)
 {
     gw_t *g = c->r->g;
     json_t *t = json_object_get(c->args, "timeout");
-    struct xreq q = {.timeout = t ? json_number_value(t) : 0.0, .store_history = true};
+    struct xreq q = {.timeout = t ? json_number_value(t) : 0.0,
+                     .store_history = true,
+                     .checkpoint = json_is_true(json_object_get(c->args, "checkpoint")),
+                     .rollback_on_error =
+                         json_is_true(json_object_get(c->args, "rollback_on_error"))};
     if ((long long)xexec_waiting(g, k) >= g->cfg.max_queued_executions)
         return tool_fail(c,
                          "the session's kernel has %lld executions queued or running (the "
@@ -1058,6 +1091,32 @@ static void run_restart(struct mcp_call *c, kernel_t *k)
         restarted(c->r, k, 0);
 }
 
+static void rolled_back(void *data, int status, int http, const char *message, json_t *rec)
+{
+    struct gw_req *r = data;
+    struct mcp_call *c = r->mc;
+    r->ck = NULL;
+    if (status < 0)
+        return tool_fail(c, "%s", message);
+    c->structured = json_pack("{s:O, s:O, s:O, s:O}", "id", json_object_get(rec, "id"),
+                              "kernel_id", json_object_get(rec, "kernel_id"), "execution_count",
+                              json_object_get(rec, "execution_count"), "files",
+                              json_object_get(rec, "files"));
+    tool_reply(c);
+}
+
+static void run_rollback(struct mcp_call *c, kernel_t *k)
+{
+    char msg[400];
+    int http;
+    const char *cp = json_string_value(json_object_get(c->args, "checkpoint"));
+    if (!ident_str_ok(cp, IDENT_UUIDISH))
+        return tool_fail(c, "'checkpoint' is not a checkpoint id");
+    if (ckpt_rollback(c->r->g, k, &c->r->caller, cp, NULL, rolled_back, c->r, &c->r->ck, &http,
+                      msg, sizeof(msg)) < 0)
+        tool_fail(c, "%s", msg);
+}
+
 /* ---- methods ---- */
 
 static bool supported(const char *v)
@@ -1193,6 +1252,11 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
         }
         if (a->type == ARG_STRING && !json_is_string(v)) {
             reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be a string", t->name, a->name);
+            return false;
+        }
+        if (a->type == ARG_BOOL && !json_is_boolean(v)) {
+            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be true or false", t->name,
+                        a->name);
             return false;
         }
         if (a->type == ARG_NUMBER && (!json_is_number(v) || !(json_number_value(v) > 0) ||
@@ -1655,6 +1719,7 @@ int mcp_write(struct gw_req *r)
 
 void mcp_req_fini(struct gw_req *r)
 {
+    ckpt_op_cancel(&r->ck); /* a rollback goes on without its caller */
     struct mcp_call *c = r->mc;
     if (!c)
         return;

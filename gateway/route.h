@@ -16,6 +16,9 @@ enum route_id {
     ROUTE_KERNEL_INTERRUPT,
     ROUTE_KERNEL_RESTART,
     ROUTE_KERNEL_CHANNELS,
+    ROUTE_KERNEL_CHECKPOINTS,
+    ROUTE_KERNEL_CHECKPOINT,
+    ROUTE_KERNEL_ROLLBACK,
     ROUTE_SESSIONS,
     ROUTE_SESSION,
     ROUTE_CHANNEL,
@@ -39,6 +42,7 @@ enum route_id {
     ROUTE_MCP,
     ROUTE_PLAYGROUND,
     ROUTE_PLAYGROUND_ASSET,
+    ROUTE_KERNEL_FORK,
     ROUTE_N /* the number of ids (gateway/routes.c has a row for each) */
 };
 

@@ -5,7 +5,9 @@
 #include "gateway/routes.h"
 
 #include "gateway/channel.h"
+#include "gateway/ckpt.h"
 #include "gateway/files.h"
+#include "gateway/gfork.h"
 #include "gateway/mcp.h"
 #include "gateway/metrics.h"
 #include "gateway/playground.h"
@@ -20,6 +22,7 @@
     .upload_done = files_upload_done, .fini = files_req_fini
 #define FILES    .handle = files_handle, .write = files_download_write, .fini = files_req_fini
 #define EXECUTES .write = xapi_write, .fini = xapi_req_fini
+#define CKPT(fn) .handle = fn, .fini = ckpt_req_fini
 
 static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_API] = {.handle = rest_api},
@@ -31,7 +34,11 @@ static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_KERNEL] = {.handle = rest_kernel},
     [ROUTE_KERNEL_INTERRUPT] = {.handle = rest_kernel_interrupt},
     [ROUTE_KERNEL_RESTART] = {.handle = rest_kernel_restart},
+    [ROUTE_KERNEL_FORK] = {.handle = gfork_kernel},
     [ROUTE_KERNEL_EXECUTE] = {.handle = xapi_kernel_execute, EXECUTES},
+    [ROUTE_KERNEL_CHECKPOINTS] = {CKPT(ckpt_rest_list)},
+    [ROUTE_KERNEL_CHECKPOINT] = {CKPT(ckpt_rest_one)},
+    [ROUTE_KERNEL_ROLLBACK] = {CKPT(ckpt_rest_rollback)},
     [ROUTE_KERNEL_CHANNELS] = {.ws_confirm = wschan_confirm, .ws_open = wschan_open},
     [ROUTE_EXECUTE] = {.handle = xapi_oneshot, EXECUTES},
     [ROUTE_EXECUTION] = {.handle = xapi_execution, EXECUTES},

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/shardid.h"
 #include "common/util.h"
+#include "gateway/ckpt.h"
 #include "gateway/files.h"
 #include "gateway/kops.h"
 #include "gateway/wsnap.h"
@@ -85,6 +86,17 @@ struct xexec {
     char key[XEXEC_KEY_MAX + 1];
     unsigned char body_hash[crypto_hash_sha256_BYTES];
     struct list subs; /* struct xexec_sub.link */
+    /* "checkpoint" / "rollback_on_error" (docs/execute.md): the checkpoint operation in
+     * progress (taking it before the code is sent, or rolling back to it after), the
+     * checkpoint's id once taken, and an end decided but held back by the rollback */
+    ckpt_op_t *ckop;
+    bool ckpting, rolling, rb_tried, rolled_back;
+    char ckpt_id[CKPT_ID_MAX];
+    char rb_error[300];
+    const char *held_status; /* a static string */
+    char held_cause[256];
+    struct kernel_exec_end held_e;
+    bool held_has_e;
 };
 
 /* The API's state on one kernel (kernel_data of the listener's slot). */
@@ -173,6 +185,8 @@ static void exec_free(xexec_t *x)
     evl_timer_destroy(evl, &x->after);
     kwait_cancel(&x->wait);
     files_put_cancel(&x->put);
+    ckpt_op_cancel(&x->ckop);
+    json_decref(x->held_e.egress);
     free(x->items);
     drop_front(x, x->nev);
     free(x->ev);
@@ -447,14 +461,58 @@ static int send_execute(struct xkern *xk, xexec_t *x)
     return rc;
 }
 
+static void send_now(struct xkern *xk, xexec_t *x);
+
+/* "checkpoint": taken; the code goes now. */
+static void on_ckpt_taken(void *data, int status, int http, const char *message, json_t *rec)
+{
+    xexec_t *x = data;
+    struct xkern *xk = x->xk;
+    char cause[512];
+    x->ckop = NULL;
+    x->ckpting = false;
+    if (xk && xk->running == x)
+        xk->running = NULL;
+    if (status < 0) {
+        snprintf(cause, sizeof(cause), "the code did not run: %s", message);
+        return finish(x, "checkpoint_failed", cause, NULL);
+    }
+    snprintf(x->ckpt_id, sizeof(x->ckpt_id), "%s", json_string_value(json_object_get(rec, "id")));
+    if (!xk || kernel_state(xk->k) != KERNEL_RUNNING)
+        return finish(x, "kernel_died", "the kernel's process ended before the code ran", NULL);
+    send_now(xk, x);
+}
+
 static void start_next(struct xkern *xk)
 {
-    gw_t *g = NULL;
     xexec_t *x = list_first(&xk->queue, xexec_t, qlink);
     list_remove(&x->qlink);
     list_init(&x->qlink);
     xk->nqueued--;
-    g = x->xa->g;
+    if ((x->req.checkpoint || x->req.rollback_on_error) && !x->ckpt_id[0]) {
+        gw_t *g = x->xa->g;
+        struct gw_caller who = {0};
+        char msg[400];
+        int http;
+        snprintf(who.tenant, sizeof(who.tenant), "%s", x->tn->name);
+        xk->running = x; /* the queue waits for it */
+        x->ckpting = true;
+        if (ckpt_take(g, xk->k, &who, true, on_ckpt_taken, x, &x->ckop, &http, msg,
+                      sizeof(msg)) < 0) {
+            char cause[512];
+            x->ckpting = false;
+            xk->running = NULL;
+            snprintf(cause, sizeof(cause), "the code did not run: %s", msg);
+            finish(x, "checkpoint_failed", cause, NULL);
+        }
+        return;
+    }
+    send_now(xk, x);
+}
+
+static void send_now(struct xkern *xk, xexec_t *x)
+{
+    gw_t *g = x->xa->g;
     wspace_t *w = kmgr_workspace(g->km, x->workspace_id);
     if (w)
         x->before = wsnap_take(wspace_path(w), WSNAP_MAX_ENTRIES, WSNAP_MAX_DEPTH);
@@ -722,8 +780,89 @@ static void on_after(void *data)
         kops_shutdown(g, k, &err);
 }
 
+static void finish_end(xexec_t *x, const char *status, const char *cause,
+                       const struct kernel_exec_end *e);
+
+/* "rollback_on_error": the ends that roll back (the kernel process lives on), and those that
+ * cannot (it ended, and its checkpoints with it: docs/checkpoints.md) */
+static bool rollback_wanted(const char *status)
+{
+    return !strcmp(status, "error") || !strcmp(status, "timeout") ||
+           !strcmp(status, "pids_limit");
+}
+
+static bool rollback_impossible(const char *status)
+{
+    return !strcmp(status, "out_of_memory") || !strcmp(status, "killed") ||
+           !strcmp(status, "kernel_died");
+}
+
+static void on_rolled_back(void *data, int status, int http, const char *message, json_t *rec)
+{
+    xexec_t *x = data;
+    x->ckop = NULL;
+    x->rolling = false;
+    x->rolled_back = status == 0;
+    if (status < 0)
+        snprintf(x->rb_error, sizeof(x->rb_error), "%s", message);
+    finish_end(x, x->held_status, x->held_cause, x->held_has_e ? &x->held_e : NULL);
+}
+
+/* The end: at once, or after the rollback "rollback_on_error" asks for (the execution keeps
+ * its kernel's queue meanwhile: the next one runs on the rolled-back state). */
 static void finish(xexec_t *x, const char *status, const char *cause,
                    const struct kernel_exec_end *e)
+{
+    if (x->state == X_DONE || x->rolling)
+        return; /* (a rolling one ends when its rollback does) */
+    ckpt_op_cancel(&x->ckop); /* a checkpoint being taken for it goes on without it */
+    x->ckpting = false;
+    if (!x->req.rollback_on_error || !x->ckpt_id[0] || x->rb_tried || x->cancelled)
+        return finish_end(x, status, cause, e);
+    const char *st = x->timed_out && (!strcmp(status, "error") || !strcmp(status, "ok"))
+                         ? "timeout"
+                         : status;
+    if (rollback_impossible(st)) {
+        snprintf(x->rb_error, sizeof(x->rb_error),
+                 "the kernel's process ended, and its checkpoints with it");
+        return finish_end(x, status, cause, e);
+    }
+    if (x->restarted)
+        snprintf(x->rb_error, sizeof(x->rb_error),
+                 "the kernel was restarted (it ignored the interrupts), and its checkpoints "
+                 "ended with its process");
+    if (!rollback_wanted(st) || x->restarted)
+        return finish_end(x, status, cause, e);
+    gw_t *g = x->xa->g;
+    kernel_t *k = kmgr_find(g->km, x->kernel_id);
+    struct gw_caller who = {0};
+    char msg[400], why[300];
+    int http;
+    x->rb_tried = true;
+    x->held_status = status;
+    snprintf(x->held_cause, sizeof(x->held_cause), "%s", cause ? cause : "");
+    x->held_has_e = e != NULL;
+    if (e) {
+        x->held_e = *e;
+        x->held_e.msg_id = x->msg_id;
+        x->held_e.cause = x->held_cause;
+        x->held_e.egress = e->egress ? json_deep_copy(e->egress) : NULL;
+    }
+    snprintf(who.tenant, sizeof(who.tenant), "%s", x->tn->name);
+    snprintf(why, sizeof(why), "rollback_on_error: execution %s ended %s", x->id, st);
+    evl_t *evl = &g->loop.evl;
+    evl->timer_disarm(evl, x->timer);
+    evl->timer_disarm(evl, x->settle);
+    if (!k || ckpt_rollback(g, k, &who, x->ckpt_id, why, on_rolled_back, x, &x->ckop, &http,
+                            msg, sizeof(msg)) < 0) {
+        snprintf(x->rb_error, sizeof(x->rb_error), "%s", k ? msg : "the kernel is gone");
+        return finish_end(x, x->held_status, x->held_cause, x->held_has_e ? &x->held_e : NULL);
+    }
+    x->rolling = true;
+}
+
+static void finish_end(xexec_t *x, const char *status, const char *cause,
+                       const struct kernel_exec_end *e)
 {
     gw_t *g = x->xa->g;
     char why[256];
@@ -782,6 +921,14 @@ static void finish(xexec_t *x, const char *status, const char *cause,
                             e && e->egress ? json_deep_copy(e->egress) : json_null());
     if (end && (!x->oneshot || x->keep))
         json_object_set_new(end, "kernel_id", json_string(x->kernel_id));
+    if (end && x->req.checkpoint)
+        json_object_set_new(end, "checkpoint",
+                            x->ckpt_id[0] ? json_string(x->ckpt_id) : json_null());
+    if (end && x->req.rollback_on_error) {
+        json_object_set_new(end, "rolled_back", json_boolean(x->rolled_back));
+        if (!x->rolled_back && x->rb_error[0])
+            json_object_set_new(end, "rollback_error", json_string(x->rb_error));
+    }
     x->state = X_DONE;
     x->done_ms = util_now_ms();
     if (end) {
@@ -795,6 +942,15 @@ static void finish(xexec_t *x, const char *status, const char *cause,
     if (x->oneshot && !x->keep && !x->gone) {
         x->after_due = true;
         evl->timer_arm(evl, x->after, 0);
+    }
+    if (x->ckpt_id[0] && !x->req.checkpoint) { /* rollback_on_error's own: over */
+        kernel_t *k = kmgr_find(g->km, x->kernel_id);
+        struct gw_caller who = {0};
+        char msg[400];
+        int http;
+        snprintf(who.tenant, sizeof(who.tenant), "%s", x->tn->name);
+        if (k)
+            ckpt_drop(g, k, &who, x->ckpt_id, NULL, NULL, NULL, &http, msg, sizeof(msg));
     }
     if (xk)
         pump_soon(xk);
@@ -1005,6 +1161,8 @@ void xexec_cancel(xexec_t *x)
     if (x->state == X_DONE)
         return;
     x->cancelled = true;
+    if (x->ckpting) /* its checkpoint is being taken: the code never goes */
+        return finish(x, "cancelled", "", NULL);
     if (x->state == X_QUEUED && x->xk) {
         list_remove(&x->qlink);
         list_init(&x->qlink);

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kckpt_int.h"
 #include "kernelmgr/kenv_int.h"
 #include "kernelmgr/kexec_int.h"
 #include "kernelmgr/klaunch_int.h"
@@ -29,6 +30,7 @@
 
 static void on_oversize(void *data, kzsock_t *z);
 static void on_own_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n);
+static int open_watch_sockets(kernel_t *k);
 
 static void emit(kernel_t *k, enum kernel_event ev, const char *detail)
 {
@@ -233,7 +235,7 @@ static void check_ready(kernel_t *k)
     }
     klaunch__egress_start(k);
     log_info("kernel=%s: ready (pid %d, %s, %.0f ms)%s", k->id, (int)k->pid,
-             k->forked ? "forked" : "exec", (double)(util_now_us() - k->spawn_us) / 1000.0,
+             k->adopted ? "a fork" : k->forked ? "forked" : "exec", (double)(util_now_us() - k->spawn_us) / 1000.0,
              k->pool ? " in the pool" : "");
     set_running(k);
     k->own->ready(k);
@@ -265,6 +267,11 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         if (!strcmp(h.msg_type, "status") &&
             memmem(m.part[JPART_CONTENT].p, m.part[JPART_CONTENT].n, "\"idle\"", 6))
             k->probing = false; /* its last message: no more parent headers to search */
+        if (!proven && start_proven(k))
+            check_ready(k);
+        return;
+    }
+    if (kckpt__iopub(k, &m)) { /* the gateway's own checkpoint requests: no client's */
         if (!proven && start_proven(k))
             check_ready(k);
         return;
@@ -406,6 +413,7 @@ static void on_exit_io(void *data)
     kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
     kexec__forget_sent(k); /* what the process had been sent died with it */
     kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
+    kckpt__reset(k);        /* checkpoint requests too (-ECHILD) */
     if (k->own->lost(k, why)) /* its owner took it (a pooled kernel: freed) */
         return;
     switch (k->state) {
@@ -425,8 +433,10 @@ static void on_exit_io(void *data)
         /* fall through */
     case KERNEL_STARTING:
     case KERNEL_RUNNING:
+        /* a fork's process ended (with its parent's sandbox, or by itself): its state is gone
+         * and a fresh kernel is not what its clients asked for; a client's restart makes one */
         if (k->m->o.autorestart && k->restarts < k->m->o.max_restarts &&
-            k->state != KERNEL_STARTING) {
+            k->state != KERNEL_STARTING && !k->adopted) {
             k->restarts++;
             k->stats->restarts[KMGR_RESTART_AUTO]++;
             log_warn("kernel=%s: %s; restarting (%d/%d)", k->id, why, k->restarts,
@@ -449,6 +459,16 @@ void kernel__launch(kernel_t *k)
 {
     evl_t *l = k->m->evl;
     char why[400];
+    int r;
+    if (k->adopted || k->ipc_dir) { /* a fork restarted: a fresh kernel, on its own endpoints */
+        k->adopted = false;
+        kernel__drop_ipc_dir(k);
+        if ((r = kernel__rewatch(k)) < 0) {
+            snprintf(why, sizeof(why), "cannot open the kernel's sockets: %s", strerror(-r));
+            set_dead(k, why, KMGR_FAIL_SPAWN);
+            return;
+        }
+    }
     if (klaunch__start(k, why, sizeof(why)) < 0) {
         set_dead(k, why, KMGR_FAIL_SPAWN);
         return;
@@ -457,6 +477,67 @@ void kernel__launch(kernel_t *k)
         k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k);
     nudge(k);
     l->timer_arm(l, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
+}
+
+const char *kernel_forked_from(const kernel_t *k)
+{
+    return k->fork_of;
+}
+
+bool kernel_fork_no_checkpoint(const kernel_t *k)
+{
+    return k->fork_unknown_cp;
+}
+
+int kernel__rewatch(kernel_t *k)
+{
+    kz_close(&k->shell);
+    kz_close(&k->control);
+    kz_close(&k->iopub);
+    kz_close(&k->hb);
+    return open_watch_sockets(k);
+}
+
+void kernel__drop_ipc_dir(kernel_t *k)
+{
+    char p[PATH_MAX + 32];
+    if (!k->ipc_dir)
+        return;
+    for (int port = KPORT_SHELL; port <= KPORT_HB; port++) {
+        snprintf(p, sizeof(p), "%s/k-%d", k->ipc_dir, port);
+        unlink(p);
+    }
+    snprintf(p, sizeof(p), "%s/connection.json", k->ipc_dir);
+    unlink(p);
+    rmdir(k->ipc_dir); /* fails if the fork made files of its own there: they go with its parent */
+    free(k->ipc_dir);
+    k->ipc_dir = NULL;
+}
+
+void kernel__adopt(kernel_t *k, pid_t pid, int pidfd)
+{
+    evl_t *l = k->m->evl;
+    k->adopted = true;
+    k->pid = pid;
+    k->pidfd = pidfd;
+    k->spawn_us = util_now_us();
+    k->got_reply = k->got_iopub = k->got_starting = false;
+    k->hb_outstanding = false;
+    k->hb_missed = 0;
+    k->exit_status = 0;
+    k->hb_killed = false;
+    k->stop_stage = 0;
+    k->stop_end = NULL;
+    if (!(k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k)))
+        log_warn("kernel=%s: cannot watch its process: %s", k->id, strerror(errno));
+    nudge(k);
+    l->timer_arm(l, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
+}
+
+void kernel__adopt_failed(kernel_t *k, const char *why)
+{
+    snprintf(k->last_cause, sizeof(k->last_cause), "%s", why);
+    set_dead(k, why, KMGR_FAIL_SPAWN);
 }
 
 void kernel__check_exit(kernel_t *k)
@@ -597,10 +678,7 @@ static void on_oversize(void *data, kzsock_t *z)
  * and control's are opened when needed); closed by kernel__unwatch. 0 or -errno. */
 int kernel__watch(kernel_t *k)
 {
-    char ep[PATH_MAX + 16];
     evl_t *l = k->m->evl;
-    void *zctx = k->m->zctx;
-    int r;
     k->exec_ops = &exec_ops;
     if (k->m->o.out_budget && !(k->out_share = obudget_share_new(k->m->o.out_budget)))
         return -ENOMEM;
@@ -610,6 +688,16 @@ int kernel__watch(kernel_t *k)
         !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)) ||
         !(k->idle_timer = l->timer_new(l, kexec__on_idle_late, k)))
         return errno ? -errno : -ENOMEM;
+    return open_watch_sockets(k);
+}
+
+/* The manager's SUB on iopub and DEALER on the heartbeat. 0 or -errno. */
+static int open_watch_sockets(kernel_t *k)
+{
+    char ep[PATH_MAX + 16];
+    evl_t *l = k->m->evl;
+    void *zctx = k->m->zctx;
+    int r;
     long long max = k->m->o.max_kernel_msg;
     kwire__endpoint(k, KPORT_IOPUB, ep, sizeof(ep));
     if ((r = kz_open(&k->iopub, l, zctx, ZMQ_SUB, NULL, ep, on_iopub, k, max, on_oversize)) < 0)

@@ -17,5 +17,15 @@ int kernel__own_shell(kernel_t *k);
  * (SIGCHLD path). */
 void kernel__launch(kernel_t *k);
 void kernel__check_exit(kernel_t *k);
+/* A fork (kfork.c): k (built, not launched) runs in this process, which is not the gateway's
+ * child (pidfd: its, taken); its start is proven as any start's. */
+void kernel__adopt(kernel_t *k, pid_t pid, int pidfd);
+/* The fork could not be made: k is dead (why: for its clients and the start's waiter). */
+void kernel__adopt_failed(kernel_t *k, const char *why);
+/* The manager's sockets closed and opened again on the kernel's endpoints (ipc_dir changed).
+ * 0 or -errno. */
+int kernel__rewatch(kernel_t *k);
+/* A fork's endpoints in its parent's runtime directory are removed (and ipc_dir forgotten). */
+void kernel__drop_ipc_dir(kernel_t *k);
 
 #endif

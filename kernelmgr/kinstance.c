@@ -20,6 +20,7 @@
 #include "common/shardid.h"
 #include "common/util.h"
 #include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kckpt_int.h"
 #include "kernelmgr/kcmd_int.h"
 #include "kernelmgr/kenv_int.h"
 #include "kernelmgr/kernel_int.h"
@@ -92,6 +93,23 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
                       const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
                       const egpol_t *egress, const char *const *secrets, size_t nsecrets,
                       const struct kernel_owner_ops *own)
+{
+    kernel_t *k = kinstance__build(m, spec, env, lim, ws, pool, egress, secrets, nsecrets, own);
+    if (!k)
+        return NULL;
+    kernel__launch(k);
+    if (k->state == KERNEL_DEAD) {
+        kinstance__free(k);
+        errno = ECHILD;
+        return NULL;
+    }
+    return k;
+}
+
+kernel_t *kinstance__build(kmgr_t *m, const kspec_t *spec, json_t *env,
+                        const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
+                        const egpol_t *egress, const char *const *secrets, size_t nsecrets,
+                        const struct kernel_owner_ops *own)
 {
     int r;
     kernel_t *k = calloc(1, sizeof(*k));
@@ -185,11 +203,6 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
         goto fail;
     }
     k->state = KERNEL_STARTING;
-    kernel__launch(k);
-    if (k->state == KERNEL_DEAD) {
-        errno = ECHILD;
-        goto fail;
-    }
     return k;
 fail:
     r = errno;
@@ -203,6 +216,7 @@ void kinstance__free(kernel_t *k)
     if (!k)
         return;
     evl_t *l = k->m->evl;
+    kckpt__destroy(k);
     while (!list_empty(&k->waiters)) {
         kwait_t *w = list_first(&k->waiters, kwait_t, link);
         kwait_cancel(&w);
@@ -211,7 +225,9 @@ void kinstance__free(kernel_t *k)
         kconn_t *c = list_first(&k->conns, kconn_t, link);
         kconn_destroy(&c);
     }
-    if (k->pid > 1) {
+    if (k->pid > 1 && k->adopted) { /* a fork: not our child (its sandbox's init reaps it) */
+        klaunch__signal(k, SIGKILL);
+    } else if (k->pid > 1) {
         klaunch__signal(k, SIGKILL);
         kill(k->pid, SIGKILL);
         waitpid(k->pid, NULL, 0);
@@ -247,6 +263,7 @@ void kinstance__free(kernel_t *k)
     } else if (k->root_dir && k->root_dir[0]) {
         rmdir(k->root_dir);
     }
+    kernel__drop_ipc_dir(k);
     free(k->dir);
     free(k->conn_file);
     free(k->root_dir);

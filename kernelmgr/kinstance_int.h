@@ -16,5 +16,11 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
  * done). 0 or -errno. */
 int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim);
 void kinstance__free(kernel_t *k);
+/* kinstance__new without its launch: the kernel is set up ("starting"), with no process (a
+ * fork's, kfork.c, is adopted). NULL + errno. */
+kernel_t *kinstance__build(kmgr_t *m, const kspec_t *spec, json_t *env,
+                        const struct kmgr_limits *lim, wspace_t *ws, struct kpool *pool,
+                        const egpol_t *egress, const char *const *secrets, size_t nsecrets,
+                        const struct kernel_owner_ops *own);
 
 #endif

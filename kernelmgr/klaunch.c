@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -452,6 +454,12 @@ static enum kernel_outcome death_outcome(kernel_t *k, enum kmgr_death d, int st,
                  k->m->o.hb_misses);
         return KERNEL_OUT_KERNEL_DIED;
     case KMGR_DEATH_EXIT:
+        if (k->adopted) {
+            snprintf(cause, sz,
+                     "the forked kernel's process ended (a fork lives in the sandbox of the "
+                     "kernel %s it was forked from, and ends with it)", k->fork_of);
+            return KERNEL_OUT_KERNEL_DIED;
+        }
         if (WIFEXITED(st)) {
             snprintf(cause, sz, "the kernel exited with status %d", WEXITSTATUS(st));
             return KERNEL_OUT_KERNEL_DIED;
@@ -464,18 +472,37 @@ static enum kernel_outcome death_outcome(kernel_t *k, enum kmgr_death d, int st,
     return KERNEL_OUT_KERNEL_DIED;
 }
 
+/* Whether an adopted process (not the gateway's child: no wait status) has ended: its pidfd
+ * is readable. */
+static bool adopted_ended(const kernel_t *k)
+{
+    struct pollfd p = {.fd = k->pidfd, .events = POLLIN};
+    return k->pidfd < 0 || (poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP)));
+}
+
 int klaunch__reap(kernel_t *k, int *ret_status)
 {
     int st = 0;
     siginfo_t si;
     memset(&si, 0, sizeof(si));
-    if (waitid(P_PID, (id_t)k->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+    if (k->adopted) {
+        /* a fork: reaped by its sandbox's init (or the host's); its status is not ours to
+         * read. Its process group goes with it when it still has members (their group id
+         * cannot be reused while they live; an empty group's kill fails with ESRCH) */
+        if (!adopted_ended(k))
+            return -EAGAIN;
+        if (k->pid > 1)
+            kill(-k->pid, SIGKILL);
+    } else if (waitid(P_PID, (id_t)k->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 ||
+               si.si_pid == 0) {
         return -EAGAIN;
-    /* children the kernel left in its process group go with it: signalled while the exited
-     * leader is not yet reaped, so its pid (and group) cannot have been reused */
-    klaunch__signal(k, SIGKILL);
-    if (waitpid(k->pid, &st, 0) < 0)
-        st = 0;
+    } else {
+        /* children the kernel left in its process group go with it: signalled while the
+         * exited leader is not yet reaped, so its pid (and group) cannot have been reused */
+        klaunch__signal(k, SIGKILL);
+        if (waitpid(k->pid, &st, 0) < 0)
+            st = 0;
+    }
     evl_io_destroy(k->m->evl, &k->pid_io);
     kstderr__drain(k); /* its last words: what the pipe still holds */
     kcmd__detach(k);   /* its commands end with it */
@@ -503,6 +530,8 @@ enum kmgr_death klaunch__death(kernel_t *k, int st, bool asked, char *why, size_
     if (!asked)
         k->stats->deaths[death]++;
     describe_exit(st, why, whysz);
+    if (k->adopted) /* no status to read: whose fork it is says most (a websocket close too) */
+        snprintf(why, whysz, "the fork's process ended (forked from %s)", k->fork_of);
     if (asked && k->stop_end && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
         snprintf(why, whysz, "%s", k->stop_end);
     if (k->setup_why[0]) {
@@ -526,7 +555,7 @@ enum kmgr_death klaunch__death(kernel_t *k, int st, bool asked, char *why, size_
 void klaunch__egress_start(kernel_t *k)
 {
     int fd, r;
-    if (!k->egpol || k->egress)
+    if (!k->egpol || k->egress || k->adopted) /* a fork: its parent's proxy, in its netns */
         return;
     if ((r = sbx_listen_in(k->pid, k->pidfd, KEGRESS_PORT, &fd)) < 0) {
         log_warn("kernel=%s: no egress proxy: cannot listen in its network namespace: %s", k->id,
@@ -546,6 +575,13 @@ void klaunch__signal(kernel_t *k, int sig)
     /* pid 1 would make kill(-1) signal every process we may signal: never */
     if (k->pid <= 1)
         return;
+    if (k->adopted) { /* not our child: the pid is only trusted while its pidfd says it runs */
+        if (adopted_ended(k))
+            return;
+        if (kill(-k->pid, sig) < 0 && errno == ESRCH)
+            syscall(SYS_pidfd_send_signal, k->pidfd, sig, NULL, 0);
+        return;
+    }
     if (kill(-k->pid, sig) < 0 && errno == ESRCH)
         kill(k->pid, sig);
 }

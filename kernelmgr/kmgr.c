@@ -20,6 +20,7 @@
 #include "kernelmgr/kcapacity_int.h"
 #include "kernelmgr/kernel_int.h"
 #include "kernelmgr/kexec_int.h"
+#include "kernelmgr/kfork_int.h"
 #include "kernelmgr/kinstance_int.h"
 #include "kernelmgr/klaunch_int.h"
 #include "kernelmgr/kpool_int.h"
@@ -605,6 +606,7 @@ static void own_ready(kernel_t *k)
 
 static bool own_lost(kernel_t *k, const char *why)
 {
+    kfork__parent_ended(k->m, k);
     if (!k->pool)
         return false;
     log_warn("kernel=%s: pooled kernel ended: %s", k->id, why);
@@ -615,6 +617,7 @@ static bool own_lost(kernel_t *k, const char *why)
 static void own_gone(kernel_t *k)
 {
     kmgr_t *m = k->m;
+    kfork__forget(m, k);
     remove_kernel(m, k);
     kinstance__free(k);
     trim_soon(m);
@@ -689,6 +692,7 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
     m->zyg.fd = -1;
     m->o = *o;
     list_init(&m->listeners);
+    list_init(&m->forks);
     for (int i = 0; i < KMGR_START_N; i++)
         hist_init(&m->stats.start_seconds[i], start_bounds, UTIL_ARRAY_SIZE(start_bounds));
     hist_init(&m->stats.exec_seconds, exec_bounds, UTIL_ARRAY_SIZE(exec_bounds));
@@ -781,8 +785,12 @@ void kmgr_destroy(kmgr_t **pm)
     kzygote__fini(m);
     /* At exit there is no loop left to wait on: stop every process group at once, give them
      * a moment together, then kill what is left. */
-    for (size_t i = 0; i < m->n; i++)
-        klaunch__signal(m->v[i], SIGTERM);
+    for (size_t i = 0; i < m->n; i++) {
+        kfork__forget(m, m->v[i]);
+        klaunch__signal(m->v[i], m->v[i]->adopted ? SIGKILL : SIGTERM);
+        if (m->v[i]->adopted) /* a fork: not our child to wait for; its sandbox goes too */
+            m->v[i]->pid = 0;
+    }
     uint64_t deadline = util_now_ms() + 2000;
     for (;;) {
         size_t alive = 0;
@@ -1121,6 +1129,51 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
     m->v[m->n++] = k;
     tenant_weights(m, tenant);
     log_info("kernel=%s: starting %s in workspace=%s", k->id, spec->name, ws->id);
+    start_begin(k, t0, false);
+    *ret = k;
+    return 0;
+}
+
+int kmgr_fork(kmgr_t *m, kernel_t *parent, const char *checkpoint, kernel_t **ret)
+{
+    const char *tenant = parent->ws->tenant;
+    uint64_t t0 = util_now_us();
+    kernel_t *k;
+    int r;
+    if (m->draining)
+        return -ESHUTDOWN;
+    if (m->sandbox_error[0])
+        return refuse(m, KMGR_FAIL_SANDBOX, -EPERM);
+    if (m->o.max_kernels > 0 && m->n >= (size_t)m->o.max_kernels)
+        return refuse(m, KMGR_FAIL_LIMIT, -EAGAIN);
+    if ((r = tenant_quota(m, tenant, -1)) < 0) /* it shares its parent's workspace */
+        return refuse(m, KMGR_FAIL_QUOTA, r);
+    if (grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
+        return refuse(m, KMGR_FAIL_SPAWN, -ENOMEM);
+    if ((r = fd_room(m)) < 0)
+        return refuse(m, KMGR_FAIL_LIMIT, r);
+    while (m->o.max_kernels > 0 && m->n + m->pn >= (size_t)m->o.max_kernels && kpool__shrink(m))
+        ;
+    /* a fork's process lives in the sandbox of the kernel it was forked from (or of that
+     * one's parent...): its fork does too */
+    kernel_t *owner = parent;
+    for (int depth = 0; owner && owner->adopted && depth < 64; depth++)
+        owner = kmgr_find(m, owner->fork_of);
+    if (!owner || owner->adopted)
+        return -EBUSY;
+    /* their endpoints take inodes of the owner's runtime directory (a small tmpfs) */
+    size_t forks = 0, len = strlen(owner->dir);
+    for (size_t i = 0; i < m->n; i++)
+        forks += m->v[i]->ipc_dir && !strncmp(m->v[i]->ipc_dir, owner->dir, len) &&
+                 m->v[i]->ipc_dir[len] == '/';
+    if (forks >= KMGR_FORKS_MAX)
+        return -ETOOMANYREFS;
+    if ((r = kfork__start(m, parent, owner, checkpoint, &kernel_owner, &k)) < 0)
+        return r == -EBUSY ? r : refuse(m, KMGR_FAIL_SPAWN, r);
+    m->v[m->n++] = k;
+    tenant_weights(m, tenant);
+    log_info("kernel=%s: forking %s%s%s", k->id, parent->id, checkpoint ? " at checkpoint " : "",
+             checkpoint ? checkpoint : "");
     start_begin(k, t0, false);
     *ret = k;
     return 0;

@@ -209,6 +209,16 @@ const char *kmgr_sandbox_error(const kmgr_t *m);
  * -EINVAL bad env, -ERANGE a limit above the gateway's, -EPERM when the sandbox is
  * unavailable, -ESHUTDOWN once kmgr_drain was called, or a spawn error. */
 int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret);
+/* A new kernel forked from parent (docs/checkpoints.md "Fork"): same tenant, kernelspec,
+ * workspace, limits and egress policy; a new id, key and connection; the state of parent now
+ * or of its checkpoint (NULL: now). "starting" as after kmgr_start (wait with kernel_wait; a
+ * failed fork ends dead, kernel_last_cause says why). -EBUSY parent not running, else as
+ * kmgr_start. */
+int kmgr_fork(kmgr_t *m, kernel_t *parent, const char *checkpoint, kernel_t **ret);
+/* Forks living at once in one kernel's sandbox (its own and its forks' forks): past it
+ * kmgr_fork answers -ETOOMANYREFS. */
+#define KMGR_FORKS_MAX 6
+
 /* Per-kernel limits from a JSON object {"memory", "cpu", "pids", "workspace", "exec_timeout"
  * (seconds), "output_bytes"}, positive integers. -EINVAL with a message in err. */
 int kmgr_limits_parse(json_t *obj, struct kmgr_limits *out, char *err, size_t errsz);

@@ -14,7 +14,7 @@
 
 void kwire__endpoint(const kernel_t *k, int port, char *out, size_t outsz)
 {
-    snprintf(out, outsz, "ipc://%s/k-%d", k->dir, port);
+    snprintf(out, outsz, "ipc://%s/k-%d", k->ipc_dir ? k->ipc_dir : k->dir, port);
 }
 
 int kwire__parse(kernel_t *k, zmq_msg_t *frames, size_t n, jmsg_t *m, jhdr_t *h)

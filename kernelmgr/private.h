@@ -7,11 +7,12 @@
  *   1  kzsock, kspec, kstderr, ksecret, kegress, kcapacity, wspace (-> kmgr: wspace_ops), kcall,
  *      kwire, kzygote (-> kmgr: the on_ready callback), kcmd (-> its client: kcmd_cbs)
  *   2  kexec (-> kernel: kexec_ops), klaunch (-> owner: kernel_owner_ops, its outcome returned)
- *   3  kenv (returns whether the kernel is ready), kwatchdog (only signals the process)
+ *   3  kenv (returns whether the kernel is ready), kwatchdog (only signals the process), kckpt
  *   4  kernel (-> owner: kernel_owner_ops)
  *   5  kconn (-> its client: kconn_ops)
  *   6  kinstance
- *   7  kpool (-> kmgr: kpool_ops)
+ *   7  kpool (-> kmgr: kpool_ops), kfork (a kernel forked from another: kinstance, kckpt,
+ *      kernel, klaunch)
  *   8  kmgr: provides every ops struct above
  * docs/architecture.md tells the story. */
 #ifndef KGW_KERNELMGR_PRIVATE_H
@@ -75,6 +76,7 @@ struct kmgr {
     evl_timer_t *trim;     /* the heap's free pages back to the system (kmgr.c: trim_soon) */
     bool trim_armed;
     /* the warm pool (kpool.c): started kernels nobody owns yet, outside v */
+    struct list forks;   /* forks being made (kfork.c: struct kfork.link) */
     struct kpool *pools; /* one per configured kernelspec */
     const struct kpool_ops *pool_ops;
     size_t npools;
@@ -230,6 +232,14 @@ struct kernel {
     uint64_t spawn_us;
     char setup_why[256]; /* why the sandbox's set-up failed */
     bool forked;         /* this process came from the fork server */
+    /* a fork of another kernel (kfork.c): its process is not the gateway's child but lives in
+     * that kernel's sandbox (adopted), on endpoints in that kernel's runtime directory
+     * (ipc_dir; NULL: its own dir). A restart makes it a fresh kernel of its own. */
+    bool adopted;
+    char *ipc_dir;
+    char fork_of[40];    /* the kernel it was forked from ("": none) */
+    char fork_cp[65];    /* ... from this checkpoint ("": as it was) */
+    bool fork_unknown_cp; /* the fork failed: no such checkpoint */
     int exit_status;
     bool hb_killed;      /* exit_status -ETIMEDOUT: for missed heartbeats, not the start's */
     long long oom_seen, pids_seen; /* the cgroup's events at the last exit (deaths' causes) */
@@ -265,6 +275,7 @@ struct kernel {
     struct list cmds;
     int ncmds;
     uint32_t cmd_next_id;
+    struct kckpt *ckpt;  /* the gateway's checkpoint requests (kckpt.c; NULL: none yet) */
 
     struct kpool *pool;  /* while it waits in the warm pool (no hooks run): its pool */
     /* the request's KERNEL_* variables, applied to a pooled kernel by a silent execution */

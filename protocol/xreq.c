@@ -166,6 +166,10 @@ static int parse_field(const char *key, json_t *v, bool oneshot, size_t max_file
         return parse_bool(v, key, &x->silent, err, errsz);
     if (!strcmp(key, "user_expressions"))
         return parse_user_expressions(v, x, err, errsz);
+    if (!oneshot && !strcmp(key, "checkpoint"))
+        return parse_bool(v, key, &x->checkpoint, err, errsz);
+    if (!oneshot && !strcmp(key, "rollback_on_error"))
+        return parse_bool(v, key, &x->rollback_on_error, err, errsz);
     if (oneshot && !strcmp(key, "keep"))
         return parse_bool(v, key, &x->keep, err, errsz);
     if (oneshot && !strcmp(key, "kernel_name")) {
@@ -185,7 +189,8 @@ static int parse_field(const char *key, json_t *v, bool oneshot, size_t max_file
     return fail(err, errsz, "unknown field '%s'%s", q,
                 oneshot ? " (allowed: code, timeout, store_history, silent, user_expressions, "
                           "kernel_name, files, keep)"
-                        : " (allowed: code, timeout, store_history, silent, user_expressions)");
+                        : " (allowed: code, timeout, store_history, silent, user_expressions, "
+                          "checkpoint, rollback_on_error)");
 }
 
 int xreq_parse(const char *body, size_t len, bool oneshot, size_t max_file_bytes,

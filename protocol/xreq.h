@@ -36,6 +36,11 @@ struct xreq {
     bool store_history;      /* default true */
     bool silent;             /* default false */
     json_t *user_expressions; /* an object of strings (new reference), or NULL */
+    /* POST /api/kernels/{id}/execute only: a checkpoint right before the code runs (kept),
+     * and a rollback to a checkpoint taken then when the execution fails (without checkpoint,
+     * that one is dropped once the execution is over) */
+    bool checkpoint;
+    bool rollback_on_error;
     /* POST /api/execute only */
     char kernel_name[129];   /* "" : the default kernelspec */
     bool keep;

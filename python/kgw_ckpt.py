@@ -71,6 +71,7 @@ def install():
     k.shell_handlers["kgw_checkpoint_request"] = _on_checkpoint
     k.shell_handlers["kgw_rollback_request"] = _on_rollback
     k.shell_handlers["kgw_ckpt_drop_request"] = _on_drop
+    k.shell_handlers["kgw_fork_request"] = _on_fork
 
 
 def _reply(stream, ident, parent, msg_type, content):
@@ -198,8 +199,28 @@ def _on_checkpoint(stream, ident, parent):
         return _error(stream, ident, parent, t, "CheckpointError", ans.get("error", "?"))
     _kids[cid] = pid
     _reply(stream, ident, parent, t, {"status": "ok", "id": cid, "execution_count": count,
+                                      "pid": pid,
                                       "files_bytes": ans.get("files_bytes", 0),
                                       "files": files_dir is not None})
+
+
+def _scrub(keep):
+    """Every inherited descriptor but 0-2, ipykernel's copies of 1 and 2 and those in keep is
+    closed, but its number stays taken (by /dev/null): objects of the old kernel that close
+    theirs later, in a kernel revived from here, must not close what that kernel opened since."""
+    keep = set(keep) | {0, 1, 2} | set(_std_copies().values())
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fds = [int(f) for f in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = range(3, 4096)
+    for fd in fds:
+        if fd not in keep and fd != null:
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                pass
+    os.close(null)
 
 
 def _frozen(path, files_dir, w, rstate):
@@ -220,23 +241,7 @@ def _frozen(path, files_dir, w, rstate):
         ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         ls.bind(path)
         ls.listen(4)
-        keep = sorted({0, 1, 2, w, ls.fileno()} | ({main} if main >= 0 else set()) |
-                      set(_std_copies().values()))
-        # every other descriptor (ZeroMQ's, the event loop's, files) is closed, but its number
-        # stays taken (by /dev/null): objects of the old kernel that close theirs later, in a
-        # kernel revived from here, must not close what that kernel opened since
-        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            fds = [int(f) for f in os.listdir("/proc/self/fd")]
-        except OSError:
-            fds = range(3, 4096)
-        for fd in fds:
-            if fd > 2 and fd not in keep and fd != null:
-                try:
-                    os.dup2(null, fd)
-                except OSError:
-                    pass
-        os.close(null)
+        _scrub({w, ls.fileno()} | ({main} if main >= 0 else set()))
         os.write(w, json.dumps({"ok": True, "files_bytes": total}).encode())
         os.close(w)
     except BaseException as e:
@@ -275,7 +280,11 @@ def _frozen(path, files_dir, w, rstate):
             ls.close()
             if main >= 0:
                 os.close(main)
+            cf = cmd.get("connection_file")
             try:
+                if cf is not None:  # a fork: a new kernel, out of this one's process group
+                    os.setsid()
+                    _revive(conn, None, None, None, cf)
                 _revive(conn, files if cmd.get("files") else None, files_dir, rstate)
             except BaseException:
                 import traceback
@@ -284,20 +293,66 @@ def _frozen(path, files_dir, w, rstate):
         conn.close()
 
 
-def _revive(conn, files, files_dir, rstate):
-    """A kernel again, from the checkpoint's state. Never returns."""
+def _tell(conn, ans):
+    """The answer to whoever asked for this process: a socket, or a pipe's write end."""
+    data = json.dumps(ans).encode()
+    if isinstance(conn, int):
+        os.write(conn, data)
+    else:
+        conn.sendall(data)
+
+
+def _argv_for(conn_file):
+    """This kernel's command line with its connection file replaced by conn_file."""
+    out, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if a in ("-f", "--f", "--connection-file", "--IPKernelApp.connection_file"):
+            skip = True
+            continue
+        if a.startswith(("-f=", "--f=", "--connection-file=", "--IPKernelApp.connection_file=")):
+            continue
+        out.append(a)
+    return out + ["-f", conn_file]
+
+
+def _reseed():
+    """A fork's own random streams: Python's and numpy's global generators from the system's
+    entropy (two forks of one kernel must not draw the same numbers)."""
+    sys.modules["random"].seed() if "random" in sys.modules else None
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception:
+            pass
+
+
+def _revive(conn, files, files_dir, rstate, conn_file=None):
+    """A kernel again, from the checkpoint's state (conn_file: a fork, a new kernel on this
+    connection file; else the same kernel). Never returns."""
+    global _main_pid
     if rstate is not None:
         sys.modules["random"].setstate(rstate)
+    if conn_file is not None:
+        _reseed()
     try:
         if files is not None:
             _restore(files_dir, files)
-        conn.sendall(json.dumps({"ok": True, "pid": os.getpid()}).encode())
+        _tell(conn, {"ok": True, "pid": os.getpid()})
     except BaseException as e:
         try:
-            conn.sendall(json.dumps({"ok": False, "error": repr(e)[:300]}).encode())
+            _tell(conn, {"ok": False, "error": repr(e)[:300]})
         finally:
             os._exit(1)
-    conn.close()
+    os.close(conn) if isinstance(conn, int) else conn.close()
+    if conn_file is not None:
+        # a kernel of its own: its first process (whose end ends it) is this one, and the
+        # checkpoints of the kernel it came from are not its own
+        _main_pid = os.getpid()
+        _kids.clear()
     # the old kernel's streams write to its I/O thread, which did not survive the fork, and
     # its descriptors 1 and 2 to pipes that thread read: the original ones back
     for fd, copy in _std_copies().items():
@@ -310,7 +365,7 @@ def _revive(conn, files, files_dir, rstate):
     from ipykernel.kernelapp import IPKernelApp
     old = IPKernelApp.instance()
     shell = old.kernel.shell
-    argv = list(sys.argv[1:])
+    argv = list(sys.argv[1:]) if conn_file is None else _argv_for(conn_file)
     graveyard = [old, old.kernel]  # never collected: their sockets belong to the old process
     IPKernelApp.clear_instance()
     type(old.kernel).clear_instance()  # a singleton too: the new app makes its own
@@ -327,6 +382,8 @@ def _revive(conn, files, files_dir, rstate):
     app.init_kernel = adopting_init_kernel
     app.initialize(argv)
     app.__dict__.pop("init_kernel", None)
+    if conn_file is not None:
+        sys.argv[1:] = argv  # what a rollback of the fork revives
     # the debugger's stream: debugpy's state (its threads, its sockets) is the old process's
     app.kernel.debugpy_stream = None
     hm = shell.history_manager
@@ -407,3 +464,94 @@ def _on_drop(stream, ident, parent):
         except ChildProcessError:
             pass
     _reply(stream, ident, parent, t, {"status": "ok", "id": cid})
+
+
+def _fork_now(conn_file):
+    """Forks this kernel as it is into a new kernel on conn_file: {"ok", "pid"} or {"ok":
+    False, "error"}. The new kernel is a grandchild that leads a session of its own (this
+    kernel's interrupts and its process group's signals do not reach it) and is reparented at
+    once (to the sandbox's init, which reaps it): this process keeps no zombie of it."""
+    for st in (sys.stdout, sys.stderr):
+        try:
+            st.flush()
+        except Exception:
+            pass
+    shell = _app().kernel.shell
+    hm = getattr(shell, "history_manager", None)
+    locks = [l for l in (getattr(hm, "db_input_cache_lock", None),
+                         getattr(hm, "db_output_cache_lock", None)) if l is not None]
+    r, w = os.pipe()
+    for l in locks:
+        l.acquire()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        os.close(r)
+        os.close(w)
+        return {"ok": False, "error": "fork: %s" % e}
+    finally:
+        for l in locks:
+            l.release()
+    if pid == 0:
+        try:
+            os.close(r)
+            if os.fork() != 0:
+                os._exit(0)
+            os.setsid()  # (the grandchild leads no group yet: it can)
+            gc.disable()  # nothing of the old kernel may be finalised before _revive
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _scrub({w})
+        except BaseException as e:
+            try:
+                os.write(w, json.dumps({"ok": False, "error": repr(e)[:300]}).encode())
+            finally:
+                os._exit(1)
+        try:
+            _revive(w, None, None, None, conn_file)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        os._exit(1)
+    os.close(w)
+    try:
+        os.waitpid(pid, 0)  # the intermediate process, which exits at once
+    except ChildProcessError:
+        pass
+    raw = b""
+    while True:
+        b = os.read(r, 4096)
+        if not b:
+            break
+        raw += b
+    os.close(r)
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"ok": False, "error": "the forked process ended at once"}
+
+
+def _on_fork(stream, ident, parent):
+    c = parent.get("content", {})
+    cid, cf = c.get("checkpoint"), c.get("connection_file")
+    t = "kgw_fork_reply"
+    if cid is not None and (not isinstance(cid, str) or not _ID.match(cid)):
+        return _error(stream, ident, parent, t, "ValueError", "bad checkpoint id")
+    if not isinstance(cf, str) or not cf.startswith("/") or len(cf) > 1024 or "\0" in cf \
+            or not os.path.isfile(cf):
+        return _error(stream, ident, parent, t, "ValueError", "bad connection file")
+    if cid is None:
+        ans = _fork_now(cf)
+    else:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(_sock_path(cid))
+            s.sendall(json.dumps({"op": "spawn", "connection_file": cf}).encode())
+            ans = json.loads(s.recv(MAX_CMD) or b"{}")
+            s.close()
+        except (OSError, ValueError) as e:
+            return _error(stream, ident, parent, t, "CheckpointError", e)
+    if not ans.get("ok"):
+        return _error(stream, ident, parent, t, "ForkError", ans.get("error", "?"))
+    _reply(stream, ident, parent, t, {"status": "ok", "pid": ans["pid"],
+                                      "checkpoint": cid})

@@ -259,3 +259,68 @@ def test_kernel_end_ends_its_checkpoints(kernel):
     alive = [p for p in pids if p != k.proc.pid and os.path.exists("/proc/%d" % p)
              and open("/proc/%d/stat" % p).read().split()[2] != "Z"]
     assert alive == []
+
+
+class Client:
+    """A client of a kernel forked from another (its own connection file)."""
+
+    def __init__(self, cf):
+        self.kc = BlockingKernelClient(connection_file=cf)
+        self.kc.load_connection_file()
+        self.kc.start_channels()
+
+    wait_info = Kernel.wait_info
+    execute = Kernel.execute
+    value = Kernel.value
+    request = Kernel.request
+
+
+def fork_conn_file(k, name):
+    d = os.path.join(k.dir, name)
+    os.mkdir(d)
+    cf = os.path.join(d, "connection.json")
+    with open(cf, "w") as f:
+        json.dump({"transport": "ipc", "ip": os.path.join(d, "k"), "shell_port": 1,
+                   "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
+                   "key": uuid.uuid4().hex, "signature_scheme": "hmac-sha256"}, f)
+    return cf
+
+
+def test_fork_live_and_from_checkpoint(kernel):
+    k = kernel
+    numpy = k.execute("import numpy")["status"] == "ok"
+    assert k.execute("import random\nx = 41\nrandom.seed(5)")["status"] == "ok"
+    if numpy:
+        k.execute("import numpy as np\nnp.random.seed(5)\na = np.arange(1000)")
+    count = k.execute("pass")["execution_count"]
+    k.checkpoint("c", files=False)
+    for cid in (None, "c"):
+        cf = fork_conn_file(k, "f-" + str(cid))
+        c = k.request("kgw_fork_request", {"connection_file": cf, "checkpoint": cid})
+        assert c["status"] == "ok", c
+        assert c["pid"] not in k.processes()  # a session of its own
+        f = Client(cf)
+        f.wait_info(60)
+        assert f.value("x") == "41"
+        if numpy:
+            assert f.value("int(a.sum())") == str(sum(range(1000)))
+            assert f.value("np.random.random()") != k.value("np.random.random()")
+        assert f.value("random.random()") != k.value("random.random()")
+        f.execute("x = 1")
+        assert k.value("x") == "41"
+        # the fork's counts go on from its parent's (the parent's own went on meanwhile)
+        assert f.execute("pass")["execution_count"] > count
+        # the parent goes on as before
+        assert k.execute("pass")["status"] == "ok"
+        os.kill(c["pid"], signal.SIGKILL)
+        f.kc.stop_channels()
+
+
+def test_fork_bad_requests(kernel):
+    for content in ({"connection_file": "relative"}, {"connection_file": "/nonexistent"},
+                    {"connection_file": fork_conn_file(kernel, "x"), "checkpoint": "../a"}):
+        c = kernel.request("kgw_fork_request", content)
+        assert c["status"] == "error" and c["ename"] == "ValueError", c
+    c = kernel.request("kgw_fork_request",
+                       {"connection_file": fork_conn_file(kernel, "y"), "checkpoint": "none"})
+    assert c["status"] == "error" and c["ename"] == "CheckpointError", c

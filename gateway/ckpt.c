@@ -1,0 +1,590 @@
+/* Checkpoints and rollbacks of kernels: the gateway's record of each kernel's checkpoints
+ * (kept under the kernel, as a listener's per-kernel data), the REST routes, and the
+ * operations the execute API and MCP share with them. The kernel is asked through
+ * kernelmgr/kckpt.h; a rollback's clients are told on iopub here (docs/checkpoints.md). */
+#include "gateway/ckpt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/audit.h"
+#include "common/ident.h"
+#include "common/list.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "kernelmgr/kckpt.h"
+
+/* A request waits behind the cell the kernel is running, at most this long, and never longer
+ * than a REST answer may take (--http-timeout, less a second). */
+#define CKPT_TIMEOUT_MAX_MS 60000
+
+/* What a rollback does not bring back, for the notice and the docs. */
+#define CKPT_LOST                                                                             \
+    "threads started by code, open sockets and pipes, subprocesses, and file offsets shared " \
+    "with other processes do not survive"
+
+/* One checkpoint of a kernel. */
+struct ckrec {
+    struct list link; /* on kck.recs, oldest first */
+    char id[CKPT_ID_MAX];
+    int64_t created_us;
+    long long exec_count, files_bytes;
+    bool files;
+    long pid; /* the checkpoint process, in the kernel's pid namespace */
+};
+
+/* A kernel's checkpoints (kernel_data of the listener's slot). */
+struct kck {
+    struct list recs;
+    int n;      /* records */
+    int taking; /* checkpoints being taken */
+};
+
+enum op_kind { OP_TAKE, OP_ROLLBACK, OP_DROP };
+
+struct ckpt_op {
+    gw_t *g;
+    kernel_t *k;
+    enum op_kind kind;
+    kckpt_req_t *req;
+    char id[CKPT_ID_MAX];
+    bool files;
+    char cause[200];
+    struct gw_caller who;
+    ckpt_done_cb done; /* NULL: cancelled (the operation still completes) */
+    void *data;
+};
+
+static int timeout_ms(const gw_t *g)
+{
+    long long ms = (g->cfg.http_timeout - 1) * 1000;
+    return ms < 1000 ? 1000 : ms > CKPT_TIMEOUT_MAX_MS ? CKPT_TIMEOUT_MAX_MS : (int)ms;
+}
+
+static struct kck *kck_of(gw_t *g, kernel_t *k, bool make)
+{
+    struct kck *c = kernel_data(k, g->ckpt_listener.slot);
+    if (c || !make)
+        return c;
+    if (!(c = calloc(1, sizeof(*c))))
+        return NULL;
+    list_init(&c->recs);
+    kernel_set_data(k, g->ckpt_listener.slot, c);
+    return c;
+}
+
+static struct ckrec *rec_find(struct kck *c, const char *id)
+{
+    struct ckrec *rec;
+    if (!c)
+        return NULL;
+    list_for_each(rec, &c->recs, link)
+    {
+        if (!strcmp(rec->id, id))
+            return rec;
+    }
+    return NULL;
+}
+
+bool ckpt_exists(gw_t *g, kernel_t *k, const char *cp)
+{
+    return rec_find(kck_of(g, k, false), cp) != NULL;
+}
+
+static void rec_remove(struct kck *c, struct ckrec *rec)
+{
+    list_remove(&rec->link);
+    c->n--;
+    free(rec);
+}
+
+static void kck_clear(struct kck *c)
+{
+    while (c && !list_empty(&c->recs))
+        rec_remove(c, list_first(&c->recs, struct ckrec, link));
+}
+
+static json_t *rec_model(kernel_t *k, const struct ckrec *rec)
+{
+    char ts[40];
+    util_iso_time(ts, sizeof(ts), rec->created_us);
+    long long pss, priv;
+    bool mem = kckpt_mem(k, rec->pid, &pss, &priv) == 0;
+    return json_pack("{s:s, s:s, s:s, s:I, s:b, s:I, s:o, s:o}", "id", rec->id, "kernel_id",
+                     kernel_id(k), "created", ts, "execution_count", (json_int_t)rec->exec_count,
+                     "files", rec->files, "files_bytes", (json_int_t)rec->files_bytes, "pss_bytes",
+                     mem ? json_integer(pss) : json_null(), "private_bytes",
+                     mem ? json_integer(priv) : json_null());
+}
+
+/* ---- the kernel's events: checkpoints end with the kernel's process ---- */
+
+static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
+{
+    gw_t *g = user;
+    struct kck *c = kck_of(g, k, false);
+    if (!c || ev == KERNEL_EV_STARTED)
+        return;
+    if (c->n)
+        log_info("kernel=%s: its %d checkpoint%s ended with its process", kernel_id(k), c->n,
+                 c->n > 1 ? "s" : "");
+    kck_clear(c);
+    if (ev == KERNEL_EV_GONE) {
+        kernel_set_data(k, g->ckpt_listener.slot, NULL);
+        free(c);
+    }
+}
+
+static const struct kmgr_listener_ops listener_ops = {.event = on_event};
+
+int ckpt_listen(gw_t *g)
+{
+    return kmgr_listen(g->km, &g->ckpt_listener, &listener_ops, g);
+}
+
+/* ---- operations ---- */
+
+static void audit(ckpt_op_t *op, const char *event, const char *result)
+{
+    if (!audit_enabled())
+        return;
+    audit_event(event, "s:s, s:s, s:s, s:s, s:s, s:o", "tenant", op->who.tenant, "addr",
+                op->who.addr, "kernel", kernel_id(op->k), "checkpoint", op->id, "result", result,
+                "cause", op->cause[0] ? audit_str(op->cause, strlen(op->cause)) : json_null());
+}
+
+/* A kernel's failed answer as an HTTP status and a message. */
+static int failure(const gw_t *g,
+                   kernel_t *k,
+                   int status,
+                   json_t *reply,
+                   const char *what,
+                   char *msg,
+                   size_t msgsz)
+{
+    const char *ename = json_string_value(json_object_get(reply, "ename"));
+    const char *evalue = json_string_value(json_object_get(reply, "evalue"));
+    switch (status) {
+    case -EREMOTEIO:
+        if (ename && (!strcmp(ename, "ForkError") || !strcmp(ename, "MemoryError") ||
+                      (evalue && (strstr(evalue, "fork") || strstr(evalue, "emory"))))) {
+            snprintf(msg, msgsz,
+                     "cannot %s: the kernel is at its memory or process limit (%.64s: %.200s); "
+                     "nothing was changed",
+                     what, ename, evalue ? evalue : "");
+            return 507;
+        }
+        snprintf(msg, msgsz, "cannot %s: %.64s: %.200s", what, ename ? ename : "error",
+                 evalue ? evalue : "");
+        return 409;
+    case -ETIMEDOUT:
+        snprintf(msg, msgsz,
+                 "cannot %s: the kernel did not answer within %d s (a cell may still be running)",
+                 what, timeout_ms(g) / 1000);
+        return 504;
+    case -ECHILD:
+        snprintf(msg, msgsz, "cannot %s: the kernel's process ended meanwhile%s%.300s", what,
+                 kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
+        return 409;
+    case -EBUSY:
+        snprintf(msg, msgsz, "cannot %s: the kernel is not running (it is %s)", what,
+                 kernel_execution_state(k));
+        return 409;
+    case -EAGAIN:
+        snprintf(msg, msgsz, "cannot %s: too many checkpoint requests queued for this kernel",
+                 what);
+        return 429;
+    default:
+        snprintf(msg, msgsz, "cannot %s: %s", what, strerror(-status));
+        return 500;
+    }
+}
+
+static void op_end(ckpt_op_t *op, int status, int http, const char *msg, json_t *rec)
+{
+    if (op->done)
+        op->done(op->data, status, http, msg, rec);
+    free(op);
+}
+
+static ckpt_op_t *op_new(gw_t *g,
+                         kernel_t *k,
+                         const struct gw_caller *who,
+                         enum op_kind kind,
+                         ckpt_done_cb done,
+                         void *data)
+{
+    ckpt_op_t *op = calloc(1, sizeof(*op));
+    if (!op)
+        return NULL;
+    op->g = g;
+    op->k = k;
+    op->kind = kind;
+    op->done = done;
+    op->data = data;
+    if (who)
+        op->who = *who;
+    return op;
+}
+
+static void on_taken(void *data, kernel_t *k, int status, json_t *reply)
+{
+    ckpt_op_t *op = data;
+    struct kck *c = kck_of(op->g, k, false);
+    char msg[400];
+    op->req = NULL;
+    if (c)
+        c->taking--;
+    struct ckrec *rec = status == 0 && c ? calloc(1, sizeof(*rec)) : NULL;
+    if (status == 0 && !rec)
+        status = -ENOMEM;
+    if (status < 0) {
+        int http = failure(op->g, k, status, reply, "take a checkpoint", msg, sizeof(msg));
+        log_info("kernel=%s: checkpoint %s: %s", kernel_id(k), op->id, msg);
+        audit(op, "checkpoint", "failed");
+        return op_end(op, status, http, msg, NULL);
+    }
+    snprintf(rec->id, sizeof(rec->id), "%s", op->id);
+    rec->created_us = util_wall_us();
+    rec->exec_count = json_integer_value(json_object_get(reply, "execution_count"));
+    rec->files_bytes = json_integer_value(json_object_get(reply, "files_bytes"));
+    rec->files = json_is_true(json_object_get(reply, "files"));
+    rec->pid = (long)json_integer_value(json_object_get(reply, "pid"));
+    list_append(&c->recs, &rec->link);
+    c->n++;
+    log_info("kernel=%s: checkpoint %s taken (execution_count %lld, %lld file bytes)", kernel_id(k),
+             rec->id, rec->exec_count, rec->files_bytes);
+    audit(op, "checkpoint", "ok");
+    json_t *model = rec_model(k, rec);
+    op_end(op, 0, 201, "", model);
+    json_decref(model);
+}
+
+int ckpt_take(gw_t *g,
+              kernel_t *k,
+              const struct gw_caller *who,
+              bool files,
+              ckpt_done_cb done,
+              void *data,
+              ckpt_op_t **ret,
+              int *http,
+              char *msg,
+              size_t msgsz)
+{
+    struct kck *c = kck_of(g, k, true);
+    if (!c) {
+        *http = failure(g, k, -ENOMEM, NULL, "take a checkpoint", msg, msgsz);
+        return -ENOMEM;
+    }
+    if (kernel_state(k) != KERNEL_RUNNING) {
+        *http = failure(g, k, -EBUSY, NULL, "take a checkpoint", msg, msgsz);
+        return -EBUSY;
+    }
+    if (c->n + c->taking >= g->cfg.max_checkpoints) {
+        snprintf(msg, msgsz,
+                 "checkpoint limit reached: the kernel holds %d (--max-checkpoints=%lld); "
+                 "DELETE one first",
+                 c->n + c->taking, g->cfg.max_checkpoints);
+        *http = 409;
+        return -ENOSPC;
+    }
+    ckpt_op_t *op = op_new(g, k, who, OP_TAKE, done, data);
+    json_t *content = op ? json_object() : NULL;
+    if (!content) {
+        free(op);
+        *http = failure(g, k, -ENOMEM, NULL, "take a checkpoint", msg, msgsz);
+        return -ENOMEM;
+    }
+    util_uuid(op->id);
+    op->files = files;
+    json_object_set_new(content, "id", json_string(op->id));
+    json_object_set_new(content, "files_dir",
+                        files ? json_string(kckpt_files_dir(k)) : json_null());
+    int r = kckpt_send(k, KCKPT_CHECKPOINT, content, timeout_ms(g), on_taken, op, &op->req);
+    json_decref(content);
+    if (r < 0) {
+        *http = failure(g, k, r, NULL, "take a checkpoint", msg, msgsz);
+        free(op);
+        return r;
+    }
+    c->taking++;
+    if (ret)
+        *ret = op;
+    return 0;
+}
+
+/* The rollback's clients: a status sequence a Jupyter front end takes as a restart it asked
+ * for ("starting", as after POST .../restart, then "idle": no reconnection), and between them
+ * a notice on stderr naming the checkpoint and what did not survive, with the same facts as
+ * metadata ("kgw_rollback") for programs. */
+static void tell_clients(ckpt_op_t *op, const struct ckrec *rec)
+{
+    char text[700];
+    snprintf(text, sizeof(text),
+             "\n[kgw] The kernel was rolled back to checkpoint %s (execution_count %lld%s)%s%s.\n"
+             "Its variables, modules and In/Out numbering are the checkpoint's; %s.\n",
+             rec->id, rec->exec_count, rec->files ? ", with its workspace files" : "",
+             op->cause[0] ? ": " : "", op->cause, CKPT_LOST);
+    json_t *meta = json_pack("{s:{s:s, s:I, s:b, s:s}}", "kgw_rollback", "checkpoint", rec->id,
+                             "execution_count", (json_int_t)rec->exec_count, "files", rec->files,
+                             "cause", op->cause[0] ? op->cause : "requested");
+    json_t *st = json_pack("{s:s}", "execution_state", "starting");
+    json_t *stream = json_pack("{s:s, s:s}", "name", "stderr", "text", text);
+    json_t *idle = json_pack("{s:s}", "execution_state", "idle");
+    if (st && stream && idle && meta) {
+        kckpt_announce(op->k, "status", st, meta);
+        kckpt_announce(op->k, "stream", stream, meta);
+        kckpt_announce(op->k, "status", idle, meta);
+    }
+    json_decref(meta);
+    json_decref(st);
+    json_decref(stream);
+    json_decref(idle);
+}
+
+static void on_rolled(void *data, kernel_t *k, int status, json_t *reply)
+{
+    ckpt_op_t *op = data;
+    struct kck *c = kck_of(op->g, k, false);
+    struct ckrec *rec = rec_find(c, op->id);
+    char msg[400];
+    op->req = NULL;
+    if (status == 0 && !rec) /* cannot be: its records end with the process, -ECHILD first */
+        status = -ENOENT;
+    if (status == -ETIMEDOUT && kernel_executions(k) == 0 && kernel_restart(k) == 0) {
+        /* no cell held it up: the new process did not come (docs/checkpoints.md, "Not
+         * done"). A kernel in an unknown state is worth less than a fresh one. */
+        snprintf(msg, sizeof(msg),
+                 "cannot roll back: the kernel did not come back from the rollback within %d s "
+                 "and was restarted (its variables and checkpoints are lost)",
+                 timeout_ms(op->g) / 1000);
+        log_warn("kernel=%s: rollback to %s: %s", kernel_id(k), op->id, msg);
+        audit(op, "rollback", "failed");
+        return op_end(op, status, 504, msg, NULL);
+    }
+    if (status < 0) {
+        int http = failure(op->g, k, status, reply, "roll back", msg, sizeof(msg));
+        log_info("kernel=%s: rollback to %s: %s", kernel_id(k), op->id, msg);
+        audit(op, "rollback", "failed");
+        return op_end(op, status, http, msg, NULL);
+    }
+    log_info("kernel=%s: rolled back to checkpoint %s%s%s", kernel_id(k), rec->id,
+             op->cause[0] ? ": " : "", op->cause);
+    audit(op, "rollback", "ok");
+    /* requests the old process had queued behind the rollback went with it */
+    snprintf(msg, sizeof(msg), "the kernel was rolled back to checkpoint %s before it ran this",
+             rec->id);
+    kernel_fail_pending(k, KERNEL_OUT_RESTARTED, msg);
+    tell_clients(op, rec);
+    json_t *model = rec_model(k, rec);
+    op_end(op, 0, 200, "", model);
+    json_decref(model);
+}
+
+int ckpt_rollback(gw_t *g,
+                  kernel_t *k,
+                  const struct gw_caller *who,
+                  const char *cp,
+                  const char *cause,
+                  ckpt_done_cb done,
+                  void *data,
+                  ckpt_op_t **ret,
+                  int *http,
+                  char *msg,
+                  size_t msgsz)
+{
+    struct ckrec *rec = rec_find(kck_of(g, k, false), cp);
+    if (!rec) {
+        snprintf(msg, msgsz, "no checkpoint %.64s on kernel %s", cp, kernel_id(k));
+        *http = 404;
+        return -ENOENT;
+    }
+    if (kernel_state(k) != KERNEL_RUNNING) {
+        *http = failure(g, k, -EBUSY, NULL, "roll back", msg, msgsz);
+        return -EBUSY;
+    }
+    ckpt_op_t *op = op_new(g, k, who, OP_ROLLBACK, done, data);
+    json_t *content = op ? json_pack("{s:s, s:b}", "id", rec->id, "files", rec->files) : NULL;
+    if (!content) {
+        free(op);
+        *http = failure(g, k, -ENOMEM, NULL, "roll back", msg, msgsz);
+        return -ENOMEM;
+    }
+    snprintf(op->id, sizeof(op->id), "%s", rec->id);
+    snprintf(op->cause, sizeof(op->cause), "%s", cause ? cause : "");
+    int r = kckpt_send(k, KCKPT_ROLLBACK, content, timeout_ms(g), on_rolled, op, &op->req);
+    json_decref(content);
+    if (r < 0) {
+        *http = failure(g, k, r, NULL, "roll back", msg, msgsz);
+        free(op);
+        return r;
+    }
+    if (ret)
+        *ret = op;
+    return 0;
+}
+
+static void on_dropped(void *data, kernel_t *k, int status, json_t *reply)
+{
+    ckpt_op_t *op = data;
+    char msg[400] = "";
+    op->req = NULL;
+    /* the record is gone already: a checkpoint whose process is gone is dropped too */
+    if (status < 0 && status != -EREMOTEIO)
+        log_info("kernel=%s: drop of checkpoint %s: %s", kernel_id(k), op->id,
+                 (failure(op->g, k, status, reply, "drop", msg, sizeof(msg)), msg));
+    audit(op, "checkpoint_drop", status == 0 ? "ok" : "gone");
+    op_end(op, 0, 204, "", NULL);
+}
+
+int ckpt_drop(gw_t *g,
+              kernel_t *k,
+              const struct gw_caller *who,
+              const char *cp,
+              ckpt_done_cb done,
+              void *data,
+              ckpt_op_t **ret,
+              int *http,
+              char *msg,
+              size_t msgsz)
+{
+    struct kck *c = kck_of(g, k, false);
+    struct ckrec *rec = rec_find(c, cp);
+    if (!rec) {
+        snprintf(msg, msgsz, "no checkpoint %.64s on kernel %s", cp, kernel_id(k));
+        *http = 404;
+        return -ENOENT;
+    }
+    ckpt_op_t *op = op_new(g, k, who, OP_DROP, done, data);
+    json_t *content = op ? json_pack("{s:s}", "id", rec->id) : NULL;
+    if (!content) {
+        free(op);
+        *http = failure(g, k, -ENOMEM, NULL, "drop", msg, msgsz);
+        return -ENOMEM;
+    }
+    snprintf(op->id, sizeof(op->id), "%s", rec->id);
+    int r = kckpt_send(k, KCKPT_DROP, content, timeout_ms(g), on_dropped, op, &op->req);
+    json_decref(content);
+    if (r < 0) {
+        *http = failure(g, k, r, NULL, "drop", msg, msgsz);
+        free(op);
+        return r;
+    }
+    rec_remove(c, rec); /* no rollback to it from now on */
+    if (ret)
+        *ret = op;
+    return 0;
+}
+
+void ckpt_op_cancel(ckpt_op_t **pop)
+{
+    if (*pop) {
+        (*pop)->done = NULL;
+        (*pop)->data = NULL;
+    }
+    *pop = NULL;
+}
+
+/* ---- REST ---- */
+
+/* The request's kernel ({id}), the caller's and not shutting down; NULL after a 404. */
+static kernel_t *req_kernel(struct gw_req *r)
+{
+    kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
+    if (!k || kernel_state(k) == KERNEL_TERMINATING) {
+        req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
+        return NULL;
+    }
+    return k;
+}
+
+static void rest_done(void *data, int status, int http, const char *message, json_t *rec)
+{
+    struct gw_req *r = data;
+    r->ck = NULL;
+    if (status < 0)
+        return req_error(r, http, "%s", message);
+    if (http == 201)
+        snprintf(r->location, sizeof(r->location), "/api/kernels/%s/checkpoints/%s",
+                 r->route.arg[0], json_string_value(json_object_get(rec, "id")));
+    req_reply(r, http, rec ? json_incref(rec) : NULL);
+}
+
+void ckpt_rest_list(struct gw_req *r)
+{
+    char msg[400];
+    int http;
+    kernel_t *k = req_kernel(r);
+    if (!k)
+        return;
+    if (r->method == HTTP_M_GET) {
+        struct kck *c = kck_of(r->g, k, false);
+        json_t *a = json_array();
+        struct ckrec *rec;
+        if (c)
+            list_for_each(rec, &c->recs, link) json_array_append_new(a, rec_model(k, rec));
+        return req_reply(r, 200, a);
+    }
+    json_t *body = req_json_body(r);
+    if (!body)
+        return;
+    json_t *files = json_object_get(body, "files");
+    if (files && !json_is_boolean(files)) {
+        json_decref(body);
+        return req_error(r, 400, "\"files\" must be true or false");
+    }
+    bool with_files = !files || json_is_true(files);
+    json_decref(body);
+    if (ckpt_take(r->g, k, &r->caller, with_files, rest_done, r, &r->ck, &http, msg, sizeof(msg)) <
+        0)
+        req_error(r, http, "%s", msg);
+}
+
+void ckpt_rest_one(struct gw_req *r)
+{
+    char msg[400];
+    int http;
+    kernel_t *k = req_kernel(r);
+    if (!k)
+        return;
+    if (r->method == HTTP_M_GET) {
+        struct ckrec *rec = rec_find(kck_of(r->g, k, false), r->route.arg[1]);
+        if (!rec)
+            return req_error(r, 404, "no checkpoint %s on kernel %s", r->route.arg[1],
+                             kernel_id(k));
+        return req_reply(r, 200, rec_model(k, rec));
+    }
+    if (ckpt_drop(r->g, k, &r->caller, r->route.arg[1], rest_done, r, &r->ck, &http, msg,
+                  sizeof(msg)) < 0)
+        req_error(r, http, "%s", msg);
+}
+
+void ckpt_rest_rollback(struct gw_req *r)
+{
+    char msg[400];
+    int http;
+    kernel_t *k = req_kernel(r);
+    if (!k)
+        return;
+    json_t *body = req_json_body(r);
+    if (!body)
+        return;
+    json_t *cp = json_object_get(body, "checkpoint");
+    if (!json_is_string(cp) ||
+        !ident_ok(json_string_value(cp), json_string_length(cp), IDENT_UUIDISH)) {
+        json_decref(body);
+        return req_error(r, 400, "\"checkpoint\" must be a checkpoint id");
+    }
+    int rc = ckpt_rollback(r->g, k, &r->caller, json_string_value(cp), NULL, rest_done, r, &r->ck,
+                           &http, msg, sizeof(msg));
+    json_decref(body);
+    if (rc < 0)
+        req_error(r, http, "%s", msg);
+}
+
+void ckpt_req_fini(struct gw_req *r)
+{
+    ckpt_op_cancel(&r->ck);
+}

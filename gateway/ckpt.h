@@ -1,0 +1,77 @@
+/* Checkpoints and rollbacks of kernels (docs/checkpoints.md): the records the gateway keeps of
+ * each kernel's checkpoints, the REST routes, and the operations the execute API and MCP use.
+ * The kernel side is kernelmgr/kckpt.h's. */
+#ifndef KGW_GATEWAY_CKPT_H
+#define KGW_GATEWAY_CKPT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "gateway/gw.h"
+#include "gateway/http.h"
+#include "kernelmgr/kernel.h"
+
+#define CKPT_ID_MAX 40
+
+/* Subscribes to kernel events: a kernel's checkpoints end with its process. */
+int ckpt_listen(gw_t *g);
+
+/* GET (list) and POST (take) /api/kernels/{id}/checkpoints; GET and DELETE
+ * /api/kernels/{id}/checkpoints/{cp}; POST /api/kernels/{id}/rollback {"checkpoint"}. */
+void ckpt_rest_list(struct gw_req *r);
+void ckpt_rest_one(struct gw_req *r);
+void ckpt_rest_rollback(struct gw_req *r);
+void ckpt_req_fini(struct gw_req *r);
+
+/* An operation's end. status 0: ok (rec: the checkpoint's record, {"id", "kernel_id",
+ * "created", "execution_count", "files", "files_bytes", "pss_bytes"}, borrowed). Otherwise
+ * -errno, with the HTTP status the REST face answers (http) and a one-line message. */
+typedef struct ckpt_op ckpt_op_t;
+typedef void (*ckpt_done_cb)(void *data, int status, int http, const char *message, json_t *rec);
+/* Takes a checkpoint of k (files: with its workspace), as POST .../checkpoints does (audited
+ * for who). 0 (done runs later, from the loop, unless cancelled), or -errno with http and msg
+ * filled (done never runs): -ENOSPC at --max-checkpoints (409), -EBUSY when k is not running
+ * (409). */
+int ckpt_take(gw_t *g,
+              kernel_t *k,
+              const struct gw_caller *who,
+              bool files,
+              ckpt_done_cb done,
+              void *data,
+              ckpt_op_t **ret,
+              int *http,
+              char *msg,
+              size_t msgsz);
+/* Rolls k back to its checkpoint cp (with the files when the checkpoint has them); clients
+ * are told on iopub. As ckpt_take; -ENOENT: no such checkpoint (404). cause: why (the notice
+ * and the audit event say it; NULL: a client asked). */
+int ckpt_rollback(gw_t *g,
+                  kernel_t *k,
+                  const struct gw_caller *who,
+                  const char *cp,
+                  const char *cause,
+                  ckpt_done_cb done,
+                  void *data,
+                  ckpt_op_t **ret,
+                  int *http,
+                  char *msg,
+                  size_t msgsz);
+/* Whether k has the checkpoint cp (gateway/gfork.c: a fork from it). */
+bool ckpt_exists(gw_t *g, kernel_t *k, const char *cp);
+/* Drops k's checkpoint cp (its record at once; done with status 0 and http 204 once the
+ * kernel answered, even when the checkpoint's process was gone). As ckpt_take; -ENOENT: no such
+ * checkpoint (404). */
+int ckpt_drop(gw_t *g,
+              kernel_t *k,
+              const struct gw_caller *who,
+              const char *cp,
+              ckpt_done_cb done,
+              void *data,
+              ckpt_op_t **ret,
+              int *http,
+              char *msg,
+              size_t msgsz);
+/* done never runs; what was sent to the kernel goes on. NULL is fine. */
+void ckpt_op_cancel(ckpt_op_t **op);
+
+#endif

@@ -1,0 +1,61 @@
+/* Checkpoints of a kernel's interpreter, as the gateway asks for them (docs/checkpoints.md):
+ * the gateway's own requests to the kernel side (python/kgw_ckpt.py), which no client may send
+ * (kconn_send refuses their type). The handlers are installed in the kernel process lazily, by a
+ * silent execution before the first request (and again in each new process after a restart;
+ * a process revived from a checkpoint installs them itself). Requests to one kernel go one at a
+ * time, in order, behind any cell the kernel is running (they are shell requests); no client
+ * sees their messages. Nothing here blocks the loop. */
+#ifndef KGW_KERNELMGR_KCKPT_H
+#define KGW_KERNELMGR_KCKPT_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "kernelmgr/kernel.h"
+
+typedef struct kckpt_req kckpt_req_t;
+
+enum kckpt_op {
+    KCKPT_CHECKPOINT, /* kgw_checkpoint_request {"id", "files_dir"}: its reply */
+    KCKPT_ROLLBACK,   /* kgw_rollback_request {"id", "files"}: done once the new process
+                         answers kernel_info and its iopub reaches the gateway (reply NULL) */
+    KCKPT_DROP,       /* kgw_ckpt_drop_request {"id"}: its reply */
+    KCKPT_FORK,       /* kgw_fork_request {"connection_file", "checkpoint"}: its reply {"pid"}
+                         (kfork.c) */
+};
+
+/* The end of a request. status 0: reply is the kernel's reply content (borrowed; NULL for a
+ * rollback). Otherwise -EREMOTEIO: the kernel answered with an error (reply: its content, with
+ * "ename" and "evalue"; "ForkError" when it could not fork, at its pids or memory limit);
+ * -ETIMEDOUT: no answer in time (a checkpoint taken after that is dropped when its reply
+ * comes; a rollback's kernel is left as it is); -ECHILD: the kernel process ended first (or
+ * the kernel is being freed); -EPROTO: an answer that is not a JSON object. */
+typedef void (*kckpt_cb)(void *data, kernel_t *k, int status, json_t *reply);
+
+/* Queues a request (content: its content, borrowed) that must end within timeout_ms; cb runs
+ * once, from the loop, never inside this call. 0 and *ret (for kckpt_cancel; NULL ret: not
+ * wanted), -EBUSY when the kernel is not running, -ENOMEM. */
+int kckpt_send(kernel_t *k,
+               enum kckpt_op op,
+               json_t *content,
+               int timeout_ms,
+               kckpt_cb cb,
+               void *data,
+               kckpt_req_t **ret);
+/* Its callback never runs; a request already sent goes on without a caller (as on a timeout).
+ * NULL is fine; sets *r to NULL. */
+void kckpt_cancel(kckpt_req_t **r);
+/* The kernel's workspace as its process sees it (for "files_dir"). */
+const char *kckpt_files_dir(const kernel_t *k);
+/* A gateway-made iopub message (content and metadata borrowed; metadata NULL: {}) that every
+ * client of k receives as if the kernel had published it, with an empty parent header (a
+ * rollback's status sequence and notice). 0 or -ENOMEM. */
+int kckpt_announce(kernel_t *k, const char *msg_type, json_t *content, json_t *metadata);
+/* The memory of the process of k whose pid in the kernel's pid namespace is ns_pid (a
+ * checkpoint's "pid"), found among the descendants of the kernel's process: its proportional
+ * set size (shared pages divided among their users) and its private bytes (pages no other
+ * process maps: what it holds alone, copied on write). 0; -ESRCH when there is no such
+ * process, or -errno. Reads /proc (no waiting). */
+int kckpt_mem(const kernel_t *k, long ns_pid, long long *ret_pss, long long *ret_private);
+
+#endif
