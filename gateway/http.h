@@ -11,10 +11,12 @@
 #include "gateway/route.h"
 #include "kernelmgr/kernel.h"
 #include "protocol/fpath.h"
+#include "protocol/hchunk.h"
 
 struct fxfer;   /* files.c: an upload or download in progress */
 struct xreader; /* xapi.c: an execution's events being read */
 struct mcp_call; /* mcp.c: an MCP message being answered */
+struct e2breq;   /* e2b.c: an E2B request being answered */
 
 struct gw_req {
     gw_t *g;
@@ -25,6 +27,8 @@ struct gw_req {
     struct gw_caller caller; /* who asked (tenant "" for unauthenticated routes) */
     buf_t body;
     bool body_expected;
+    bool chunked;         /* a chunked body, decoded as it comes */
+    struct hchunk chunk;
     kwait_t *wait;
     void (*done)(struct gw_req *r, kernel_t *k, int status);
     char kernel_id[40]; /* kernel the pending response is about */
@@ -42,6 +46,7 @@ struct gw_req {
     struct fxfer *xfer;
     struct xreader *xr; /* xapi.c: an execution's events being sent */
     struct mcp_call *mc; /* mcp.c: the answer to a POST /mcp */
+    struct e2breq *e2b;  /* e2b.c: an /execute stream or a POST /files being written */
 };
 
 /* Stores a JSON response (steals body; NULL: empty) and asks lws for a writeable callback. */
