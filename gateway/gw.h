@@ -67,6 +67,7 @@ struct gw_config {
     long long max_executions;         /* xexec.c: executions held, all tenants */
     long long max_executions_per_tenant; /* xexec.c: executions held per tenant */
     long long mcp_idle_timeout;       /* mcp.c: seconds an idle MCP session is kept */
+    const char *e2b_templates;        /* e2b.c: E2B template ids to kernelspecs */
     long long stall_timeout;          /* xapi.c, mcp.c: seconds a reader may take nothing */
     struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
     struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */
@@ -146,6 +147,7 @@ typedef struct gw {
     struct kmgr_listener ws_listener, ch_listener, sess_listener, audit_listener, xexec_listener;
     struct xexecs *xexecs; /* xexec.c: the executions (execute API, MCP) */
     struct mcp *mcp;   /* mcp.c: the MCP sessions */
+    struct e2b *e2b;   /* e2b.c: the E2B-compatible API's sandboxes */
     const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     struct wsconn_share *ws_shares; /* wsconn.c: websockets open per tenant (NULL: none) */

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/channel.h"
+#include "gateway/e2b.h"
 #include "gateway/kops.h"
 #include "gateway/sessions.h"
 #include "gateway/wschan.h"
@@ -303,7 +304,8 @@ int setup_kernels(gw_t *g)
     /* Each face subscribes itself to kernel events, in this order (the audit line of an event
      * is written before clients hear of it). */
     static int (*const faces[])(gw_t *) = {kops_listen, wschan_listen, channel_listen,
-                                           sessions_listen, xexec_listen, mcp_listen};
+                                           sessions_listen, xexec_listen, mcp_listen,
+                                           e2b_listen};
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(faces); i++) {
         int rc = faces[i](g);
         if (rc < 0) {
