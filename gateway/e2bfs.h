@@ -14,7 +14,7 @@
 
 #include "kernelmgr/wspace.h"
 
-#define E2BFS_LIST_MAX 10000    /* entries of one ListDir */
+#define E2BFS_LIST_MAX   10000  /* entries of one ListDir */
 #define E2BFS_REMOVE_MAX 100000 /* entries one Remove deletes */
 
 /* {"entry": EntryInfo} */

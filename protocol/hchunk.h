@@ -11,17 +11,16 @@
 
 #include "common/buf.h"
 
-#define HCHUNK_LINE_MAX                                                        \
-  1024 /* bytes of a chunk-size line (extensions included) */
+#define HCHUNK_LINE_MAX    1024       /* bytes of a chunk-size line (extensions included) */
 #define HCHUNK_TRAILER_MAX (8 * 1024) /* bytes of the trailer section */
 
 struct hchunk {
-  int state;
-  uint64_t left;  /* data bytes left in the current chunk */
-  size_t line;    /* bytes of the current line */
-  size_t trailer; /* bytes of trailer seen */
-  int digits;     /* hex digits of the size */
-  int ext;        /* in the size line's extensions */
+    int state;
+    uint64_t left;  /* data bytes left in the current chunk */
+    size_t line;    /* bytes of the current line */
+    size_t trailer; /* bytes of trailer seen */
+    int digits;     /* hex digits of the size */
+    int ext;        /* in the size line's extensions */
 };
 
 void hchunk_init(struct hchunk *c);
@@ -29,7 +28,6 @@ void hchunk_init(struct hchunk *c);
  * (*ret_used: the bytes of in that belonged to it), 0 when more is needed,
  * -EINVAL for bad framing, or buf_append's error (out's limit: the body is too
  * large). */
-int hchunk_feed(struct hchunk *c, const uint8_t *in, size_t len, buf_t *out,
-                size_t *ret_used);
+int hchunk_feed(struct hchunk *c, const uint8_t *in, size_t len, buf_t *out, size_t *ret_used);
 
 #endif

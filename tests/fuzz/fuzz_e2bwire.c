@@ -2,8 +2,9 @@
  * the parser. Invariants: a path accepted is a normal workspace-relative path (fpath) or ""
  * (the workspace), never absolute, never with a "." or ".." component; parsed bodies hold only
  * bounded, checked values; an envelope parsed lies within the input and under the limit. */
-#include "fuzz.h"
 #include <string.h>
+
+#include "fuzz.h"
 
 #include "protocol/e2bwire.h"
 #include "protocol/fpath.h"
@@ -69,7 +70,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         break;
     }
-    case 4: case 5: case 6: case 7: {
+    case 4:
+    case 5:
+    case 6:
+    case 7: {
         struct e2bwire_fsreq f;
         const char *m = methods[(data[0] >> 4) % 5];
         if (e2bwire_fsreq_parse(m, copy, n, &f, err, sizeof(err)) == 0) {
@@ -83,8 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t flags;
         size_t off, len, used;
         size_t max = (size_t)(data[0] >> 4) * 64;
-        if (e2bwire_envelope_parse((const uint8_t *)copy, n, max, &flags, &off, &len, &used) ==
-            0) {
+        if (e2bwire_envelope_parse((const uint8_t *)copy, n, max, &flags, &off, &len, &used) == 0) {
             FUZZ_CHECK(off == 5 && used == off + len && used <= n && len <= max);
             FUZZ_CHECK(!(flags & E2BWIRE_ENV_COMPRESSED));
             buf_t b;

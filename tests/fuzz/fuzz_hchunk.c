@@ -1,8 +1,9 @@
 /* hchunk_feed on arbitrary chunked bodies, fed whole and again split at every point the first
  * byte says. Invariants: the same result and data either way; the data never exceeds the
  * input, nor the output's limit; what is used is within the input. */
-#include "fuzz.h"
 #include <string.h>
+
+#include "fuzz.h"
 
 #include "protocol/hchunk.h"
 

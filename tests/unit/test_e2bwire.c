@@ -43,9 +43,9 @@ int main(void)
                      &c, err),
               0);
     e2bwire_create_fini(&c);
-    CHECK_INT(create("{\"templateID\":\"base\",\"secure\":true,\"allow_internet_access\":true}",
-                     &c, err),
-              -EINVAL);
+    CHECK_INT(
+        create("{\"templateID\":\"base\",\"secure\":true,\"allow_internet_access\":true}", &c, err),
+        -EINVAL);
     CHECK(strstr(err, "internet access is not offered") != NULL);
     CHECK_INT(create("{\"secure\":false}", &c, err), -EINVAL);
     CHECK_INT(create("{\"autoPause\":true}", &c, err), -EINVAL);
@@ -120,15 +120,13 @@ int main(void)
     CHECK_MEM(b.data, b.len, "\x02\x00\x00\x00\x02{}", 7);
     uint8_t fl;
     size_t off, n, used;
-    CHECK_INT(e2bwire_envelope_parse((const uint8_t *)b.data, b.len, 16, &fl, &off, &n, &used),
-              0);
+    CHECK_INT(e2bwire_envelope_parse((const uint8_t *)b.data, b.len, 16, &fl, &off, &n, &used), 0);
     CHECK(fl == E2BWIRE_ENV_END && off == 5 && n == 2 && used == 7);
     CHECK_INT(e2bwire_envelope_parse((const uint8_t *)b.data, 6, 16, &fl, &off, &n, &used),
               -EAGAIN);
     CHECK_INT(e2bwire_envelope_parse((const uint8_t *)b.data, b.len, 1, &fl, &off, &n, &used),
               -EMSGSIZE);
-    CHECK_INT(e2bwire_envelope_parse((const uint8_t *)"\x01\0\0\0\0", 5, 16, &fl, &off, &n,
-                                     &used),
+    CHECK_INT(e2bwire_envelope_parse((const uint8_t *)"\x01\0\0\0\0", 5, 16, &fl, &off, &n, &used),
               -EPROTO);
     buf_fini(&b);
     CHECK_STR(e2bwire_code_name(-ENOENT), "not_found");
