@@ -80,8 +80,11 @@ struct e2breq {
     struct list link;
     bool headers_sent, keepalive;
     uint64_t last_ms;
-    int execution_count;
     /* PUT: a POST /files being written */
+    struct e2bput *up;
+};
+
+struct e2bput {
     files_put_t *put;
     struct files_item items[E2B_UPLOAD_FILES];
     char paths[E2B_UPLOAD_FILES][FPATH_MAX + 1];
@@ -738,8 +741,17 @@ static void on_context(struct gw_req *r, kernel_t *k, int status)
     struct e2bsbx *s = sbx_by_kernel(e, r->kernel_id);
     if (!s)
         return api_error(r, 502, "the sandbox ended");
-    if (status < 0)
+    if (status < 0) {
+        for (size_t i = 1; i < s->nkernels; i++) {
+            if (strcmp(s->kernels[i], r->kernel_id) == 0) {
+                memmove(s->kernels[i], s->kernels[i + 1],
+                        (s->nkernels - i - 1) * sizeof(s->kernels[0]));
+                s->nkernels--;
+                break;
+            }
+        }
         return api_error(r, 503, "the context's kernel failed to start");
+    }
     bool restart = strstr(r->fpath, "/restart") != NULL;
     if (apply_env(r->g, &r->caller, s, k) < 0)
         return api_error(r, 503, "the sandbox's envVars could not be applied; retry later");
@@ -826,28 +838,33 @@ static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
 
 static void put_free(struct e2breq *q)
 {
-    files_put_cancel(&q->put);
+    if (!q->up)
+        return;
+    files_put_cancel(&q->up->put);
     for (size_t i = 0; i < E2B_UPLOAD_FILES; i++)
-        buf_fini(&q->data[i]);
+        buf_fini(&q->up->data[i]);
+    free(q->up);
+    q->up = NULL;
 }
 
 static void put_done(void *data, int rc, size_t failed)
 {
     struct e2breq *q = data;
     struct gw_req *r = q->r;
-    q->put = NULL;
+    q->up->put = NULL;
     if (rc < 0) {
         char qp[160];
-        const char *p = q->paths[failed < q->nitems ? failed : 0];
+        const char *p = q->up->paths[failed < q->up->nitems ? failed : 0];
         return api_error(r, rc == -ENOMEM || rc == -ENOSPC || rc == -EDQUOT ? 507 : 400, "%s: %s",
                          log_quote(qp, sizeof(qp), p, strlen(p)), strerror(-rc));
     }
     json_t *a = json_array();
-    for (size_t i = 0; i < q->nitems; i++) {
+    for (size_t i = 0; i < q->up->nitems; i++) {
         char full[sizeof(E2BWIRE_HOME) + FPATH_MAX + 2];
-        snprintf(full, sizeof(full), E2BWIRE_HOME "/%s", q->paths[i]);
-        json_array_append_new(a, json_pack("{s:s, s:s, s:s}", "name", fpath_basename(q->paths[i]),
-                                           "type", "file", "path", full));
+        snprintf(full, sizeof(full), E2BWIRE_HOME "/%s", q->up->paths[i]);
+        json_array_append_new(a,
+                              json_pack("{s:s, s:s, s:s}", "name", fpath_basename(q->up->paths[i]),
+                                        "type", "file", "path", full));
     }
     req_reply(r, 200, a);
 }
@@ -862,27 +879,28 @@ static int spa_cb(void *data,
     struct e2breq *q = data;
     switch (state) {
     case LWS_UFS_OPEN: {
-        const char *p = q->has_qpath ? "" : filename ? filename : "";
-        if (q->bad || strcmp(name, "file") != 0 || q->nitems >= E2B_UPLOAD_FILES ||
-            (q->has_qpath && q->nitems >= 1)) {
-            q->bad = true;
+        const char *p = q->up->has_qpath ? "" : filename ? filename : "";
+        if (q->up->bad || strcmp(name, "file") != 0 || q->up->nitems >= E2B_UPLOAD_FILES ||
+            (q->up->has_qpath && q->up->nitems >= 1)) {
+            q->up->bad = true;
             return 0;
         }
-        size_t i = q->nitems;
-        if (q->has_qpath)
-            memcpy(q->paths[i], q->qpath, sizeof(q->qpath));
-        else if (e2bwire_path(p, strlen(p), q->paths[i], sizeof(q->paths[i])) <= 0)
-            q->bad = true;
-        q->in_file = !q->bad;
+        size_t i = q->up->nitems;
+        if (q->up->has_qpath)
+            memcpy(q->up->paths[i], q->up->qpath, sizeof(q->up->qpath));
+        else if (e2bwire_path(p, strlen(p), q->up->paths[i], sizeof(q->up->paths[i])) <= 0)
+            q->up->bad = true;
+        q->up->in_file = !q->up->bad;
         return 0;
     }
     case LWS_UFS_CONTENT:
     case LWS_UFS_FINAL_CONTENT:
-        if (q->in_file && len > 0 && buf && buf_append(&q->data[q->nitems], buf, (size_t)len) < 0)
-            q->bad = true;
-        if (state == LWS_UFS_FINAL_CONTENT && q->in_file) {
-            q->in_file = false;
-            q->nitems++;
+        if (q->up->in_file && len > 0 && buf &&
+            buf_append(&q->up->data[q->up->nitems], buf, (size_t)len) < 0)
+            q->up->bad = true;
+        if (state == LWS_UFS_FINAL_CONTENT && q->up->in_file) {
+            q->up->in_file = false;
+            q->up->nitems++;
         }
         return 0;
     default:
@@ -903,15 +921,19 @@ static void sbx_files_post(struct gw_req *r, wspace_t *w)
     q->kind = E2BREQ_PUT;
     q->r = r;
     list_init(&q->link);
+    if (!(q->up = calloc(1, sizeof(*q->up)))) {
+        free(q);
+        return api_error(r, 500, "out of memory");
+    }
     for (size_t i = 0; i < E2B_UPLOAD_FILES; i++)
-        buf_init(&q->data[i], (size_t)r->g->cfg.max_body_bytes);
+        buf_init(&q->up->data[i], (size_t)r->g->cfg.max_body_bytes);
     r->e2b = q;
     char buf[FPATH_MAX * 3 + 1];
     const char *p = lws_get_urlarg_by_name(r->wsi, "path=", buf, sizeof(buf));
     if (p) {
-        if (e2bwire_path(p, strlen(p), q->qpath, sizeof(q->qpath)) <= 0)
+        if (e2bwire_path(p, strlen(p), q->up->qpath, sizeof(q->up->qpath)) <= 0)
             return api_error(r, 400, "path: only files under " E2BWIRE_HOME " are offered");
-        q->has_qpath = true;
+        q->up->has_qpath = true;
     }
     static const char *const params[] = {"path"};
     struct lwsac *ac = NULL;
@@ -927,18 +949,19 @@ static void sbx_files_post(struct gw_req *r, wspace_t *w)
     int rc = r->body.len ? lws_spa_process(spa, r->body.data, (int)r->body.len) : 0;
     lws_spa_finalize(spa);
     lws_spa_destroy(spa);
-    if (rc < 0 || q->bad || q->in_file || q->nitems == 0)
+    if (rc < 0 || q->up->bad || q->up->in_file || q->up->nitems == 0)
         return api_error(r, 400,
                          "a multipart/form-data body of 1 to %d \"file\" parts, each "
                          "named by a path under " E2BWIRE_HOME " (or by ?path=), is "
                          "expected",
                          E2B_UPLOAD_FILES);
-    for (size_t i = 0; i < q->nitems; i++)
-        q->items[i] = (struct files_item){.path = q->paths[i],
-                                          .data = q->data[i].data ? q->data[i].data : "",
-                                          .len = q->data[i].len};
+    for (size_t i = 0; i < q->up->nitems; i++)
+        q->up->items[i] =
+            (struct files_item){.path = q->up->paths[i],
+                                .data = q->up->data[i].data ? q->up->data[i].data : "",
+                                .len = q->up->data[i].len};
     size_t failed = 0;
-    rc = files_put(w, q->items, q->nitems, put_done, q, &q->put, &failed);
+    rc = files_put(w, q->up->items, q->up->nitems, put_done, q, &q->up->put, &failed);
     if (rc < 0)
         return api_error(r, rc == -ENOMEM ? 507 : 500, "cannot write the files: %s", strerror(-rc));
 }
