@@ -17,6 +17,7 @@ struct fxfer;   /* files.c: an upload or download in progress */
 struct xreader; /* xapi.c: an execution's events being read */
 struct mcp_call; /* mcp.c: an MCP message being answered */
 struct e2breq;   /* e2b.c: an E2B request being answered */
+struct xcmd_stream; /* xcmd.c: a command's events being sent */
 
 struct gw_req {
     gw_t *g;
@@ -47,6 +48,7 @@ struct gw_req {
     struct xreader *xr; /* xapi.c: an execution's events being sent */
     struct mcp_call *mc; /* mcp.c: the answer to a POST /mcp */
     struct e2breq *e2b;  /* e2b.c: an /execute stream or a POST /files being written */
+    struct xcmd_stream *xc; /* xcmd.c: a command's events being sent */
 };
 
 /* Stores a JSON response (steals body; NULL: empty) and asks lws for a writeable callback. */

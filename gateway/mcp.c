@@ -23,6 +23,7 @@
 #include "common/util.h"
 #include "gateway/files.h"
 #include "gateway/kops.h"
+#include "gateway/xcmd.h"
 #include "gateway/xexec.h"
 #include "protocol/fpath.h"
 #include "protocol/jrpc.h"
@@ -103,6 +104,7 @@ struct mcp_call {
     unsigned char *bin; /* its decoded bytes (base64) */
     char item_path[FPATH_MAX + 1];
     char ws[WSPACE_ID_MAX + 1];
+    xcmd_run_t *cmd; /* run_command's command (xcmd.c) */
 };
 
 typedef void (*tool_run_fn)(struct mcp_call *c, kernel_t *k);
@@ -132,6 +134,7 @@ static void run_list_files(struct mcp_call *c, kernel_t *k);
 static void run_read_file(struct mcp_call *c, kernel_t *k);
 static void run_write_file(struct mcp_call *c, kernel_t *k);
 static void run_restart(struct mcp_call *c, kernel_t *k);
+static void run_command(struct mcp_call *c, kernel_t *k);
 
 #define END_SCHEMA                                                                            \
     "{\"type\":\"object\",\"properties\":{"                                                   \
@@ -206,6 +209,23 @@ static const struct mcp_tool tools[] = {
      "{\"type\":\"string\"}},\"required\":[\"kernel_id\",\"status\"]}",
      {{0}},
      run_restart},
+    {"run_command",
+     "Run a shell command",
+     "Runs a shell command (bash -l -c) in the session's sandbox, beside its kernel (also while "
+     "code runs): the same workspace files, limits, network policy and environment. Returns its "
+     "stdout, stderr and exit code. No terminal; processes it leaves behind are killed when it "
+     "exits.",
+     "{\"type\":\"object\",\"properties\":{\"command\":{\"type\":\"string\",\"minLength\":1,"
+     "\"maxLength\":65536,\"description\":\"the command line\"},\"timeout\":{\"type\":"
+     "\"number\",\"exclusiveMinimum\":0,\"maximum\":604800,\"description\":\"seconds before "
+     "it is killed\"}},\"required\":[\"command\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"status\":{\"type\":\"string\",\"description\":"
+     "\"ok, error, killed, timeout, cancelled, output_limit, kernel_died, out_of_memory\"},\"exit_code\":"
+     "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},\"signal\":{\"anyOf\":"
+     "[{\"type\":\"integer\"},{\"type\":\"null\"}]},\"duration_ms\":{\"type\":\"number\"},"
+     "\"message\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}",
+     {{"command", ARG_STRING, true}, {"timeout", ARG_NUMBER, false}},
+     run_command},
 };
 
 /* ---- sessions ---- */
@@ -842,6 +862,37 @@ static void run_execute(struct mcp_call *c, kernel_t *k)
     xexec_enqueue(x, k);
 }
 
+static void command_done(void *ud)
+{
+    struct mcp_call *c = ud;
+    for (int fd = 1; fd <= 2; fd++) {
+        const buf_t *t = xcmd_run_text(c->cmd, fd);
+        if (t->len)
+            item_append(c, json_pack("{s:s, s:s%}", "type", "text", "text", t->data, t->len));
+    }
+    c->structured = xcmd_run_end(c->cmd);
+    const char *st = json_string_value(json_object_get(c->structured, "status"));
+    c->is_error = !st || strcmp(st, "ok") != 0;
+    if (c->cancelled) /* the client gave up on it: no response (the stream just ends) */
+        c->sse ? call_done(c) : reply_empty(c, 202);
+    else
+        tool_reply(c);
+}
+
+static void run_command(struct mcp_call *c, kernel_t *k)
+{
+    static const char *const fields[] = {"command", "timeout", NULL};
+    struct xcmd_spec s;
+    char err[256];
+    if (xcmd_spec_parse(c->args, fields, &s, err, sizeof(err)) < 0)
+        return tool_fail(c, "%s", err);
+    c->cmd = xcmd_run_start(c->r->g, k, &s, MCP_RESULT_MAX / 2, command_done, c, err,
+                            sizeof(err));
+    xcmd_spec_fini(&s);
+    if (!c->cmd)
+        return tool_fail(c, "%s", err);
+}
+
 static void run_list_files(struct mcp_call *c, kernel_t *k)
 {
     json_t *l = files_list(kernel_workspace(k));
@@ -1210,6 +1261,8 @@ static void notify(struct mcp_call *c, const struct jrpc_msg *msg)
                 log_info("mcp: session=%.8s: a tool call was cancelled by the client", c->s->id);
                 if (o->sub.x)
                     xexec_cancel(o->sub.x);
+                if (o->cmd)
+                    xcmd_run_cancel(o->cmd);
                 break;
             }
         }
@@ -1483,6 +1536,7 @@ void mcp_req_fini(struct gw_req *r)
     if (c->sub.x && !c->done) /* the client went away: nobody hears the execution */
         xexec_cancel(c->sub.x);
     xexec_unsubscribe(&c->sub);
+    xcmd_run_free(&c->cmd); /* a command still running: its client went away */
     files_put_cancel(&c->put);
     free(c->bin);
     list_remove(&c->slink);

@@ -14,6 +14,7 @@
 #include "gateway/sessions.h"
 #include "gateway/wschan.h"
 #include "gateway/xapi.h"
+#include "gateway/xcmd.h"
 
 #define UPLOAD                                                                                   \
     .upload_start = files_upload_start, .upload_body = files_upload_body,                        \
@@ -37,6 +38,8 @@ static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_EXECUTE] = {.handle = xapi_oneshot, EXECUTES},
     [ROUTE_EXECUTION] = {.handle = xapi_execution, EXECUTES},
     [ROUTE_EXECUTION_EVENTS] = {.handle = xapi_execution, EXECUTES},
+    [ROUTE_KERNEL_COMMANDS] = {.handle = xcmd_post, .write = xcmd_write, .fini = xcmd_req_fini},
+    [ROUTE_KERNEL_COMMAND] = {.handle = xcmd_delete},
     [ROUTE_MCP] = {.handle = mcp_handle, .write = mcp_write, .fini = mcp_req_fini},
     [ROUTE_SESSIONS] = {.handle = sessions_handle},
     [ROUTE_SESSION] = {.handle = sessions_handle},

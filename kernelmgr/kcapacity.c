@@ -3,9 +3,10 @@
  * kmgr.c, after the warm pool gave way) instead of failing half-way ("Too many open files" in
  * the fork server, then in exec). This file is the arithmetic only.
  *
- * The cost of a kernel is measured, not assumed: 9 open files once it runs idle (its iopub and
+ * The cost of a kernel is measured, not assumed: 10 open files once it runs idle (its iopub and
  * heartbeat ZeroMQ sockets with their mailboxes and ipc connections, iopub's oversize monitor,
- * the pidfd, its stderr pipe, its callback socket; docs/operations.md "Capacity" has the
+ * the pidfd, its stderr pipe, its callback socket, its command socket; docs/operations.md
+ * "Capacity" has the
  * table), more while it starts (its shell socket); KMGR_KERNEL_FDS rounds that up. The owner adds
  * what a kernel's clients cost (fd_per_client: one websocket) and keeps a reserve for everything
  * else (fd_reserve: new connections, file transfers, logs). Kernels still starting have not opened

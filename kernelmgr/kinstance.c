@@ -20,6 +20,7 @@
 #include "common/shardid.h"
 #include "common/util.h"
 #include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kcmd_int.h"
 #include "kernelmgr/kenv_int.h"
 #include "kernelmgr/kernel_int.h"
 #include "kernelmgr/klaunch_int.h"
@@ -97,6 +98,8 @@ kernel_t *kinstance__new(kmgr_t *m, const kspec_t *spec, json_t *env,
     if (!k)
         return NULL;
     list_init(&k->conns);
+    list_init(&k->cmds);
+    k->cmd_fd = -1;
     list_init(&k->failing);
     k->exec_cpu0 = -1;
     list_init(&k->waiters);
@@ -223,6 +226,7 @@ void kinstance__free(kernel_t *k)
     if (k->pidfd >= 0)
         close(k->pidfd);
     klaunch__setup_end(k);
+    kcmd__detach(k);
     kstderr__free(k);
     kernel__unwatch(k);
     kcall__destroy(&k->calls);

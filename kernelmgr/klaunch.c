@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/kcall_int.h"
+#include "kernelmgr/kcmd_int.h"
 #include "kernelmgr/kstderr_int.h"
 #include "kernelmgr/private.h"
 #include "sandbox/sbx.h"
@@ -208,7 +209,8 @@ void klaunch__abandon(kernel_t *k)
     sbx_pending_free(&k->pending);
 }
 
-static int spawn_sandboxed(kernel_t *k, char **argv, int errfd, char *why, size_t whysz)
+static int spawn_sandboxed(kernel_t *k, char **argv, int errfd, int ctlfd, char *why,
+                           size_t whysz)
 {
     const struct kmgr_sandbox *sb = k->m->o.sandbox;
     struct exec_args a = {argv, k->envp};
@@ -225,6 +227,7 @@ static int spawn_sandboxed(kernel_t *k, char **argv, int errfd, char *why, size_
         .envp = k->envp,
         .stderr_fd = errfd, /* never the gateway's log: a kernel could read it back or forge
                                lines; a pipe the gateway reads (kstderr.c), or /dev/null */
+        .ctl_fd = ctlfd,    /* init's command socket (kcmd.c) */
     };
     if (argv[0][0] != '/') {
         snprintf(why, whysz, "kernelspec argv[0] must be an absolute path in the sandbox");
@@ -294,7 +297,15 @@ int klaunch__start(kernel_t *k, char *msg, size_t msgsz)
     if (!argv) {
         r = -ENOMEM;
     } else if (k->m->o.sandbox) {
-        r = spawn_sandboxed(k, argv, errfd, why, sizeof(why));
+        int ctlfd = -1, rc;
+        if ((rc = kcmd__open(k, &ctlfd)) < 0)
+            log_warn("kernel=%s: no commands: cannot make its command socket: %s", k->id,
+                     strerror(-rc));
+        r = spawn_sandboxed(k, argv, errfd, ctlfd, why, sizeof(why));
+        if (ctlfd >= 0)
+            close(ctlfd); /* init has its own copy */
+        if (r < 0)
+            kcmd__detach(k);
     } else {
         struct sbx_spawn_opts so = {.argv = argv,
                                     .envp = k->envp,
@@ -467,6 +478,7 @@ int klaunch__reap(kernel_t *k, int *ret_status)
         st = 0;
     evl_io_destroy(k->m->evl, &k->pid_io);
     kstderr__drain(k); /* its last words: what the pipe still holds */
+    kcmd__detach(k);   /* its commands end with it */
     klaunch__abandon(k);
     k->own->fork_take_back(k);
     kegress_destroy(&k->egress); /* a new process gets a new namespace, and a new proxy */

@@ -88,7 +88,7 @@ struct kmgr_opts {
     int fd_reserve;    /* kept for everything else: connections, transfers, logs */
 };
 
-/* Descriptors one kernel costs the kernel manager: measured 9 once it runs idle
+/* Descriptors one kernel costs the kernel manager: measured 10 once it runs idle
  * (docs/operations.md "Capacity" has the table), more while it starts (its shell socket, its
  * set-up report, the lent cgroup directories) */
 #define KMGR_KERNEL_FDS 20

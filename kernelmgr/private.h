@@ -5,7 +5,7 @@
  * Floors (a file calls only files on lower floors, or earlier on its own; what it tells or
  * asks a higher one goes through an ops struct or callback the higher one hands it):
  *   1  kzsock, kspec, kstderr, ksecret, kegress, kcapacity, wspace (-> kmgr: wspace_ops), kcall,
- *      kwire, kzygote (-> kmgr: the on_ready callback)
+ *      kwire, kzygote (-> kmgr: the on_ready callback), kcmd (-> its client: kcmd_cbs)
  *   2  kexec (-> kernel: kexec_ops), klaunch (-> owner: kernel_owner_ops, its outcome returned)
  *   3  kenv (returns whether the kernel is ready), kwatchdog (only signals the process)
  *   4  kernel (-> owner: kernel_owner_ops)
@@ -252,6 +252,13 @@ struct kernel {
     char stop_cause[512];
     struct list waiters; /* kwait_t.link, newest first */
     struct kcall *calls; /* callbacks (kcall.c) */
+    /* commands (kcmd.c): the gateway's end of init's command socket (-1: none), its watch,
+     * the commands running (struct kcmd.link) */
+    int cmd_fd;
+    evl_io_t *cmd_io;
+    struct list cmds;
+    int ncmds;
+    uint32_t cmd_next_id;
 
     struct kpool *pool;  /* while it waits in the warm pool (no hooks run): its pool */
     /* the request's KERNEL_* variables, applied to a pooled kernel by a silent execution */

@@ -26,7 +26,8 @@
 #define FORK_STR_MAX 1024 /* environment and payload strings, each list */
 #define FORK_FIXED   4    /* the profile's directories */
 #define FORK_F_STDERR 1U  /* fork_wire.flags: the kernel's stderr is the 4th descriptor */
-#define FORK_FDS_MAX (4 + SBX_CGROUP_MAX_DIRS)
+#define FORK_F_CTL    2U  /* ... init's command socket follows (sbxcmd.h) */
+#define FORK_FDS_MAX (5 + SBX_CGROUP_MAX_DIRS)
 
 struct fork_wire {
     uint32_t magic;
@@ -44,7 +45,7 @@ struct sbx_fork_req {
     char *buf;
     char **env, **payload;
     sbx_profile_t p;
-    int efd, syncfd, gofd, errfd;
+    int efd, syncfd, gofd, errfd, ctlfd;
     int cgdirs[SBX_CGROUP_MAX_DIRS], ncgdirs;
 };
 
@@ -76,7 +77,8 @@ int sbx_start_forked(const struct sbx_start_opts *opts, pid_t *ret_pid, int *ret
     int efd[2] = {-1, -1}, syncp[2] = {-1, -1}, gop[2] = {-1, -1}, r;
     struct fork_wire w = {.magic = FORK_MAGIC, .gateway = (int32_t)getpid(), .uid = p->uid,
                           .root_uid = p->root_uid, .lim = *p->lim,
-                          .flags = p->stderr_fd >= 0 ? FORK_F_STDERR : 0};
+                          .flags = (p->stderr_fd >= 0 ? FORK_F_STDERR : 0) |
+                                   (p->ctl_fd > 2 ? FORK_F_CTL : 0)};
     const char *fixed[FORK_FIXED] = {p->runtime_dir, p->root_dir,
                                      p->workspace_dir ? p->workspace_dir : "",
                                      p->python_dir ? p->python_dir : ""};
@@ -112,6 +114,8 @@ int sbx_start_forked(const struct sbx_start_opts *opts, pid_t *ret_pid, int *ret
     }
     int fds[FORK_FDS_MAX] = {efd[1], syncp[1], gop[0], p->stderr_fd};
     int nfixed = p->stderr_fd >= 0 ? 4 : 3;
+    if (p->ctl_fd > 2)
+        fds[nfixed++] = p->ctl_fd;
     for (int i = 0; i < p->ncgroup_dirfds; i++)
         fds[nfixed + i] = p->cgroup_dirfds[i];
     if (send_fds(server, msg, len, fds, nfixed + p->ncgroup_dirfds) != (ssize_t)len) {
@@ -189,6 +193,8 @@ void sbx_fork_req_free(sbx_fork_req_t **pr)
         close(r->gofd);
     if (r->errfd >= 0)
         close(r->errfd);
+    if (r->ctlfd >= 0)
+        close(r->ctlfd);
     for (int i = 0; i < r->ncgdirs; i++)
         close(r->cgdirs[i]);
     free(r->buf);
@@ -208,7 +214,7 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
     int err = EBADMSG;
     if (!r)
         return -ENOMEM;
-    r->efd = r->syncfd = r->gofd = r->errfd = -1;
+    r->efd = r->syncfd = r->gofd = r->errfd = r->ctlfd = -1;
     if (!(r->buf = malloc(FORK_MSG_MAX + 1))) {
         free(r);
         return -ENOMEM;
@@ -242,12 +248,13 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
     uint32_t flags = 0;
     if ((size_t)n >= sizeof(r->w))
         memcpy(&flags, r->buf + offsetof(struct fork_wire, flags), sizeof(flags));
-    int nfixed = flags & FORK_F_STDERR ? 4 : 3;
+    int nfixed = 3 + !!(flags & FORK_F_STDERR) + !!(flags & FORK_F_CTL);
     if (nfds >= nfixed && nfds - nfixed <= SBX_CGROUP_MAX_DIRS && magic == FORK_MAGIC) {
         r->efd = fds[0];
         r->syncfd = fds[1];
         r->gofd = fds[2];
-        r->errfd = nfixed > 3 ? fds[3] : -1;
+        r->errfd = flags & FORK_F_STDERR ? fds[3] : -1;
+        r->ctlfd = flags & FORK_F_CTL ? fds[nfixed - 1] : -1;
         r->ncgdirs = nfds - nfixed; /* the kernel's cgroup, for its proxy to move into */
         memcpy(r->cgdirs, fds + nfixed, (size_t)r->ncgdirs * sizeof(int));
     } else {
@@ -290,7 +297,8 @@ int sbx_fork_req_recv(int server, int init_fd, sbx_fork_req_t **ret)
                            .python_dir = strs[3][0] ? strs[3] : NULL, .uid = r->w.uid,
                            .root_uid = r->w.root_uid, .lim = &r->w.lim, .cgroup = NULL,
                            .cgroup_dirfds = r->cgdirs, .ncgroup_dirfds = r->ncgdirs,
-                           .init_fd = init_fd, .envp = r->env, .stderr_fd = r->errfd};
+                           .init_fd = init_fd, .envp = r->env, .stderr_fd = r->errfd,
+                           .ctl_fd = r->ctlfd};
     free(strs);
     *ret = r;
     return 0;

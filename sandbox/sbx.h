@@ -57,6 +57,9 @@ typedef struct sbx_profile {
     int init_fd;             /* executable fd of kgw-sandbox-init */
     char *const *envp;       /* the kernel's whole environment */
     int stderr_fd;           /* -1: /dev/null */
+    /* init's end of the command socket (sandbox/sbxcmd.h), a descriptor above 2; 0 or -1:
+     * none. Only init keeps it: the proxy closes its copy, the kernel never has it. */
+    int ctl_fd;
 } sbx_profile_t;
 
 /* How to start a sandboxed kernel: one set of options for every start variant below. */

@@ -52,7 +52,7 @@ static void child(const struct sbx_spawn_opts *o, pid_t parent, int errfd)
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null < 0)
         child_fail(errfd, errno);
-    if (dup_to(null, 0) < 0 || dup_to(o->stdout_fd >= 0 ? o->stdout_fd : null, 1) < 0 ||
+    if (dup_to(o->stdin_fd > 2 ? o->stdin_fd : null, 0) < 0 || dup_to(o->stdout_fd >= 0 ? o->stdout_fd : null, 1) < 0 ||
         dup_to(o->stderr_fd >= 0 ? o->stderr_fd : null, 2) < 0)
         child_fail(errfd, errno);
     /* Nothing else the gateway holds (sockets, keys, other kernels' pipes) crosses exec. */

@@ -9,6 +9,7 @@ struct sbx_spawn_opts {
     char *const *argv;
     char *const *envp;
     const char *cwd;    /* NULL: keep */
+    int stdin_fd;       /* above 2: the child's stdin; else /dev/null */
     int stdout_fd;      /* -1: /dev/null */
     int stderr_fd;      /* -1: /dev/null */
 };

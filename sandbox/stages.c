@@ -316,6 +316,8 @@ static void close_fds(int keep)
 static void kernel_stage(int efd, const sbx_profile_t *p, void (*fn)(void *), void *arg)
 {
     int null;
+    if (p->ctl_fd > 2)
+        close(p->ctl_fd); /* init's command socket: never the kernel's */
     TRY(efd, ST_EXEC_KERNEL, setsid());
     TRY(efd, ST_EXEC_KERNEL, null = open("/dev/null", O_RDWR | O_CLOEXEC));
     TRY(efd, ST_EXEC_KERNEL, dup2(null, 0));
@@ -356,6 +358,10 @@ static void init_stage(int efd, const sbx_profile_t *p, void (*fn)(void *), void
     set_rlimits(efd, p->lim);
     drop_privs(efd);
     close_fds(efd);
+    /* the command socket stays open across the exec: init finds it as its one descriptor
+     * above 2 (sandbox/init.c) */
+    if (p->ctl_fd > 2)
+        TRY(efd, ST_EXEC_INIT, fcntl(p->ctl_fd, F_SETFD, 0));
     TRY(efd, ST_SECCOMP, sbx_filter_load());
     syscall(SYS_execveat, p->init_fd, "", init_argv, init_envp, AT_EMPTY_PATH);
     sbx__fail(efd, ST_EXEC_INIT, errno);
@@ -397,10 +403,11 @@ void sbx__proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p, voi
     char c;
     /* ncgroup_dirfds <= SBX_CGROUP_MAX_DIRS: checked by sbx_start_forked, bounded by the
      * control buffer of sbx_fork_req_recv */
-    int keep[5 + SBX_CGROUP_MAX_DIRS] = {efd, syncfd, gofd, p->init_fd, p->stderr_fd};
+    int keep[6 + SBX_CGROUP_MAX_DIRS] = {efd, syncfd, gofd, p->init_fd, p->stderr_fd,
+                                         p->ctl_fd > 2 ? p->ctl_fd : -1};
     for (int i = 0; i < p->ncgroup_dirfds; i++)
-        keep[5 + i] = p->cgroup_dirfds[i];
-    close_all_but(keep, 5 + p->ncgroup_dirfds);
+        keep[6 + i] = p->cgroup_dirfds[i];
+    close_all_but(keep, 6 + p->ncgroup_dirfds);
     /* still the gateway's uid (sbx_start_async): into the cgroup here, so the gateway's loop
      * does not wait for the move (an RCU grace period on cgroup v1), nor check it (reading
      * /proc/PID/cgroup takes the cgroup_mutex): a failure is this start's, with its cause.
@@ -445,6 +452,8 @@ void sbx__proxy_stage(int efd, int syncfd, int gofd, const sbx_profile_t *p, voi
         init_stage(efd, p, fn, arg);
     }
     close(efd);
+    if (p->ctl_fd > 2)
+        close(p->ctl_fd); /* init's alone */
     proxied = init;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
