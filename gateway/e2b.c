@@ -23,9 +23,11 @@
 #include "gateway/files.h"
 #include "gateway/kops.h"
 #include "gateway/xexec.h"
+#include "kernelmgr/kcmd.h"
 #include "kernelmgr/kmgr.h"
 #include "protocol/e2bwire.h"
 #include "protocol/xreq.h"
+#include "sandbox/sbx.h"
 
 #define E2B_ENVD_VERSION    "0.5.6" /* what the SDKs are told envd is (docs/e2b.md) */
 #define E2B_CONTEXTS_MAX    8       /* kernels (code contexts) of one sandbox */
@@ -36,6 +38,7 @@
 #define E2B_UPLOAD_FILES    64  /* files of one POST /files */
 #define E2B_DEFAULT_TIMEOUT 300 /* seconds, when a create names none */
 #define E2B_TEMPLATES_MAX   32
+#define E2B_PROC_HELD       (256 * 1024) /* a command's output held before it is paused */
 
 struct e2b_template {
     char id[E2BWIRE_TEMPLATE_MAX + 1];
@@ -71,7 +74,7 @@ struct e2b {
 };
 
 /* What a request of this API keeps while it is answered. */
-enum e2breq_kind { E2BREQ_RUN, E2BREQ_PUT };
+enum e2breq_kind { E2BREQ_RUN, E2BREQ_PUT, E2BREQ_PROC };
 struct e2breq {
     enum e2breq_kind kind;
     struct gw_req *r;
@@ -82,6 +85,18 @@ struct e2breq {
     uint64_t last_ms;
     /* PUT: a POST /files being written */
     struct e2bput *up;
+    /* PROC: a process.Process/Start stream */
+    struct e2bproc *proc;
+};
+
+struct e2bproc {
+    kcmd_t *cmd;
+    unsigned handle; /* the "pid" the client sees (kgw's handle of the command) */
+    char sbx_id[UTIL_UUID_LEN + 1];
+    buf_t pend;      /* enveloped messages not yet written */
+    size_t pend_off; /* bytes of pend written */
+    bool ended, paused;
+    uint64_t keepalive_ms; /* the client's Keepalive-Ping-Interval */
 };
 
 struct e2bput {
@@ -181,6 +196,8 @@ static void sbx_kill(struct e2b *e, struct e2bsbx *s, const char *why)
     free(s);
 }
 
+static void proc_send(struct e2breq *q, const char *json, uint8_t flags);
+
 static void on_tick(void *data)
 {
     struct e2b *e = data;
@@ -199,6 +216,11 @@ static void on_tick(void *data)
     struct e2breq *q;
     list_for_each(q, &e->runs, link)
     {
+        if (q->kind == E2BREQ_PROC) {
+            if (!q->proc->ended && mono - q->last_ms >= q->proc->keepalive_ms)
+                proc_send(q, "{\"event\":{\"keepalive\":{}}}", 0);
+            continue;
+        }
         if (mono - q->last_ms >= E2B_KEEPALIVE_MS && q->sub.x && !xexec_done(q->sub.x)) {
             q->keepalive = true;
             lws_callback_on_writable(q->r->wsi);
@@ -1030,6 +1052,249 @@ static void connect_stream_error(struct gw_req *r, const char *code, const char 
     req_reply_data(r, "application/connect+json", b.data, b.len); /* takes b's data */
 }
 
+/* ---- the sandbox plane: process.Process on kernelmgr/kcmd.h ---- */
+
+static bool header(struct lws *wsi, const char *name, char *out, size_t outsz);
+
+/* Queues one envelope (a message, or with E2BWIRE_ENV_END the end of the stream). */
+static void proc_send(struct e2breq *q, const char *json, uint8_t flags)
+{
+    struct e2bproc *p = q->proc;
+    if (e2bwire_envelope_write(&p->pend, flags, json, strlen(json)) < 0)
+        log_warn("e2b: command %u: out of memory for its events", p->handle);
+    q->last_ms = util_now_ms();
+    lws_callback_on_writable(q->r->wsi);
+}
+
+static void proc_output(void *ud, int fd, const void *buf, size_t n)
+{
+    struct e2breq *q = ud;
+    struct e2bproc *p = q->proc;
+    size_t bn = sodium_base64_encoded_len(n, sodium_base64_VARIANT_ORIGINAL);
+    static const char *const heads[] = {"{\"event\":{\"data\":{\"stdout\":\"",
+                                        "{\"event\":{\"data\":{\"stderr\":\""};
+    const char *head = heads[fd == 2];
+    size_t hn = strlen(head);
+    char *msg = malloc(hn + bn + 8);
+    if (!msg) {
+        log_warn("e2b: command %u: out of memory for its output", p->handle);
+        return;
+    }
+    memcpy(msg, head, hn);
+    sodium_bin2base64(msg + hn, bn, buf, n, sodium_base64_VARIANT_ORIGINAL);
+    memcpy(msg + strlen(msg), "\"}}}", 5);
+    proc_send(q, msg, 0);
+    free(msg);
+    if (!p->paused && p->pend.len - p->pend_off > E2B_PROC_HELD) {
+        p->paused = true; /* the reader is slow: the command waits on its full pipe */
+        kcmd_pause(p->cmd, true);
+    }
+}
+
+static void proc_end(void *ud, const struct kcmd_end *e)
+{
+    struct e2breq *q = ud;
+    char status[64];
+    if (e->exit_code >= 0)
+        snprintf(status, sizeof(status), "exit status %d", e->exit_code);
+    else if (e->signal)
+        snprintf(status, sizeof(status), "signal: %s", strsignal(e->signal));
+    else
+        snprintf(status, sizeof(status), "%s", kcmd_status_name(e->status));
+    json_t *end = json_pack("{s:i, s:b, s:s}", "exitCode", e->exit_code, "exited",
+                            e->exit_code >= 0, "status", status);
+    if (end && e->message && e->message[0])
+        json_object_set_new(end, "error", json_string(e->message));
+    else if (end && e->status != KCMD_OK && e->status != KCMD_ERROR)
+        json_object_set_new(end, "error", json_string(kcmd_status_name(e->status)));
+    json_t *ev = end ? json_pack("{s:{s:o}}", "event", "end", end) : NULL;
+    char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+    json_decref(ev);
+    if (s)
+        proc_send(q, s, 0);
+    free(s);
+    proc_send(q, "{}", E2BWIRE_ENV_END);
+    q->proc->ended = true;
+    log_info("e2b: command %u: %s", q->proc->handle, status);
+}
+
+static unsigned proc_handles = 1000;
+
+static void proc_start(struct gw_req *r, struct e2bsbx *s)
+{
+    gw_t *g = r->g;
+    char msg[256];
+    uint8_t flags;
+    size_t off, n, used;
+    int rc = e2bwire_envelope_parse((const uint8_t *)(r->body.data ? r->body.data : ""),
+                                    r->body.len, E2BWIRE_ENVELOPE_MAX, &flags, &off, &n, &used);
+    if (rc < 0 || used != r->body.len)
+        return connect_stream_error(r, "invalid_argument",
+                                    "one Connect envelope (uncompressed) holding a StartRequest "
+                                    "is expected");
+    struct e2bwire_start st;
+    rc = e2bwire_start_parse(r->body.data + off, n, &st, msg, sizeof(msg));
+    if (rc < 0)
+        return connect_stream_error(r, e2bwire_code_name(rc), msg);
+    kernel_t *k = context_kernel(r, s, NULL);
+    wspace_t *w = kmgr_workspace(g->km, s->ws_id);
+    if (!k || !w) {
+        e2bwire_start_fini(&st);
+        return connect_stream_error(r, "unavailable", "the sandbox's kernel is not running");
+    }
+    /* the sandbox's envVars, then the command's own */
+    const char *env[2 * E2BWIRE_MAP_MAX + 2];
+    char *envbuf[E2BWIRE_MAP_MAX];
+    size_t ne = 0, nb = 0;
+    const char *ek;
+    json_t *ev;
+    json_object_foreach(s->env, ek, ev)
+    {
+        if (nb < E2BWIRE_MAP_MAX && asprintf(&envbuf[nb], "%s=%s", ek, json_string_value(ev)) >= 0)
+            env[ne++] = envbuf[nb++];
+    }
+    /* where E2B's SDKs expect it: the shell's pwd says /home/user/... (the same directory) */
+    char pwd[sizeof(E2BWIRE_HOME) + FPATH_MAX + 8];
+    snprintf(pwd, sizeof(pwd), "PWD=" E2BWIRE_HOME "%s%s", st.cwd[0] ? "/" : "", st.cwd);
+    if (g->cfg.sandbox)
+        env[ne++] = pwd;
+    for (size_t i = 0; st.env[i]; i++)
+        env[ne++] = st.env[i];
+    env[ne] = NULL;
+    char cwd[FPATH_MAX + 512];
+    if (st.cwd[0])
+        snprintf(cwd, sizeof(cwd), "%s/%s", g->cfg.sandbox ? SBX_WORKSPACE_PATH : wspace_path(w),
+                 st.cwd);
+    struct e2breq *q = calloc(1, sizeof(*q));
+    struct e2bproc *p = q ? calloc(1, sizeof(*p)) : NULL;
+    if (!p) {
+        free(q);
+        e2bwire_start_fini(&st);
+        for (size_t i = 0; i < nb; i++)
+            free(envbuf[i]);
+        return connect_stream_error(r, "resource_exhausted", "out of memory");
+    }
+    q->kind = E2BREQ_PROC;
+    q->r = r;
+    q->proc = p;
+    list_init(&q->link);
+    buf_init(&p->pend, SIZE_MAX);
+    p->handle = proc_handles++;
+    snprintf(p->sbx_id, sizeof(p->sbx_id), "%s", s->id);
+    p->keepalive_ms = 50000;
+    char ka[16];
+    if (header(r->wsi, "keepalive-ping-interval:", ka, sizeof(ka))) {
+        long v = strtol(ka, NULL, 10);
+        if (v >= 1 && v <= 3600)
+            p->keepalive_ms = (uint64_t)v * 1000;
+    }
+    struct kcmd_opts o = {.argv = st.argv, .cwd = st.cwd[0] ? cwd : NULL, .env = env};
+    struct kcmd_cbs cb = {.output = proc_output, .end = proc_end, .ud = q};
+    /* the request holds the stream before the command can say anything */
+    r->e2b = q;
+    list_append(&g->e2b->runs, &q->link);
+    rc = kcmd_start(k, &o, &cb, &p->cmd);
+    e2bwire_start_fini(&st);
+    for (size_t i = 0; i < nb; i++)
+        free(envbuf[i]);
+    if (rc < 0) {
+        list_remove(&q->link);
+        r->e2b = NULL;
+        buf_fini(&p->pend);
+        free(p);
+        free(q);
+        snprintf(msg, sizeof(msg), "the command could not start: %s", strerror(-rc));
+        return connect_stream_error(r, rc == -EAGAIN ? "resource_exhausted" : e2bwire_code_name(rc),
+                                    msg);
+    }
+    log_info("e2b: sandbox=%s: command %u started", s->id, p->handle);
+    snprintf(msg, sizeof(msg), "{\"event\":{\"start\":{\"pid\":%u}}}", p->handle);
+    /* first, before any output the start may already have queued */
+    buf_t first;
+    buf_init(&first, SIZE_MAX);
+    if (e2bwire_envelope_write(&first, 0, msg, strlen(msg)) == 0 &&
+        buf_append(&first, p->pend.data ? p->pend.data : "", p->pend.len) == 0) {
+        buf_fini(&p->pend);
+        p->pend = first;
+    } else {
+        buf_fini(&first);
+    }
+    q->last_ms = util_now_ms();
+    lws_callback_on_writable(r->wsi);
+}
+
+static int proc_write(struct gw_req *r, struct e2breq *q)
+{
+    struct e2bproc *p = q->proc;
+    if (!q->headers_sent) {
+        if (http_write_head(r, 200, "application/connect+json", NULL, NULL, -1) < 0)
+            return -1;
+        q->headers_sent = true;
+    }
+    while (!lws_send_pipe_choked(r->wsi)) {
+        static const char room[LWS_PRE + 24];
+        size_t left = p->pend.len - p->pend_off;
+        size_t take = left < E2B_BATCH_BYTES ? left : E2B_BATCH_BYTES;
+        bool last = p->ended && take == left;
+        if (take == 0 && !last)
+            break;
+        if (take == 0) { /* only the last chunk */
+            static unsigned char fin[LWS_PRE + 5];
+            memcpy(fin + LWS_PRE, "0\r\n\r\n", 5);
+            return lws_write(r->wsi, fin + LWS_PRE, 5, LWS_WRITE_HTTP_FINAL) < 0 ? -1 : 1;
+        }
+        buf_t b;
+        buf_init(&b, SIZE_MAX);
+        int rc = buf_append(&b, room, sizeof(room));
+        rc |= buf_append(&b, p->pend.data + p->pend_off, take);
+        rc = rc < 0 ? rc : write_chunk(r->wsi, &b, sizeof(room), last);
+        buf_fini(&b);
+        if (rc < 0)
+            return -1;
+        p->pend_off += take;
+        if (p->pend_off == p->pend.len) {
+            buf_reset(&p->pend);
+            p->pend_off = 0;
+        }
+        if (last)
+            return 1;
+    }
+    if (p->paused && p->pend.len - p->pend_off <= E2B_PROC_HELD / 2) {
+        p->paused = false;
+        kcmd_pause(p->cmd, false);
+    }
+    if (p->pend.len > p->pend_off || lws_partial_buffered(r->wsi)) {
+        lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, (int)r->g->cfg.stall_timeout);
+        lws_callback_on_writable(r->wsi);
+    } else {
+        lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0); /* the keepalives keep it */
+    }
+    return 0;
+}
+
+static void proc_signal(struct gw_req *r, struct e2bsbx *s)
+{
+    char msg[256];
+    unsigned pid;
+    int sig;
+    if (e2bwire_signal_parse(r->body.data ? r->body.data : "", r->body.len, &pid, &sig, msg,
+                             sizeof(msg)) < 0)
+        return connect_error(r, "invalid_argument", msg);
+    struct e2breq *q;
+    list_for_each(q, &r->g->e2b->runs, link)
+    {
+        if (q->kind == E2BREQ_PROC && q->proc->handle == pid &&
+            strcmp(q->proc->sbx_id, s->id) == 0 && !q->proc->ended) {
+            int rc = kcmd_signal(q->proc->cmd, sig);
+            if (rc < 0 && rc != -ESRCH)
+                return connect_error(r, e2bwire_code_name(rc), strerror(-rc));
+            return req_reply(r, 200, json_object());
+        }
+    }
+    snprintf(msg, sizeof(msg), "process %u not found", pid);
+    return connect_error(r, "not_found", msg);
+}
+
 static void sbx_rpc(struct gw_req *r, struct e2bsbx *s, const char *service, const char *method)
 {
     bool stream = connect_streaming(r->wsi);
@@ -1067,6 +1332,10 @@ static void sbx_rpc(struct gw_req *r, struct e2bsbx *s, const char *service, con
         }
         return req_reply(r, 200, ans);
     }
+    if (strcmp(service, "process.Process") == 0 && strcmp(method, "Start") == 0 && stream)
+        return proc_start(r, s);
+    if (strcmp(service, "process.Process") == 0 && strcmp(method, "SendSignal") == 0 && !stream)
+        return proc_signal(r, s);
     snprintf(msg, sizeof(msg), "%.64s/%.64s is not offered by kgw (docs/e2b.md)", service, method);
     if (stream)
         return connect_stream_error(r, "unimplemented", msg);
@@ -1138,6 +1407,8 @@ void e2b_sbx(struct gw_req *r)
 int e2b_write(struct gw_req *r)
 {
     struct e2breq *q = r->e2b;
+    if (q && q->kind == E2BREQ_PROC)
+        return proc_write(r, q);
     if (!q || q->kind != E2BREQ_RUN)
         return 0;
     return run_write(r, q);
@@ -1156,6 +1427,13 @@ void e2b_req_fini(struct gw_req *r)
             log_info("e2b: execution=%s: the client went away; cancelled", xexec_id(x));
             xexec_cancel(x);
         }
+        list_remove(&q->link);
+    } else if (q->kind == E2BREQ_PROC) {
+        if (!q->proc->ended)
+            log_info("e2b: command %u: the client went away; killed", q->proc->handle);
+        kcmd_release(&q->proc->cmd); /* kills it if it still runs; no callback after */
+        buf_fini(&q->proc->pend);
+        free(q->proc);
         list_remove(&q->link);
     } else {
         put_free(q);

@@ -388,6 +388,193 @@ int e2bwire_fsreq_parse(const char *method,
     return rc;
 }
 
+static bool env_name_ok(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > E2BWIRE_KEY_MAX || (k[0] >= '0' && k[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = k[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* Copies s (n bytes, no NUL inside) into the string area at *off; false when full. */
+static bool put_str(
+    char *area, size_t *off, const char *s, size_t n, const char *s2, size_t n2, const char **ret)
+{
+    if (n + n2 + 1 > E2BWIRE_ARGV_BYTES - *off)
+        return false;
+    *ret = area + *off;
+    memcpy(area + *off, s, n);
+    memcpy(area + *off + n, s2, n2);
+    area[*off + n + n2] = '\0';
+    *off += n + n2 + 1;
+    return true;
+}
+
+int e2bwire_start_parse(
+    const char *body, size_t len, struct e2bwire_start *out, char *err, size_t errsz)
+{
+    memset(out, 0, sizeof(*out));
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    int rc = 0;
+    size_t off = 0, na = 0, ne = 0;
+    const char *k;
+    json_t *v, *proc = NULL;
+    json_object_foreach(doc, k, v)
+    {
+        if (strcmp(k, "process") == 0) {
+            proc = v;
+        } else if (strcmp(k, "pty") == 0) {
+            if (!json_is_null(v)) {
+                rc = -ENOSYS;
+                snprintf(err, errsz, "a PTY is not offered by kgw");
+                break;
+            }
+        } else if (strcmp(k, "stdin") == 0) {
+            if (json_is_true(v)) {
+                rc = -ENOSYS;
+                snprintf(err, errsz, "stdin is not offered by kgw's process.Start");
+                break;
+            }
+            if (!json_is_false(v) && !json_is_null(v)) {
+                rc = fail(err, errsz, "\"stdin\" must be a boolean");
+                break;
+            }
+        } else if (strcmp(k, "tag") == 0) {
+            if (!json_is_string(v) && !json_is_null(v)) {
+                rc = fail(err, errsz, "\"tag\" must be a string");
+                break;
+            }
+        } else {
+            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
+            break;
+        }
+    }
+    if (rc == 0 && !json_is_object(proc))
+        rc = fail(err, errsz, "\"process\" (an object with \"cmd\") is required");
+    if (rc == 0 && !(out->strs = malloc(E2BWIRE_ARGV_BYTES)))
+        rc = fail(err, errsz, "out of memory");
+    json_t *cmd = rc == 0 ? json_object_get(proc, "cmd") : NULL;
+    if (rc == 0 && (!json_is_string(cmd) || json_string_length(cmd) == 0 ||
+                    memchr(json_string_value(cmd), '\0', json_string_length(cmd)) ||
+                    !put_str(out->strs, &off, json_string_value(cmd), json_string_length(cmd), "",
+                             0, &out->argv[na++])))
+        rc = fail(err, errsz, "\"process.cmd\" must be a program's path");
+    json_object_foreach(rc == 0 ? proc : NULL, k, v)
+    {
+        if (strcmp(k, "cmd") == 0)
+            continue;
+        if (strcmp(k, "args") == 0) {
+            size_t i;
+            json_t *a;
+            if (!json_is_array(v) || json_array_size(v) > E2BWIRE_ARGS_MAX) {
+                rc = fail(err, errsz, "\"process.args\" must be at most %d strings",
+                          E2BWIRE_ARGS_MAX);
+                break;
+            }
+            json_array_foreach(v, i, a)
+            {
+                if (!json_is_string(a) ||
+                    memchr(json_string_value(a), '\0', json_string_length(a)) ||
+                    !put_str(out->strs, &off, json_string_value(a), json_string_length(a), "", 0,
+                             &out->argv[na++])) {
+                    rc = fail(err, errsz, "\"process.args\": strings of at most %d bytes in all",
+                              E2BWIRE_ARGV_BYTES);
+                    break;
+                }
+            }
+        } else if (strcmp(k, "envs") == 0) {
+            const char *ek;
+            json_t *ev;
+            if (json_is_null(v))
+                continue;
+            if (!json_is_object(v) || json_object_size(v) > E2BWIRE_MAP_MAX) {
+                rc = fail(err, errsz, "\"process.envs\" must be at most %d strings",
+                          E2BWIRE_MAP_MAX);
+                break;
+            }
+            json_object_foreach(v, ek, ev)
+            {
+                char name[E2BWIRE_KEY_MAX + 2];
+                if (!env_name_ok(ek) || !json_is_string(ev) ||
+                    json_string_length(ev) > E2BWIRE_VALUE_MAX ||
+                    memchr(json_string_value(ev), '\0', json_string_length(ev))) {
+                    rc = fail(err, errsz,
+                              "\"process.envs\": names of [A-Za-z0-9_] and string "
+                              "values of at most %d bytes",
+                              E2BWIRE_VALUE_MAX);
+                    break;
+                }
+                int nn = snprintf(name, sizeof(name), "%s=", ek);
+                if (!put_str(out->strs, &off, name, (size_t)nn, json_string_value(ev),
+                             json_string_length(ev), &out->env[ne++])) {
+                    rc = fail(err, errsz, "\"process\": over %d bytes", E2BWIRE_ARGV_BYTES);
+                    break;
+                }
+            }
+        } else if (strcmp(k, "cwd") == 0) {
+            if (json_is_null(v))
+                continue;
+            if (!json_is_string(v) || e2bwire_path(json_string_value(v), json_string_length(v),
+                                                   out->cwd, sizeof(out->cwd)) < 0) {
+                snprintf(err, errsz,
+                         "\"process.cwd\": only directories under " E2BWIRE_HOME " are offered");
+                rc = -EACCES;
+            }
+        } else {
+            rc = fail(err, errsz, "unknown field \"process.%.64s\"", k);
+        }
+        if (rc < 0)
+            break;
+    }
+    json_decref(doc);
+    if (rc < 0)
+        e2bwire_start_fini(out);
+    return rc;
+}
+
+void e2bwire_start_fini(struct e2bwire_start *s)
+{
+    free(s->strs);
+    memset(s, 0, sizeof(*s));
+}
+
+int e2bwire_signal_parse(
+    const char *body, size_t len, unsigned *ret_pid, int *ret_sig, char *err, size_t errsz)
+{
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    json_t *proc = json_object_get(doc, "process"), *sig = json_object_get(doc, "signal");
+    json_t *pid = json_object_get(proc, "pid");
+    int rc = 0, s = 0;
+    if (json_object_size(doc) != (size_t)(!!proc + !!sig) || !json_is_object(proc) ||
+        json_object_size(proc) != 1 || !json_is_integer(pid) || json_integer_value(pid) < 0 ||
+        json_integer_value(pid) > 0xffffffffLL)
+        rc = fail(err, errsz, "{\"process\": {\"pid\": N}, \"signal\"} is expected");
+    else if ((json_is_string(sig) && strcmp(json_string_value(sig), "SIGNAL_SIGKILL") == 0) ||
+             (json_is_integer(sig) && json_integer_value(sig) == 9))
+        s = 9;
+    else if ((json_is_string(sig) && strcmp(json_string_value(sig), "SIGNAL_SIGTERM") == 0) ||
+             (json_is_integer(sig) && json_integer_value(sig) == 15))
+        s = 15;
+    else
+        rc = fail(err, errsz, "\"signal\" must be SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+    if (rc == 0) {
+        *ret_pid = (unsigned)json_integer_value(pid);
+        *ret_sig = s;
+    }
+    json_decref(doc);
+    return rc;
+}
+
 int e2bwire_envelope_parse(const uint8_t *in,
                            size_t len,
                            size_t max,

@@ -85,6 +85,28 @@ int e2bwire_fsreq_parse(const char *method,
                         char *err,
                         size_t errsz);
 
+/* process.Process/Start's request (JSON codec): {"process": {"cmd", "args", "envs", "cwd"},
+ * "stdin", "tag"}. A PTY is not offered (-ENOSYS: unimplemented); stdin true neither
+ * (-ENOSYS). argv: cmd then args (NULL-terminated, pointing into strs); env: "NAME=VALUE"
+ * strings (NULL-terminated); cwd: a workspace-relative path ("" the workspace), from a path
+ * under /home/user. */
+#define E2BWIRE_ARGS_MAX   256
+#define E2BWIRE_ARGV_BYTES (64 * 1024)
+struct e2bwire_start {
+    char *strs; /* malloc'd: the strings below point into it */
+    const char *argv[E2BWIRE_ARGS_MAX + 2];
+    const char *env[E2BWIRE_MAP_MAX + 1];
+    char cwd[FPATH_MAX + 1];
+};
+int e2bwire_start_parse(
+    const char *body, size_t len, struct e2bwire_start *out, char *err, size_t errsz);
+void e2bwire_start_fini(struct e2bwire_start *s);
+
+/* process.Process/SendSignal's request: {"process": {"pid": N}, "signal": "SIGNAL_SIGKILL" |
+ * "SIGNAL_SIGTERM" | 9 | 15}. 0 with *ret_pid and *ret_sig (SIGKILL or SIGTERM). */
+int e2bwire_signal_parse(
+    const char *body, size_t len, unsigned *ret_pid, int *ret_sig, char *err, size_t errsz);
+
 /* Connect envelopes: a flags byte, a big-endian 32-bit length, the payload. */
 #define E2BWIRE_ENV_COMPRESSED 0x01
 #define E2BWIRE_ENV_END        0x02

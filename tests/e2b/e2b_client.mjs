@@ -2,7 +2,6 @@
 // the way a user would: only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (a kgw key).
 // Driven by tests/integration/test_e2b.py, which starts kgw and passes:
 //   KGW_E2B_OTHER_KEY  a key of another tenant
-//   KGW_E2B_COMMANDS   "1" when process.Start is wired (commands.run), else it must be refused
 // Prints one "ok <step>" line per step; any failure exits non-zero with the reason.
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
@@ -11,7 +10,6 @@ import { Sandbox as OldSandbox } from 'e2b-old'
 
 const sbxUrl = process.env.E2B_SANDBOX_URL
 const otherKey = process.env.KGW_E2B_OTHER_KEY
-const commands = process.env.KGW_E2B_COMMANDS === '1'
 const step = (s) => console.log(`ok ${s}`)
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
@@ -136,22 +134,32 @@ async function main() {
   step('contexts')
 
   // ---- commands.run (process.Start) ----
-  if (commands) {
-    const r = await sbx.commands.run('echo out; echo err >&2; exit 3').catch((e) => e)
-    assert.equal(r.exitCode, 3)
-    assert.equal(r.stdout, 'out\n')
-    assert.equal(r.stderr, 'err\n')
-    const ok = await sbx.commands.run('cat /home/user/data/hello.txt')
-    assert.equal(ok.stdout, 'hello e2b')
-    step('commands.run')
-  } else {
-    const t0 = Date.now()
-    await expectReject(sbx.commands.run('echo hi'), /not offered|unimplemented/i, 'commands')
-    assert.ok(Date.now() - t0 < 30_000, 'unimplemented answers at once')
-    step('commands.run refused (unimplemented)')
-  }
+  const r = await sbx.commands.run('echo out; echo err >&2; exit 3').catch((e) => e)
+  assert.equal(r.exitCode, 3)
+  assert.equal(r.stdout, 'out\n')
+  assert.equal(r.stderr, 'err\n')
+  const ok = await sbx.commands.run('cat /home/user/data/hello.txt')
+  assert.equal(ok.stdout, 'hello e2b')
+  // the sandbox's envVars and the command's own; a working directory under /home/user
+  const env = await sbx.commands.run('echo "$GREETING/$EXTRA"; pwd', {
+    envs: { EXTRA: 'x1' }, cwd: '/home/user/data' })
+  assert.equal(env.stdout, 'hi from envs/x1\n/home/user/data\n')
+  // streamed, and killed through SendSignal
+  const parts = []
+  const bg = await sbx.commands.run('echo started; sleep 60', {
+    background: true, onStdout: (d) => parts.push(d) })
+  const t0 = Date.now()
+  while (!parts.join('').includes('started') && Date.now() - t0 < 30_000) await sleep(100)
+  assert.equal(parts.join(''), 'started\n')
+  assert.equal(await bg.kill(), true)
+  const killed = await bg.wait().catch((e) => e)
+  assert.notEqual(killed.exitCode, 0)
+  assert.ok(Date.now() - t0 < 30_000, 'killed, not waited for')
+  step('commands.run')
   await expectReject(sbx.files.watchDir('/home/user', () => {}), /not offered|unimplemented/i,
     'watchDir')
+  await expectReject(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }),
+    /not offered|unimplemented/i, 'a PTY')
   step('unimplemented calls')
 
   // ---- setTimeout, getInfo ----

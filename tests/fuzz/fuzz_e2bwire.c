@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    uint8_t which = data[0] % 9;
+    uint8_t which = data[0] % 11;
     const char *in = (const char *)data + 1;
     size_t n = size - 1;
     char *copy = malloc(n ? n : 1); /* exact size: ASan sees overreads */
@@ -81,6 +81,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_path(f.path2);
             FUZZ_CHECK(f.depth >= 1 && f.depth <= 8);
         }
+        break;
+    }
+    case 9: {
+        struct e2bwire_start st;
+        if (e2bwire_start_parse(copy, n, &st, err, sizeof(err)) == 0) {
+            size_t na = 0;
+            FUZZ_CHECK(st.argv[0] && st.argv[0][0]);
+            while (st.argv[na])
+                na++;
+            FUZZ_CHECK(na <= E2BWIRE_ARGS_MAX + 1);
+            for (size_t i = 0; st.env[i]; i++)
+                FUZZ_CHECK(strchr(st.env[i], '=') && st.env[i][0] != '=');
+            check_path(st.cwd);
+            e2bwire_start_fini(&st);
+        }
+        break;
+    }
+    case 10: {
+        unsigned pid;
+        int sig = 0;
+        if (e2bwire_signal_parse(copy, n, &pid, &sig, err, sizeof(err)) == 0)
+            FUZZ_CHECK(sig == 9 || sig == 15);
         break;
     }
     default: {

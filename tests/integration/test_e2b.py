@@ -257,12 +257,6 @@ def run_node(argv, env, timeout=CLIENT_TIMEOUT_S):
     return proc.returncode, out
 
 
-def commands_wired():
-    """process.Start is served when the gateway was built with kernelmgr/kcmd.c."""
-    root = os.path.dirname(os.path.dirname(HERE))
-    return os.path.exists(os.path.join(root, "kernelmgr", "kcmd.c"))
-
-
 @needs_node
 def test_real_e2b_sdks(gw2):
     gw, keys = gw2
@@ -272,7 +266,6 @@ def test_real_e2b_sdks(gw2):
         "E2B_SANDBOX_URL": f"http://127.0.0.1:{gw.port}/e2b/sbx",
         "E2B_API_KEY": keys["alice"],
         "KGW_E2B_OTHER_KEY": keys["bob"],
-        "KGW_E2B_COMMANDS": "1" if commands_wired() else "0",
     })
     rc, out = run_node([NODE, "e2b_client.mjs"], env)
     assert rc == 0 and "ALL OK" in out, out

@@ -113,6 +113,38 @@ int main(void)
     CHECK(f.depth == 1 && f.path[0] == '\0');
     CHECK_INT(e2bwire_fsreq_parse("Stat", "{}", 2, &f, err, sizeof(err)), -EINVAL);
 
+    /* process.Start as commands.run sends it */
+    struct e2bwire_start st;
+    const char *sr = "{\"process\":{\"cmd\":\"/bin/bash\",\"args\":[\"-l\",\"-c\",\"echo hi\"],"
+                     "\"envs\":{\"A_1\":\"x\"},\"cwd\":\"/home/user/d\"},\"stdin\":false}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), 0);
+    CHECK_STR(st.argv[0], "/bin/bash");
+    CHECK_STR(st.argv[3], "echo hi");
+    CHECK(st.argv[4] == NULL);
+    CHECK_STR(st.env[0], "A_1=x");
+    CHECK(st.env[1] == NULL);
+    CHECK_STR(st.cwd, "d");
+    e2bwire_start_fini(&st);
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\"},\"pty\":{\"size\":{\"cols\":80,\"rows\":24}}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -ENOSYS);
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\"},\"stdin\":true}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -ENOSYS);
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"cwd\":\"/etc\"}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -EACCES);
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"envs\":{\"A=B\":\"x\"}}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -EINVAL);
+    sr = "{\"process\":{\"args\":[\"x\"]}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -EINVAL);
+    unsigned pid;
+    int sig;
+    sr = "{\"process\":{\"pid\":1001},\"signal\":\"SIGNAL_SIGKILL\"}";
+    CHECK_INT(e2bwire_signal_parse(sr, strlen(sr), &pid, &sig, err, sizeof(err)), 0);
+    CHECK(pid == 1001 && sig == 9);
+    sr = "{\"process\":{\"tag\":\"x\"},\"signal\":\"SIGNAL_SIGKILL\"}";
+    CHECK_INT(e2bwire_signal_parse(sr, strlen(sr), &pid, &sig, err, sizeof(err)), -EINVAL);
+    sr = "{\"process\":{\"pid\":1},\"signal\":\"SIGNAL_SIGSTOP\"}";
+    CHECK_INT(e2bwire_signal_parse(sr, strlen(sr), &pid, &sig, err, sizeof(err)), -EINVAL);
+
     /* envelopes */
     buf_t b;
     buf_init(&b, SIZE_MAX);
