@@ -2,7 +2,8 @@
 
 tests/e2b/e2b_client.mjs runs @e2b/code-interpreter 2.8.0, e2b 2.51.0 and e2b 2.50.0 (an npm
 alias) with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY set: create, runCode (state,
-streamed stdout, an error, a matplotlib PNG), files, contexts, commands.run, setTimeout,
+streamed stdout, an error, a matplotlib PNG), files, contexts, commands.run and kill
+(process.Start, SendSignal), setTimeout,
 connect, kill, tenancy and expiry. The wire details the SDKs depend on (chunked request bodies,
 Connect's unimplemented, tokens) are also checked here with raw HTTP.
 
