@@ -214,6 +214,34 @@ def test_refusals_and_tenancy(gw2):
     assert status == 404
 
 
+def test_execute_cancelled_when_the_client_goes_away(gw2):
+    """The run is interrupted when its reader leaves: the next run on the same kernel (they
+    run one after another) does not wait for a 300 s sleep."""
+    gw, keys = gw2
+    status, m, _ = create(gw, keys["alice"], {"templateID": "base", "timeout": 600})
+    assert status == 201, m
+    c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+    body = json.dumps({"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(300)"})
+    c.request("POST", "/e2b/sbx/execute", body=body,
+              headers={**sbx_headers(m), "Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    first = json.loads(r.readline())  # (HTTPResponse decodes the chunks)
+    while first.get("type") == "keepalive":
+        first = json.loads(r.readline())
+    assert first == {"type": "stdout", "text": "sleeping\n", "timestamp": first["timestamp"]}
+    c.close()  # gone mid-run
+    t0 = time.monotonic()
+    status, raw, _ = request(gw, "POST", "/e2b/sbx/execute", {"code": "'after'"},
+                             sbx_headers(m))
+    assert status == 200
+    lines = [json.loads(l) for l in raw.decode().splitlines()]
+    assert any(l.get("text") == "'after'" for l in lines), lines
+    assert time.monotonic() - t0 < 120
+    request(gw, "DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}",
+            headers={"X-API-KEY": keys["alice"]})
+
+
 def test_expiry_shuts_its_kernel_down(gw2):
     gw, keys = gw2
     status, m, _ = create(gw, keys["alice"], {"templateID": "base", "timeout": 2})
