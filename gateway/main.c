@@ -235,6 +235,8 @@ static const struct cfg_option options[] = {
     S("e2b-templates", e2b_templates, "base=,code-interpreter-v1=",
       "E2B template ids the E2B-compatible API (/e2b) offers, each mapped to a kernelspec: "
       "TEMPLATE=KERNELSPEC, comma-separated (an empty KERNELSPEC = --default-kernel)"),
+    I32("max-commands-per-kernel", km.max_commands, "16", 1, 64,
+        "shell commands running at once in one kernel's sandbox (more: 429; docs/commands.md)"),
     I("stall-timeout", stall_timeout, "60", 1, 86400,
       "seconds a reader of a streamed answer (the execute API's events or document, an MCP "
       "answer) may take nothing while it has bytes to take; then it is closed (an execution "

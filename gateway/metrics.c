@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/kcmd.h"
 #include "protocol/promtext.h"
 
 /* Label values, in the order of their enums. */
@@ -250,6 +251,12 @@ int metrics_render(gw_t *g, buf_t *out)
     counter(p, "kgw_fork_server_restarts_total",
             "Times the fork server was started again (it died, failed, or was recycled)",
             ks->fork_server_restarts);
+    promtext_family(p, "kgw_commands_total", "counter",
+                    "Commands run in kernels' sandboxes (docs/commands.md) that ended, by status");
+    for (int i = 0; i < KMGR_CMD_STATUS_N; i++)
+        promtext_uint(p, "kgw_commands_total",
+                      &(struct promtext_label){"status", kcmd_status_name((enum kcmd_status)i)},
+                      1, ks->commands[i]);
     counter(p, "kgw_sandbox_setup_failures_total", "Kernel processes whose sandbox set-up failed",
             ks->sandbox_setup_failures);
     counter(p, "kgw_kernel_shutdown_forced_total",

@@ -174,8 +174,10 @@ static int start_error(int rc, kernel_t *k, char *err, size_t errsz)
                  kernel_id(k));
         return 409;
     case -EAGAIN:
-        snprintf(err, errsz, "kernel %s runs %d commands (the limit); retry when one has ended",
-                 kernel_id(k), KCMD_PER_KERNEL_MAX);
+        snprintf(err, errsz,
+                 "kernel %s runs as many commands as it may (--max-commands-per-kernel); "
+                 "retry when one has ended",
+                 kernel_id(k));
         return 429;
     case -E2BIG:
         snprintf(err, errsz,

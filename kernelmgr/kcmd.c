@@ -44,13 +44,14 @@ struct kcmd {
     bool paused, exited, ended, released, kernel_gone, failed;
     int in_cb;
     int wait_status;
-    bool asked; /* reason is why it was stopped */
+    bool asked;     /* reason is why it was stopped */
     long long oom0; /* its kernel's cgroup's OOM kills when it started (-1: no cgroup) */
     enum kcmd_status reason;
     char what[64]; /* argv[0], for messages */
     char sha[65];  /* sha256 of its argv (each string and its NUL), hex, for the audit log */
     char tenant[KMGR_TENANT_MAX + 1], kernel[40];
     long long mem_limit;
+    uint64_t *counts; /* its kernel manager's commands ended, by status */
     char fail_msg[160];
 };
 
@@ -64,6 +65,8 @@ static const char *const status_names[KCMD_STATUS_N] = {
     [KCMD_KERNEL_GONE] = "kernel_died",
     [KCMD_OUT_OF_MEMORY] = "out_of_memory",
 };
+
+_Static_assert(KCMD_STATUS_N == KMGR_CMD_STATUS_N, "the counters of commands (kmgr.h)");
 
 const char *kcmd_status_name(enum kcmd_status s)
 {
@@ -186,6 +189,8 @@ static void end(kcmd_t *c)
             snprintf(msg, sizeof(msg), "the command was killed by signal %d (SIG%s)", e.signal,
                      sigabbrev_np(e.signal) ? sigabbrev_np(e.signal) : "?");
     }
+    if (c->counts)
+        c->counts[e.status]++;
     e.message = msg;
     audit_event("command", "s:s, s:s, s:o, s:s, s:s, s:i, s:i, s:f", "tenant", c->tenant, "kernel",
                 c->kernel, "program", audit_str(c->what, strlen(c->what)), "command_sha256", c->sha,
@@ -520,7 +525,8 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     if (!k->pid || k->state == KERNEL_DEAD || k->state == KERNEL_TERMINATING ||
         (sandboxed && k->cmd_fd < 0))
         return -ESRCH;
-    if (k->ncmds >= KCMD_PER_KERNEL_MAX)
+    int max = k->m->o.max_commands > 0 ? k->m->o.max_commands : KCMD_PER_KERNEL_MAX;
+    if (k->ncmds >= (max < SBXCMD_CMDS_MAX ? max : SBXCMD_CMDS_MAX))
         return -EAGAIN;
     kcmd_t *c = calloc(1, sizeof(*c));
     const char **env = merge_env(k->envp, o->env, &r);
@@ -552,6 +558,7 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     snprintf(c->tenant, sizeof(c->tenant), "%s", k->ws->tenant);
     c->oom0 = -1;
     c->mem_limit = k->lim.mem_bytes;
+    c->counts = k->stats->commands;
     if (k->cgroup) {
         struct sbx_cgroup_events ev;
         sbx_cgroup_events(k->cgroup, &ev);
@@ -598,7 +605,8 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     k->ncmds++;
     *ret = c;
     return 0;
-kill: /* started, but not watched: it goes (sandboxed, init reaps it; else we do) */
+kill:
+    /* started, but not watched: it goes (sandboxed, init reaps it; else we do) */
     c->k = k; /* (send_signal's way to init) */
     send_signal(c, SIGKILL);
     if (!c->sandboxed && c->pid > 1)

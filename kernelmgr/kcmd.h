@@ -18,7 +18,9 @@
 
 #include "kernelmgr/kernel.h"
 
-#define KCMD_PER_KERNEL_MAX 16          /* commands running at once in one kernel */
+/* commands running at once in one kernel, unless kmgr_opts.max_commands
+ * (--max-commands-per-kernel) says */
+#define KCMD_PER_KERNEL_MAX 16
 #define KCMD_READ_MAX       (64 * 1024) /* bytes per output callback */
 
 typedef struct kcmd kcmd_t;
@@ -34,13 +36,13 @@ struct kcmd_opts {
 };
 
 enum kcmd_status {
-    KCMD_OK,           /* exited with status 0 */
-    KCMD_ERROR,        /* exited with another status, or could not start (exit_code 127) */
-    KCMD_KILLED,       /* ended by a signal nobody here sent (exit_code -1, signal) */
-    KCMD_TIMEOUT,      /* over its timeout: killed */
-    KCMD_CANCELLED,    /* kcmd_signal (exit_code -1, signal) */
-    KCMD_OUTPUT_LIMIT, /* over output_max: killed */
-    KCMD_KERNEL_GONE,  /* the kernel's process ended (restart, death, shutdown) */
+    KCMD_OK,            /* exited with status 0 */
+    KCMD_ERROR,         /* exited with another status, or could not start (exit_code 127) */
+    KCMD_KILLED,        /* ended by a signal nobody here sent (exit_code -1, signal) */
+    KCMD_TIMEOUT,       /* over its timeout: killed */
+    KCMD_CANCELLED,     /* kcmd_signal (exit_code -1, signal) */
+    KCMD_OUTPUT_LIMIT,  /* over output_max: killed */
+    KCMD_KERNEL_GONE,   /* the kernel's process ended (restart, death, shutdown) */
     KCMD_OUT_OF_MEMORY, /* killed by the OOM killer at the kernel's memory limit */
     KCMD_STATUS_N
 };
@@ -66,10 +68,10 @@ struct kcmd_cbs {
     void *ud;
 };
 
-/* Starts a command in k (running). -ESRCH: no kernel process; -EAGAIN: KCMD_PER_KERNEL_MAX
- * running; -E2BIG: argv and environment over 64 KiB or 1024 strings; -EINVAL: no argv, or a
- * relative cwd. A program that cannot be run ends with KCMD_ERROR, exit_code 127. The
- * callbacks never run after kcmd_release, nor when this fails. */
+/* Starts a command in k (running). -ESRCH: no kernel process; -EAGAIN: its limit of commands
+ * running (--max-commands-per-kernel); -E2BIG: argv and environment over 64 KiB or 1024 strings;
+ * -EINVAL: no argv, or a relative cwd. A program that cannot be run ends with KCMD_ERROR, exit_code
+ * 127. The callbacks never run after kcmd_release, nor when this fails. */
 int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb, kcmd_t **ret);
 /* Up to n bytes to its stdin without waiting: the count written (short or 0 when the pipe is
  * full), -EPIPE when it is closed (or the command ended), -EBADF without stdin_open. */

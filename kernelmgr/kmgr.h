@@ -54,6 +54,7 @@ struct kmgr_opts {
     int dead_linger_s;            /* how long a dead kernel stays listed */
     const struct kmgr_sandbox *sandbox; /* NULL: kernels run unsandboxed (development only) */
     int exec_timeout_ms;          /* wall time per execution (0: none) */
+    int max_commands;             /* commands running at once per kernel (kcmd.c; 0: 16) */
     long long output_cap;         /* iopub output bytes per execution (0: none) */
     long long max_kernel_msg;     /* bytes per frame of a kernel's message (0: no limit); a
                                      kernel that sends more is restarted (output_limit) */
@@ -279,6 +280,8 @@ enum kmgr_exec { KMGR_EXEC_OK, KMGR_EXEC_ERROR, KMGR_EXEC_ABORTED, KMGR_EXEC_TIM
  * (iopub handed to the hook, once however many clients watch; replies to a kconn). */
 enum kmgr_dir { KMGR_TO_KERNEL, KMGR_TO_CLIENT, KMGR_DIR_N };
 
+#define KMGR_CMD_STATUS_N 8 /* = KCMD_STATUS_N (kcmd.c checks) */
+
 /* Since kmgr_new; every counter only grows. */
 struct kmgr_stats {
     uint64_t starts[KMGR_START_N];
@@ -292,6 +295,7 @@ struct kmgr_stats {
     uint64_t message_bytes[KMGR_DIR_N]; /* header, parent header, metadata, content, buffers */
     uint64_t fork_server_restarts;      /* starts of the fork server after its first */
     uint64_t sandbox_setup_failures;    /* kernel processes whose sandbox set-up failed */
+    uint64_t commands[KMGR_CMD_STATUS_N]; /* commands ended, by enum kcmd_status (kcmd.h) */
     uint64_t shutdown_forced;           /* shutdown_requests ignored for the grace: SIGTERM */
     uint64_t cpu_ns_gone;               /* CPU time of kernels' cgroups already removed */
     struct kegress_stats egress;        /* kernels' egress proxies: connections, bytes */

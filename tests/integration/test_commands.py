@@ -343,7 +343,7 @@ def test_concurrency_limit(gw, kid):
             events_of(r, 1)
             conns.append(c)
         st, body = run(gw, kid, {"command": "true"})
-        assert st == 429 and "16" in body["message"], body
+        assert st == 429 and "--max-commands-per-kernel" in body["message"], body
     finally:
         for c in conns:
             c.close()
@@ -372,6 +372,13 @@ def test_audited(gw, kid):
     assert len(e["command_sha256"]) == 64 and "exit 4" not in json.dumps(e)
     assert any(s["event"] == "command_start" and s["command_sha256"] == e["command_sha256"]
                for s in evs)
+    # and counted
+    st, text, _ = gw.request("GET", "/metrics")
+    text = text.decode() if isinstance(text, bytes) else text
+    counts = {l.split()[0]: float(l.split()[1]) for l in text.splitlines()
+              if l.startswith("kgw_commands_total{")}
+    assert counts['kgw_commands_total{status="error"}'] >= 1, counts
+    assert len(counts) == 8, counts
 
 
 def test_mcp_run_command(gw):
@@ -413,21 +420,36 @@ def test_mcp_run_command(gw):
         M.post(gw, None, sid, method="DELETE")
 
 
-@pytest.mark.parametrize("flags", [["--no-fork-server"], ["--no-sandbox"]])
-def test_other_start_paths(gateway_factory, flags):
+@pytest.mark.parametrize("flags", [["--pool", "python3=0"], ["--no-fork-server"],
+                                   ["--no-sandbox"]])
+def test_start_paths(gateway_factory, flags):
+    """A kernel forked by the fork server (its init gets the command socket through the
+    server), one exec'd, and an unsandboxed one."""
+    import re
     g = gateway_factory(*flags)
+    forked = "--pool" in flags
+    if forked:
+        deadline = time.monotonic() + 60
+        while "fork server: ready" not in g.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
     k = g.start_kernel()["id"]
+    if forked:
+        assert re.search(rf"kernel={k}: ready \(pid \d+, forked", g.log()), "not forked"
     try:
-        out, err, end = sh(g, k, "echo $((6*7)); echo e >&2; id -u", timeout=30)
+        # (argv: unsandboxed, "command"'s login shell would read the host's profile)
+        st, evs = run(g, k, {"argv": ["/bin/bash", "-c", "echo $((6*7)); echo e >&2; id -u"],
+                             "timeout": 30})
+        out, err, end = check_stream(evs)
         lines = out.splitlines()
         assert lines[0] == "42" and err == "e\n" and end["status"] == "ok", (out, end)
         if "--no-sandbox" in flags:
             assert lines[1] == str(os.getuid())
         else:
             assert lines[1] == "1000"
-        _, _, end = sh(g, k, "sleep 30", timeout=0.3)
+        st, evs = run(g, k, {"argv": ["sleep", "30"], "timeout": 0.3})
+        end = evs[-1]
         assert end["status"] == "timeout"
-        c, r = open_cmd(g, k, {"command": "echo started; sleep 120"})
+        c, r = open_cmd(g, k, {"argv": ["/bin/sh", "-c", "echo started; exec sleep 120"]})
         events_of(r, 2)
         assert g.delete_kernel(k) == 204
         assert events_of(r)[-1]["status"] == "kernel_died"

@@ -27,12 +27,23 @@ static const struct {
     const char *want;
 } cases[] = {
     {"ascii", {"hello", " world", NULL}, "hello world"},
-    {"valid multibyte", {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", NULL},
+    {"valid multibyte",
+     {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", NULL},
      "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
-    {"euro cut 2+1", {"a\xe2\x82", "\xac" "b", NULL}, "a\xe2\x82\xac" "b"},
+    {"euro cut 2+1",
+     {"a\xe2\x82",
+      "\xac"
+      "b",
+      NULL},
+     "a\xe2\x82\xac"
+     "b"},
     {"euro cut 1+1+1", {"\xe2", "\x82", "\xac", NULL}, "\xe2\x82\xac"},
     {"emoji cut 1+3", {"\xf0", "\x9f\x98\x80!", NULL}, "\xf0\x9f\x98\x80!"},
-    {"invalid byte", {"a\xff" "b", NULL}, "a" FFFD "b"},
+    {"invalid byte",
+     {"a\xff"
+      "b",
+      NULL},
+     "a" FFFD "b"},
     {"lone continuation", {"\x80\x80", NULL}, FFFD FFFD},
     {"overlong", {"\xc0\xaf", NULL}, FFFD FFFD},
     {"surrogate", {"\xed\xa0\x80", NULL}, FFFD FFFD FFFD},
