@@ -70,6 +70,7 @@ struct gw_config {
     long long mcp_named_kernels;      /* mcp.c: named kernels per tenant (0: none) */
     long long stall_timeout; /* xapi.c, mcp.c, files.c: seconds a reader may take nothing */
     long long max_checkpoints;        /* ckpt.c: per kernel */
+    const char *e2b_templates;        /* e2b.c: E2B template ids to kernelspecs */
     struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
     struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */
     struct rl_opts rl;
@@ -149,6 +150,7 @@ typedef struct gw {
         ckpt_listener;
     struct xexecs *xexecs; /* xexec.c: the executions (execute API, MCP) */
     struct mcp *mcp;   /* mcp.c: the MCP sessions */
+    struct e2b *e2b;   /* e2b.c: the E2B-compatible API's sandboxes */
     const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     struct wsconn_share *ws_shares; /* wsconn.c: websockets open per tenant (NULL: none) */

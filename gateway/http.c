@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/log.h"
 #include "common/shardid.h"
@@ -97,6 +98,8 @@ int http_write_head(struct gw_req *r, int status, const char *ctype, const char 
         rc |= add_hdr(r->wsi, "content-type:", ctype, &p, end);
     if (name)
         rc |= add_hdr(r->wsi, name, value, &p, end);
+    if (r->chunked) /* after a chunked body the connection ends (write_pending) */
+        rc |= add_hdr(r->wsi, "connection:", "close", &p, end);
     rc |= http_add_common_headers(r->g, r->wsi, &p, end);
     if (length >= 0) {
         rc |= lws_add_http_header_content_length(r->wsi, (lws_filepos_t)length, &p, end);
@@ -178,8 +181,8 @@ static const char *reason_phrase(int status)
  * line is written here, the body goes out raw (put_body with LWS_WRITE_HTTP_HEADERS, outside
  * lws's body accounting) and the connection closes after it. */
 static int put_head(gw_t *g, struct lws *wsi, int status, const char *ctype, size_t len,
-                    const char *location, int retry_after, bool upgrade, const char *csp,
-                    unsigned char **p, unsigned char *end)
+                    const char *location, int retry_after, bool upgrade, bool close,
+                    const char *csp, unsigned char **p, unsigned char *end)
 {
     char num[24];
     int rc;
@@ -191,7 +194,7 @@ static int put_head(gw_t *g, struct lws *wsi, int status, const char *ctype, siz
     } else {
         rc = lws_add_http_header_status(wsi, (unsigned)status, p, end);
     }
-    if (upgrade || reqguard_pipelined((int)lws_get_socket_fd(wsi)))
+    if (upgrade || close || reqguard_pipelined((int)lws_get_socket_fd(wsi)))
         rc |= add_header(wsi, "connection:", "close", p, end);
     if (ctype && len > 0)
         rc |= add_header(wsi, "content-type:", ctype, p, end);
@@ -225,22 +228,26 @@ static int put_body(struct lws *wsi, const void *body, size_t len, enum lws_writ
 
 static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctype,
                           const void *body, size_t len, const char *location, int retry_after,
-                          const char *csp)
+                          const char *csp, bool close)
 {
+    /* a request with a Transfer-Encoding: lws 4.1 does not frame its body, so the connection
+     * cannot take another request after it (a body answered early is not even read) */
+    close = close || lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
     unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
                                        *end = hdr + sizeof(hdr) - 1;
-    if (put_head(g, wsi, status, ctype, len, location, retry_after, false, csp, &p, end) < 0 ||
+    if (put_head(g, wsi, status, ctype, len, location, retry_after, false, close, csp, &p,
+                 end) < 0 ||
         lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
         return -1;
     if (len > 0 && put_body(wsi, body, len, LWS_WRITE_HTTP_FINAL) < 0)
         return -1;
-    return transaction_done(wsi);
+    return close ? -1 : transaction_done(wsi);
 }
 
 int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
                    size_t len, const char *location)
 {
-    return write_response(g, wsi, status, ctype, body, len, location, 0, NULL);
+    return write_response(g, wsi, status, ctype, body, len, location, 0, NULL, false);
 }
 
 static char *error_json(int status, const char *message, size_t *len)
@@ -270,7 +277,7 @@ int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *mes
     size_t len;
     char *s = error_json(status, message, &len);
     int r = write_response(g, wsi, status, "application/json", s ? s : "", len, NULL,
-                           retry_after, NULL);
+                           retry_after, NULL, false);
     free(s);
     return r;
 }
@@ -317,8 +324,8 @@ int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no)
                                        *end = hdr + sizeof(hdr) - 1;
     size_t len;
     char *body = error_json(no->status, no->message, &len);
-    if (body && put_head(g, wsi, no->status, "application/json", len, NULL, no->retry_after,
-                         true, NULL, &p, end) == 0 &&
+    if (body && put_head(g, wsi, no->status, "application/json", len, NULL, no->retry_after, true,
+                         false, NULL, &p, end) == 0 &&
         lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) >= 0)
         put_body(wsi, body, len, LWS_WRITE_HTTP_HEADERS);
     free(body);
@@ -633,6 +640,17 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
             answer_now(g, wsi, pss, 413, "request body too large");
             return -1; /* the body is still coming: do not read it */
         }
+        if (chunked) {
+            char te[16];
+            if (lws_hdr_copy(wsi, te, sizeof(te), WSI_TOKEN_HTTP_TRANSFER_ENCODING) <= 0 ||
+                strcasecmp(te, "chunked") != 0 || given) {
+                answer_now(g, wsi, pss, 400,
+                           "Transfer-Encoding: only chunked is accepted, without Content-Length");
+                return -1;
+            }
+            r->chunked = true;
+            hchunk_init(&r->chunk);
+        }
         if (n > 0 || chunked) {
             r->body_expected = true;
             return 0;
@@ -649,9 +667,10 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
         int rc = r->ops->write(r);
         if (rc <= 0)
             return rc;
+        bool close = r->chunked;
         pss->req = NULL;
         req_free(r);
-        return transaction_done(wsi);
+        return close ? -1 : transaction_done(wsi);
     }
     if (!r || !r->has_response)
         return 0;
@@ -660,10 +679,12 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     char loc[sizeof(r->location) + GW_INSTANCE_ID_MAX + 4];
     snprintf(loc, sizeof(loc), "%s%s%s", r->route.prefix_len ? "/s/" : "",
              r->route.prefix_len ? g->instance_id : "", r->location);
+    /* after a chunked body the connection ends: lws would not find the next request */
+    bool close = r->chunked;
     int rc = write_response(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
-                            r->location[0] ? loc : NULL, r->retry_after, r->csp);
+                            r->location[0] ? loc : NULL, r->retry_after, r->csp, close);
     req_free(r);
-    return rc;
+    return close ? -1 : rc;
 }
 
 int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
@@ -680,6 +701,21 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
     case LWS_CALLBACK_HTTP_BODY:
         if (!r || !r->body_expected)
             return 0;
+        if (r->chunked) { /* lws hands chunked bodies over as they are: decoded here */
+            size_t used = 0;
+            int rc = hchunk_feed(&r->chunk, in, len, &r->body, &used);
+            if (rc < 0) {
+                answer_now(g, wsi, pss, rc == -EINVAL ? 400 : 413,
+                           rc == -EINVAL ? "malformed chunked request body"
+                                         : "request body too large");
+                return -1;
+            }
+            if (rc == 1) {
+                r->body_expected = false;
+                dispatch(r);
+            }
+            return 0;
+        }
         if (r->route.flags & ROUTE_F_UPLOAD)
             return r->ops->upload_body(r, in, len);
         if (buf_append(&r->body, in, len) < 0) {

@@ -11,10 +11,12 @@
 #include "gateway/route.h"
 #include "kernelmgr/kernel.h"
 #include "protocol/fpath.h"
+#include "protocol/hchunk.h"
 
 struct fxfer;   /* files.c: an upload or download in progress */
 struct xreader; /* xapi.c: an execution's events being read */
 struct mcp_call; /* mcp.c: an MCP message being answered */
+struct e2breq;   /* e2b.c: an E2B request being answered */
 struct xcmd_stream; /* xcmd.c: a command's events being sent */
 struct ckpt_op;  /* ckpt.c: a checkpoint operation */
 
@@ -27,6 +29,8 @@ struct gw_req {
     struct gw_caller caller; /* who asked (tenant "" for unauthenticated routes) */
     buf_t body;
     bool body_expected;
+    bool chunked;         /* a chunked body, decoded as it comes */
+    struct hchunk chunk;
     kwait_t *wait;
     void (*done)(struct gw_req *r, kernel_t *k, int status);
     char kernel_id[40]; /* kernel the pending response is about */
@@ -44,6 +48,7 @@ struct gw_req {
     struct fxfer *xfer;
     struct xreader *xr; /* xapi.c: an execution's events being sent */
     struct mcp_call *mc; /* mcp.c: the answer to a POST /mcp */
+    struct e2breq *e2b;  /* e2b.c: an /execute stream or a POST /files being written */
     struct xcmd_stream *xc; /* xcmd.c: a command's events being sent */
     struct ckpt_op *ck;  /* ckpt.c: the checkpoint operation it waits for */
 };

@@ -20,6 +20,7 @@
 #include "gateway/auth.h"
 #include "gateway/channel.h"
 #include "gateway/conns.h"
+#include "gateway/e2b.h"
 #include "gateway/gsecret.h"
 #include "gateway/drain.h"
 #include "gateway/files.h"
@@ -234,6 +235,9 @@ static const struct cfg_option options[] = {
       "finished one without an Idempotency-Key is dropped, or the request is refused (429)"),
     I("max-queued-executions", max_queued_executions, "16", 1, 100000,
       "executions of the execute API per kernel, queued or running (more: 429)"),
+    S("e2b-templates", e2b_templates, "base=,code-interpreter-v1=",
+      "E2B template ids the E2B-compatible API (/e2b) offers, each mapped to a kernelspec: "
+      "TEMPLATE=KERNELSPEC, comma-separated (an empty KERNELSPEC = --default-kernel)"),
     I32("max-commands-per-kernel", km.max_commands, "16", 1, 64,
         "shell commands running at once in one kernel's sandbox (more: 429; docs/commands.md)"),
     I("stall-timeout", stall_timeout, "60", 1, 86400,
@@ -846,6 +850,7 @@ static void teardown(evl_io_t *sig_io, int sfd)
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);
     sessions_free_all(&G);
+    e2b_fini(&G); /* before the executions its streams read */
     xexec_fini(&G);
     mcp_fini(&G); /* before lws's timers go (its requests, closed below, let go of sessions) */
     conns_destroy(&G.conns); /* lws's closes at its destroy need not be counted */

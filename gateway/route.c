@@ -49,6 +49,15 @@ static const struct route_def routes[] = {
     {ROUTE_METRICS, "/metrics", HTTP_M_GET, ROUTE_F_SCRAPE},
     {ROUTE_PLAYGROUND, "/", HTTP_M_GET, ROUTE_F_PUBLIC}, /* the page holds no secret */
     {ROUTE_PLAYGROUND_ASSET, "/playground/{name}", HTTP_M_GET, ROUTE_F_PUBLIC},
+    {ROUTE_E2B_SANDBOXES, "/e2b/api/sandboxes", HTTP_M_GET | HTTP_M_POST, 0},
+    {ROUTE_E2B_SANDBOXES_V2, "/e2b/api/v2/sandboxes", HTTP_M_GET | HTTP_M_POST, 0},
+    {ROUTE_E2B_SANDBOX, "/e2b/api/sandboxes/{id}", HTTP_M_GET | HTTP_M_DELETE, 0},
+    {ROUTE_E2B_TIMEOUT, "/e2b/api/sandboxes/{id}/timeout", HTTP_M_POST, 0},
+    {ROUTE_E2B_CONNECT, "/e2b/api/sandboxes/{id}/connect", HTTP_M_POST, 0},
+    {ROUTE_E2B_CONNECT_V2, "/e2b/api/v2/sandboxes/{id}/connect", HTTP_M_POST, 0},
+    {ROUTE_E2B_API, "/e2b/api/{path}", HTTP_M_GET | HTTP_M_POST | HTTP_M_DELETE | HTTP_M_PUT | HTTP_M_PATCH, 0},
+    /* authenticated by the sandbox's own access token (gateway/e2b.c), never the API key */
+    {ROUTE_E2B_SBX, "/e2b/sbx/{path}", HTTP_M_GET | HTTP_M_POST | HTTP_M_DELETE, ROUTE_F_PUBLIC},
 };
 
 size_t route_count(void)

@@ -43,6 +43,14 @@ enum route_id {
     ROUTE_PLAYGROUND,
     ROUTE_PLAYGROUND_ASSET,
     ROUTE_KERNEL_FORK,
+    ROUTE_E2B_SANDBOXES,    /* the E2B-compatible API (gateway/e2b.c) */
+    ROUTE_E2B_SANDBOXES_V2,
+    ROUTE_E2B_SANDBOX,
+    ROUTE_E2B_TIMEOUT,
+    ROUTE_E2B_CONNECT,
+    ROUTE_E2B_CONNECT_V2,
+    ROUTE_E2B_API,          /* the rest of its control plane: not offered (501) */
+    ROUTE_E2B_SBX,          /* its sandbox plane */
     ROUTE_N /* the number of ids (gateway/routes.c has a row for each) */
 };
 

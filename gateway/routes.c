@@ -6,6 +6,7 @@
 
 #include "gateway/channel.h"
 #include "gateway/ckpt.h"
+#include "gateway/e2b.h"
 #include "gateway/files.h"
 #include "gateway/gfork.h"
 #include "gateway/mcp.h"
@@ -23,6 +24,7 @@
 #define FILES    .handle = files_handle, .write = files_download_write, .fini = files_req_fini
 #define EXECUTES .write = xapi_write, .fini = xapi_req_fini
 #define CKPT(fn) .handle = fn, .fini = ckpt_req_fini
+#define E2B      .write = e2b_write, .fini = e2b_req_fini
 
 static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_API] = {.handle = rest_api},
@@ -62,6 +64,14 @@ static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_METRICS] = {.handle = metrics_handle},
     [ROUTE_PLAYGROUND] = {.handle = playground_page},
     [ROUTE_PLAYGROUND_ASSET] = {.handle = playground_asset},
+    [ROUTE_E2B_SANDBOXES] = {.handle = e2b_api, E2B},
+    [ROUTE_E2B_SANDBOXES_V2] = {.handle = e2b_api, E2B},
+    [ROUTE_E2B_SANDBOX] = {.handle = e2b_api, E2B},
+    [ROUTE_E2B_TIMEOUT] = {.handle = e2b_api, E2B},
+    [ROUTE_E2B_CONNECT] = {.handle = e2b_api, E2B},
+    [ROUTE_E2B_CONNECT_V2] = {.handle = e2b_api, E2B},
+    [ROUTE_E2B_API] = {.handle = e2b_api, E2B},
+    [ROUTE_E2B_SBX] = {.handle = e2b_sbx, E2B},
 };
 
 const struct route_ops *routes_table(void)

@@ -20,6 +20,7 @@
 #include "common/util.h"
 #include "gateway/channel.h"
 #include "gateway/ckpt.h"
+#include "gateway/e2b.h"
 #include "gateway/kops.h"
 #include "gateway/sessions.h"
 #include "gateway/wschan.h"
@@ -305,7 +306,7 @@ int setup_kernels(gw_t *g)
      * is written before clients hear of it). */
     static int (*const faces[])(gw_t *) = {kops_listen, wschan_listen, channel_listen,
                                            sessions_listen, xexec_listen, mcp_listen,
-                                           ckpt_listen};
+                                           ckpt_listen, e2b_listen};
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(faces); i++) {
         int rc = faces[i](g);
         if (rc < 0) {

@@ -201,6 +201,9 @@ static void setup_root(int efd, const sbx_profile_t *p)
         path(dst, sizeof(dst), root, dirs[i]);
         TRY(efd, ST_ROOT, mkdir(dst, 0755));
     }
+    /* the workspace where E2B's SDKs name it too (docs/e2b.md): same files, same paths */
+    path(dst, sizeof(dst), root, SBX_E2B_HOME);
+    TRY(efd, ST_ROOT, symlink(SBX_WORKSPACE_PATH, dst));
     for (size_t i = 0; i < sizeof(usrlinks) / sizeof(usrlinks[0]); i++) {
         struct stat st;
         if (lstat(usrlinks[i][0], &st) < 0)

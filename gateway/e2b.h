@@ -1,0 +1,33 @@
+/* e2b.c: the E2B-compatible API (docs/e2b.md), rows of routes.c. An E2B sandbox
+ * is a kgw workspace with its kernels (the first is the default code context,
+ * more come from POST /contexts), owned by the tenant of the X-API-KEY that
+ * created it, with a lifetime (its timeout: expiry shuts its kernels down) and
+ * two random access tokens that the sandbox plane accepts and nothing else
+ * does; they die with the sandbox. Control plane, under /e2b/api (the kgw key):
+ * POST /sandboxes, POST /v2/sandboxes, GET [/v2]/sandboxes, GET and DELETE
+ * /sandboxes/{id}, POST /sandboxes/{id}/timeout, POST
+ * [/v2]/sandboxes/{id}/connect. Sandbox plane, under /e2b/sbx (the sandbox
+ * named by E2b-Sandbox-Id, its X-Access-Token or E2B-Traffic-Access-Token):
+ * /health, /execute, /contexts, /files and the Connect-RPC calls of
+ * filesystem.Filesystem and process.Process. */
+#ifndef KGW_GATEWAY_E2B_H
+#define KGW_GATEWAY_E2B_H
+
+#include "gateway/gw.h"
+#include "gateway/http.h"
+
+/* Parses --e2b-templates and starts the sandboxes' clock; e2b_fini drops them
+ * all. */
+int e2b_listen(gw_t *g);
+void e2b_fini(gw_t *g);
+
+/* The control plane (ROUTE_E2B_*, authenticated as other routes). */
+void e2b_api(struct gw_req *r);
+/* The sandbox plane (ROUTE_E2B_SBX, public: authenticated here by the sandbox's
+ * tokens). */
+void e2b_sbx(struct gw_req *r);
+/* route_ops write and fini of both. */
+int e2b_write(struct gw_req *r);
+void e2b_req_fini(struct gw_req *r);
+
+#endif

@@ -1,0 +1,353 @@
+#include "gateway/e2bfs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "protocol/e2bwire.h"
+#include "protocol/fpath.h"
+
+static int open_beneath(int dirfd, const char *path, int flags)
+{
+    struct open_how how = {
+        .flags = (unsigned long long)(flags | O_CLOEXEC | O_NOFOLLOW),
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+    };
+    for (int i = 0; i < 8; i++) { /* EAGAIN: a rename raced with the resolution */
+        long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+        if (fd >= 0)
+            return (int)fd;
+        if (errno != EAGAIN && errno != EINTR)
+            return -errno;
+    }
+    return -EAGAIN;
+}
+
+static int open_root(wspace_t *w)
+{
+    int fd = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+static int give(int fd, const wspace_t *w)
+{
+    if (wspace_uid(w) == geteuid() && wspace_gid(w) == getegid())
+        return 0;
+    return fchown(fd, wspace_uid(w), wspace_gid(w)) < 0 ? -errno : 0;
+}
+
+/* The directory holding path's last component (*ret_base points into path);
+ * with create, missing directories are made and given to the workspace's owner.
+ */
+static int
+open_parent(int root, const wspace_t *w, const char *path, bool create, const char **ret_base)
+{
+    char comp[FPATH_NAME_MAX + 1];
+    int dir = open_beneath(root, ".", O_RDONLY | O_DIRECTORY);
+    const char *p = path;
+    if (dir < 0)
+        return dir;
+    for (const char *slash; (slash = strchr(p, '/')); p = slash + 1) {
+        size_t n = (size_t)(slash - p);
+        if (n > FPATH_NAME_MAX) {
+            close(dir);
+            return -ENAMETOOLONG;
+        }
+        memcpy(comp, p, n);
+        comp[n] = '\0';
+        int next = open_beneath(dir, comp, O_RDONLY | O_DIRECTORY);
+        if (next == -ENOENT && create) {
+            bool made = mkdirat(dir, comp, 0755) == 0;
+            if (!made && errno != EEXIST) {
+                next = -errno;
+            } else {
+                next = open_beneath(dir, comp, O_RDONLY | O_DIRECTORY);
+                int rc = next >= 0 && made ? give(next, w) : 0;
+                if (rc < 0) {
+                    close(next);
+                    next = rc;
+                }
+            }
+        }
+        close(dir);
+        if (next < 0)
+            return next;
+        dir = next;
+    }
+    *ret_base = p;
+    return dir;
+}
+
+static void perms(mode_t m, char out[11])
+{
+    static const char rwx[] = "rwxrwxrwx";
+    out[0] = S_ISDIR(m) ? 'd' : S_ISLNK(m) ? 'L' : '-';
+    for (int i = 0; i < 9; i++)
+        out[1 + i] = (m & (1u << (8 - i))) ? rwx[i] : '-';
+    out[10] = '\0';
+}
+
+/* EntryInfo of the entry name in dir, at path (workspace-relative, "" the
+ * root). */
+static json_t *entry(int dir, const char *name, const char *path)
+{
+    struct stat st;
+    if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW | (name[0] ? 0 : AT_EMPTY_PATH)) < 0)
+        return NULL;
+    char full[sizeof(E2BWIRE_HOME) + FPATH_MAX + 2], when[40], pm[11], size[24];
+    snprintf(full, sizeof(full), "%s%s%s", E2BWIRE_HOME, path[0] ? "/" : "", path);
+    struct tm tm;
+    gmtime_r(&st.st_mtim.tv_sec, &tm);
+    size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + n, sizeof(when) - n, ".%09ldZ", st.st_mtim.tv_nsec);
+    perms(st.st_mode, pm);
+    snprintf(size, sizeof(size), "%lld", (long long)st.st_size);
+    const char *type = S_ISREG(st.st_mode)   ? "FILE_TYPE_FILE"
+                       : S_ISDIR(st.st_mode) ? "FILE_TYPE_DIRECTORY"
+                       : S_ISLNK(st.st_mode) ? "FILE_TYPE_SYMLINK"
+                                             : "FILE_TYPE_UNSPECIFIED";
+    const char *base = strrchr(full, '/') + 1;
+    json_t *e =
+        json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s, s:s}", "name", base, "type", type,
+                  "path", full, "size", size, "mode", (int)(st.st_mode & 07777), "permissions", pm,
+                  "owner", "user", "group", "user", "modifiedTime", when);
+    if (e && S_ISLNK(st.st_mode)) {
+        char target[FPATH_MAX + 1];
+        ssize_t tn = readlinkat(dir, name, target, sizeof(target) - 1);
+        if (tn >= 0) {
+            target[tn] = '\0';
+            json_object_set_new(e, "symlinkTarget", json_stringn_nocheck(target, (size_t)tn));
+        }
+    }
+    return e;
+}
+
+/* Opens path: the directory itself for "" or a directory, with the parent and
+ * base for entry(). */
+static int
+resolve(wspace_t *w, const char *path, int *ret_root, int *ret_parent, const char **ret_base)
+{
+    int root = open_root(w);
+    if (root < 0)
+        return root;
+    if (!path[0]) {
+        *ret_root = root;
+        *ret_parent = -1;
+        *ret_base = "";
+        return 0;
+    }
+    int parent = open_parent(root, w, path, false, ret_base);
+    if (parent < 0) {
+        close(root);
+        return parent;
+    }
+    *ret_root = root;
+    *ret_parent = parent;
+    return 0;
+}
+
+int e2bfs_stat(wspace_t *w, const char *path, json_t **ret)
+{
+    int root, parent;
+    const char *base;
+    int rc = resolve(w, path, &root, &parent, &base);
+    if (rc < 0)
+        return rc;
+    json_t *e = entry(parent >= 0 ? parent : root, base, path);
+    rc = e ? 0 : errno == 0 ? -ENOMEM : -errno;
+    if (parent >= 0)
+        close(parent);
+    close(root);
+    if (rc < 0)
+        return rc;
+    *ret = json_pack("{s:o}", "entry", e);
+    return *ret ? 0 : -ENOMEM;
+}
+
+static int list_dir(int dir, const char *path, unsigned depth, json_t *out)
+{
+    int fd = dup(dir);
+    if (fd < 0)
+        return -errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -errno;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        size_t nl = strlen(de->d_name), pl = strlen(path);
+        if (!fpath_name_ok(de->d_name, nl) || pl + 1 + nl > FPATH_MAX)
+            continue; /* not a name a path can hold: not shown */
+        if (json_array_size(out) >= E2BFS_LIST_MAX) {
+            rc = -E2BIG;
+            break;
+        }
+        char sub[FPATH_MAX + 1];
+        snprintf(sub, sizeof(sub), "%s%s%s", path, pl ? "/" : "", de->d_name);
+        json_t *e = entry(dir, de->d_name, sub);
+        if (!e)
+            continue; /* gone meanwhile */
+        bool isdir =
+            strcmp(json_string_value(json_object_get(e, "type")), "FILE_TYPE_DIRECTORY") == 0;
+        if (json_array_append_new(out, e) < 0)
+            rc = -ENOMEM;
+        if (rc == 0 && isdir && depth > 1) {
+            int child = open_beneath(dir, de->d_name, O_RDONLY | O_DIRECTORY);
+            if (child >= 0) {
+                rc = list_dir(child, sub, depth - 1, out);
+                close(child);
+            }
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int e2bfs_list(wspace_t *w, const char *path, unsigned depth, json_t **ret)
+{
+    int root = open_root(w);
+    if (root < 0)
+        return root;
+    int dir = path[0] ? open_beneath(root, path, O_RDONLY | O_DIRECTORY) : dup(root);
+    close(root);
+    if (dir < 0)
+        return dir == -1 ? -errno : dir;
+    json_t *arr = json_array();
+    int rc = arr ? list_dir(dir, path, depth, arr) : -ENOMEM;
+    close(dir);
+    if (rc == -E2BIG)
+        rc = 0; /* cut at E2BFS_LIST_MAX */
+    if (rc < 0) {
+        json_decref(arr);
+        return rc;
+    }
+    *ret = json_pack("{s:o}", "entries", arr);
+    return *ret ? 0 : -ENOMEM;
+}
+
+int e2bfs_mkdir(wspace_t *w, const char *path, json_t **ret)
+{
+    if (!path[0])
+        return -EEXIST;
+    int root = open_root(w);
+    if (root < 0)
+        return root;
+    const char *base;
+    int parent = open_parent(root, w, path, true, &base);
+    close(root);
+    if (parent < 0)
+        return parent;
+    int rc = mkdirat(parent, base, 0755) < 0 ? -errno : 0;
+    if (rc == 0) {
+        int fd = open_beneath(parent, base, O_RDONLY | O_DIRECTORY);
+        rc = fd < 0 ? fd : give(fd, w);
+        if (fd >= 0)
+            close(fd);
+    }
+    json_t *e = rc == 0 ? entry(parent, base, path) : NULL;
+    close(parent);
+    if (rc < 0)
+        return rc;
+    if (!e || !(*ret = json_pack("{s:o}", "entry", e)))
+        return -ENOMEM;
+    return 0;
+}
+
+/* Removes name in dir and, for a directory, what it holds (*budget entries at
+ * most). */
+static int remove_at(int dir, const char *name, int depth, long *budget)
+{
+    if (--*budget < 0)
+        return -E2BIG;
+    if (unlinkat(dir, name, 0) == 0)
+        return 0;
+    if (errno != EISDIR && errno != EPERM)
+        return -errno;
+    if (depth > FPATH_DEPTH_MAX * 4)
+        return -ELOOP;
+    int sub = open_beneath(dir, name, O_RDONLY | O_DIRECTORY);
+    if (sub < 0)
+        return sub;
+    int fd = dup(sub);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        close(sub);
+        return rc;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        rc = remove_at(sub, de->d_name, depth + 1, budget);
+        if (rc == -ENOENT)
+            rc = 0;
+    }
+    closedir(d);
+    close(sub);
+    if (rc == 0 && unlinkat(dir, name, AT_REMOVEDIR) < 0)
+        rc = -errno;
+    return rc;
+}
+
+int e2bfs_remove(wspace_t *w, const char *path, json_t **ret)
+{
+    if (!path[0])
+        return -EINVAL; /* not the workspace itself */
+    int root = open_root(w);
+    if (root < 0)
+        return root;
+    const char *base;
+    int parent = open_parent(root, w, path, false, &base);
+    close(root);
+    if (parent < 0)
+        return parent;
+    long budget = E2BFS_REMOVE_MAX;
+    int rc = remove_at(parent, base, 0, &budget);
+    close(parent);
+    if (rc < 0)
+        return rc;
+    *ret = json_object();
+    return *ret ? 0 : -ENOMEM;
+}
+
+int e2bfs_move(wspace_t *w, const char *src, const char *dst, json_t **ret)
+{
+    if (!src[0] || !dst[0])
+        return -EINVAL;
+    int root = open_root(w);
+    if (root < 0)
+        return root;
+    const char *sb, *db;
+    int sp = open_parent(root, w, src, false, &sb);
+    int dp = sp >= 0 ? open_parent(root, w, dst, true, &db) : -1;
+    close(root);
+    int rc = sp < 0 ? sp : dp < 0 ? dp : 0;
+    if (rc == 0 && renameat(sp, sb, dp, db) < 0)
+        rc = -errno;
+    json_t *e = rc == 0 ? entry(dp, db, dst) : NULL;
+    if (sp >= 0)
+        close(sp);
+    if (dp >= 0)
+        close(dp);
+    if (rc < 0)
+        return rc;
+    if (!e || !(*ret = json_pack("{s:o}", "entry", e)))
+        return -ENOMEM;
+    return 0;
+}

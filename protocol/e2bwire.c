@@ -1,0 +1,672 @@
+#include "protocol/e2bwire.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+#define E2BWIRE_BODY_MAX (1u << 20) /* bytes of a JSON body looked at */
+
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errsz, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errsz, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+/* The body as a JSON object (an empty body is {}), or NULL with a message. */
+static json_t *load_object(const char *body, size_t len, char *err, size_t errsz)
+{
+    json_error_t jerr;
+    if (len > E2BWIRE_BODY_MAX) {
+        fail(err, errsz, "the request body is over %u bytes", E2BWIRE_BODY_MAX);
+        return NULL;
+    }
+    if (len == 0)
+        return json_object();
+    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc) {
+        fail(err, errsz, "the body is not valid JSON (line %d column %d)", jerr.line, jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        fail(err, errsz, "the body must be a JSON object");
+        return NULL;
+    }
+    return doc;
+}
+
+/* A map of strings (envVars, metadata): NULL and null are none; else a bounded
+ * object of printable keys and string values. */
+static int string_map(json_t *v, const char *field, json_t **ret, char *err, size_t errsz)
+{
+    const char *k;
+    json_t *s;
+    *ret = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_object(v))
+        return fail(err, errsz, "\"%s\" must be an object of strings", field);
+    if (json_object_size(v) > E2BWIRE_MAP_MAX)
+        return fail(err, errsz, "\"%s\" has more than %d entries", field, E2BWIRE_MAP_MAX);
+    json_object_foreach(v, k, s)
+    {
+        size_t kn = strlen(k);
+        if (kn == 0 || kn > E2BWIRE_KEY_MAX || !util_printable(k, kn))
+            return fail(err, errsz, "\"%s\": keys are 1 to %d printable ASCII characters", field,
+                        E2BWIRE_KEY_MAX);
+        if (!json_is_string(s) || json_string_length(s) > E2BWIRE_VALUE_MAX ||
+            memchr(json_string_value(s), '\0', json_string_length(s)))
+            return fail(err, errsz, "\"%s\": values are strings of at most %d bytes", field,
+                        E2BWIRE_VALUE_MAX);
+    }
+    *ret = json_incref(v);
+    return 0;
+}
+
+/* A field that must be absent, null, false (on false) or empty: what kgw does
+ * not offer. */
+static bool offered(json_t *v, bool on)
+{
+    if (!v || json_is_null(v))
+        return true;
+    if (json_is_boolean(v))
+        return json_is_true(v) == on;
+    if (json_is_object(v))
+        return json_object_size(v) == 0;
+    if (json_is_array(v))
+        return json_array_size(v) == 0;
+    return false;
+}
+
+static int seconds(json_t *v, const char *field, long long *ret, char *err, size_t errsz)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > E2BWIRE_TIMEOUT_MAX)
+        return fail(err, errsz, "\"%s\" must be whole seconds, 0 to %d", field,
+                    E2BWIRE_TIMEOUT_MAX);
+    *ret = (long long)json_integer_value(v);
+    return 0;
+}
+
+int e2bwire_create_parse(
+    const char *body, size_t len, struct e2bwire_create *out, char *err, size_t errsz)
+{
+    memset(out, 0, sizeof(*out));
+    out->timeout = -1;
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    const char *k;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(doc, k, v)
+    {
+        if (strcmp(k, "templateID") == 0) {
+            if (!json_is_string(v) || json_string_length(v) == 0 ||
+                json_string_length(v) > E2BWIRE_TEMPLATE_MAX ||
+                !util_printable(json_string_value(v), json_string_length(v))) {
+                rc = fail(err, errsz, "\"templateID\" must be 1 to %d printable characters",
+                          E2BWIRE_TEMPLATE_MAX);
+                break;
+            }
+            memcpy(out->template_id, json_string_value(v), json_string_length(v) + 1);
+        } else if (strcmp(k, "timeout") == 0) {
+            if ((rc = seconds(v, k, &out->timeout, err, errsz)) < 0)
+                break;
+        } else if (strcmp(k, "envVars") == 0) {
+            if ((rc = string_map(v, k, &out->env, err, errsz)) < 0)
+                break;
+        } else if (strcmp(k, "metadata") == 0) {
+            if ((rc = string_map(v, k, &out->metadata, err, errsz)) < 0)
+                break;
+        } else if (strcmp(k, "allow_internet_access") == 0) {
+            if (!offered(v, false)) {
+                rc = fail(err, errsz,
+                          "internet access is not offered: kgw sandboxes have no "
+                          "network unless "
+                          "the operator gives kernels an egress policy (pass "
+                          "allowInternetAccess: false)");
+                break;
+            }
+        } else if (strcmp(k, "secure") == 0) {
+            if (!json_is_null(v) && !json_is_true(v)) {
+                rc = fail(err, errsz,
+                          "\"secure\": false is not offered: every kgw sandbox has "
+                          "its own access token");
+                break;
+            }
+        } else if (strcmp(k, "autoPause") == 0 || strcmp(k, "autoPauseMemory") == 0 ||
+                   strcmp(k, "autoResume") == 0) {
+            if (!offered(v, false) &&
+                !(json_is_object(v) && offered(json_object_get(v, "enabled"), false) &&
+                  json_object_size(v) == 1)) {
+                rc = fail(err, errsz, "\"%s\": pausing sandboxes is not offered", k);
+                break;
+            }
+        } else if (strcmp(k, "network") == 0 || strcmp(k, "iam") == 0 || strcmp(k, "mcp") == 0 ||
+                   strcmp(k, "volumeMounts") == 0) {
+            if (!offered(v, false)) {
+                rc = fail(err, errsz, "\"%s\" is not offered by kgw", k);
+                break;
+            }
+        } else {
+            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
+            break;
+        }
+    }
+    json_decref(doc);
+    if (rc < 0)
+        e2bwire_create_fini(out);
+    return rc;
+}
+
+void e2bwire_create_fini(struct e2bwire_create *c)
+{
+    json_decref(c->env);
+    json_decref(c->metadata);
+    c->env = c->metadata = NULL;
+}
+
+int e2bwire_timeout_parse(
+    const char *body, size_t len, bool required, long long *ret_timeout, char *err, size_t errsz)
+{
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    const char *k;
+    json_t *v;
+    long long t = -1;
+    int rc = 0;
+    json_object_foreach(doc, k, v)
+    {
+        if (strcmp(k, "timeout") == 0) {
+            if ((rc = seconds(v, k, &t, err, errsz)) < 0)
+                break;
+        } else if (strcmp(k, "memory") == 0 || strcmp(k, "autoPause") == 0) {
+            if (!json_is_null(v) && !json_is_boolean(v)) {
+                rc = fail(err, errsz, "\"%s\" must be a boolean", k);
+                break;
+            }
+        } else {
+            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
+            break;
+        }
+    }
+    json_decref(doc);
+    if (rc == 0 && required && t < 0)
+        rc = fail(err, errsz, "\"timeout\" (seconds) is required");
+    if (rc == 0)
+        *ret_timeout = t;
+    return rc;
+}
+
+int e2bwire_exec_parse(
+    const char *body, size_t len, struct e2bwire_exec *out, char *err, size_t errsz)
+{
+    memset(out, 0, sizeof(*out));
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    const char *k;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(doc, k, v)
+    {
+        if (strcmp(k, "code") == 0) {
+            if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v))) {
+                rc = fail(err, errsz, "\"code\" must be a string");
+                break;
+            }
+            free(out->code);
+            if (!(out->code = strdup(json_string_value(v)))) {
+                rc = fail(err, errsz, "out of memory");
+                break;
+            }
+        } else if (strcmp(k, "context_id") == 0) {
+            if (json_is_null(v))
+                continue;
+            if (!json_is_string(v) || json_string_length(v) == 0 ||
+                json_string_length(v) >= sizeof(out->context_id) ||
+                !util_printable(json_string_value(v), json_string_length(v))) {
+                rc = fail(err, errsz, "\"context_id\" must be a context id");
+                break;
+            }
+            memcpy(out->context_id, json_string_value(v), json_string_length(v) + 1);
+        } else if (strcmp(k, "language") == 0) {
+            if (!json_is_null(v) &&
+                !(json_is_string(v) &&
+                  (strcmp(json_string_value(v), "python") == 0 || json_string_length(v) == 0))) {
+                rc = fail(err, errsz, "only the language \"python\" is offered");
+                break;
+            }
+        } else if (strcmp(k, "env_vars") == 0) {
+            if (!offered(v, false)) {
+                rc = fail(err, errsz,
+                          "per-run env_vars are not offered: give envs when the "
+                          "sandbox is created");
+                break;
+            }
+        } else {
+            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
+            break;
+        }
+    }
+    json_decref(doc);
+    if (rc == 0 && !out->code)
+        rc = fail(err, errsz, "\"code\" is required");
+    if (rc < 0)
+        e2bwire_exec_fini(out);
+    return rc;
+}
+
+void e2bwire_exec_fini(struct e2bwire_exec *x)
+{
+    free(x->code);
+    x->code = NULL;
+}
+
+int e2bwire_path(const char *in, size_t len, char *out, size_t outsz)
+{
+    static const char home[] = E2BWIRE_HOME;
+    const size_t hn = sizeof(home) - 1;
+    if (outsz < FPATH_MAX + 1)
+        return -ENOBUFS;
+    if (len == 0 || len > 4 * FPATH_MAX || memchr(in, '\0', len))
+        return -EINVAL;
+    size_t i = 0;
+    if (in[0] == '/') {
+        if (len < hn || memcmp(in, home, hn) != 0 || (len > hn && in[hn] != '/'))
+            return -EACCES;
+        i = hn;
+    }
+    /* the components, "." dropped and ".." taken back, into out */
+    size_t o = 0;
+    size_t depth = 0;
+    while (i < len) {
+        while (i < len && in[i] == '/')
+            i++;
+        size_t s = i;
+        while (i < len && in[i] != '/')
+            i++;
+        size_t n = i - s;
+        if (n == 0 || (n == 1 && in[s] == '.'))
+            continue;
+        if (n == 2 && in[s] == '.' && in[s + 1] == '.') {
+            if (depth == 0)
+                return -EACCES;
+            while (o > 0 && out[o - 1] != '/')
+                o--;
+            if (o > 0)
+                o--; /* the '/' before it */
+            depth--;
+            continue;
+        }
+        if (o + (o ? 1 : 0) + n > FPATH_MAX)
+            return -ENAMETOOLONG;
+        if (o)
+            out[o++] = '/';
+        memcpy(out + o, in + s, n);
+        o += n;
+        depth++;
+    }
+    out[o] = '\0';
+    if (o == 0)
+        return 0;
+    char tmp[FPATH_MAX + 1];
+    int rc = fpath_normalize(out, o, tmp, sizeof(tmp));
+    return rc < 0 ? rc : (int)o;
+}
+
+/* A path field of a filesystem request. */
+static int fs_path(json_t *v, const char *field, char *out, char *err, size_t errsz)
+{
+    if (!json_is_string(v))
+        return fail(err, errsz, "\"%s\" must be a string", field);
+    int rc = e2bwire_path(json_string_value(v), json_string_length(v), out, FPATH_MAX + 1);
+    if (rc == -EACCES) {
+        snprintf(err, errsz,
+                 "\"%s\": only paths under " E2BWIRE_HOME " (the workspace) are "
+                 "offered",
+                 field);
+        return -EACCES;
+    }
+    if (rc < 0)
+        return fail(err, errsz, "\"%s\" is not a valid path", field);
+    return 0;
+}
+
+int e2bwire_fsreq_parse(const char *method,
+                        const char *body,
+                        size_t len,
+                        struct e2bwire_fsreq *out,
+                        char *err,
+                        size_t errsz)
+{
+    memset(out, 0, sizeof(*out));
+    bool move = strcmp(method, "Move") == 0, list = strcmp(method, "ListDir") == 0;
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    const char *k;
+    json_t *v;
+    int rc = 0, have = 0;
+    out->depth = 1;
+    json_object_foreach(doc, k, v)
+    {
+        if (!move && strcmp(k, "path") == 0) {
+            rc = fs_path(v, k, out->path, err, errsz);
+            have |= 1;
+        } else if (move && strcmp(k, "source") == 0) {
+            rc = fs_path(v, k, out->path, err, errsz);
+            have |= 1;
+        } else if (move && strcmp(k, "destination") == 0) {
+            rc = fs_path(v, k, out->path2, err, errsz);
+            have |= 2;
+        } else if (list && strcmp(k, "depth") == 0) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 8)
+                rc = fail(err, errsz, "\"depth\" must be 1 to 8");
+            else if (json_integer_value(v) > 0)
+                out->depth = (unsigned)json_integer_value(v);
+        } else {
+            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
+        }
+        if (rc < 0)
+            break;
+    }
+    json_decref(doc);
+    if (rc == 0 && !(have & 1))
+        rc = fail(err, errsz, "\"%s\" is required", move ? "source" : "path");
+    if (rc == 0 && move && !(have & 2))
+        rc = fail(err, errsz, "\"destination\" is required");
+    return rc;
+}
+
+static bool env_name_ok(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > E2BWIRE_KEY_MAX || (k[0] >= '0' && k[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = k[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* Copies s (n bytes, no NUL inside) into the string area at *off; false when full. */
+static bool put_str(
+    char *area, size_t *off, const char *s, size_t n, const char *s2, size_t n2, const char **ret)
+{
+    if (n + n2 + 1 > E2BWIRE_ARGV_BYTES - *off)
+        return false;
+    *ret = area + *off;
+    memcpy(area + *off, s, n);
+    memcpy(area + *off + n, s2, n2);
+    area[*off + n + n2] = '\0';
+    *off += n + n2 + 1;
+    return true;
+}
+
+int e2bwire_start_parse(
+    const char *body, size_t len, struct e2bwire_start *out, char *err, size_t errsz)
+{
+    memset(out, 0, sizeof(*out));
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    int rc = 0;
+    size_t off = 0, na = 0, ne = 0;
+    const char *k;
+    json_t *v, *proc = NULL;
+    json_object_foreach(doc, k, v)
+    {
+        if (strcmp(k, "process") == 0) {
+            proc = v;
+        } else if (strcmp(k, "pty") == 0) {
+            if (!json_is_null(v)) {
+                rc = -ENOSYS;
+                snprintf(err, errsz, "a PTY is not offered by kgw");
+                break;
+            }
+        } else if (strcmp(k, "stdin") == 0) {
+            if (json_is_true(v)) {
+                rc = -ENOSYS;
+                snprintf(err, errsz, "stdin is not offered by kgw's process.Start");
+                break;
+            }
+            if (!json_is_false(v) && !json_is_null(v)) {
+                rc = fail(err, errsz, "\"stdin\" must be a boolean");
+                break;
+            }
+        } else if (strcmp(k, "tag") == 0) {
+            if (!json_is_string(v) && !json_is_null(v)) {
+                rc = fail(err, errsz, "\"tag\" must be a string");
+                break;
+            }
+        } else {
+            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
+            break;
+        }
+    }
+    if (rc == 0 && !json_is_object(proc))
+        rc = fail(err, errsz, "\"process\" (an object with \"cmd\") is required");
+    if (rc == 0 && !(out->strs = malloc(E2BWIRE_ARGV_BYTES)))
+        rc = fail(err, errsz, "out of memory");
+    json_t *cmd = rc == 0 ? json_object_get(proc, "cmd") : NULL;
+    if (rc == 0 && (!json_is_string(cmd) || json_string_length(cmd) == 0 ||
+                    memchr(json_string_value(cmd), '\0', json_string_length(cmd)) ||
+                    !put_str(out->strs, &off, json_string_value(cmd), json_string_length(cmd), "",
+                             0, &out->argv[na++])))
+        rc = fail(err, errsz, "\"process.cmd\" must be a program's path");
+    json_object_foreach(rc == 0 ? proc : NULL, k, v)
+    {
+        if (strcmp(k, "cmd") == 0)
+            continue;
+        if (strcmp(k, "args") == 0) {
+            size_t i;
+            json_t *a;
+            if (!json_is_array(v) || json_array_size(v) > E2BWIRE_ARGS_MAX) {
+                rc = fail(err, errsz, "\"process.args\" must be at most %d strings",
+                          E2BWIRE_ARGS_MAX);
+                break;
+            }
+            json_array_foreach(v, i, a)
+            {
+                if (!json_is_string(a) ||
+                    memchr(json_string_value(a), '\0', json_string_length(a)) ||
+                    !put_str(out->strs, &off, json_string_value(a), json_string_length(a), "", 0,
+                             &out->argv[na++])) {
+                    rc = fail(err, errsz, "\"process.args\": strings of at most %d bytes in all",
+                              E2BWIRE_ARGV_BYTES);
+                    break;
+                }
+            }
+        } else if (strcmp(k, "envs") == 0) {
+            const char *ek;
+            json_t *ev;
+            if (json_is_null(v))
+                continue;
+            if (!json_is_object(v) || json_object_size(v) > E2BWIRE_MAP_MAX) {
+                rc = fail(err, errsz, "\"process.envs\" must be at most %d strings",
+                          E2BWIRE_MAP_MAX);
+                break;
+            }
+            json_object_foreach(v, ek, ev)
+            {
+                char name[E2BWIRE_KEY_MAX + 2];
+                if (!env_name_ok(ek) || !json_is_string(ev) ||
+                    json_string_length(ev) > E2BWIRE_VALUE_MAX ||
+                    memchr(json_string_value(ev), '\0', json_string_length(ev))) {
+                    rc = fail(err, errsz,
+                              "\"process.envs\": names of [A-Za-z0-9_] and string "
+                              "values of at most %d bytes",
+                              E2BWIRE_VALUE_MAX);
+                    break;
+                }
+                int nn = snprintf(name, sizeof(name), "%s=", ek);
+                if (!put_str(out->strs, &off, name, (size_t)nn, json_string_value(ev),
+                             json_string_length(ev), &out->env[ne++])) {
+                    rc = fail(err, errsz, "\"process\": over %d bytes", E2BWIRE_ARGV_BYTES);
+                    break;
+                }
+            }
+        } else if (strcmp(k, "cwd") == 0) {
+            if (json_is_null(v))
+                continue;
+            if (!json_is_string(v) || e2bwire_path(json_string_value(v), json_string_length(v),
+                                                   out->cwd, sizeof(out->cwd)) < 0) {
+                snprintf(err, errsz,
+                         "\"process.cwd\": only directories under " E2BWIRE_HOME " are offered");
+                rc = -EACCES;
+            }
+        } else {
+            rc = fail(err, errsz, "unknown field \"process.%.64s\"", k);
+        }
+        if (rc < 0)
+            break;
+    }
+    json_decref(doc);
+    if (rc < 0)
+        e2bwire_start_fini(out);
+    return rc;
+}
+
+void e2bwire_start_fini(struct e2bwire_start *s)
+{
+    free(s->strs);
+    memset(s, 0, sizeof(*s));
+}
+
+int e2bwire_signal_parse(
+    const char *body, size_t len, unsigned *ret_pid, int *ret_sig, char *err, size_t errsz)
+{
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    json_t *proc = json_object_get(doc, "process"), *sig = json_object_get(doc, "signal");
+    json_t *pid = json_object_get(proc, "pid");
+    int rc = 0, s = 0;
+    if (json_object_size(doc) != (size_t)(!!proc + !!sig) || !json_is_object(proc) ||
+        json_object_size(proc) != 1 || !json_is_integer(pid) || json_integer_value(pid) < 0 ||
+        json_integer_value(pid) > 0xffffffffLL)
+        rc = fail(err, errsz, "{\"process\": {\"pid\": N}, \"signal\"} is expected");
+    else if ((json_is_string(sig) && strcmp(json_string_value(sig), "SIGNAL_SIGKILL") == 0) ||
+             (json_is_integer(sig) && json_integer_value(sig) == 9))
+        s = 9;
+    else if ((json_is_string(sig) && strcmp(json_string_value(sig), "SIGNAL_SIGTERM") == 0) ||
+             (json_is_integer(sig) && json_integer_value(sig) == 15))
+        s = 15;
+    else
+        rc = fail(err, errsz, "\"signal\" must be SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+    if (rc == 0) {
+        *ret_pid = (unsigned)json_integer_value(pid);
+        *ret_sig = s;
+    }
+    json_decref(doc);
+    return rc;
+}
+
+int e2bwire_envelope_parse(const uint8_t *in,
+                           size_t len,
+                           size_t max,
+                           uint8_t *ret_flags,
+                           size_t *ret_off,
+                           size_t *ret_n,
+                           size_t *ret_used)
+{
+    if (len < 5)
+        return -EAGAIN;
+    size_t n = (size_t)in[1] << 24 | (size_t)in[2] << 16 | (size_t)in[3] << 8 | in[4];
+    if (n > max)
+        return -EMSGSIZE;
+    if (in[0] & E2BWIRE_ENV_COMPRESSED)
+        return -EPROTO;
+    if (len - 5 < n)
+        return -EAGAIN;
+    *ret_flags = in[0];
+    *ret_off = 5;
+    *ret_n = n;
+    *ret_used = 5 + n;
+    return 0;
+}
+
+int e2bwire_envelope_write(buf_t *out, uint8_t flags, const void *payload, size_t n)
+{
+    if (n > UINT32_MAX)
+        return -EMSGSIZE;
+    uint8_t h[5] = {flags, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+    int rc = buf_append(out, h, sizeof(h));
+    return rc < 0 ? rc : buf_append(out, payload, n);
+}
+
+const char *e2bwire_code_name(int code)
+{
+    switch (code) {
+    case -ENOENT:
+    case -ESRCH:
+        return "not_found";
+    case -EEXIST:
+    case -ENOTEMPTY:
+        return "already_exists";
+    case -EACCES:
+    case -EPERM:
+        return "permission_denied";
+    case -EINVAL:
+    case -ENAMETOOLONG:
+    case -ENOTDIR:
+    case -EISDIR:
+        return "invalid_argument";
+    case -ENOSPC:
+    case -EDQUOT:
+    case -ENOMEM:
+    case -EFBIG:
+        return "resource_exhausted";
+    case -ENOSYS:
+        return "unimplemented";
+    case -EAGAIN:
+        return "unavailable";
+    case -EXDEV:
+    case -ELOOP:
+        return "failed_precondition";
+    default:
+        return "internal";
+    }
+}
+
+int e2bwire_code_status(const char *code)
+{
+    static const struct {
+        const char *name;
+        int status;
+    } map[] = {
+        {"canceled", 499},
+        {"unknown", 500},
+        {"invalid_argument", 400},
+        {"deadline_exceeded", 504},
+        {"not_found", 404},
+        {"already_exists", 409},
+        {"permission_denied", 403},
+        {"resource_exhausted", 429},
+        {"failed_precondition", 400},
+        {"aborted", 409},
+        {"out_of_range", 400},
+        {"unimplemented", 501},
+        {"internal", 500},
+        {"unavailable", 503},
+        {"data_loss", 500},
+        {"unauthenticated", 401},
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (strcmp(map[i].name, code) == 0)
+            return map[i].status;
+    return 500;
+}

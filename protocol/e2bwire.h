@@ -1,0 +1,131 @@
+/* The E2B-compatible API's wire formats (docs/e2b.md), untrusted bytes from E2B
+ * SDKs: the control plane's create body, the code interpreter's /execute body,
+ * sandbox paths
+ * (/home/user/...), the Connect-RPC JSON request bodies of the filesystem calls
+ * and Connect envelopes (the connect+json stream framing). Pure: no gateway
+ * state. */
+#ifndef KGW_PROTOCOL_E2BWIRE_H
+#define KGW_PROTOCOL_E2BWIRE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "protocol/fpath.h"
+
+#define E2BWIRE_HOME         "/home/user" /* the workspace, as E2B paths name it */
+#define E2BWIRE_TEMPLATE_MAX 128          /* bytes of a template id */
+#define E2BWIRE_TIMEOUT_MAX  86400        /* seconds of a sandbox's lifetime */
+#define E2BWIRE_MAP_MAX      64           /* entries of envVars, metadata */
+#define E2BWIRE_KEY_MAX      128          /* bytes of a key of envVars or metadata */
+#define E2BWIRE_VALUE_MAX    4096         /* bytes of a value of envVars or metadata */
+#define E2BWIRE_ENVELOPE_MAX (1u << 20)   /* bytes of one Connect envelope's payload */
+#define E2BWIRE_ERR_MAX      256
+
+/* POST /sandboxes and POST /v2/sandboxes. */
+struct e2bwire_create {
+    char template_id[E2BWIRE_TEMPLATE_MAX + 1]; /* "" : none given */
+    long long timeout;                          /* seconds; -1: none given */
+    json_t *env;                                /* object of strings, or NULL */
+    json_t *metadata;                           /* object of strings, or NULL */
+};
+
+/* Parses a create body (len bytes): a JSON object of the fields the SDKs send.
+ * What kgw does not offer is refused, not ignored: allow_internet_access true,
+ * secure false, network or iam or mcp or volumeMounts with content, autoPause
+ * or autoResume on; any other field is refused too. 0 with out filled (release
+ * with e2bwire_create_fini), or -EINVAL with a one-line message in err. */
+int e2bwire_create_parse(
+    const char *body, size_t len, struct e2bwire_create *out, char *err, size_t errsz);
+void e2bwire_create_fini(struct e2bwire_create *c);
+
+/* The body of POST /sandboxes/{id}/timeout ({"timeout": seconds}, required) and
+ * of POST [/v2]/sandboxes/{id}/connect ({"timeout"} optional, -1 when absent).
+ */
+int e2bwire_timeout_parse(
+    const char *body, size_t len, bool required, long long *ret_timeout, char *err, size_t errsz);
+
+/* POST /execute of the code interpreter: {"code", "context_id", "language",
+ * "env_vars"}. language must be absent or "python"; env_vars absent or empty
+ * (per-run variables are not offered). */
+struct e2bwire_exec {
+    char *code;          /* malloc'd */
+    char context_id[64]; /* "" : the default context */
+};
+int e2bwire_exec_parse(
+    const char *body, size_t len, struct e2bwire_exec *out, char *err, size_t errsz);
+void e2bwire_exec_fini(struct e2bwire_exec *x);
+
+/* An E2B path to a workspace-relative normal path (protocol/fpath.h) in out
+ * (outsz >= FPATH_MAX + 1): "/home/user" or "/home/user/" is the workspace
+ * itself (out ""), a path below it is that path relative; a relative path is
+ * relative to /home/user; "." and ".." components and repeated or trailing '/'
+ * are resolved lexically, never above the workspace. Returns the length of out;
+ * -EINVAL (bad bytes, empty, bad shape), -EACCES (absolute outside /home/user,
+ * or above it), -ENAMETOOLONG. */
+int e2bwire_path(const char *in, size_t len, char *out, size_t outsz);
+
+/* The filesystem calls' requests (JSON codec): path, and for ListDir depth, for
+ * Move source and destination (then in path and path2). Unknown fields are
+ * refused, as protobuf JSON parsing does. method: "ListDir", "Stat", "MakeDir",
+ * "Remove", "Move". */
+struct e2bwire_fsreq {
+    char path[FPATH_MAX + 1];
+    char path2[FPATH_MAX + 1];
+    unsigned depth; /* ListDir: 1 .. 8 (0 in the request means 1) */
+};
+/* 0, or -EINVAL (bad request: invalid_argument) / -EACCES (outside the
+ * workspace: permission_denied) with a message in err. */
+int e2bwire_fsreq_parse(const char *method,
+                        const char *body,
+                        size_t len,
+                        struct e2bwire_fsreq *out,
+                        char *err,
+                        size_t errsz);
+
+/* process.Process/Start's request (JSON codec): {"process": {"cmd", "args", "envs", "cwd"},
+ * "stdin", "tag"}. A PTY is not offered (-ENOSYS: unimplemented); stdin true neither
+ * (-ENOSYS). argv: cmd then args (NULL-terminated, pointing into strs); env: "NAME=VALUE"
+ * strings (NULL-terminated); cwd: a workspace-relative path ("" the workspace), from a path
+ * under /home/user. */
+#define E2BWIRE_ARGS_MAX   256
+#define E2BWIRE_ARGV_BYTES (64 * 1024)
+struct e2bwire_start {
+    char *strs; /* malloc'd: the strings below point into it */
+    const char *argv[E2BWIRE_ARGS_MAX + 2];
+    const char *env[E2BWIRE_MAP_MAX + 1];
+    char cwd[FPATH_MAX + 1];
+};
+int e2bwire_start_parse(
+    const char *body, size_t len, struct e2bwire_start *out, char *err, size_t errsz);
+void e2bwire_start_fini(struct e2bwire_start *s);
+
+/* process.Process/SendSignal's request: {"process": {"pid": N}, "signal": "SIGNAL_SIGKILL" |
+ * "SIGNAL_SIGTERM" | 9 | 15}. 0 with *ret_pid and *ret_sig (SIGKILL or SIGTERM). */
+int e2bwire_signal_parse(
+    const char *body, size_t len, unsigned *ret_pid, int *ret_sig, char *err, size_t errsz);
+
+/* Connect envelopes: a flags byte, a big-endian 32-bit length, the payload. */
+#define E2BWIRE_ENV_COMPRESSED 0x01
+#define E2BWIRE_ENV_END        0x02
+/* The first envelope of in (len bytes): 0 with *ret_flags, the payload
+ * (*ret_off, *ret_n) and *ret_used (its whole length); -EAGAIN when in holds
+ * less than a whole envelope; -EMSGSIZE when the payload is over max; -EPROTO
+ * for a compressed one (no compression is offered). */
+int e2bwire_envelope_parse(const uint8_t *in,
+                           size_t len,
+                           size_t max,
+                           uint8_t *ret_flags,
+                           size_t *ret_off,
+                           size_t *ret_n,
+                           size_t *ret_used);
+/* Appends one envelope (flags, payload) to out. 0 or buf_append's error. */
+int e2bwire_envelope_write(buf_t *out, uint8_t flags, const void *payload, size_t n);
+
+/* Connect error codes: the name and the HTTP status of a unary error. */
+const char *e2bwire_code_name(int errno_code);
+int e2bwire_code_status(const char *code);
+
+#endif

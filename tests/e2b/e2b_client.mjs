@@ -1,0 +1,258 @@
+// The real E2B SDKs from npm (package-lock.json) against kgw's E2B-compatible API, configured
+// the way a user would: only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (a kgw key).
+// Driven by tests/integration/test_e2b.py, which starts kgw and passes:
+//   KGW_E2B_OTHER_KEY  a key of another tenant
+// Prints one "ok <step>" line per step; any failure exits non-zero with the reason.
+import assert from 'node:assert/strict'
+import { Sandbox } from '@e2b/code-interpreter'
+import { Sandbox as CoreSandbox } from 'e2b'
+import { Sandbox as OldSandbox } from 'e2b-old'
+
+const sbxUrl = process.env.E2B_SANDBOX_URL
+const otherKey = process.env.KGW_E2B_OTHER_KEY
+const step = (s) => console.log(`ok ${s}`)
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+async function expectReject(p, check, what) {
+  let err = null
+  try {
+    await p
+  } catch (e) {
+    err = e
+  }
+  assert.ok(err, `${what}: expected a refusal`)
+  if (check) assert.match(String(err && (err.message || err)), check, what)
+  return err
+}
+
+async function main() {
+  // ---- create (the current SDKs: POST /v2/sandboxes) ----
+  const sbx = await Sandbox.create({
+    timeoutMs: 600_000,
+    envs: { GREETING: 'hi from envs' },
+    metadata: { purpose: 'kgw-e2b-test' },
+  })
+  assert.match(sbx.sandboxId, /^[0-9a-f-]{36}$/)
+  step('create')
+
+  // ---- runCode: state kept, the main result ----
+  let ex = await sbx.runCode('x = 41')
+  assert.equal(ex.error, undefined)
+  ex = await sbx.runCode('x + 1')
+  assert.equal(ex.text, '42')
+  assert.equal(typeof ex.executionCount, 'number')
+  step('runCode state')
+
+  // ---- stdout streamed, stderr apart ----
+  const seen = []
+  ex = await sbx.runCode(
+    'import sys, time\nfor i in range(3):\n    print("line", i, flush=True)\n    time.sleep(0.5)\nprint("oops", file=sys.stderr, flush=True)',
+    { onStdout: (m) => seen.push(m.line), onStderr: (m) => seen.push('ERR:' + m.line) },
+  )
+  // (the kernel may cut or join stream messages: the text is asserted, and that it came in
+  // more than one piece, the sleeps apart)
+  assert.equal(ex.logs.stdout.join(''), 'line 0\nline 1\nline 2\n')
+  assert.deepEqual(ex.logs.stderr, ['oops\n'])
+  assert.ok(ex.logs.stdout.length >= 2, JSON.stringify(ex.logs.stdout))
+  assert.equal(seen.filter((l) => !l.startsWith('ERR:')).join(''), 'line 0\nline 1\nline 2\n')
+  assert.equal(seen[seen.length - 1], 'ERR:oops\n')
+  step('stdout streamed')
+
+  // ---- envVars reach the kernel ----
+  ex = await sbx.runCode('import os; os.environ["GREETING"]')
+  assert.equal(ex.text, "'hi from envs'")
+  step('envs')
+
+  // ---- an error with its traceback ----
+  ex = await sbx.runCode('def f():\n    return 1 / 0\nf()')
+  assert.equal(ex.error.name, 'ZeroDivisionError')
+  assert.match(ex.error.value, /division by zero/)
+  assert.match(ex.error.traceback, /ZeroDivisionError/)
+  assert.match(ex.error.traceback.replace(/\x1b\[[0-9;]*m/g, ''), /in f\(\)/)
+  step('error')
+
+  // ---- rich results: a matplotlib PNG, HTML, an unknown MIME type in extra ----
+  ex = await sbx.runCode(
+    'import matplotlib\nmatplotlib.use("agg")\nimport matplotlib.pyplot as plt\n' +
+      '%matplotlib inline\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()',
+  )
+  assert.equal(ex.error, undefined, ex.error && ex.error.traceback)
+  const png = ex.results.find((r) => r.png)
+  assert.ok(png, 'a PNG result: ' + JSON.stringify(ex.results.map((r) => r.formats())))
+  assert.ok(Buffer.from(png.png, 'base64').subarray(1, 4).toString() === 'PNG')
+  ex = await sbx.runCode(
+    'from IPython.display import display, HTML\n' +
+      'display({"text/plain": "p", "application/x-kgw": "custom"}, raw=True)\nHTML("<b>b</b>")',
+  )
+  assert.equal(ex.results.length, 2)
+  assert.equal(ex.results[0].extra['application/x-kgw'], 'custom')
+  assert.equal(ex.results[0].isMainResult, false)
+  assert.equal(ex.results[1].html, '<b>b</b>')
+  assert.equal(ex.results[1].isMainResult, true)
+  step('rich results')
+
+  // ---- files: write, read, list; the kernel sees the same files at the same paths ----
+  const info = await sbx.files.write('/home/user/data/hello.txt', 'hello e2b')
+  assert.equal(info.path, '/home/user/data/hello.txt')
+  assert.equal(await sbx.files.read('/home/user/data/hello.txt'), 'hello e2b')
+  ex = await sbx.runCode('open("/home/user/data/hello.txt").read()')
+  assert.equal(ex.text, "'hello e2b'")
+  await sbx.runCode('open("/home/user/data/from_kernel.txt", "w").write("written by code")')
+  assert.equal(await sbx.files.read('data/from_kernel.txt'), 'written by code')
+  const names = (await sbx.files.list('/home/user/data')).map((e) => `${e.name}:${e.type}`)
+  assert.deepEqual(names.sort(), ['from_kernel.txt:file', 'hello.txt:file'])
+  await sbx.files.write([
+    { path: '/home/user/multi/a.txt', data: 'A' },
+    { path: '/home/user/multi/b.bin', data: new Uint8Array([0, 1, 2, 255]).buffer },
+  ])
+  const b = await sbx.files.read('/home/user/multi/b.bin', { format: 'bytes' })
+  assert.deepEqual([...b], [0, 1, 2, 255])
+  assert.equal(await sbx.files.makeDir('/home/user/newdir/sub'), true)
+  assert.equal(await sbx.files.makeDir('/home/user/newdir/sub'), false)
+  assert.equal(await sbx.files.exists('/home/user/newdir/sub'), true)
+  const st = await sbx.files.getInfo('/home/user/data/hello.txt')
+  assert.equal(st.size, 9)
+  assert.equal(st.type, 'file')
+  await sbx.files.rename('/home/user/multi/a.txt', '/home/user/newdir/a.txt')
+  assert.equal(await sbx.files.read('/home/user/newdir/a.txt'), 'A')
+  await sbx.files.remove('/home/user/newdir')
+  assert.equal(await sbx.files.exists('/home/user/newdir'), false)
+  await expectReject(sbx.files.read('/home/user/missing.txt'), /not found/i, 'missing file')
+  await expectReject(sbx.files.read('/etc/passwd'), /home\/user/, 'outside the workspace')
+  await expectReject(sbx.files.list('/etc'), /home\/user/, 'list outside the workspace')
+  step('files')
+
+  // ---- contexts: another kernel in the same workspace ----
+  const ctx = await sbx.createCodeContext()
+  ex = await sbx.runCode('x', { context: ctx })
+  assert.equal(ex.error.name, 'NameError') // its own state
+  ex = await sbx.runCode('open("/home/user/data/hello.txt").read()', { context: ctx })
+  assert.equal(ex.text, "'hello e2b'") // the same files
+  const ctxs = await sbx.listCodeContexts()
+  assert.ok(ctxs.some((c) => c.id === ctx.id))
+  await sbx.removeCodeContext(ctx)
+  step('contexts')
+
+  // ---- commands.run (process.Start) ----
+  const r = await sbx.commands.run('echo out; echo err >&2; exit 3').catch((e) => e)
+  assert.equal(r.exitCode, 3)
+  assert.equal(r.stdout, 'out\n')
+  assert.equal(r.stderr, 'err\n')
+  const ok = await sbx.commands.run('cat /home/user/data/hello.txt')
+  assert.equal(ok.stdout, 'hello e2b')
+  // the sandbox's envVars and the command's own; a working directory under /home/user
+  const env = await sbx.commands.run('echo "$GREETING/$EXTRA"; pwd', {
+    envs: { EXTRA: 'x1' }, cwd: '/home/user/data' })
+  assert.equal(env.stdout, 'hi from envs/x1\n/home/user/data\n')
+  // streamed, and killed through SendSignal
+  const parts = []
+  const bg = await sbx.commands.run('echo started; sleep 60', {
+    background: true, onStdout: (d) => parts.push(d) })
+  const t0 = Date.now()
+  while (!parts.join('').includes('started') && Date.now() - t0 < 30_000) await sleep(100)
+  assert.equal(parts.join(''), 'started\n')
+  assert.equal(await bg.kill(), true)
+  const killed = await bg.wait().catch((e) => e)
+  assert.notEqual(killed.exitCode, 0)
+  assert.ok(Date.now() - t0 < 30_000, 'killed, not waited for')
+  step('commands.run')
+  await expectReject(sbx.files.watchDir('/home/user', () => {}), /not offered|unimplemented/i,
+    'watchDir')
+  await expectReject(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }),
+    /not offered|unimplemented/i, 'a PTY')
+  step('unimplemented calls')
+
+  // ---- setTimeout, getInfo ----
+  await sbx.setTimeout(120_000)
+  const gi = await sbx.getInfo()
+  const left = gi.endAt.getTime() - Date.now()
+  assert.ok(left > 60_000 && left <= 125_000, `endAt in ${left} ms`)
+  assert.equal(gi.metadata.purpose, 'kgw-e2b-test')
+  assert.equal(gi.templateId, 'code-interpreter-v1')
+  step('setTimeout')
+
+  // ---- connect: the same sandbox, its state ----
+  const again = await Sandbox.connect(sbx.sandboxId)
+  ex = await again.runCode('x')
+  assert.equal(ex.text, '41')
+  const listed = await Sandbox.list().nextItems()
+  assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId))
+  step('connect')
+
+  // ---- tenancy: another tenant's key, a wrong token ----
+  await expectReject(Sandbox.connect(sbx.sandboxId, { apiKey: otherKey }), /not found/i,
+    'another tenant connects')
+  await expectReject(Sandbox.kill(sbx.sandboxId, { apiKey: otherKey }).then((k) => {
+    if (!k) throw new Error('not found')
+  }), /not found/i, 'another tenant kills')
+  const otherList = await Sandbox.list({ apiKey: otherKey }).nextItems()
+  assert.ok(!otherList.some((s) => s.sandboxId === sbx.sandboxId))
+  await expectReject(Sandbox.create({ apiKey: 'not-a-key' }), /401|auth|key/i, 'a wrong key')
+  for (const token of ['wrong', sbx.envdAccessToken + 'x', '']) {
+    const res = await fetch(`${sbxUrl}/execute`, {
+      method: 'POST',
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': token,
+        'Content-Type': 'application/json' },
+      body: JSON.stringify({ code: '1' }),
+    })
+    assert.equal(res.status, 401, `token ${JSON.stringify(token)}`)
+    assert.equal((await res.json()).reason, 'Unauthorized')
+  }
+  // the SDK's own client, given this sandbox's id but another token
+  const forged = new CoreSandbox({ sandboxId: sbx.sandboxId, envdVersion: '0.5.6',
+    envdAccessToken: 'f'.repeat(48) })
+  await expectReject(forged.files.read('/home/user/data/hello.txt'), /401|access token/i,
+    'a forged token')
+  step('tenancy')
+
+  // ---- kill: its tokens die with it ----
+  const oldToken = sbx.envdAccessToken
+  await sbx.kill()
+  await expectReject(sbx.runCode('1'), /.+/, 'runCode after kill')
+  await expectReject(Sandbox.getInfo(sbx.sandboxId), /not found/i, 'getInfo after kill')
+  const res = await fetch(`${sbxUrl}/files?path=data/hello.txt`, {
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': oldToken },
+  })
+  assert.equal(res.status, 502)
+  step('kill')
+
+  // ---- the previous create path (e2b 2.50.0: POST /sandboxes) ----
+  await expectReject(OldSandbox.create('base'), /internet/i, 'default allow_internet_access')
+  const old = await OldSandbox.create('base', { allowInternetAccess: false, timeoutMs: 60_000 })
+  await old.files.write('/home/user/old.txt', 'from 2.50')
+  assert.equal(await old.files.read('/home/user/old.txt'), 'from 2.50')
+  const oldAgain = await OldSandbox.connect(old.sandboxId)
+  assert.equal(await oldAgain.files.read('old.txt'), 'from 2.50')
+  assert.equal(await old.isRunning(), true)
+  await old.kill()
+  assert.equal(await old.isRunning(), false)
+  step('e2b 2.50.0')
+
+  // ---- refusals: what kgw does not offer ----
+  await expectReject(CoreSandbox.create('base', { allowInternetAccess: true }), /internet/i,
+    'internet access')
+  await expectReject(CoreSandbox.create('no-such-template'), /not offered/i, 'a template')
+  await expectReject(CoreSandbox.create('base', { lifecycle: { onTimeout: 'pause' } }),
+    /paus/i, 'autoPause')
+  step('refusals')
+
+  // ---- expiry at the timeout ----
+  const short = await Sandbox.create({ timeoutMs: 3_000 })
+  ex = await short.runCode('1 + 1')
+  assert.equal(ex.text, '2')
+  const deadline = Date.now() + 60_000
+  let gone = false
+  while (Date.now() < deadline && !gone) {
+    await sleep(500)
+    gone = !(await short.isRunning())
+  }
+  assert.ok(gone, 'the sandbox ended at its timeout')
+  await expectReject(Sandbox.getInfo(short.sandboxId), /not found/i, 'getInfo after expiry')
+  step('expiry')
+  console.log('ALL OK')
+}
+
+main().catch((e) => {
+  console.error('FAILED:', e && e.stack ? e.stack : e)
+  process.exit(1)
+})

@@ -1,0 +1,126 @@
+/* The E2B-compatible API's parsers (protocol/e2bwire.c) on arbitrary bytes; the first byte picks
+ * the parser. Invariants: a path accepted is a normal workspace-relative path (fpath) or ""
+ * (the workspace), never absolute, never with a "." or ".." component; parsed bodies hold only
+ * bounded, checked values; an envelope parsed lies within the input and under the limit. */
+#include <string.h>
+
+#include "fuzz.h"
+
+#include "protocol/e2bwire.h"
+#include "protocol/fpath.h"
+
+static void check_path(const char *p)
+{
+    size_t n = strlen(p);
+    FUZZ_CHECK(n <= FPATH_MAX);
+    if (n == 0)
+        return;
+    char tmp[FPATH_MAX + 1];
+    FUZZ_CHECK(fpath_normalize(p, n, tmp, sizeof(tmp)) == (int)n);
+    FUZZ_CHECK(strcmp(tmp, p) == 0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    uint8_t which = data[0] % 11;
+    const char *in = (const char *)data + 1;
+    size_t n = size - 1;
+    char *copy = malloc(n ? n : 1); /* exact size: ASan sees overreads */
+    if (!copy)
+        return 0;
+    memcpy(copy, in, n);
+    char err[E2BWIRE_ERR_MAX];
+    static const char *const methods[] = {"ListDir", "Stat", "MakeDir", "Remove", "Move"};
+    switch (which) {
+    case 0: {
+        struct e2bwire_create c;
+        if (e2bwire_create_parse(copy, n, &c, err, sizeof(err)) == 0) {
+            FUZZ_CHECK(strlen(c.template_id) <= E2BWIRE_TEMPLATE_MAX);
+            FUZZ_CHECK(c.timeout >= -1 && c.timeout <= E2BWIRE_TIMEOUT_MAX);
+            FUZZ_CHECK(!c.env || json_object_size(c.env) <= E2BWIRE_MAP_MAX);
+            e2bwire_create_fini(&c);
+        } else {
+            FUZZ_CHECK(memchr(err, '\0', sizeof(err)) && err[0]);
+        }
+        break;
+    }
+    case 1: {
+        long long t = -2;
+        if (e2bwire_timeout_parse(copy, n, data[0] & 0x10, &t, err, sizeof(err)) == 0)
+            FUZZ_CHECK(t >= -1 && t <= E2BWIRE_TIMEOUT_MAX);
+        break;
+    }
+    case 2: {
+        struct e2bwire_exec x;
+        if (e2bwire_exec_parse(copy, n, &x, err, sizeof(err)) == 0) {
+            FUZZ_CHECK(x.code != NULL);
+            FUZZ_CHECK(strlen(x.context_id) < sizeof(x.context_id));
+            e2bwire_exec_fini(&x);
+        }
+        break;
+    }
+    case 3: {
+        char out[FPATH_MAX + 1];
+        int rc = e2bwire_path(copy, n, out, sizeof(out));
+        if (rc >= 0) {
+            FUZZ_CHECK((size_t)rc == strlen(out));
+            check_path(out);
+        }
+        break;
+    }
+    case 4:
+    case 5:
+    case 6:
+    case 7: {
+        struct e2bwire_fsreq f;
+        const char *m = methods[(data[0] >> 4) % 5];
+        if (e2bwire_fsreq_parse(m, copy, n, &f, err, sizeof(err)) == 0) {
+            check_path(f.path);
+            check_path(f.path2);
+            FUZZ_CHECK(f.depth >= 1 && f.depth <= 8);
+        }
+        break;
+    }
+    case 9: {
+        struct e2bwire_start st;
+        if (e2bwire_start_parse(copy, n, &st, err, sizeof(err)) == 0) {
+            size_t na = 0;
+            FUZZ_CHECK(st.argv[0] && st.argv[0][0]);
+            while (st.argv[na])
+                na++;
+            FUZZ_CHECK(na <= E2BWIRE_ARGS_MAX + 1);
+            for (size_t i = 0; st.env[i]; i++)
+                FUZZ_CHECK(strchr(st.env[i], '=') && st.env[i][0] != '=');
+            check_path(st.cwd);
+            e2bwire_start_fini(&st);
+        }
+        break;
+    }
+    case 10: {
+        unsigned pid;
+        int sig = 0;
+        if (e2bwire_signal_parse(copy, n, &pid, &sig, err, sizeof(err)) == 0)
+            FUZZ_CHECK(sig == 9 || sig == 15);
+        break;
+    }
+    default: {
+        uint8_t flags;
+        size_t off, len, used;
+        size_t max = (size_t)(data[0] >> 4) * 64;
+        if (e2bwire_envelope_parse((const uint8_t *)copy, n, max, &flags, &off, &len, &used) == 0) {
+            FUZZ_CHECK(off == 5 && used == off + len && used <= n && len <= max);
+            FUZZ_CHECK(!(flags & E2BWIRE_ENV_COMPRESSED));
+            buf_t b;
+            buf_init(&b, SIZE_MAX);
+            FUZZ_CHECK(e2bwire_envelope_write(&b, flags, copy + off, len) == 0);
+            FUZZ_CHECK(b.len == used && memcmp(b.data, copy, used) == 0);
+            buf_fini(&b);
+        }
+        break;
+    }
+    }
+    free(copy);
+    return 0;
+}

@@ -1,0 +1,168 @@
+/* protocol/e2bwire.c: the E2B SDKs' bodies as they send them, what kgw refuses, sandbox paths
+ * and Connect envelopes. */
+#include <errno.h>
+#include <string.h>
+
+#include "check.h"
+
+#include "protocol/e2bwire.h"
+
+static int create(const char *body, struct e2bwire_create *c, char *err)
+{
+    CHECK_CASE(body);
+    return e2bwire_create_parse(body, strlen(body), c, err, E2BWIRE_ERR_MAX);
+}
+
+static int path(const char *in, char *out)
+{
+    CHECK_CASE(in);
+    return e2bwire_path(in, strlen(in), out, FPATH_MAX + 1);
+}
+
+int main(void)
+{
+    struct e2bwire_create c;
+    char err[E2BWIRE_ERR_MAX], out[FPATH_MAX + 1];
+
+    /* e2b 2.51.0's create (undefined fields are left out) */
+    CHECK_INT(create("{\"templateID\":\"code-interpreter-v1\",\"timeout\":300,"
+                     "\"envVars\":{\"A\":\"1\"},\"metadata\":{\"k\":\"v\"}}",
+                     &c, err),
+              0);
+    CHECK_STR(c.template_id, "code-interpreter-v1");
+    CHECK(c.timeout == 300);
+    CHECK_STR(json_string_value(json_object_get(c.env, "A")), "1");
+    CHECK_STR(json_string_value(json_object_get(c.metadata, "k")), "v");
+    e2bwire_create_fini(&c);
+    CHECK_INT(create("", &c, err), 0);
+    CHECK(c.timeout == -1 && c.template_id[0] == '\0');
+    e2bwire_create_fini(&c);
+    /* e2b 2.50.0's: secure true, allow_internet_access true unless the caller says false */
+    CHECK_INT(create("{\"templateID\":\"base\",\"timeout\":300,\"secure\":true,"
+                     "\"allow_internet_access\":false}",
+                     &c, err),
+              0);
+    e2bwire_create_fini(&c);
+    CHECK_INT(
+        create("{\"templateID\":\"base\",\"secure\":true,\"allow_internet_access\":true}", &c, err),
+        -EINVAL);
+    CHECK(strstr(err, "internet access is not offered") != NULL);
+    CHECK_INT(create("{\"secure\":false}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"autoPause\":true}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"autoPause\":false,\"autoResume\":{\"enabled\":false}}", &c, err), 0);
+    e2bwire_create_fini(&c);
+    CHECK_INT(create("{\"network\":{\"allowOut\":[\"x\"]}}", &c, err), -EINVAL);
+    CHECK(strstr(err, "network") != NULL);
+    CHECK_INT(create("{\"volumeMounts\":[{\"name\":\"v\",\"path\":\"/v\"}]}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"timout\":3}", &c, err), -EINVAL);
+    CHECK(strstr(err, "unknown field") != NULL);
+    CHECK_INT(create("{\"timeout\":-1}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"timeout\":86401}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"timeout\":1.5}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"envVars\":{\"A\":1}}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"envVars\":[]}", &c, err), -EINVAL);
+    CHECK_INT(create("[]", &c, err), -EINVAL);
+    CHECK_INT(create("{\"templateID\":\"a\",\"templateID\":\"b\"}", &c, err), -EINVAL);
+
+    long long t;
+    CHECK_INT(e2bwire_timeout_parse("{\"timeout\":60}", 14, true, &t, err, sizeof(err)), 0);
+    CHECK(t == 60);
+    CHECK_INT(e2bwire_timeout_parse("{}", 2, true, &t, err, sizeof(err)), -EINVAL);
+    CHECK_INT(e2bwire_timeout_parse("{}", 2, false, &t, err, sizeof(err)), 0);
+    CHECK(t == -1);
+
+    struct e2bwire_exec x;
+    const char *ex = "{\"code\":\"x\",\"context_id\":\"abc\",\"language\":\"python\"}";
+    CHECK_INT(e2bwire_exec_parse(ex, strlen(ex), &x, err, sizeof(err)), 0);
+    CHECK_STR(x.code, "x");
+    CHECK_STR(x.context_id, "abc");
+    e2bwire_exec_fini(&x);
+    ex = "{\"code\":\"x\",\"language\":\"r\"}";
+    CHECK_INT(e2bwire_exec_parse(ex, strlen(ex), &x, err, sizeof(err)), -EINVAL);
+    ex = "{\"code\":\"x\",\"env_vars\":{\"A\":\"b\"}}";
+    CHECK_INT(e2bwire_exec_parse(ex, strlen(ex), &x, err, sizeof(err)), -EINVAL);
+    ex = "{\"language\":\"python\"}";
+    CHECK_INT(e2bwire_exec_parse(ex, strlen(ex), &x, err, sizeof(err)), -EINVAL);
+
+    /* paths: /home/user is the workspace */
+    CHECK_INT(path("/home/user/a/b.txt", out), 7);
+    CHECK_STR(out, "a/b.txt");
+    CHECK_INT(path("a//b/./c/../d", out), 5);
+    CHECK_STR(out, "a/b/d");
+    CHECK_INT(path("/home/user", out), 0);
+    CHECK_INT(path("/home/user/", out), 0);
+    CHECK_INT(path("/home/user/x/..", out), 0);
+    CHECK_INT(path("/home/user/..", out), -EACCES);
+    CHECK_INT(path("../etc", out), -EACCES);
+    CHECK_INT(path("/home/username", out), -EACCES);
+    CHECK_INT(path("/etc/passwd", out), -EACCES);
+    CHECK_INT(path("", out), -EINVAL);
+    CHECK_INT(path("a\nb", out), -EINVAL);
+
+    struct e2bwire_fsreq f;
+    const char *mv = "{\"source\":\"/home/user/a\",\"destination\":\"b\"}";
+    CHECK_INT(e2bwire_fsreq_parse("Move", mv, strlen(mv), &f, err, sizeof(err)), 0);
+    CHECK_STR(f.path, "a");
+    CHECK_STR(f.path2, "b");
+    const char *ls = "{\"path\":\"/etc\",\"depth\":1}";
+    CHECK_INT(e2bwire_fsreq_parse("ListDir", ls, strlen(ls), &f, err, sizeof(err)), -EACCES);
+    ls = "{\"path\":\"/home/user\",\"depth\":9}";
+    CHECK_INT(e2bwire_fsreq_parse("ListDir", ls, strlen(ls), &f, err, sizeof(err)), -EINVAL);
+    ls = "{\"path\":\"/home/user\",\"depth\":0}";
+    CHECK_INT(e2bwire_fsreq_parse("ListDir", ls, strlen(ls), &f, err, sizeof(err)), 0);
+    CHECK(f.depth == 1 && f.path[0] == '\0');
+    CHECK_INT(e2bwire_fsreq_parse("Stat", "{}", 2, &f, err, sizeof(err)), -EINVAL);
+
+    /* process.Start as commands.run sends it */
+    struct e2bwire_start st;
+    const char *sr = "{\"process\":{\"cmd\":\"/bin/bash\",\"args\":[\"-l\",\"-c\",\"echo hi\"],"
+                     "\"envs\":{\"A_1\":\"x\"},\"cwd\":\"/home/user/d\"},\"stdin\":false}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), 0);
+    CHECK_STR(st.argv[0], "/bin/bash");
+    CHECK_STR(st.argv[3], "echo hi");
+    CHECK(st.argv[4] == NULL);
+    CHECK_STR(st.env[0], "A_1=x");
+    CHECK(st.env[1] == NULL);
+    CHECK_STR(st.cwd, "d");
+    e2bwire_start_fini(&st);
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\"},\"pty\":{\"size\":{\"cols\":80,\"rows\":24}}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -ENOSYS);
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\"},\"stdin\":true}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -ENOSYS);
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"cwd\":\"/etc\"}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -EACCES);
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"envs\":{\"A=B\":\"x\"}}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -EINVAL);
+    sr = "{\"process\":{\"args\":[\"x\"]}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -EINVAL);
+    unsigned pid;
+    int sig;
+    sr = "{\"process\":{\"pid\":1001},\"signal\":\"SIGNAL_SIGKILL\"}";
+    CHECK_INT(e2bwire_signal_parse(sr, strlen(sr), &pid, &sig, err, sizeof(err)), 0);
+    CHECK(pid == 1001 && sig == 9);
+    sr = "{\"process\":{\"tag\":\"x\"},\"signal\":\"SIGNAL_SIGKILL\"}";
+    CHECK_INT(e2bwire_signal_parse(sr, strlen(sr), &pid, &sig, err, sizeof(err)), -EINVAL);
+    sr = "{\"process\":{\"pid\":1},\"signal\":\"SIGNAL_SIGSTOP\"}";
+    CHECK_INT(e2bwire_signal_parse(sr, strlen(sr), &pid, &sig, err, sizeof(err)), -EINVAL);
+
+    /* envelopes */
+    buf_t b;
+    buf_init(&b, SIZE_MAX);
+    CHECK_INT(e2bwire_envelope_write(&b, E2BWIRE_ENV_END, "{}", 2), 0);
+    CHECK_MEM(b.data, b.len, "\x02\x00\x00\x00\x02{}", 7);
+    uint8_t fl;
+    size_t off, n, used;
+    CHECK_INT(e2bwire_envelope_parse((const uint8_t *)b.data, b.len, 16, &fl, &off, &n, &used), 0);
+    CHECK(fl == E2BWIRE_ENV_END && off == 5 && n == 2 && used == 7);
+    CHECK_INT(e2bwire_envelope_parse((const uint8_t *)b.data, 6, 16, &fl, &off, &n, &used),
+              -EAGAIN);
+    CHECK_INT(e2bwire_envelope_parse((const uint8_t *)b.data, b.len, 1, &fl, &off, &n, &used),
+              -EMSGSIZE);
+    CHECK_INT(e2bwire_envelope_parse((const uint8_t *)"\x01\0\0\0\0", 5, 16, &fl, &off, &n, &used),
+              -EPROTO);
+    buf_fini(&b);
+    CHECK_STR(e2bwire_code_name(-ENOENT), "not_found");
+    CHECK_INT(e2bwire_code_status("unimplemented"), 501);
+    CHECK_INT(e2bwire_code_status("not_found"), 404);
+    CHECK_DONE();
+}
