@@ -242,9 +242,12 @@ def test_cycles_leave_nothing_behind(gateway):
             assert gateway.request("DELETE",
                                    f"/api/kernels/{kid}/checkpoints/{cp['id']}")[0] == 204
             kfds.append(int(run(gateway, kid, KFDS)[1]))
-        # flat: the same count from the third rollback on (the first generations close what
-        # the one before them opened; each later one as many as it opens)
-        assert max(kfds[2:]) - min(kfds[2:]) <= 2 and kfds[-1] <= kfds[2] + 1, kfds
+        # flat from the third rollback on (the first generations close what the one before
+        # them opened; each later one as many as it opens), give or take the few connections
+        # that clients' sockets happen to hold at the moment (one per cycle more would leave
+        # the last ten some 50 above the first)
+        assert max(kfds[-10:]) <= max(kfds[2:12]) + 3 and max(kfds[2:]) - min(kfds[2:]) <= 8, \
+            kfds
         assert run(gateway, kid, "print(int(a.sum()))")[1] == "1000\n"
         # the same number of processes (the live kernel's pid changes), none a zombie (the
         # ones dropped are reaped by their parent, maybe a moment after the DELETE)
