@@ -24,6 +24,7 @@
 #include "common/util.h"
 #include "gateway/ckpt.h"
 #include "gateway/files.h"
+#include "gateway/gfork.h"
 #include "gateway/kops.h"
 #include "gateway/mcpnamed.h"
 #include "gateway/xcmd.h"
@@ -142,6 +143,7 @@ static void run_write_file(struct mcp_call *c, kernel_t *k);
 static void run_restart(struct mcp_call *c, kernel_t *k);
 static void run_command(struct mcp_call *c, kernel_t *k);
 static void run_rollback(struct mcp_call *c, kernel_t *k);
+static void run_fork(struct mcp_call *c, kernel_t *k);
 
 #define END_SCHEMA                                                                            \
     "{\"type\":\"object\",\"properties\":{"                                                   \
@@ -260,6 +262,25 @@ static const struct mcp_tool tools[] = {
      "\"boolean\"}},\"required\":[\"id\",\"kernel_id\",\"execution_count\"]}",
      {{"checkpoint", ARG_STRING, true}},
      run_rollback},
+    {"fork",
+     "Fork the kernel into a new named kernel",
+     "Copies the session's kernel (its variables, imports and functions), as it is now or as it "
+     "was at a checkpoint taken by execute_code with checkpoint, into a new kernel with its own "
+     "name: MCP sessions opened with the header Kgw-Kernel-Name: NAME use the copy, which then "
+     "goes its own way. The copy shares the workspace files and the sandbox (and its limits) "
+     "with this kernel, and ends when this kernel ends; random generators are reseeded.",
+     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,"
+     "\"maxLength\":64,\"pattern\":\"^[A-Za-z0-9_][A-Za-z0-9._-]*$\",\"description\":"
+     "\"the new kernel's name (a name no kernel of yours has)\"},\"checkpoint\":{\"type\":"
+     "\"string\",\"description\":\"fork from this checkpoint (execute_code's result) "
+     "instead of the kernel's state now\"}},\"required\":[\"name\"],"
+     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"kernel_id\":{\"type\":\"string\"},\"name\":"
+     "{\"type\":\"string\"},\"forked_from\":{\"type\":\"string\"},\"checkpoint\":{\"anyOf\":"
+     "[{\"type\":\"string\"},{\"type\":\"null\"}]}},\"required\":[\"kernel_id\",\"name\","
+     "\"forked_from\"]}",
+     {{"name", ARG_STRING, true}, {"checkpoint", ARG_STRING, false}},
+     run_fork},
 };
 
 /* ---- sessions ---- */
@@ -1115,6 +1136,71 @@ static void run_rollback(struct mcp_call *c, kernel_t *k)
     if (ckpt_rollback(c->r->g, k, &c->r->caller, cp, NULL, rolled_back, c->r, &c->r->ck, &http,
                       msg, sizeof(msg)) < 0)
         tool_fail(c, "%s", msg);
+}
+
+static void forked(struct gw_req *r, kernel_t *k, int status)
+{
+    struct mcp_call *c = r->mc;
+    if (status < 0) {
+        char msg[400];
+        int http;
+        gfork_failed(r, k, &http, msg, sizeof(msg));
+        kernel_shutdown(k, NULL);
+        return tool_fail(c, "%s", msg);
+    }
+    const char *cp = json_string_value(json_object_get(c->args, "checkpoint"));
+    c->structured = json_pack(
+        "{s:s, s:O, s:s, s:o}", "kernel_id", kernel_id(k), "name", json_object_get(c->args, "name"),
+        "forked_from", kernel_forked_from(k), "checkpoint", cp ? json_string(cp) : json_null());
+    tool_reply(c);
+}
+
+/* fork {"name", "checkpoint"?}: the session's kernel forked (gfork_start, as the REST route)
+ * into a new kernel that becomes the tenant's named kernel "name" (Kgw-Kernel-Name), for a
+ * session with a name or without: the name must have no kernel. */
+static void run_fork(struct mcp_call *c, kernel_t *k)
+{
+    gw_t *g = c->r->g;
+    const char *name = json_string_value(json_object_get(c->args, "name"));
+    const char *cp = json_string_value(json_object_get(c->args, "checkpoint"));
+    if (g->cfg.mcp_named_kernels <= 0)
+        return tool_fail(c, "a fork becomes a named kernel, and named kernels are off on this "
+                            "gateway (--mcp-named-kernels=0)");
+    if (!ident_str_ok(name, IDENT_KNAME))
+        return tool_fail(c,
+                         "'name' is not a kernel name: give 1 to %d of A-Z a-z 0-9 . _ -, the "
+                         "first not . or -",
+                         IDENT_KNAME_MAX);
+    if (cp && !ident_str_ok(cp, IDENT_UUIDISH))
+        return tool_fail(c, "'checkpoint' is not a checkpoint id");
+    struct mcpnamed_entry *e;
+    int rc = mcpnamed_claim(g->mcp->named, c->r->caller.tenant, name, g->cfg.mcp_named_kernels, &e);
+    if (rc == -EEXIST)
+        return tool_fail(c,
+                         "the name '%s' is taken: a kernel of yours has it (running or "
+                         "starting); pick another name, or shut that kernel down first",
+                         name);
+    if (rc == -EDQUOT)
+        return tool_fail(c,
+                         "this tenant has %lld named kernels, the most (--mcp-named-kernels): "
+                         "shut one down (DELETE /api/kernels/{id}) or fork into one whose "
+                         "kernel has ended",
+                         g->cfg.mcp_named_kernels);
+    if (rc < 0)
+        return tool_fail(c, "out of memory");
+    kernel_t *fk;
+    struct gfork_error err;
+    rc = gfork_start(c->r, k, cp, &fk, &err);
+    if (rc == 0)
+        mcpnamed_set_kernel(e, fk);
+    mcpnamed_release(g->mcp->named, e);
+    if (rc < 0)
+        return tool_fail(c, "%s", err.message);
+    log_info("mcp: session=%.8s: kernel=%s forked%s%s into kernel=%s, named '%s' of tenant=%s",
+             c->s ? c->s->id : "-", kernel_id(k), cp ? " from checkpoint " : "", cp ? cp : "",
+             kernel_id(fk), name, c->r->caller.tenant);
+    if (req_wait_kernel(c->r, fk, forked) < 0)
+        forked(c->r, fk, 0);
 }
 
 /* ---- methods ---- */

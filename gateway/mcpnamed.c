@@ -109,6 +109,24 @@ int mcpnamed_acquire(mcpnamed_t *n,
     return 0;
 }
 
+int mcpnamed_claim(mcpnamed_t *n,
+                   const char *tenant,
+                   const char *name,
+                   long long max,
+                   struct mcpnamed_entry **ret_e)
+{
+    struct mcpnamed_entry *e;
+    int rc = mcpnamed_acquire(n, tenant, name, max, &e);
+    if (rc < 0)
+        return rc;
+    if (live_kernel(n, e)) {
+        mcpnamed_release(n, e);
+        return -EEXIST;
+    }
+    *ret_e = e;
+    return 0;
+}
+
 void mcpnamed_release(mcpnamed_t *n, struct mcpnamed_entry *e)
 {
     (void)n;

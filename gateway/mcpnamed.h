@@ -43,6 +43,14 @@ int mcpnamed_acquire(mcpnamed_t *n,
                      const char *name,
                      long long max,
                      struct mcpnamed_entry **ret_e);
+/* As mcpnamed_acquire, for a kernel made elsewhere (MCP's fork tool) to become the name's:
+ * -EEXIST when the name has a kernel (running or starting); the caller sets the kernel
+ * (mcpnamed_set_kernel) and releases the entry. */
+int mcpnamed_claim(mcpnamed_t *n,
+                   const char *tenant,
+                   const char *name,
+                   long long max,
+                   struct mcpnamed_entry **ret_e);
 void mcpnamed_release(mcpnamed_t *n, struct mcpnamed_entry *e);
 /* Marks a use now (a tool call began or ended). */
 void mcpnamed_touch(struct mcpnamed_entry *e);

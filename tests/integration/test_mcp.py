@@ -424,7 +424,7 @@ def test_inspector_cli(gateway):
         assert rc == 0 and "Warning" not in out, out
         listed, _ = json.JSONDecoder().raw_decode(out[out.index("{"):])
         assert sorted(t["name"] for t in listed["tools"]) == [
-            "execute_code", "list_files", "read_file", "restart_kernel", "rollback",
+            "execute_code", "fork", "list_files", "read_file", "restart_kernel", "rollback",
             "run_command",
             "write_file"], out
         rc, out = run_node(base + ["--method", "tools/call", "--tool-name", "execute_code",

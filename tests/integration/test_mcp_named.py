@@ -275,3 +275,104 @@ def test_langchain_per_call_clients(gateway):
     assert rc == 0, out
     for check in ("state_across_clients", "names_apart", "no_name_apart", "name_per_call_hook"):
         assert f"ok {check}" in out, out
+
+
+def call(gw, sid, tool, args, name=None, token=None):
+    """One tools/call: (isError, text, structuredContent)."""
+    st, body, _ = post(gw, {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                            "params": {"name": tool, "arguments": args}}, sid, name,
+                       token=token)
+    assert st == 200 and "result" in body, (st, body)
+    res = body["result"]
+    text = "".join(c.get("text", "") for c in res["content"] if c["type"] == "text")
+    return res["isError"], text, res.get("structuredContent") or {}
+
+
+def test_fork_into_a_named_kernel(gateway):
+    """The fork tool: an unnamed session's kernel forked into the named kernel "b"; a session
+    with Kgw-Kernel-Name: b sees the state, then the two go their own ways."""
+    sid = session(gateway)
+    try:
+        text, st = run(gateway, sid, "x = 41")
+        assert st["status"] == "ok", text
+        parent = st["kernel_id"]
+        err, text, fk = call(gateway, sid, "fork", {"name": "fb"})
+        assert not err, text
+        assert fk["name"] == "fb" and fk["forked_from"] == parent and fk["checkpoint"] is None
+        assert fk["kernel_id"] != parent and kernel_status(gateway, fk["kernel_id"])[0] == 200
+        text, st = per_call(gateway, "print(x); x = 1", "fb")
+        assert st["status"] == "ok" and st["kernel_id"] == fk["kernel_id"], text
+        assert text.startswith("41\n") and "[kgw]" not in text, text
+        text, st = run(gateway, sid, "print(x)")
+        assert text.startswith("41\n") and st["kernel_id"] == parent, text
+        text, st = per_call(gateway, "print(x)", "fb")
+        assert text.startswith("1\n"), text
+        # a taken name (the fork's, or a named session's own), a bad name, a bad checkpoint
+        err, text, _ = call(gateway, sid, "fork", {"name": "fb"})
+        assert err and "the name 'fb' is taken" in text, text
+        err, text, _ = call(gateway, sid, "fork", {"name": "..x"})
+        assert err and "not a kernel name" in text, text
+        err, text, _ = call(gateway, sid, "fork", {"name": "fc", "checkpoint": "nope"})
+        assert err and "not a checkpoint id" in text, text
+        err, text, _ = call(gateway, sid, "fork",
+                            {"name": "fc",
+                             "checkpoint": "00000000-0000-4000-8000-000000000000"})
+        assert err and "Checkpoint does not exist" in text, text
+    finally:
+        end(gateway, sid)
+    # the unnamed session's kernel ended with its session, and the fork in its sandbox with
+    # it: the name's next session is told, and gets a new kernel
+    for _ in range(100):
+        if kernel_status(gateway, fk["kernel_id"])[0] != 200 or \
+                kernel_status(gateway, fk["kernel_id"])[1]["execution_state"] == "dead":
+            break
+        time.sleep(0.2)
+    text, st = per_call(gateway, "print(x)", "fb")
+    assert "the kernel named 'fb' had ended" in text and "NameError" in text, text
+
+
+def test_fork_from_a_checkpoint(gateway):
+    sid = session(gateway, "fsrc")
+    try:
+        text, st = run(gateway, sid, "y = 1", "fsrc")
+        assert st["status"] == "ok", text
+        # (the checkpoint is taken right before its code runs: y is 1 in it)
+        err, text, st = call(gateway, sid, "execute_code",
+                             {"code": "y = 2", "checkpoint": True}, "fsrc")
+        assert not err and st["status"] == "ok" and st["checkpoint"], text
+        cp = st["checkpoint"]
+        err, text, fk = call(gateway, sid, "fork", {"name": "fold", "checkpoint": cp}, "fsrc")
+        assert not err and fk["checkpoint"] == cp, text
+        text, st = per_call(gateway, "print(y)", "fold")
+        assert text.startswith("1\n") and st["kernel_id"] == fk["kernel_id"], text
+        text, st = run(gateway, sid, "print(y)", "fsrc")
+        assert text.startswith("2\n"), text
+        err, text, _ = call(gateway, sid, "fork", {"name": "fsrc"}, "fsrc")
+        assert err and "the name 'fsrc' is taken" in text, text
+    finally:
+        end(gateway, sid, "fsrc")
+
+
+def test_fork_tenancy_and_bound(gateway_factory, tmp_path):
+    kf, keys = key_file(("alice", "bob"), tmp_path)
+    gw = gateway_factory(f"--key-file={kf}", "--mcp-named-kernels=1")
+    a, b = session(gw, token=keys["alice"]), session(gw, token=keys["bob"])
+    try:
+        run(gw, a, "secret = 41", token=keys["alice"])
+        err, text, fa = call(gw, a, "fork", {"name": "t"}, token=keys["alice"])
+        assert not err, text
+        # bob's "t" is his own: free to fork into, and it holds his state, not alice's
+        run(gw, b, "mine = 5", token=keys["bob"])
+        err, text, fb = call(gw, b, "fork", {"name": "t"}, token=keys["bob"])
+        assert not err and fb["kernel_id"] != fa["kernel_id"], text
+        assert kernel_status(gw, fa["kernel_id"], keys["bob"])[0] == 404
+        text, _ = per_call(gw, "print(mine); print(secret)", "t", keys["bob"])
+        assert text.startswith("5\n") and "NameError" in text, text
+        text, _ = per_call(gw, "print(secret)", "t", keys["alice"])
+        assert text.startswith("41\n"), text
+        # at the tenant's bound (--mcp-named-kernels=1): refused, with the reason
+        err, text, _ = call(gw, a, "fork", {"name": "t2"}, token=keys["alice"])
+        assert err and "named kernels, the most" in text, text
+    finally:
+        end(gw, a, token=keys["alice"])
+        end(gw, b, token=keys["bob"])

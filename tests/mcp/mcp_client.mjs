@@ -37,8 +37,8 @@ async function main() {
 
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name).sort();
-  assert.deepEqual(names, ['execute_code', 'list_files', 'read_file', 'restart_kernel',
-    'rollback', 'run_command', 'write_file']);
+  assert.deepEqual(names, ['execute_code', 'fork', 'list_files', 'read_file',
+    'restart_kernel', 'rollback', 'run_command', 'write_file']);
   for (const t of tools) {
     assert.equal(t.inputSchema.type, 'object');
     assert.equal(t.outputSchema?.type, 'object', `${t.name} has an output schema`);
