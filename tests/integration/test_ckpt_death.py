@@ -1,0 +1,131 @@
+"""A kernel whose interpreter dies while it has checkpoints comes back from its newest one
+(docs/checkpoints.md, "A kernel that dies"), on real ipykernel kernels: the execute API's
+"rollback_on_error" for a segfault, a SIGKILL and a memory bomb (the end keeps its real status
+and says it was rolled back); a death without "rollback_on_error" brings back the newest
+checkpoint's state, and a websocket client is told which; a kernel with no checkpoint still
+restarts empty; nothing is left behind."""
+import asyncio
+import os
+import time
+
+import pytest
+
+import jclient
+from test_ckpt_rest import kernel_procs, run, take
+
+pytestmark = pytest.mark.kgw_only
+
+MiB = 1 << 20
+NO_SANDBOX = "--no-sandbox" in os.environ.get("KGW_EXTRA_ARGS", "")
+
+DEATHS = {
+    "segfault": ("import ctypes\nctypes.string_at(0)", "killed", "signal 11"),
+    "sigkill": ("import os\nos.kill(os.getpid(), 9)", "killed", "signal 9"),
+    "memory_bomb": ("b = []\nwhile True:\n    b.append(bytearray(16 << 20))", "out_of_memory",
+                    "out of memory"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEATHS))
+def test_rollback_on_error_undoes_a_death(gateway_factory, case):
+    if case == "memory_bomb" and NO_SANDBOX:
+        pytest.skip("the memory limit needs the sandbox")
+    gw = gateway_factory("--mem-limit", str(256 * MiB), "--autorestart")
+    kid = gw.start_kernel()["id"]
+    try:
+        end, _, _ = run(gw, kid, "v = ['start']")
+        assert end["status"] == "ok", end
+        code, status, words = DEATHS[case]
+        end, _, events = run(gw, kid, "v.append('lost')\n" + code, rollback_on_error=True)
+        assert end["status"] == status and words in end["cause"], end
+        assert end["rolled_back"] is True, end
+        # the state is the checkpoint's, in the same kernel (not a restart's empty one)
+        end, out, _ = run(gw, kid, "print(v)")
+        assert end["status"] == "ok" and out == "['start']\n", (end, out)
+        # and it can die and come back again
+        end, _, _ = run(gw, kid, "v.append('again')\n" + DEATHS["sigkill"][0],
+                        rollback_on_error=True)
+        assert end["status"] == "killed" and end["rolled_back"] is True, end
+        assert run(gw, kid, "print(v)")[1] == "['start']\n"
+    finally:
+        gw.delete_kernel(kid)
+
+
+def test_dead_kernel_comes_back_from_its_newest_checkpoint(gateway_factory):
+    gw = gateway_factory("--autorestart")
+    kid = gw.start_kernel()["id"]
+
+    async def go():
+        c = await jclient.connect(gw, kid)
+        try:
+            await c.wait_ready()
+            assert (await c.execute("x = 'first'")).status == "ok"
+            await asyncio.to_thread(take, gw, kid)
+            assert (await c.execute("x = 'newest'")).status == "ok"
+            newest = await asyncio.to_thread(take, gw, kid)
+            assert (await c.execute("x = 'after'")).status == "ok"
+            procs0 = await asyncio.to_thread(kernel_procs, gw, kid)
+            c.backlog.clear()
+            # the live interpreter dies, by a plain execution (no rollback_on_error)
+            end, _, _ = await asyncio.to_thread(run, gw, kid, "import os\nos.kill(os.getpid(), 9)")
+            assert end["status"] == "killed" and "rolled_back" not in end, end
+            seen = []
+            while len(seen) < 3:
+                m = await c.recv(lambda m: m["channel"] == "iopub"
+                                 and "kgw_rollback" in m.get("metadata", {}), timeout=20)
+                seen.append(m)
+            assert [(m["header"]["msg_type"], m["content"].get("execution_state"))
+                    for m in seen] == [("status", "starting"), ("stream", None),
+                                       ("status", "idle")], seen
+            meta = seen[1]["metadata"]["kgw_rollback"]
+            assert meta["checkpoint"] == newest["id"], meta
+            assert "died" in meta["cause"] and "signal 9" in meta["cause"], meta
+            assert newest["id"] in seen[1]["content"]["text"]
+            # the same websocket keeps working, with the newest checkpoint's state
+            ex = await c.execute("print(x)")
+            assert ex.status == "ok" and ex.stdout == "newest\n", (ex.types, ex.reply)
+            # the same processes as before the death (another live interpreter), no zombie
+            t0 = time.monotonic()
+            while True:
+                procs = await asyncio.to_thread(kernel_procs, gw, kid)
+                if (len(eval(procs)) == len(eval(procs0)) and "'Z'" not in procs) or \
+                        time.monotonic() - t0 > 10:
+                    break
+                await asyncio.sleep(0.2)
+            assert len(eval(procs)) == len(eval(procs0)) and "'Z'" not in procs, (procs0, procs)
+        finally:
+            await c.close()
+
+    try:
+        jclient.run(go(), timeout=120)
+        st, model, _ = gw.request("GET", f"/api/kernels/{kid}")
+        assert st == 200 and model["execution_state"] != "dead", model
+    finally:
+        gw.delete_kernel(kid)
+
+
+@pytest.mark.parametrize("had_one", [False, True])
+def test_without_checkpoints_a_death_restarts_the_kernel_empty(gateway_factory, had_one):
+    """As before checkpoints existed: a kernel that never had one, or whose only one was
+    dropped (its first process is then a keeper with nothing to revive from)."""
+    gw = gateway_factory("--autorestart")
+    kid = gw.start_kernel()["id"]
+    try:
+        run(gw, kid, "x = 1")
+        if had_one:
+            cp = take(gw, kid)
+            assert gw.request("DELETE", f"/api/kernels/{kid}/checkpoints/{cp['id']}")[0] == 204
+        end, _, _ = run(gw, kid, "import os\nos.kill(os.getpid(), 9)")
+        assert end["status"] == "killed" and "rolled_back" not in end, end
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            st, model, _ = gw.request("GET", f"/api/kernels/{kid}")
+            if model.get("execution_state") == "idle":
+                break
+            time.sleep(0.3)
+        end, _, events = run(gw, kid, "print(x)")
+        assert end["status"] == "error", end
+        assert any(e["type"] == "error" and e.get("ename") == "NameError" for e in events)
+        assert gw.request("GET", f"/api/kernels/{kid}/checkpoints")[1] == []
+    finally:
+        gw.delete_kernel(kid)
