@@ -64,7 +64,9 @@ def test_dead_kernel_comes_back_from_its_newest_checkpoint(gateway_factory):
             assert (await c.execute("x = 'newest'")).status == "ok"
             newest = await asyncio.to_thread(take, gw, kid)
             assert (await c.execute("x = 'after'")).status == "ok"
-            procs0 = await asyncio.to_thread(kernel_procs, gw, kid)
+            nonlocal pgid
+            pgid = int((await c.execute("import os\nprint(os.getpgid(0))")).stdout)
+            procs0 = await asyncio.to_thread(procs_of, gw, kid, pgid)
             c.backlog.clear()
             # the live interpreter dies, by a plain execution (no rollback_on_error)
             end, _, _ = await asyncio.to_thread(run, gw, kid, "import os\nos.kill(os.getpid(), 9)")
@@ -87,7 +89,7 @@ def test_dead_kernel_comes_back_from_its_newest_checkpoint(gateway_factory):
             # the same processes as before the death (another live interpreter), no zombie
             t0 = time.monotonic()
             while True:
-                procs = await asyncio.to_thread(kernel_procs, gw, kid)
+                procs = await asyncio.to_thread(procs_of, gw, kid, pgid)
                 if (len(eval(procs)) == len(eval(procs0)) and "'Z'" not in procs) or \
                         time.monotonic() - t0 > 10:
                     break
@@ -96,12 +98,39 @@ def test_dead_kernel_comes_back_from_its_newest_checkpoint(gateway_factory):
         finally:
             await c.close()
 
+    pgid = None
     try:
         jclient.run(go(), timeout=120)
         st, model, _ = gw.request("GET", f"/api/kernels/{kid}")
         assert st == 200 and model["execution_state"] != "dead", model
     finally:
         gw.delete_kernel(kid)
+    if NO_SANDBOX:  # (a sandbox's processes end with its pid namespace)
+        # the keeper, the checkpoints and the live interpreter: all gone with the kernel
+        t0 = time.monotonic()
+        while pgroup(pgid) and time.monotonic() - t0 < 10:
+            time.sleep(0.2)
+        assert pgroup(pgid) == [], pgroup(pgid)
+
+
+def pgroup(pgid, states=False):
+    """The host's processes in the process group pgid (with their states)."""
+    out = []
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(") ", 1)[1].split()
+            if int(fields[2]) == pgid:
+                out.append((int(p), fields[0]) if states else int(p))
+        except (OSError, ValueError, IndexError):
+            pass
+    return sorted(out)
+
+
+def procs_of(gw, kid, pgid):
+    """The kernel's processes as (pid, state) pairs, as text: its sandbox's (all of them: the
+    keeper, the live kernel, its checkpoints, init), or unsandboxed its process group's."""
+    return repr(pgroup(pgid, True)) if NO_SANDBOX else kernel_procs(gw, kid)
 
 
 @pytest.mark.parametrize("had_one", [False, True])
