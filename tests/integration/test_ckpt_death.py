@@ -158,3 +158,28 @@ def test_without_checkpoints_a_death_restarts_the_kernel_empty(gateway_factory, 
         assert gw.request("GET", f"/api/kernels/{kid}/checkpoints")[1] == []
     finally:
         gw.delete_kernel(kid)
+
+
+def test_a_restart_asked_for_is_not_a_death(gateway_factory):
+    """A kernel with checkpoints restarted by a client restarts empty (its keeper does not
+    revive it), and its shutdown leaves nothing behind."""
+    gw = gateway_factory()
+    kid = gw.start_kernel()["id"]
+    try:
+        run(gw, kid, "x = 1")
+        take(gw, kid)
+        st, _, _ = gw.request("POST", f"/api/kernels/{kid}/restart")
+        assert st == 200
+        end, _, events = run(gw, kid, "print(x)")
+        assert end["status"] == "error", end
+        assert any(e["type"] == "error" and e.get("ename") == "NameError" for e in events)
+        assert gw.request("GET", f"/api/kernels/{kid}/checkpoints")[1] == []
+        pgid = int(run(gw, kid, "import os\nprint(os.getpgid(0))")[1])
+        take(gw, kid)
+    finally:
+        gw.delete_kernel(kid)
+    if NO_SANDBOX:
+        t0 = time.monotonic()
+        while pgroup(pgid) and time.monotonic() - t0 < 10:
+            time.sleep(0.2)
+        assert pgroup(pgid) == [], pgroup(pgid)
