@@ -705,9 +705,10 @@ static void live_died(void *data)
     struct kckpt *c = data;
     kernel_t *k = c->k;
     struct kckpt_pidfd_info info = {.mask = KCKPT_PIDFD_INFO_EXIT};
-    bool known =
-        ioctl(c->live_fd, KCKPT_PIDFD_GET_INFO, &info) == 0 && (info.mask & KCKPT_PIDFD_INFO_EXIT);
-    if (!known && errno != ENOTTY && errno != EINVAL && ++c->live_tries < KCKPT_EXIT_TRIES) {
+    int r = ioctl(c->live_fd, KCKPT_PIDFD_GET_INFO, &info);
+    bool known = r == 0 && (info.mask & KCKPT_PIDFD_INFO_EXIT);
+    bool unsupported = r < 0 && (errno == ENOTTY || errno == EINVAL); /* before Linux 6.15 */
+    if (!known && !unsupported && ++c->live_tries < KCKPT_EXIT_TRIES) {
         loop(c)->timer_arm(loop(c), c->live_retry, KCKPT_EXIT_RETRY_MS); /* not reaped yet */
         return;
     }
