@@ -10,6 +10,7 @@
   fork        POST /api/kernels/{id}/fork to its 201, which kgw gives once the new kernel has
               answered kernel_info; its state is checked and it is deleted (not timed)
   pss         an idle checkpoint's PSS (the gateway's pss_bytes for it, after --idle-seconds)
+  cgroup      what taking that checkpoint adds to the kernel's cgroup (kgw_kernels_memory_bytes)
   leak        --cycles checkpoint + rollback + drop cycles: the processes under kgw, kgw's
               descriptors and the cgroups of kgw's instance, before and after (the first cycle
               runs before "before": the first rollback leaves the kernel's keeper for good)
@@ -95,6 +96,19 @@ def counts(gw):
     return {"processes": procs, "kgw fds": fds, "cgroups": cgroups_of(gw.pid, instance)}
 
 
+def kernels_memory(gw):
+    """kgw_kernels_memory_bytes from GET /metrics: the memory charged to the kernels' cgroups
+    (here one kernel, --pool python3=0), or None."""
+    import urllib.request
+    req = urllib.request.Request(f"http://127.0.0.1:{gw.port}/metrics",
+                                 headers={"Authorization": f"token {gw.token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("kgw_kernels_memory_bytes"):
+                return float(line.split()[-1])
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kgw", default=os.path.join(B.REPO, "build", "kgw"))
@@ -122,7 +136,13 @@ def main():
             res["checkpoint"].append(dt)
             timed(gw, "DELETE", f"{base}/checkpoints/{cp['id']}", None, 204)
 
+        # what taking one adds to the kernel's cgroup (what it holds, honestly: PSS divides the
+        # shared pages between the two processes)
+        time.sleep(args.idle_seconds)
+        mem0 = kernels_memory(gw)
         _, cp = timed(gw, "POST", base + "/checkpoints", {"files": False}, 201)
+        time.sleep(args.idle_seconds)
+        mem1 = kernels_memory(gw)
         for i in range(args.reps):
             execute(gw, kid, f"marker = 'changed {i}'; a[0] = {i + 2}")
             dt, _ = timed(gw, "POST", base + "/rollback", {"checkpoint": cp["id"]}, 200)
@@ -184,6 +204,10 @@ def main():
                   f"shares with the kernel at 1/n each)")
         else:
             print(f"idle checkpoint PSS: not reported ({lst})")
+        if mem0 is not None and mem1 is not None:
+            print(f"the kernel's cgroup: {mem0 / 1048576:.1f} MiB before the checkpoint, "
+                  f"{mem1 / 1048576:.1f} MiB {args.idle_seconds} s after: "
+                  f"+{(mem1 - mem0) / 1048576:.2f} MiB for one idle checkpoint")
         same = before == after and not failed and fds0 == fds1
         print(f"{args.cycles} checkpoint+rollback+drop cycles in {cyc_s:.1f} s: before {before}, "
               f"after {after}; the kernel's own descriptors {fds0} -> {fds1}: "

@@ -27,6 +27,20 @@ MAX_FILES = 10000  # files kept per checkpoint
 MAX_CMD = 4096  # bytes of a command on a checkpoint's socket
 _main_pid = None  # the process the gateway started (set by its first install())
 _kids = {}  # checkpoint id -> pid, for those this process forked (reaped when dropped)
+# Every earlier generation's application, kernel and loop (the process the gateway started,
+# then each one revived): referenced for good, never finalised, since finalisers (a zmq
+# Context's destroy, a loop's close) would close descriptor numbers a later generation reuses.
+_graveyard = []
+# The descriptors of this generation's own machinery (its loop, ZeroMQ context, sockets and
+# connections, output pipes, history database: what _revive started, and what those opened
+# since outside cells), worked out at each fork (_machinery); they are the /dev/null
+# placeholders a kernel revived from that fork closes. None in the process the gateway
+# started (not known: its placeholders stay, once). Descriptors opened during a cell are the
+# user's: they stay placeholders for good (user objects may close "theirs" later).
+_infra = None
+_before = None  # the descriptors open when this generation began (None: the first)
+_user = set()  # those opened during this generation's cells
+_cell = None  # the descriptors open when the running cell began
 _KEEPER = r"""
 import json, os, select, socket, sys
 path = sys.argv[1]
@@ -111,6 +125,10 @@ def install():
     if _main_pid is None:
         _main_pid = os.getpid()
     k = _app().kernel
+    ev = getattr(k.shell, "events", None)
+    if ev is not None and _pre_cell not in ev.callbacks.get("pre_run_cell", []):
+        ev.register("pre_run_cell", _pre_cell)
+        ev.register("post_run_cell", _post_cell)
     k.shell_handlers["kgw_checkpoint_request"] = _on_checkpoint
     k.shell_handlers["kgw_rollback_request"] = _on_rollback
     k.shell_handlers["kgw_ckpt_drop_request"] = _on_drop
@@ -207,6 +225,7 @@ def _on_checkpoint(stream, ident, parent):
     hm = getattr(shell, "history_manager", None)
     locks = [l for l in (getattr(hm, "db_input_cache_lock", None),
                          getattr(hm, "db_output_cache_lock", None)) if l is not None]
+    _machinery()
     r, w = os.pipe()
     for l in locks:
         l.acquire()
@@ -253,10 +272,8 @@ def _scrub(keep):
     theirs later, in a kernel revived from here, must not close what that kernel opened since."""
     keep = set(keep) | {0, 1, 2} | set(_std_copies().values())
     null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-    try:
-        fds = [int(f) for f in os.listdir("/proc/self/fd")]
-    except OSError:
-        fds = range(3, 4096)
+    # (_fds: not the descriptor that listed them, which dup2 would make a placeholder of)
+    fds = _fds() or range(3, 4096)
     for fd in fds:
         if fd not in keep and fd != null:
             try:
@@ -264,6 +281,71 @@ def _scrub(keep):
             except OSError:
                 pass
     os.close(null)
+
+
+def _pre_cell(*_):
+    global _cell
+    _cell = _fds()
+
+
+def _post_cell(*_):
+    if _cell is not None:
+        _user.update(fd for fd in _fds() - _cell if not _kernel_conn(fd))
+
+
+def _kernel_conn(fd):
+    """Whether fd is a connection libzmq accepted on one of the kernel's own endpoints (a
+    client's socket reconnecting while a cell ran): the machinery's, not the user's."""
+    try:
+        app = _app()
+        ports = {app.shell_port, app.iopub_port, app.stdin_port, app.control_port, app.hb_port}
+        s = socket.socket(fileno=fd)
+    except Exception:
+        return False
+    try:
+        name = s.getsockname()
+    except OSError:
+        return False
+    finally:
+        s.detach()
+    if app.transport == "ipc":
+        return isinstance(name, str) and name in {"%s-%d" % (app.ip, p) for p in ports}
+    return isinstance(name, tuple) and len(name) >= 2 and name[1] in ports
+
+
+def _machinery():
+    """Sets _infra, before a fork: the descriptors this generation's machinery opened."""
+    global _infra
+    if _before is not None:
+        _infra = _fds() - _before - _user
+
+
+def _fds():
+    """This process's open descriptors (without the one listing them, closed since)."""
+    try:
+        listed = [int(f) for f in os.listdir("/proc/self/fd")]
+    except OSError:
+        return set()
+    out = set()
+    for fd in listed:
+        try:
+            os.fstat(fd)
+            out.add(fd)
+        except OSError:
+            pass
+    return out
+
+
+def _close_placeholders(fds):
+    """Closes those of fds that are /dev/null placeholders (_scrub's): the previous
+    generation's machinery, which nothing will use or close again (its objects are kept in
+    _graveyard). A user's descriptors stay placeholders: the user's objects may close them."""
+    for fd in sorted(fds or ()):
+        try:
+            if os.readlink("/proc/self/fd/%d" % fd) == os.devnull:
+                os.close(fd)
+        except OSError:
+            pass
 
 
 def _frozen(path, files_dir, w, rstate):
@@ -376,7 +458,7 @@ def _reseed():
 def _revive(conn, files, files_dir, rstate, conn_file=None):
     """A kernel again, from the checkpoint's state (conn_file: a fork, a new kernel on this
     connection file; else the same kernel). Never returns."""
-    global _main_pid
+    global _main_pid, _before, _cell
     if rstate is not None:
         sys.modules["random"].setstate(rstate)
     if conn_file is not None:
@@ -401,7 +483,9 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
     for fd, copy in _std_copies().items():
         os.dup2(copy, fd)
         os.close(copy)
+    _graveyard.extend([sys.stdout, sys.stderr])
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    _close_placeholders(_infra)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     import asyncio
@@ -409,10 +493,17 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
     old = IPKernelApp.instance()
     shell = old.kernel.shell
     argv = list(sys.argv[1:]) if conn_file is None else _argv_for(conn_file)
-    graveyard = [old, old.kernel]  # never collected: their sockets belong to the old process
     IPKernelApp.clear_instance()
     type(old.kernel).clear_instance()  # a singleton too: the new app makes its own
-    asyncio.set_event_loop(asyncio.new_event_loop())
+    _before, _cell = _fds(), None
+    _user.clear()
+    loop = asyncio.new_event_loop()
+    prev = getattr(getattr(asyncio.get_event_loop_policy(), "_local", None), "_loop", None)
+    _graveyard.extend([old, old.kernel, prev])
+    zmq = sys.modules.get("zmq")
+    if zmq is not None:  # the global context (pyzmq makes a new one in a forked process)
+        _graveyard.append(getattr(zmq.Context, "_instance", None))
+    asyncio.set_event_loop(loop)
     gc.enable()
     app = IPKernelApp.instance()
     init_kernel = app.init_kernel
@@ -432,6 +523,9 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
     hm = shell.history_manager
     try:
         if hm is not None:
+            # its database connections (its own and its saving thread's): replaced below, and
+            # if finalised they would close descriptor numbers this generation may have reused
+            _graveyard.extend([hm.db, hm.save_thread, getattr(hm.save_thread, "db", None)])
             # locks its saving thread may have held when the kernel forked: taken for good here
             import threading
             hm.save_flag = threading.Event()
@@ -446,7 +540,7 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
     except Exception:
         pass
     install()
-    sys.modules[__name__]._graveyard = graveyard
+
     try:
         app.start()
     finally:
@@ -539,6 +633,7 @@ def _fork_now(conn_file):
     hm = getattr(shell, "history_manager", None)
     locks = [l for l in (getattr(hm, "db_input_cache_lock", None),
                          getattr(hm, "db_output_cache_lock", None)) if l is not None]
+    _machinery()
     r, w = os.pipe()
     for l in locks:
         l.acquire()
