@@ -39,6 +39,7 @@
 #define KCKPT_PROBES         16 /* probe ids remembered (the newest) */
 #define KCKPT_INSTALL_CODE   "import kgw_ckpt; kgw_ckpt.install()"
 #define KCKPT_LIVE_FILE      ".kgw-live" /* the live interpreter's pid, written by the kernel */
+#define KCKPT_PID_MAX        4194304     /* the kernel's PID_MAX_LIMIT */
 #define KCKPT_EXIT_TRIES     25          /* a death's wait status: asked for this many times ... */
 #define KCKPT_EXIT_RETRY_MS  4 /* ... this far apart (it is there once the process is reaped) */
 
@@ -658,10 +659,22 @@ static long live_read(const kernel_t *k)
     close(fd);
     if (n <= 0)
         return -EINVAL;
-    buf[n] = '\0';
-    char *end;
-    long pid = strtol(buf, &end, 10);
-    return end == buf || pid < 0 || pid > (1L << 22) ? -EINVAL : pid;
+    return kckpt_live_parse(buf, (size_t)n);
+}
+
+long kckpt_live_parse(const char *buf, size_t n)
+{
+    long pid = 0;
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n == 0 || n > 7)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] < '0' || buf[i] > '9')
+            return -EINVAL;
+        pid = pid * 10 + (buf[i] - '0');
+    }
+    return pid > KCKPT_PID_MAX ? -EINVAL : pid;
 }
 
 static void live_unwatch(struct kckpt *c)
