@@ -40,9 +40,12 @@ struct kck {
     struct list recs;
     int n;      /* records */
     int taking; /* checkpoints being taken */
+    bool keeper; /* the kernel's first process is a keeper (after a rollback): a death of the
+                    live interpreter can be undone */
+    struct ckpt_op *reviving; /* the revival after such a death, until the new process answers */
 };
 
-enum op_kind { OP_TAKE, OP_ROLLBACK, OP_DROP };
+enum op_kind { OP_TAKE, OP_ROLLBACK, OP_DROP, OP_REVIVE };
 
 struct ckpt_op {
     gw_t *g;
@@ -63,6 +66,8 @@ static int timeout_ms(const gw_t *g)
     return ms < 1000 ? 1000 : ms > CKPT_TIMEOUT_MAX_MS ? CKPT_TIMEOUT_MAX_MS : (int)ms;
 }
 
+static void on_death(void *data, kernel_t *k, enum kernel_outcome o, const char *cause);
+
 static struct kck *kck_of(gw_t *g, kernel_t *k, bool make)
 {
     struct kck *c = kernel_data(k, g->ckpt_listener.slot);
@@ -70,6 +75,10 @@ static struct kck *kck_of(gw_t *g, kernel_t *k, bool make)
         return c;
     if (!(c = calloc(1, sizeof(*c))))
         return NULL;
+    if (kckpt_watch(k, on_death, g) < 0) {
+        free(c);
+        return NULL;
+    }
     list_init(&c->recs);
     kernel_set_data(k, g->ckpt_listener.slot, c);
     return c;
@@ -131,6 +140,7 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
         log_info("kernel=%s: its %d checkpoint%s ended with its process", kernel_id(k), c->n,
                  c->n > 1 ? "s" : "");
     kck_clear(c);
+    c->keeper = false; /* a new process, or none */
     if (ev == KERNEL_EV_GONE) {
         kernel_set_data(k, g->ckpt_listener.slot, NULL);
         free(c);
@@ -229,6 +239,55 @@ static ckpt_op_t *op_new(gw_t *g,
     return op;
 }
 
+/* The first checkpoint of a kernel process: the process is revived from it at once (a
+ * rollback to it, without its files and without a notice: the state is the one it has), so
+ * that its first process becomes the keeper, and the live interpreter a process whose death
+ * the checkpoints outlive (docs/checkpoints.md, "A kernel that dies"). */
+static void on_kept(void *data, kernel_t *k, int status, json_t *reply)
+{
+    ckpt_op_t *op = data;
+    struct kck *c = kck_of(op->g, k, false);
+    struct ckrec *rec = rec_find(c, op->id);
+    char msg[400];
+    op->req = NULL;
+    if (status == 0 && c) {
+        c->keeper = true;
+        log_info("kernel=%s: its first process is now the keeper of its checkpoints", kernel_id(k));
+        /* what the first process had received and not run yet went with it */
+        kernel_fail_pending(k, KERNEL_OUT_RESTARTED,
+                            "the kernel's process was replaced by one revived from its first "
+                            "checkpoint before it ran this");
+    } else if (status == -ETIMEDOUT && kernel_executions(k) == 0 && kernel_restart(k) == 0) {
+        snprintf(msg, sizeof(msg),
+                 "the kernel did not come back within %d s from the revival its first "
+                 "checkpoint makes, and was restarted (its variables and checkpoints are lost)",
+                 timeout_ms(op->g) / 1000);
+        log_warn("kernel=%s: checkpoint %s: %s", kernel_id(k), op->id, msg);
+        return op_end(op, status, 504, msg, NULL);
+    } else if (status != -ECHILD) {
+        log_warn("kernel=%s: its first process could not become the keeper of its checkpoints "
+                 "(%s): a death of its interpreter will end them",
+                 kernel_id(k), strerror(-status));
+    }
+    if (!rec) {
+        failure(op->g, k, -ECHILD, NULL, "take a checkpoint", msg, sizeof(msg));
+        return op_end(op, -ECHILD, 409, msg, NULL);
+    }
+    json_t *model = rec_model(k, rec);
+    op_end(op, 0, 201, "", model);
+    json_decref(model);
+}
+
+static int keep(ckpt_op_t *op, kernel_t *k)
+{
+    json_t *content = json_pack("{s:s, s:b}", "id", op->id, "files", 0);
+    int r = content
+                ? kckpt_send(k, KCKPT_ROLLBACK, content, timeout_ms(op->g), on_kept, op, &op->req)
+                : -ENOMEM;
+    json_decref(content);
+    return r;
+}
+
 static void on_taken(void *data, kernel_t *k, int status, json_t *reply)
 {
     ckpt_op_t *op = data;
@@ -257,6 +316,8 @@ static void on_taken(void *data, kernel_t *k, int status, json_t *reply)
     log_info("kernel=%s: checkpoint %s taken (execution_count %lld, %lld file bytes)", kernel_id(k),
              rec->id, rec->exec_count, rec->files_bytes);
     audit(op, "checkpoint", "ok");
+    if (!c->keeper && keep(op, k) == 0)
+        return; /* answered once the kernel's first process is its keeper */
     json_t *model = rec_model(k, rec);
     op_end(op, 0, 201, "", model);
     json_decref(model);
@@ -370,6 +431,7 @@ static void on_rolled(void *data, kernel_t *k, int status, json_t *reply)
         audit(op, "rollback", "failed");
         return op_end(op, status, http, msg, NULL);
     }
+    c->keeper = true; /* the first process exec'd the keeper (or already was it) */
     log_info("kernel=%s: rolled back to checkpoint %s%s%s", kernel_id(k), rec->id,
              op->cause[0] ? ": " : "", op->cause);
     audit(op, "rollback", "ok");
@@ -423,6 +485,78 @@ int ckpt_rollback(gw_t *g,
     }
     if (ret)
         *ret = op;
+    return 0;
+}
+
+/* ---- a death of the live interpreter: the kernel comes back from its newest checkpoint ---- */
+
+static void on_revived(void *data, kernel_t *k, int status, json_t *reply)
+{
+    ckpt_op_t *op = data;
+    struct kck *c = kck_of(op->g, k, false);
+    struct ckrec *rec = rec_find(c, op->id);
+    char msg[400];
+    op->req = NULL;
+    if (c && c->reviving == op)
+        c->reviving = NULL;
+    if (status == 0 && !rec)
+        status = -ENOENT;
+    if (status == -ETIMEDOUT && kernel_restart(k) == 0) {
+        snprintf(msg, sizeof(msg),
+                 "the kernel did not come back from its checkpoint %s within %d s and was "
+                 "restarted (its variables and checkpoints are lost)",
+                 op->id, timeout_ms(op->g) / 1000);
+        log_warn("kernel=%s: %s", kernel_id(k), msg);
+        audit(op, "revive", "failed");
+        return op_end(op, status, 504, msg, NULL);
+    }
+    if (status < 0) {
+        int http = failure(op->g, k, status, reply, "revive the kernel", msg, sizeof(msg));
+        log_info("kernel=%s: revival from %s: %s", kernel_id(k), op->id, msg);
+        audit(op, "revive", "failed");
+        return op_end(op, status, http, msg, NULL);
+    }
+    log_warn("kernel=%s: came back from checkpoint %s after its process died", kernel_id(k),
+             rec->id);
+    audit(op, "revive", "ok");
+    tell_clients(op, rec);
+    json_t *model = rec_model(k, rec);
+    op_end(op, 0, 200, "", model);
+    json_decref(model);
+}
+
+static void on_death(void *data, kernel_t *k, enum kernel_outcome o, const char *cause)
+{
+    gw_t *g = data;
+    struct kck *c = kck_of(g, k, false);
+    struct ckrec *rec =
+        c && !list_empty(&c->recs) ? list_entry(c->recs.prev, struct ckrec, link) : NULL;
+    ckpt_op_t *op = rec ? op_new(g, k, NULL, OP_REVIVE, NULL, NULL) : NULL;
+    json_t *content = op ? json_pack("{s:s}", "id", rec->id) : NULL;
+    if (op) {
+        snprintf(op->id, sizeof(op->id), "%s", rec->id);
+        snprintf(op->cause, sizeof(op->cause), "its process died: %s", cause);
+    }
+    if (content &&
+        kckpt_send(k, KCKPT_REVIVE, content, timeout_ms(g), on_revived, op, &op->req) == 0) {
+        c->reviving = op; /* before the requests fail: an execution may join it */
+    } else {
+        /* no checkpoint left: the keeper ends, and the kernel with it (then restarted) */
+        free(op);
+    }
+    json_decref(content);
+    kernel_fail_pending(k, o, cause);
+}
+
+int ckpt_revival_join(
+    gw_t *g, kernel_t *k, const char *cp, ckpt_done_cb done, void *data, ckpt_op_t **ret)
+{
+    struct kck *c = kck_of(g, k, false);
+    if (!c || !c->reviving || strcmp(c->reviving->id, cp) != 0 || c->reviving->done)
+        return -ENOENT;
+    c->reviving->done = done;
+    c->reviving->data = data;
+    *ret = c->reviving;
     return 0;
 }
 

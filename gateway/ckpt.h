@@ -56,6 +56,13 @@ int ckpt_rollback(gw_t *g,
                   int *http,
                   char *msg,
                   size_t msgsz);
+/* When k's live interpreter died and k is coming back from its checkpoint cp (its newest,
+ * docs/checkpoints.md "A kernel that dies"), done runs once it is back (status 0, as for a
+ * rollback) or could not come back, and *ret is set (ckpt_op_cancel); -ENOENT otherwise (no
+ * such revival, or one with a caller already). For an execution that asked for
+ * "rollback_on_error" and whose death this is. */
+int ckpt_revival_join(
+    gw_t *g, kernel_t *k, const char *cp, ckpt_done_cb done, void *data, ckpt_op_t **ret);
 /* Whether k has the checkpoint cp (gateway/gfork.c: a fork from it). */
 bool ckpt_exists(gw_t *g, kernel_t *k, const char *cp);
 /* Drops k's checkpoint cp (its record at once; done with status 0 and http 204 once the

@@ -808,6 +808,25 @@ static void on_rolled_back(void *data, int status, int http, const char *message
     finish_end(x, x->held_status, x->held_cause, x->held_has_e ? &x->held_e : NULL);
 }
 
+/* The end held while the kernel is rolled back (or comes back from the checkpoint after its
+ * death): finish_end runs with it then. */
+static void hold(xexec_t *x, const char *status, const char *cause, const struct kernel_exec_end *e)
+{
+    evl_t *evl = &x->xa->g->loop.evl;
+    x->rb_tried = true;
+    x->held_status = status;
+    snprintf(x->held_cause, sizeof(x->held_cause), "%s", cause ? cause : "");
+    x->held_has_e = e != NULL;
+    if (e) {
+        x->held_e = *e;
+        x->held_e.msg_id = x->msg_id;
+        x->held_e.cause = x->held_cause;
+        x->held_e.egress = e->egress ? json_deep_copy(e->egress) : NULL;
+    }
+    evl->timer_disarm(evl, x->timer);
+    evl->timer_disarm(evl, x->settle);
+}
+
 /* The end: at once, or after the rollback "rollback_on_error" asks for (the execution keeps
  * its kernel's queue meanwhile: the next one runs on the rolled-back state). */
 static void finish(xexec_t *x, const char *status, const char *cause,
@@ -822,10 +841,20 @@ static void finish(xexec_t *x, const char *status, const char *cause,
     const char *st = x->timed_out && (!strcmp(status, "error") || !strcmp(status, "ok"))
                          ? "timeout"
                          : status;
+    gw_t *g = x->xa->g;
+    kernel_t *k = kmgr_find(g->km, x->kernel_id);
     if (rollback_impossible(st)) {
-        snprintf(x->rb_error, sizeof(x->rb_error),
-                 "the kernel's process ended, and its checkpoints with it");
-        return finish_end(x, status, cause, e);
+        /* the live interpreter died: the kernel comes back from its newest checkpoint, this
+         * execution's when nothing took one since (docs/checkpoints.md) */
+        if (!k || ckpt_revival_join(g, k, x->ckpt_id, on_rolled_back, x, &x->ckop) < 0) {
+            snprintf(x->rb_error, sizeof(x->rb_error),
+                     "the kernel's process ended, and its checkpoints with it (or it came "
+                     "back from a newer checkpoint than this execution's)");
+            return finish_end(x, status, cause, e);
+        }
+        hold(x, status, cause, e);
+        x->rolling = true;
+        return;
     }
     if (x->restarted)
         snprintf(x->rb_error, sizeof(x->rb_error),
@@ -833,26 +862,12 @@ static void finish(xexec_t *x, const char *status, const char *cause,
                  "ended with its process");
     if (!rollback_wanted(st) || x->restarted)
         return finish_end(x, status, cause, e);
-    gw_t *g = x->xa->g;
-    kernel_t *k = kmgr_find(g->km, x->kernel_id);
     struct gw_caller who = {0};
     char msg[400], why[300];
     int http;
-    x->rb_tried = true;
-    x->held_status = status;
-    snprintf(x->held_cause, sizeof(x->held_cause), "%s", cause ? cause : "");
-    x->held_has_e = e != NULL;
-    if (e) {
-        x->held_e = *e;
-        x->held_e.msg_id = x->msg_id;
-        x->held_e.cause = x->held_cause;
-        x->held_e.egress = e->egress ? json_deep_copy(e->egress) : NULL;
-    }
+    hold(x, status, cause, e);
     snprintf(who.tenant, sizeof(who.tenant), "%s", x->tn->name);
     snprintf(why, sizeof(why), "rollback_on_error: execution %s ended %s", x->id, st);
-    evl_t *evl = &g->loop.evl;
-    evl->timer_disarm(evl, x->timer);
-    evl->timer_disarm(evl, x->settle);
     if (!k || ckpt_rollback(g, k, &who, x->ckpt_id, why, on_rolled_back, x, &x->ckop, &http,
                             msg, sizeof(msg)) < 0) {
         snprintf(x->rb_error, sizeof(x->rb_error), "%s", k ? msg : "the kernel is gone");

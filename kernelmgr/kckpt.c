@@ -13,14 +13,20 @@
 #include "kernelmgr/kckpt.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/kckpt_int.h"
 #include "kernelmgr/kexec_int.h"
+#include "kernelmgr/klaunch_int.h"
 #include "kernelmgr/kwire_int.h"
 #include "kernelmgr/kzsock_int.h"
 #include "kernelmgr/private.h"
@@ -32,6 +38,20 @@
 #define KCKPT_PROBE_IOPUB_MS 20 /* answered, but no iopub yet: again after this */
 #define KCKPT_PROBES         16 /* probe ids remembered (the newest) */
 #define KCKPT_INSTALL_CODE   "import kgw_ckpt; kgw_ckpt.install()"
+#define KCKPT_LIVE_FILE      ".kgw-live" /* the live interpreter's pid, written by the kernel */
+#define KCKPT_PID_MAX        4194304     /* the kernel's PID_MAX_LIMIT */
+#define KCKPT_EXIT_TRIES     25          /* a death's wait status: asked for this many times ... */
+#define KCKPT_EXIT_RETRY_MS  4 /* ... this far apart (it is there once the process is reaped) */
+
+/* The kernel's pidfd information (linux/pidfd.h from 6.15; Debian's headers may be older):
+ * the first version of the structure, which has the exit status. */
+struct kckpt_pidfd_info {
+    uint64_t mask, cgroupid;
+    uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+    int32_t exit_code;
+};
+#define KCKPT_PIDFD_INFO_EXIT (1ULL << 3)
+#define KCKPT_PIDFD_GET_INFO  _IOWR(0xFF, 11, struct kckpt_pidfd_info)
 
 enum phase {
     PH_QUEUED,
@@ -67,16 +87,26 @@ struct kckpt {
     size_t nq;
     evl_timer_t *timer; /* deadlines, and the next request */
     evl_timer_t *probe;
+    kckpt_death_cb dcb; /* kckpt_watch */
+    void *ddata;
+    int live_fd; /* a pidfd of the live interpreter when it is not the first process, or -1 */
+    evl_io_t *live_io;
+    evl_timer_t *live_retry; /* its wait status is not there yet */
+    int live_tries;
 };
 
 static const char *const req_type[] = {"kgw_checkpoint_request", "kgw_rollback_request",
-                                       "kgw_ckpt_drop_request", "kgw_fork_request"};
+                                       "kgw_ckpt_drop_request", "kgw_fork_request", "revival"};
 static const char *const reply_type[] = {"kgw_checkpoint_reply", "kgw_rollback_reply",
-                                         "kgw_ckpt_drop_reply", "kgw_fork_reply"};
+                                         "kgw_ckpt_drop_reply", "kgw_fork_reply", "-"};
 
 static void on_msg(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n);
 static void on_timer(void *data);
 static void on_probe(void *data);
+static void live_watch(struct kckpt *c);
+static void live_unwatch(struct kckpt *c);
+static void live_died(void *data);
+static long find_desc(const kernel_t *k, long ns_pid);
 
 const char *kckpt_files_dir(const kernel_t *k)
 {
@@ -150,10 +180,14 @@ static void finish(struct kckpt_req *q, int status, json_t *reply)
     struct kckpt *c = q->c;
     kckpt_cb cb = q->cb;
     void *data = q->data;
+    bool replaced = (q->op == KCKPT_ROLLBACK || q->op == KCKPT_REVIVE) && q->ph == PH_PROBE &&
+                    status != -ECHILD;
     if (head(c) == q)
         loop(c)->timer_disarm(loop(c), c->probe);
     req_free(q);
     loop(c)->timer_arm(loop(c), c->timer, 0);
+    if (replaced) /* the live interpreter is a new process now, or still the old one */
+        live_watch(c);
     if (cb)
         cb(data, c->k, status, reply);
 }
@@ -197,7 +231,14 @@ static void drop_late(struct kckpt *c, const char *cid)
 static void start(struct kckpt *c, struct kckpt_req *q)
 {
     int r = open_sock(c);
-    if (r == 0 && !c->installed) {
+    if (r == 0 && q->op == KCKPT_REVIVE) { /* the keeper is at it: the new process is awaited */
+        snprintf(q->msg_id, sizeof(q->msg_id), "-");
+        snprintf(q->old_session, sizeof(q->old_session), "%s", c->seen_session);
+        q->ph = PH_PROBE;
+        q->nprobes = 0;
+        q->got_reply = q->got_iopub = false;
+        loop(c)->timer_arm(loop(c), c->probe, KCKPT_PROBE_FIRST_MS);
+    } else if (r == 0 && !c->installed) {
         json_t *ex =
             json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", KCKPT_INSTALL_CODE, "silent", 1,
                       "store_history", 0, "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
@@ -212,6 +253,7 @@ static void start(struct kckpt *c, struct kckpt_req *q)
         if (r == 0)
             q->ph = q->op == KCKPT_ROLLBACK ? PH_PROBE : PH_SENT;
         if (r == 0 && q->op == KCKPT_ROLLBACK) {
+            live_unwatch(c); /* its end is the rollback's, not a death */
             snprintf(q->old_session, sizeof(q->old_session), "%s", c->seen_session);
             q->nprobes = 0;
             q->got_reply = q->got_iopub = false;
@@ -396,11 +438,14 @@ static struct kckpt *kckpt_new(kernel_t *k)
     if (!c)
         return NULL;
     c->k = k;
+    c->live_fd = -1;
     list_init(&c->q);
     snprintf(c->session, sizeof(c->session), "kgw-ckpt-%s", k->id);
     if (!(c->timer = k->m->evl->timer_new(k->m->evl, on_timer, c)) ||
-        !(c->probe = k->m->evl->timer_new(k->m->evl, on_probe, c))) {
+        !(c->probe = k->m->evl->timer_new(k->m->evl, on_probe, c)) ||
+        !(c->live_retry = k->m->evl->timer_new(k->m->evl, live_died, c))) {
         evl_timer_destroy(k->m->evl, &c->timer);
+        evl_timer_destroy(k->m->evl, &c->probe);
         free(c);
         return NULL;
     }
@@ -417,7 +462,7 @@ int kckpt_send(kernel_t *k,
 {
     if (k->state != KERNEL_RUNNING)
         return -EBUSY;
-    if ((unsigned)op > KCKPT_FORK || !json_is_object(content))
+    if ((unsigned)op > KCKPT_REVIVE || !json_is_object(content))
         return -EINVAL;
     if (!k->ckpt && !(k->ckpt = kckpt_new(k)))
         return -ENOMEM;
@@ -433,7 +478,10 @@ int kckpt_send(kernel_t *k,
     snprintf(q->cid, sizeof(q->cid), "%s", cid ? cid : "");
     q->cb = cb;
     q->data = data;
-    list_append(&c->q, &q->link);
+    if (op == KCKPT_REVIVE && (!head(c) || head(c)->ph == PH_QUEUED))
+        list_insert(&c->q, &q->link); /* first: every request waiting is for the new process */
+    else
+        list_append(&c->q, &q->link);
     loop(c)->timer_arm(loop(c), c->timer, 0);
     if (ret)
         *ret = q;
@@ -458,6 +506,7 @@ void kckpt__reset(kernel_t *k)
         return;
     c->installed = false;
     c->seen_session[0] = '\0';
+    live_unwatch(c);
     kz_close(&c->z); /* what it holds for the old process goes */
     loop(c)->timer_disarm(loop(c), c->probe);
     loop(c)->timer_disarm(loop(c), c->timer);
@@ -485,6 +534,7 @@ void kckpt__destroy(kernel_t *k)
     }
     evl_timer_destroy(loop(c), &c->timer);
     evl_timer_destroy(loop(c), &c->probe);
+    evl_timer_destroy(loop(c), &c->live_retry);
     kz_close(&c->z);
     free(c);
     k->ckpt = NULL;
@@ -557,7 +607,9 @@ static int mem_of(long pid, long long *ret_pss, long long *ret_private)
 
 #define KCKPT_TREE_MAX 256 /* processes looked at below the kernel's */
 
-int kckpt_mem(const kernel_t *k, long ns_pid, long long *ret_pss, long long *ret_private)
+/* The kernel's descendant whose pid in the kernel's namespace is ns_pid: its pid here, or
+ * -ESRCH. */
+static long find_desc(const kernel_t *k, long ns_pid)
 {
     long todo[KCKPT_TREE_MAX];
     size_t n = 0, i = 0;
@@ -568,7 +620,7 @@ int kckpt_mem(const kernel_t *k, long ns_pid, long long *ret_pss, long long *ret
         long pid = todo[i++];
         char path[96], buf[4096];
         if (i > 1 && ns_pid_of(pid) == ns_pid)
-            return mem_of(pid, ret_pss, ret_private);
+            return pid;
         /* its children: every thread's list (a child belongs to the thread that forked it) */
         snprintf(path, sizeof(path), "/proc/%ld/task/%ld/children", pid, pid);
         FILE *f = fopen(path, "re");
@@ -578,8 +630,123 @@ int kckpt_mem(const kernel_t *k, long ns_pid, long long *ret_pss, long long *ret
         fclose(f);
         buf[len] = '\0';
         char *p = buf, *end;
-        for (long c; (c = strtol(p, &end, 10)), end != p && n < KCKPT_TREE_MAX; p = end)
-            todo[n++] = c;
+        for (long ch; (ch = strtol(p, &end, 10)), end != p && n < KCKPT_TREE_MAX; p = end)
+            todo[n++] = ch;
     }
     return -ESRCH;
+}
+
+int kckpt_mem(const kernel_t *k, long ns_pid, long long *ret_pss, long long *ret_private)
+{
+    long pid = find_desc(k, ns_pid);
+    return pid < 0 ? (int)pid : mem_of(pid, ret_pss, ret_private);
+}
+
+/* ---- the live interpreter's death (docs/checkpoints.md, "A kernel that dies") ---- */
+
+/* The pid <runtime dir>/.kgw-live names (the kernel writes it at each rollback), 0 when it
+ * says the live interpreter ended as asked, -errno when there is none (the first process is
+ * the live one). */
+static long live_read(const kernel_t *k)
+{
+    char path[PATH_MAX], buf[32];
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/%s", k->ipc_dir ? k->ipc_dir : k->dir, KCKPT_LIVE_FILE);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, buf, sizeof(buf) - 1) : -1;
+    close(fd);
+    if (n <= 0)
+        return -EINVAL;
+    return kckpt_live_parse(buf, (size_t)n);
+}
+
+long kckpt_live_parse(const char *buf, size_t n)
+{
+    long pid = 0;
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n == 0 || n > 7)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] < '0' || buf[i] > '9')
+            return -EINVAL;
+        pid = pid * 10 + (buf[i] - '0');
+    }
+    return pid > KCKPT_PID_MAX ? -EINVAL : pid;
+}
+
+static void live_unwatch(struct kckpt *c)
+{
+    evl_io_destroy(loop(c), &c->live_io);
+    loop(c)->timer_disarm(loop(c), c->live_retry);
+    if (c->live_fd >= 0)
+        close(c->live_fd);
+    c->live_fd = -1;
+}
+
+static void on_live_exit(void *data)
+{
+    struct kckpt *c = data;
+    evl_io_destroy(loop(c), &c->live_io);
+    c->live_tries = 0;
+    live_died(c);
+}
+
+static void live_watch(struct kckpt *c)
+{
+    live_unwatch(c);
+    long nspid = live_read(c->k);
+    if (nspid <= 0 || !c->dcb)
+        return;
+    long pid = find_desc(c->k, nspid);
+    int fd = pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+    if (fd < 0) {
+        log_warn("kernel=%s: its live process (%ld in its sandbox) is not one of its own: its "
+                 "death will end the kernel",
+                 c->k->id, nspid);
+        return;
+    }
+    c->live_fd = fd;
+    if (!(c->live_io = loop(c)->io_add(loop(c), fd, on_live_exit, c)))
+        live_unwatch(c);
+}
+
+static void live_died(void *data)
+{
+    struct kckpt *c = data;
+    kernel_t *k = c->k;
+    struct kckpt_pidfd_info info = {.mask = KCKPT_PIDFD_INFO_EXIT};
+    int r = ioctl(c->live_fd, KCKPT_PIDFD_GET_INFO, &info);
+    bool known = r == 0 && (info.mask & KCKPT_PIDFD_INFO_EXIT);
+    bool unsupported = r < 0 && (errno == ENOTTY || errno == EINVAL); /* before Linux 6.15 */
+    if (!known && !unsupported && ++c->live_tries < KCKPT_EXIT_TRIES) {
+        loop(c)->timer_arm(loop(c), c->live_retry, KCKPT_EXIT_RETRY_MS); /* not reaped yet */
+        return;
+    }
+    live_unwatch(c);
+    if (k->state != KERNEL_RUNNING || live_read(k) == 0)
+        return; /* ended as asked (a shutdown, a restart): the keeper ends, and the kernel */
+    struct kckpt_req *q = head(c);
+    if (q && (q->ph == PH_SENT || q->ph == PH_INSTALL))
+        finish(q, -ECHILD, NULL); /* the process it was sent to is gone */
+    char cause[sizeof(k->last_cause)];
+    enum kernel_outcome o =
+        klaunch__live_death(k, known ? info.exit_code : 0, known, cause, sizeof(cause));
+    snprintf(k->last_cause, sizeof(k->last_cause), "%s", cause);
+    log_warn("kernel=%s: its live process died (%s): its keeper revives it from its newest "
+             "checkpoint",
+             k->id, cause);
+    if (c->dcb)
+        c->dcb(c->ddata, k, o, cause);
+}
+
+int kckpt_watch(kernel_t *k, kckpt_death_cb cb, void *data)
+{
+    if (!k->ckpt && !(k->ckpt = kckpt_new(k)))
+        return -ENOMEM;
+    k->ckpt->dcb = cb;
+    k->ckpt->ddata = data;
+    return 0;
 }

@@ -22,6 +22,10 @@ enum kckpt_op {
     KCKPT_DROP,       /* kgw_ckpt_drop_request {"id"}: its reply */
     KCKPT_FORK,       /* kgw_fork_request {"connection_file", "checkpoint"}: its reply {"pid"}
                          (kfork.c) */
+    KCKPT_REVIVE,     /* nothing sent: the live interpreter died and the keeper revives it from
+                         the newest checkpoint (kckpt_watch); done as a rollback is, once the
+                         new process answers kernel_info and its iopub reaches the gateway.
+                         Queued first, ahead of every request waiting. */
 };
 
 /* The end of a request. status 0: reply is the kernel's reply content (borrowed; NULL for a
@@ -42,6 +46,16 @@ int kckpt_send(kernel_t *k,
                kckpt_cb cb,
                void *data,
                kckpt_req_t **ret);
+/* The live interpreter of k died (not by a rollback, nor as asked): o and cause (one line)
+ * say how, as for a kernel's death. The keeper (python/kgw_ckpt.py) is reviving it from the
+ * newest checkpoint; the requests in flight are the callee's to fail (kernel_fail_pending),
+ * and a KCKPT_REVIVE to queue. */
+typedef void (*kckpt_death_cb)(void *data, kernel_t *k, enum kernel_outcome o, const char *cause);
+/* Who hears of k's live interpreter's deaths. Once a rollback made its first process a keeper
+ * and the live interpreter another process (the one <runtime dir>/.kgw-live names, found
+ * among the kernel's descendants: what the kernel says is not trusted), that process is
+ * followed with a pidfd, from the end of each rollback or revival on. 0 or -ENOMEM. */
+int kckpt_watch(kernel_t *k, kckpt_death_cb cb, void *data);
 /* Its callback never runs; a request already sent goes on without a caller (as on a timeout).
  * NULL is fine; sets *r to NULL. */
 void kckpt_cancel(kckpt_req_t **r);
@@ -56,6 +70,11 @@ int kckpt_announce(kernel_t *k, const char *msg_type, json_t *content, json_t *m
  * set size (shared pages divided among their users) and its private bytes (pages no other
  * process maps: what it holds alone, copied on write). 0; -ESRCH when there is no such
  * process, or -errno. Reads /proc (no waiting). */
+/* The contents of <runtime dir>/.kgw-live (n bytes, written by code in the kernel: untrusted),
+ * the live interpreter's pid in the kernel's namespace: 1 to 7 decimal digits and an optional
+ * newline, at most 4194304 (the kernel's PID_MAX_LIMIT). 0 ("0": it ended as asked), the pid,
+ * or -EINVAL for anything else. */
+long kckpt_live_parse(const char *buf, size_t n);
 int kckpt_mem(const kernel_t *k, long ns_pid, long long *ret_pss, long long *ret_private);
 
 #endif

@@ -431,6 +431,18 @@ enum kernel_outcome klaunch__death_outcome(kernel_t *k, enum kmgr_death d, int s
     return o;
 }
 
+enum kernel_outcome klaunch__live_death(kernel_t *k, int st, bool known, char *cause, size_t sz)
+{
+    enum kmgr_death d = death_cause(k, st, false);
+    k->stats->deaths[d]++;
+    if (!known && d == KMGR_DEATH_EXIT) {
+        snprintf(cause, sz, "the kernel's process ended");
+        add_excerpt(k, cause, sz);
+        return KERNEL_OUT_KERNEL_DIED;
+    }
+    return klaunch__death_outcome(k, d, st, cause, sz);
+}
+
 static enum kernel_outcome death_outcome(kernel_t *k, enum kmgr_death d, int st, char *cause,
                                          size_t sz)
 {

@@ -27,6 +27,10 @@ enum kmgr_death klaunch__death(kernel_t *k, int st, bool asked, char *why, size_
 enum kernel_outcome klaunch__death_outcome(kernel_t *k, enum kmgr_death d, int st, char *cause,
                                            size_t sz);
 enum kmgr_start_fail klaunch__start_fail(enum kmgr_death d);
+/* The live interpreter of a kernel with checkpoints (not its first process, which lives on as
+ * the keeper) ended with the wait status st (known false: not known): the outcome for the requests
+ * in flight and, in cause, why (counted in the statistics as a death). */
+enum kernel_outcome klaunch__live_death(kernel_t *k, int st, bool known, char *cause, size_t sz);
 
 /* Signals the kernel's process group (its proxy when sandboxed); never pid <= 1. */
 void klaunch__signal(kernel_t *k, int sig);

@@ -43,24 +43,67 @@ _before = None  # the descriptors open when this generation began (None: the fir
 _user = set()  # those opened during this generation's cells
 _cell = None  # the descriptors open when the running cell began
 _KEEPER = r"""
-import os, select, sys
+import json, os, select, socket, sys
 path = sys.argv[1]
+rundir = os.path.dirname(path)
+try:  # the kernel's orphans (checkpoints whose live kernel ended) come here, not beyond
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+except Exception:
+    pass
 def live():
     try:
         with open(path) as f:
             return int(f.read().strip() or 0)
     except (OSError, ValueError):
         return 0
+def revive():
+    # the live kernel died (no rollback replaced it): a new one from the newest checkpoint
+    # that answers (the gateway sees the death, and waits for this one's answers)
+    socks = []
+    for name in os.listdir(rundir):
+        if name.startswith(".ckpt-"):
+            try:
+                socks.append((os.lstat(os.path.join(rundir, name)).st_mtime_ns, name))
+            except OSError:
+                pass
+    for _, name in sorted(socks, reverse=True):
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(os.path.join(rundir, name))
+            s.sendall(b'{"op": "spawn", "files": true}')
+            ans = json.loads(s.recv(4096) or b"{}")
+            s.close()
+        except (OSError, ValueError):
+            continue
+        if ans.get("ok") and isinstance(ans.get("pid"), int):
+            with open(path + ".tmp", "w") as f:
+                f.write(str(ans["pid"]))
+            os.replace(path + ".tmp", path)
+            return True
+    return False
+revived = []  # when it revived the kernel: a kernel that dies at once is not revived forever
 while True:
     pid = live()
+    if pid <= 0:  # the live kernel ended as asked (a shutdown): so does the kernel
+        sys.exit(0)
     try:
         fd = os.pidfd_open(pid)
     except OSError:
-        sys.exit(0)
-    while select.select([fd], [], [], 1.0)[0] == []:
+        fd = -1
+    while fd >= 0 and select.select([fd], [], [], 1.0)[0] == []:
         if live() != pid:
             break
-    os.close(fd)
+    if fd >= 0:
+        os.close(fd)
+    if live() != pid:
+        continue
+    import time
+    now = time.monotonic()
+    revived = [t for t in revived if now - t < 30] + [now]
+    if len(revived) > 3 or not revive():
+        sys.exit(0)
 """
 
 
@@ -548,7 +591,23 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
     try:
         app.start()
     finally:
+        _ended()
         os._exit(0)
+
+
+def _ended():
+    """This live kernel ends as asked (a shutdown, not a death): its keeper is not to revive
+    it, and the gateway not to take its end for a death."""
+    live = os.path.join(_rundir(), ".kgw-live")
+    try:
+        with open(live) as f:
+            if f.read().strip() != str(os.getpid()):
+                return
+        with open(live + ".tmp", "w") as f:
+            f.write("0")
+        os.replace(live + ".tmp", live)
+    except (OSError, ValueError):
+        pass
 
 
 def _on_rollback(stream, ident, parent):
