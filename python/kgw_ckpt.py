@@ -1,4 +1,5 @@
-"""Checkpoints of this kernel's interpreter, taken and restored by the gateway (docs/checkpoints.md).
+"""Checkpoints of this kernel's interpreter, taken and restored by the gateway
+(docs/checkpoints.md).
 
 Not for kernel code: the gateway installs these handlers (a silent execution of install()) and
 is the only one that can send the requests they answer (it signs them with the kernel's key and
@@ -486,6 +487,36 @@ def _reseed():
             pass
 
 
+def _end_with(pid):
+    """Ends this process when pid ends: the process the gateway started for this kernel (a
+    rollback), or for the kernel a fork came from. In the sandbox (whose kernel is pid 2 of its
+    pid namespace, sandbox/init.c) that end ends the namespace and everything in it; without
+    one nothing else would end a revived or forked kernel whose gateway was killed (the first
+    process has PR_SET_PDEATHSIG, its descendants do not). A small child does it, forked while
+    this process is still single-threaded: a thread here would be one more thread the kernel
+    forks with at its next checkpoint, and a loop reader would wait for a running cell."""
+    if pid is None or pid == os.getpid() or pid == 2:
+        return
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        os._exit(1)  # gone already
+    me = os.getpid()
+    if os.fork() == 0:
+        try:
+            import ctypes
+            import select
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            if os.getppid() == me:
+                os.closerange(0, fd)
+                os.closerange(fd + 1, 1 << 16)
+                select.select([fd], [], [])
+                os.kill(me, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.close(fd)
+
+
 def _revive(conn, files, files_dir, rstate, conn_file=None):
     """A kernel again, from the checkpoint's state (conn_file: a fork, a new kernel on this
     connection file; else the same kernel). Never returns."""
@@ -505,6 +536,7 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
             os._exit(1)
     os.close(conn) if isinstance(conn, int) else conn.close()
     _keep_headroom()
+    owner = _main_pid
     if conn_file is not None:
         # a kernel of its own: its first process (whose end ends it) is this one, and the
         # checkpoints of the kernel it came from are not its own
@@ -529,6 +561,7 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
     type(old.kernel).clear_instance()  # a singleton too: the new app makes its own
     _before, _cell = _fds(), None
     _user.clear()
+    _end_with(owner)
     loop = asyncio.new_event_loop()
     prev = getattr(getattr(asyncio.get_event_loop_policy(), "_local", None), "_loop", None)
     _graveyard.extend([old, old.kernel, prev])

@@ -11,6 +11,7 @@ import time
 import pytest
 
 import jclient
+from conftest import start_gateway
 from test_ckpt_rest import kernel_procs, run, take
 
 pytestmark = pytest.mark.kgw_only
@@ -183,3 +184,32 @@ def test_a_restart_asked_for_is_not_a_death(gateway_factory):
         while pgroup(pgid) and time.monotonic() - t0 < 10:
             time.sleep(0.2)
         assert pgroup(pgid) == [], pgroup(pgid)
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_gateway_leaves_no_revived_kernel_running():
+    """Unsandboxed there is no pid namespace whose end kills everything: after a checkpoint the
+    live interpreter is a descendant of the kernel's first process (which the gateway's death
+    kills), not its child. It ends with that process, so a gateway killed outright leaves no
+    kernel running on the host."""
+    gw = start_gateway(["--no-sandbox"])
+    try:
+        kid = gw.start_kernel()["id"]
+        take(gw, kid)  # the live interpreter is now a revived one
+        _, out, _ = run(gw, kid, "import os\nprint(os.getpid())")
+        pid = int(out)
+        assert _running(pid)
+    finally:
+        gw.proc.kill()
+        gw.proc.wait()
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(pid), f"the kernel's interpreter {pid} outlived its killed gateway"
