@@ -33,6 +33,7 @@ struct ckrec {
     long long exec_count, files_bytes;
     bool files;
     long pid; /* the checkpoint process, in the kernel's pid namespace */
+    int rolling; /* rollbacks to it sent and not answered: it cannot be dropped meanwhile */
 };
 
 /* A kernel's checkpoints (kernel_data of the listener's slot). */
@@ -316,7 +317,9 @@ static void on_taken(void *data, kernel_t *k, int status, json_t *reply)
     log_info("kernel=%s: checkpoint %s taken (execution_count %lld, %lld file bytes)", kernel_id(k),
              rec->id, rec->exec_count, rec->files_bytes);
     audit(op, "checkpoint", "ok");
-    if (!c->keeper && keep(op, k) == 0)
+    /* not while other executions wait in the kernel's queue: the revival would run after
+     * them and silently undo what they did (the next checkpoint makes the keeper then) */
+    if (!c->keeper && kernel_executions(k) == 0 && keep(op, k) == 0)
         return; /* answered once the kernel's first process is its keeper */
     json_t *model = rec_model(k, rec);
     op_end(op, 0, 201, "", model);
@@ -412,6 +415,8 @@ static void on_rolled(void *data, kernel_t *k, int status, json_t *reply)
     struct ckrec *rec = rec_find(c, op->id);
     char msg[400];
     op->req = NULL;
+    if (rec)
+        rec->rolling--;
     if (status == 0 && !rec) /* cannot be: its records end with the process, -ECHILD first */
         status = -ENOENT;
     if (status == -ETIMEDOUT && kernel_executions(k) == 0 && kernel_restart(k) == 0) {
@@ -483,6 +488,7 @@ int ckpt_rollback(gw_t *g,
         free(op);
         return r;
     }
+    rec->rolling++;
     if (ret)
         *ret = op;
     return 0;
@@ -590,6 +596,12 @@ int ckpt_drop(gw_t *g,
         snprintf(msg, msgsz, "no checkpoint %.64s on kernel %s", cp, kernel_id(k));
         *http = 404;
         return -ENOENT;
+    }
+    if (rec->rolling) { /* the rollback would find no record: its clients never told */
+        snprintf(msg, msgsz, "checkpoint %s: a rollback to it is in progress; drop it after",
+                 rec->id);
+        *http = 409;
+        return -EBUSY;
     }
     ckpt_op_t *op = op_new(g, k, who, OP_DROP, done, data);
     json_t *content = op ? json_pack("{s:s}", "id", rec->id) : NULL;

@@ -39,6 +39,9 @@
 #define E2B_DEFAULT_TIMEOUT 300 /* seconds, when a create names none */
 #define E2B_TEMPLATES_MAX   32
 #define E2B_PROC_HELD       (256 * 1024) /* a command's output held before it is paused */
+/* bytes of a file GET /files answers: it is read whole (on the loop) and held until sent, so
+ * far less than --max-download-bytes (kgw's streamed GET /download is not) */
+#define E2B_READ_MAX (32 * 1024 * 1024)
 
 struct e2b_template {
     char id[E2BWIRE_TEMPLATE_MAX + 1];
@@ -1006,7 +1009,8 @@ static void sbx_files(struct gw_req *r, struct e2bsbx *s)
                          log_quote(q, sizeof(q), p, strlen(p)));
     unsigned char *data;
     size_t len;
-    rc = files_read(w, path, (size_t)r->g->cfg.max_download_bytes, &data, &len);
+    size_t max = (size_t)r->g->cfg.max_download_bytes;
+    rc = files_read(w, path, max < E2B_READ_MAX ? max : E2B_READ_MAX, &data, &len);
     if (rc == -ENOENT)
         return api_error(r, 404, "file not found: %s", log_quote(q, sizeof(q), p, strlen(p)));
     if (rc == -EISDIR)
@@ -1017,8 +1021,11 @@ static void sbx_files(struct gw_req *r, struct e2bsbx *s)
                          "followed)",
                          log_quote(q, sizeof(q), p, strlen(p)));
     if (rc == -EFBIG)
-        return api_error(r, 413, "%s is over --max-download-bytes",
-                         log_quote(q, sizeof(q), p, strlen(p)));
+        return api_error(r, 413,
+                         "%s is over %zu bytes (the smaller of --max-download-bytes and 32 MiB "
+                         "here; larger files: kgw's streamed GET /download, docs/files.md)",
+                         log_quote(q, sizeof(q), p, strlen(p)),
+                         max < E2B_READ_MAX ? max : (size_t)E2B_READ_MAX);
     if (rc < 0)
         return api_error(r, 500, "%s: %s", log_quote(q, sizeof(q), p, strlen(p)), strerror(-rc));
     req_reply_data(r, "application/octet-stream", (char *)data, len);

@@ -648,6 +648,9 @@ static void end_all(struct xkern *xk, const char *status, const char *cause)
     end_queued(xk, status, cause);
 }
 
+static void finish_end(xexec_t *x, const char *status, const char *cause,
+                       const struct kernel_exec_end *e);
+
 static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
 {
     gw_t *g = user;
@@ -664,6 +667,14 @@ static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *
             if (strcmp(x->kernel_id, kernel_id(k)) != 0)
                 continue;
             x->gone = true;
+            if (x->rolling && xk && x->xk == xk) {
+                /* its rollback ends with the kernel, and its answer would come after xk is
+                 * freed: the held end now */
+                ckpt_op_cancel(&x->ckop);
+                x->rolling = false;
+                snprintf(x->rb_error, sizeof(x->rb_error), "%s", cause);
+                finish_end(x, x->held_status, x->held_cause, x->held_has_e ? &x->held_e : NULL);
+            }
             if (x->wait || x->put) { /* its kernel never ran it: the wait goes with it */
                 kwait_cancel(&x->wait);
                 files_put_cancel(&x->put);
@@ -779,9 +790,6 @@ static void on_after(void *data)
     if (k && kernel_state(k) != KERNEL_TERMINATING)
         kops_shutdown(g, k, &err);
 }
-
-static void finish_end(xexec_t *x, const char *status, const char *cause,
-                       const struct kernel_exec_end *e);
 
 /* "rollback_on_error": the ends that roll back (the kernel process lives on), and those that
  * cannot (it ended, and its checkpoints with it: docs/checkpoints.md) */

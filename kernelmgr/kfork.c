@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,11 @@ static void fail(struct kfork *f, const char *fmt, const char *a, const char *b)
     kernel_t *k = f->child;
     snprintf(why, sizeof(why), fmt, a, b);
     kfork_free(f);
+    if (k->ipc_dir) { /* a late kgw_fork_request finds no connection file: no fork then */
+        char cf[PATH_MAX];
+        snprintf(cf, sizeof(cf), "%s/connection.json", k->ipc_dir);
+        unlink(cf);
+    }
     log_warn("kernel=%s: fork of %s failed: %s", k->id, k->fork_of, why);
     kernel__adopt_failed(k, why);
 }

@@ -507,6 +507,8 @@ def _end_with(pid):
             import ctypes
             import select
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            # in the kernel's process group: its interrupts (SIGINT) are not for this one
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             if os.getppid() == me:
                 os.closerange(0, fd)
                 os.closerange(fd + 1, 1 << 16)

@@ -358,10 +358,11 @@ static void init_stage(int efd, const sbx_profile_t *p, void (*fn)(void *), void
     set_rlimits(efd, p->lim);
     drop_privs(efd);
     close_fds(efd);
-    /* the command socket stays open across the exec: init finds it as its one descriptor
-     * above 2 (sandbox/init.c) */
+    /* the command socket stays open across the exec (a duplicate without FD_CLOEXEC, at the
+     * lowest free number: the gateway's number for it may be far above init's search, on a
+     * busy gateway): init finds it as its one descriptor above 2 (sandbox/init.c) */
     if (p->ctl_fd > 2)
-        TRY(efd, ST_EXEC_INIT, fcntl(p->ctl_fd, F_SETFD, 0));
+        TRY(efd, ST_EXEC_INIT, fcntl(p->ctl_fd, F_DUPFD, 3));
     TRY(efd, ST_SECCOMP, sbx_filter_load());
     syscall(SYS_execveat, p->init_fd, "", init_argv, init_envp, AT_EMPTY_PATH);
     sbx__fail(efd, ST_EXEC_INIT, errno);

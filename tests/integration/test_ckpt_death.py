@@ -198,11 +198,14 @@ def test_a_killed_gateway_leaves_no_revived_kernel_running():
     """Unsandboxed there is no pid namespace whose end kills everything: after a checkpoint the
     live interpreter is a descendant of the kernel's first process (which the gateway's death
     kills), not its child. It ends with that process, so a gateway killed outright leaves no
-    kernel running on the host."""
+    kernel running on the host, even after an interrupt."""
     gw = start_gateway(["--no-sandbox"])
     try:
         kid = gw.start_kernel()["id"]
         take(gw, kid)  # the live interpreter is now a revived one
+        # an interrupt (SIGINT to the kernel's process group) ends nothing but a cell
+        st, _, _ = gw.request("POST", f"/api/kernels/{kid}/interrupt", {})
+        assert st == 204, st
         _, out, _ = run(gw, kid, "import os\nprint(os.getpid())")
         pid = int(out)
         assert _running(pid)

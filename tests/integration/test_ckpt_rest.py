@@ -371,3 +371,33 @@ def test_jupyterlab_services_client_across_a_rollback(gateway):
         proc.kill()
         out = proc.communicate()[0] + "\n[test] killed after 120 s"
     assert proc.returncode == 0 and "PASS" in out, out
+
+
+def test_a_checkpoint_being_rolled_back_to_cannot_be_dropped(gateway):
+    """A rollback waits behind a running cell; dropping its checkpoint meanwhile is 409 (the
+    rollback would otherwise happen with no record left: its clients never told, the requests
+    the old process had queued never answered), and works once the rollback is done."""
+    import threading
+    gw = gateway
+    kid = gw.start_kernel()["id"]
+    try:
+        run(gw, kid, "v = 1")
+        cp = take(gw, kid)["id"]
+        cell = threading.Thread(target=run, args=(gw, kid, "import time\ntime.sleep(3)\nv = 2"))
+        cell.start()
+        time.sleep(0.5)
+        done = {}
+        back = threading.Thread(target=lambda: done.update(r=rollback(gw, kid, cp)))
+        back.start()
+        time.sleep(0.5)
+        st, body, _ = gw.request("DELETE", f"/api/kernels/{kid}/checkpoints/{cp}")
+        assert st == 409 and "in progress" in body["message"], (st, body)
+        cell.join(30)
+        back.join(30)
+        assert done.get("r", {}).get("id") == cp, done
+        assert run(gw, kid, "print(v)")[1] == "1\n"
+        st, body, _ = gw.request("DELETE", f"/api/kernels/{kid}/checkpoints/{cp}")
+        assert st == 204, (st, body)
+    finally:
+        gw.delete_kernel(kid)
+

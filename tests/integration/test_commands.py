@@ -458,6 +458,33 @@ def test_start_paths(gateway_factory, flags):
         g.delete_kernel(k)
 
 
+# Runs kgw with descriptors 3..1102 taken (inherited), as a gateway with many kernels and
+# clients has them: every descriptor it opens from then on has a number above 1024.
+BUSY = ("import os, resource, sys\n"
+        "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n"
+        "for _ in range(1100):\n"
+        "    os.set_inheritable(os.open('/dev/null', os.O_RDONLY), True)\n"
+        "os.execv(sys.argv[1], sys.argv[1:])\n")
+
+
+@pytest.mark.needs_sandbox
+def test_exec_started_kernel_on_a_busy_gateway():
+    """The command socket of a kernel the gateway exec's (not forked by the fork server) has
+    the gateway's number for it, above 1024 on a busy gateway: init must still find it (it was
+    left looking below 1024, and commands then never answered)."""
+    g = conftest.start_gateway(["--no-fork-server"], prefix=["/usr/bin/python3", "-c", BUSY])
+    try:
+        k = g.start_kernel()["id"]
+        st, evs = run(g, k, {"argv": ["/bin/sh", "-c", "echo $((6*7))"], "timeout": 20},
+                      timeout=30)
+        out, _, end = check_stream(evs)
+        assert out == "42\n" and end["status"] == "ok", (out, end)
+        g.delete_kernel(k)
+    finally:
+        conftest.stop_gateway(g)
+
+
 @pytest.mark.needs_sandbox
 def test_egress_policy_applies(gateway_factory, tmp_path):
     """A command reaches what its kernel's egress policy allows, through the kernel's proxy,
