@@ -317,6 +317,13 @@ static void on_taken(void *data, kernel_t *k, int status, json_t *reply)
     log_info("kernel=%s: checkpoint %s taken (execution_count %lld, %lld file bytes)", kernel_id(k),
              rec->id, rec->exec_count, rec->files_bytes);
     audit(op, "checkpoint", "ok");
+    if (!op->done) { /* its caller went away: nobody would learn its id, nor drop it */
+        int http;
+        log_info("kernel=%s: checkpoint %s: its caller went away; dropped", kernel_id(k),
+                 rec->id);
+        ckpt_drop(op->g, k, &op->who, rec->id, NULL, NULL, NULL, &http, msg, sizeof(msg));
+        return op_end(op, 0, 201, "", NULL);
+    }
     /* not while other executions wait in the kernel's queue: the revival would run after
      * them and silently undo what they did (the next checkpoint makes the keeper then) */
     if (!c->keeper && kernel_executions(k) == 0 && keep(op, k) == 0)

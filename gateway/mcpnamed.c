@@ -12,6 +12,7 @@
 #include "common/util.h"
 #include "gateway/kops.h"
 #include "gateway/xexec.h"
+#include "kernelmgr/kcmd.h"
 #include "kernelmgr/kernel.h"
 
 struct mcpnamed {
@@ -155,7 +156,8 @@ void mcpnamed_sweep(mcpnamed_t *n, uint64_t idle_ms)
     list_for_each_safe(e, tmp, &n->entries, link)
     {
         kernel_t *k = live_kernel(n, e);
-        if (k && xexec_waiting(n->g, k) == 0 && e->last_ms + idle_ms <= now) {
+        if (k && xexec_waiting(n->g, k) == 0 && kcmd_running(k) == 0 &&
+            e->last_ms + idle_ms <= now) {
             struct kops_error err;
             log_info("mcp: named kernel '%s' of tenant=%s kernel=%s: idle, shut down", e->name,
                      e->tenant, e->kernel_id);

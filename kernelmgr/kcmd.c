@@ -484,9 +484,15 @@ static int start_sandboxed(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o, co
 static int start_plain(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o, const char **env,
                        const int *child, int nchild)
 {
-    const char *cwd = o->cwd && o->cwd[0]  ? o->cwd
-                      : k->m->o.kernel_cwd ? k->m->o.kernel_cwd
-                                           : k->ws->path;
+    const char *base = k->m->o.kernel_cwd ? k->m->o.kernel_cwd : k->ws->path;
+    char cwd[4096];
+    /* a relative cwd is the workspace's, as in the sandbox (not the gateway's own) */
+    if (!o->cwd || !o->cwd[0])
+        snprintf(cwd, sizeof(cwd), "%s", base);
+    else if (o->cwd[0] == '/')
+        snprintf(cwd, sizeof(cwd), "%s", o->cwd);
+    else
+        snprintf(cwd, sizeof(cwd), "%s/%s", k->ws->path, o->cwd);
     struct sbx_spawn_opts so = {.argv = (char *const *)o->argv,
                                 .envp = (char *const *)env,
                                 .cwd = cwd,
@@ -674,6 +680,11 @@ void kcmd_pause(kcmd_t *c, bool paused)
 int kcmd_pid(const kcmd_t *c)
 {
     return (int)c->pid;
+}
+
+int kcmd_running(const kernel_t *k)
+{
+    return k->ncmds;
 }
 
 bool kcmd_ended(const kcmd_t *c)

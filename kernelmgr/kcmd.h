@@ -86,6 +86,8 @@ void kcmd_pause(kcmd_t *c, bool paused);
 /* Its pid (inside its sandbox; 0 until known) and whether it ended. */
 int kcmd_pid(const kcmd_t *c);
 bool kcmd_ended(const kcmd_t *c);
+/* Commands of k running now (an idle sweep leaves a kernel with some alone). */
+int kcmd_running(const kernel_t *k);
 /* Lets go of it: a command still running is killed (SIGKILL to its process group). NULL is
  * fine; *c becomes NULL. */
 void kcmd_release(kcmd_t **c);

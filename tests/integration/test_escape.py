@@ -323,7 +323,8 @@ R["found_names"], R["found_content"] = found_names, found_content
                    "group", "hosts", "hostname", "resolv.conf"}
     assert set(r["etc"]) <= allowed_etc, set(r["etc"]) - allowed_etc
     assert set(r["etc_ssl"]) <= {"certs", "openssl.cnf"}, r["etc_ssl"]
-    assert r["home"] == ["sandbox"] and r["rootdir"] == [] and r["mnt"] == ["data"], r
+    # /home/user: a symlink to the workspace, where E2B's SDKs name it (docs/e2b.md)
+    assert r["home"] == ["sandbox", "user"] and r["rootdir"] == [] and r["mnt"] == ["data"], r
     assert r["run"] == ["kernel"], r["run"]
     # /opt is not the host's: only the gateway's python directory (bound read-only), when it
     # has it: kgw_tools, the kernel side of checkpoints, and the egress CA bundle for kernels
