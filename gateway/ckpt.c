@@ -333,6 +333,30 @@ static void on_taken(void *data, kernel_t *k, int status, json_t *reply)
     json_decref(model);
 }
 
+/* Sends op's request (content is consumed) for a REST or execute-API caller: 0 with *ret set,
+ * or -errno with *http and msg saying why (op freed). what: "take a checkpoint", ... */
+static int op_send(ckpt_op_t *op,
+                   enum kckpt_op kop,
+                   json_t *content,
+                   kckpt_cb cb,
+                   const char *what,
+                   ckpt_op_t **ret,
+                   int *http,
+                   char *msg,
+                   size_t msgsz)
+{
+    int r = kckpt_send(op->k, kop, content, timeout_ms(op->g), cb, op, &op->req);
+    json_decref(content);
+    if (r < 0) {
+        *http = failure(op->g, op->k, r, NULL, what, msg, msgsz);
+        free(op);
+        return r;
+    }
+    if (ret)
+        *ret = op;
+    return 0;
+}
+
 int ckpt_take(gw_t *g,
               kernel_t *k,
               const struct gw_caller *who,
@@ -373,17 +397,11 @@ int ckpt_take(gw_t *g,
     json_object_set_new(content, "id", json_string(op->id));
     json_object_set_new(content, "files_dir",
                         files ? json_string(kckpt_files_dir(k)) : json_null());
-    int r = kckpt_send(k, KCKPT_CHECKPOINT, content, timeout_ms(g), on_taken, op, &op->req);
-    json_decref(content);
-    if (r < 0) {
-        *http = failure(g, k, r, NULL, "take a checkpoint", msg, msgsz);
-        free(op);
-        return r;
-    }
-    c->taking++;
-    if (ret)
-        *ret = op;
-    return 0;
+    int r = op_send(op, KCKPT_CHECKPOINT, content, on_taken, "take a checkpoint", ret, http, msg,
+                    msgsz);
+    if (r == 0)
+        c->taking++;
+    return r;
 }
 
 /* The rollback's clients: a status sequence a Jupyter front end takes as a restart it asked
@@ -488,17 +506,10 @@ int ckpt_rollback(gw_t *g,
     }
     snprintf(op->id, sizeof(op->id), "%s", rec->id);
     snprintf(op->cause, sizeof(op->cause), "%s", cause ? cause : "");
-    int r = kckpt_send(k, KCKPT_ROLLBACK, content, timeout_ms(g), on_rolled, op, &op->req);
-    json_decref(content);
-    if (r < 0) {
-        *http = failure(g, k, r, NULL, "roll back", msg, msgsz);
-        free(op);
-        return r;
-    }
-    rec->rolling++;
-    if (ret)
-        *ret = op;
-    return 0;
+    int r = op_send(op, KCKPT_ROLLBACK, content, on_rolled, "roll back", ret, http, msg, msgsz);
+    if (r == 0)
+        rec->rolling++;
+    return r;
 }
 
 /* ---- a death of the live interpreter: the kernel comes back from its newest checkpoint ---- */
@@ -618,17 +629,10 @@ int ckpt_drop(gw_t *g,
         return -ENOMEM;
     }
     snprintf(op->id, sizeof(op->id), "%s", rec->id);
-    int r = kckpt_send(k, KCKPT_DROP, content, timeout_ms(g), on_dropped, op, &op->req);
-    json_decref(content);
-    if (r < 0) {
-        *http = failure(g, k, r, NULL, "drop", msg, msgsz);
-        free(op);
-        return r;
-    }
-    rec_remove(c, rec); /* no rollback to it from now on */
-    if (ret)
-        *ret = op;
-    return 0;
+    int r = op_send(op, KCKPT_DROP, content, on_dropped, "drop", ret, http, msg, msgsz);
+    if (r == 0)
+        rec_remove(c, rec); /* no rollback to it from now on */
+    return r;
 }
 
 void ckpt_op_cancel(ckpt_op_t **pop)

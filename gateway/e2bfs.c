@@ -3,87 +3,21 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "gateway/files.h"
 #include "protocol/e2bwire.h"
 #include "protocol/fpath.h"
-
-static int open_beneath(int dirfd, const char *path, int flags)
-{
-    struct open_how how = {
-        .flags = (unsigned long long)(flags | O_CLOEXEC | O_NOFOLLOW),
-        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
-    };
-    for (int i = 0; i < 8; i++) { /* EAGAIN: a rename raced with the resolution */
-        long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-        if (fd >= 0)
-            return (int)fd;
-        if (errno != EAGAIN && errno != EINTR)
-            return -errno;
-    }
-    return -EAGAIN;
-}
 
 static int open_root(wspace_t *w)
 {
     int fd = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     return fd < 0 ? -errno : fd;
-}
-
-static int give(int fd, const wspace_t *w)
-{
-    if (wspace_uid(w) == geteuid() && wspace_gid(w) == getegid())
-        return 0;
-    return fchown(fd, wspace_uid(w), wspace_gid(w)) < 0 ? -errno : 0;
-}
-
-/* The directory holding path's last component (*ret_base points into path);
- * with create, missing directories are made and given to the workspace's owner.
- */
-static int
-open_parent(int root, const wspace_t *w, const char *path, bool create, const char **ret_base)
-{
-    char comp[FPATH_NAME_MAX + 1];
-    int dir = open_beneath(root, ".", O_RDONLY | O_DIRECTORY);
-    const char *p = path;
-    if (dir < 0)
-        return dir;
-    for (const char *slash; (slash = strchr(p, '/')); p = slash + 1) {
-        size_t n = (size_t)(slash - p);
-        if (n > FPATH_NAME_MAX) {
-            close(dir);
-            return -ENAMETOOLONG;
-        }
-        memcpy(comp, p, n);
-        comp[n] = '\0';
-        int next = open_beneath(dir, comp, O_RDONLY | O_DIRECTORY);
-        if (next == -ENOENT && create) {
-            bool made = mkdirat(dir, comp, 0755) == 0;
-            if (!made && errno != EEXIST) {
-                next = -errno;
-            } else {
-                next = open_beneath(dir, comp, O_RDONLY | O_DIRECTORY);
-                int rc = next >= 0 && made ? give(next, w) : 0;
-                if (rc < 0) {
-                    close(next);
-                    next = rc;
-                }
-            }
-        }
-        close(dir);
-        if (next < 0)
-            return next;
-        dir = next;
-    }
-    *ret_base = p;
-    return dir;
 }
 
 static void perms(mode_t m, char out[11])
@@ -144,7 +78,7 @@ resolve(wspace_t *w, const char *path, int *ret_root, int *ret_parent, const cha
         *ret_base = "";
         return 0;
     }
-    int parent = open_parent(root, w, path, false, ret_base);
+    int parent = files_open_parent(root, w, path, false, ret_base);
     if (parent < 0) {
         close(root);
         return parent;
@@ -204,7 +138,7 @@ static int list_dir(int dir, const char *path, unsigned depth, json_t *out)
         if (json_array_append_new(out, e) < 0)
             rc = -ENOMEM;
         if (rc == 0 && isdir && depth > 1) {
-            int child = open_beneath(dir, de->d_name, O_RDONLY | O_DIRECTORY);
+            int child = files_openat(dir, de->d_name, O_RDONLY | O_DIRECTORY, 0);
             if (child >= 0) {
                 rc = list_dir(child, sub, depth - 1, out);
                 close(child);
@@ -220,7 +154,7 @@ int e2bfs_list(wspace_t *w, const char *path, unsigned depth, json_t **ret)
     int root = open_root(w);
     if (root < 0)
         return root;
-    int dir = path[0] ? open_beneath(root, path, O_RDONLY | O_DIRECTORY) : dup(root);
+    int dir = path[0] ? files_openat(root, path, O_RDONLY | O_DIRECTORY, 0) : dup(root);
     close(root);
     if (dir < 0)
         return dir == -1 ? -errno : dir;
@@ -245,14 +179,14 @@ int e2bfs_mkdir(wspace_t *w, const char *path, json_t **ret)
     if (root < 0)
         return root;
     const char *base;
-    int parent = open_parent(root, w, path, true, &base);
+    int parent = files_open_parent(root, w, path, true, &base);
     close(root);
     if (parent < 0)
         return parent;
     int rc = mkdirat(parent, base, 0755) < 0 ? -errno : 0;
     if (rc == 0) {
-        int fd = open_beneath(parent, base, O_RDONLY | O_DIRECTORY);
-        rc = fd < 0 ? fd : give(fd, w);
+        int fd = files_openat(parent, base, O_RDONLY | O_DIRECTORY, 0);
+        rc = fd < 0 ? fd : files_give(fd, w);
         if (fd >= 0)
             close(fd);
     }
@@ -277,7 +211,7 @@ static int remove_at(int dir, const char *name, int depth, long *budget)
         return -errno;
     if (depth > FPATH_DEPTH_MAX * 4)
         return -ELOOP;
-    int sub = open_beneath(dir, name, O_RDONLY | O_DIRECTORY);
+    int sub = files_openat(dir, name, O_RDONLY | O_DIRECTORY, 0);
     if (sub < 0)
         return sub;
     int fd = dup(sub);
@@ -313,7 +247,7 @@ int e2bfs_remove(wspace_t *w, const char *path, json_t **ret)
     if (root < 0)
         return root;
     const char *base;
-    int parent = open_parent(root, w, path, false, &base);
+    int parent = files_open_parent(root, w, path, false, &base);
     close(root);
     if (parent < 0)
         return parent;
@@ -334,8 +268,8 @@ int e2bfs_move(wspace_t *w, const char *src, const char *dst, json_t **ret)
     if (root < 0)
         return root;
     const char *sb, *db;
-    int sp = open_parent(root, w, src, false, &sb);
-    int dp = sp >= 0 ? open_parent(root, w, dst, true, &db) : -1;
+    int sp = files_open_parent(root, w, src, false, &sb);
+    int dp = sp >= 0 ? files_open_parent(root, w, dst, true, &db) : -1;
     close(root);
     int rc = sp < 0 ? sp : dp < 0 ? dp : 0;
     if (rc == 0 && renameat(sp, sb, dp, db) < 0)

@@ -73,7 +73,7 @@ static const char *const spa_params[] = {"path"};
 
 /* ---- resolution below the workspace root ---- */
 
-static int ws_open(int dirfd, const char *path, int flags, mode_t mode)
+int files_openat(int dirfd, const char *path, int flags, mode_t mode)
 {
     struct open_how how = {
         .flags = (unsigned long long)(flags | O_CLOEXEC | O_NOFOLLOW),
@@ -91,7 +91,7 @@ static int ws_open(int dirfd, const char *path, int flags, mode_t mode)
     return -EAGAIN;
 }
 
-static int give_to_kernel(int fd, const wspace_t *w)
+int files_give(int fd, const wspace_t *w)
 {
     uid_t uid = wspace_uid(w);
     gid_t gid = wspace_gid(w);
@@ -102,26 +102,33 @@ static int give_to_kernel(int fd, const wspace_t *w)
 
 /* Opens the directory holding path's last component; *ret_base points into path. With create,
  * missing directories are made (0755, given to the workspace's owner). */
-static int
-open_parent(int root, const wspace_t *w, const char *path, bool create, const char **ret_base)
+int files_open_parent(int root,
+                      const wspace_t *w,
+                      const char *path,
+                      bool create,
+                      const char **ret_base)
 {
     char comp[FPATH_NAME_MAX + 1];
-    int dir = ws_open(root, ".", O_RDONLY | O_DIRECTORY, 0);
+    int dir = files_openat(root, ".", O_RDONLY | O_DIRECTORY, 0);
     const char *p = path;
     if (dir < 0)
         return dir;
     for (const char *slash; (slash = strchr(p, '/')); p = slash + 1) {
         size_t n = (size_t)(slash - p);
+        if (n > FPATH_NAME_MAX) {
+            close(dir);
+            return -ENAMETOOLONG;
+        }
         memcpy(comp, p, n);
         comp[n] = '\0';
-        int next = ws_open(dir, comp, O_RDONLY | O_DIRECTORY, 0);
+        int next = files_openat(dir, comp, O_RDONLY | O_DIRECTORY, 0);
         if (next == -ENOENT && create) {
             bool made = mkdirat(dir, comp, 0755) == 0;
             if (!made && errno != EEXIST) {
                 next = -errno;
             } else { /* EEXIST: made meanwhile (by the kernel): just open it */
-                next = ws_open(dir, comp, O_RDONLY | O_DIRECTORY, 0);
-                int rc = next >= 0 && made ? give_to_kernel(next, w) : 0;
+                next = files_openat(dir, comp, O_RDONLY | O_DIRECTORY, 0);
+                int rc = next >= 0 && made ? files_give(next, w) : 0;
                 if (rc < 0) {
                     close(next);
                     next = rc;
@@ -281,7 +288,7 @@ static void handle_check_file(struct gw_req *r, int root)
 {
     struct stat st = {0};
     char q[160];
-    int fd = ws_open(root, r->fpath, O_PATH, 0);
+    int fd = files_openat(root, r->fpath, O_PATH, 0);
     if (fd >= 0 && fstat(fd, &st) < 0)
         st.st_mode = 0;
     if (fd >= 0)
@@ -346,7 +353,7 @@ static void list_dir(struct lister *l, int dir, const char *prefix, int depth)
                 l->truncated = true;
                 continue;
             }
-            int sub = ws_open(dirfd(d), name, O_RDONLY | O_DIRECTORY, 0);
+            int sub = files_openat(dirfd(d), name, O_RDONLY | O_DIRECTORY, 0);
             if (sub >= 0) {
                 list_dir(l, sub, path, depth + 1);
                 close(sub);
@@ -375,7 +382,7 @@ static void handle_delete(struct gw_req *r, wspace_t *w, int root)
     char q[160];
     struct stat st;
     quote_path(q, sizeof(q), r->fpath);
-    int dir = open_parent(root, w, r->fpath, false, &base);
+    int dir = files_open_parent(root, w, r->fpath, false, &base);
     if (dir < 0)
         return path_error(r, dir, q);
     int rc = 0;
@@ -401,7 +408,7 @@ static void start_download(struct gw_req *r, wspace_t *w, int root)
     struct stat st;
     quote_path(q, sizeof(q), r->fpath);
     /* O_NONBLOCK: a fifo planted by the kernel must not block the loop */
-    int fd = ws_open(root, r->fpath, O_RDONLY | O_NONBLOCK, 0);
+    int fd = files_openat(root, r->fpath, O_RDONLY | O_NONBLOCK, 0);
     if (fd < 0) {
         close(root);
         return path_error(r, fd == -ENXIO ? -ENOENT : fd, q);
@@ -720,14 +727,14 @@ int files_upload_start(struct gw_req *r, long long content_length)
     buf_init(&x->held, HELD_MAX);
     x->multipart = multipart;
     x->expect = content_length;
-    x->fd = ws_open(root, ".", O_TMPFILE | O_WRONLY, 0600);
+    x->fd = files_openat(root, ".", O_TMPFILE | O_WRONLY, 0600);
     if (x->fd < 0) {
         int rc = x->fd;
         x->fd = -1;
         path_error(r, rc, quote_path(q, sizeof(q), "."));
         return 1;
     }
-    if (give_to_kernel(x->fd, w) < 0 || fchmod(x->fd, 0644) < 0) {
+    if (files_give(x->fd, w) < 0 || fchmod(x->fd, 0644) < 0) {
         log_warn("files: workspace=%s: cannot give an upload to its owner: %s", wspace_id(w),
                  strerror(errno));
         req_error(r, 500, "cannot create the file");
@@ -780,7 +787,7 @@ static int link_into_place(struct fxfer *x, const char *path)
     const char *base;
     char tmp[64], proc[64];
     struct stat st;
-    int dir = open_parent(x->root, x->ws, path, true, &base);
+    int dir = files_open_parent(x->root, x->ws, path, true, &base);
     if (dir < 0)
         return dir;
     if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
@@ -897,15 +904,15 @@ static int open_for_write(wspace_t *w, const char *path)
     int root = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (root < 0)
         return -errno;
-    int dir = open_parent(root, w, path, true, &base);
+    int dir = files_open_parent(root, w, path, true, &base);
     close(root);
     if (dir < 0)
         return dir;
-    int fd = ws_open(dir, base, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK, 0644);
+    int fd = files_openat(dir, base, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK, 0644);
     close(dir);
     if (fd < 0)
         return fd;
-    int rc = give_to_kernel(fd, w);
+    int rc = files_give(fd, w);
     if (rc < 0) {
         close(fd);
         return rc;
@@ -1017,7 +1024,7 @@ int files_read(wspace_t *w, const char *path, size_t max, unsigned char **ret_da
     int root = open(wspace_path(w), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (root < 0)
         return -errno;
-    int fd = ws_open(root, path, O_RDONLY | O_NONBLOCK, 0);
+    int fd = files_openat(root, path, O_RDONLY | O_NONBLOCK, 0);
     close(root);
     if (fd < 0)
         return fd == -ENXIO ? -ENOENT : fd;

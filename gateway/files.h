@@ -4,7 +4,9 @@
 #define KGW_GATEWAY_FILES_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "gateway/gw.h"
 #include "gateway/http.h"
@@ -45,6 +47,17 @@ void files_put_cancel(files_put_t **pp);
 /* The workspace's files as GET /files lists them ({"workspace", "files", "truncated"}), or
  * NULL. */
 json_t *files_list(wspace_t *w);
+/* openat2 below dirfd: no symbolic link, no magic link, no other mount followed (-errno). */
+int files_openat(int dirfd, const char *path, int flags, mode_t mode);
+/* Gives fd to the workspace's owner (a directory or file the gateway made in it). */
+int files_give(int fd, const wspace_t *w);
+/* Opens the directory holding path's last component below root (*ret_base points into path);
+ * with create, missing directories are made (0755, given to the workspace's owner). */
+int files_open_parent(int root,
+                      const wspace_t *w,
+                      const char *path,
+                      bool create,
+                      const char **ret_base);
 /* Reads a regular file (a normal path) of the workspace, at most max bytes: 0 with
  * *ret_data (malloc'd) and *ret_len, or -ENOENT, -EISDIR (not a regular file), -EFBIG (over
  * max), -errno. */

@@ -87,7 +87,7 @@ static void reader_wake(struct xexec_sub *s)
 
 static const struct xexec_sub_ops reader_ops = {.wake = reader_wake};
 
-static enum xreq_format request_format(struct lws *wsi)
+enum xreq_format xapi_request_format(struct lws *wsi)
 {
     char accept[XREQ_ACCEPT_MAX];
     int n = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_ACCEPT);
@@ -104,7 +104,7 @@ static void attach(struct gw_req *r, xexec_t *x, int status, uint64_t since)
         return req_error(r, 500, "out of memory");
     rd->r = r;
     rd->status = status;
-    rd->fmt = request_format(r->wsi);
+    rd->fmt = xapi_request_format(r->wsi);
     xexec_subscribe(x, &rd->sub, since, &reader_ops);
     r->xr = rd;
     snprintf(r->location, sizeof(r->location), "/api/executions/%s", xexec_id(x));

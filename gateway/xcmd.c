@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/obudget.h"
 #include "common/util.h"
+#include "gateway/xapi.h"
 #include "kernelmgr/kcmd.h"
 #include "protocol/u8fix.h"
 #include "protocol/xevent.h"
@@ -380,16 +381,6 @@ void xcmd_req_fini(struct gw_req *r)
     }
 }
 
-static enum xreq_format request_format(struct lws *wsi)
-{
-    char accept[XREQ_ACCEPT_MAX];
-    int n = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_ACCEPT);
-    if (n <= 0 || n >= (int)sizeof(accept) ||
-        lws_hdr_copy(wsi, accept, sizeof(accept), WSI_TOKEN_HTTP_ACCEPT) < 0)
-        return XREQ_NDJSON;
-    return xreq_accept(accept, strlen(accept));
-}
-
 static const char *const http_fields[] = {"command", "argv",  "cwd", "env",
                                           "timeout", "stdin", NULL};
 
@@ -415,7 +406,7 @@ void xcmd_post(struct gw_req *r)
     list_init(&st->link);
     buf_init(&st->q, SIZE_MAX);
     st->g = r->g;
-    st->fmt = request_format(r->wsi);
+    st->fmt = xapi_request_format(r->wsi);
     util_uuid(st->id);
     snprintf(st->kernel_id, sizeof(st->kernel_id), "%s", kernel_id(k));
     snprintf(st->tenant, sizeof(st->tenant), "%s", r->caller.tenant);

@@ -130,20 +130,9 @@ static int send_msg(struct kckpt *c,
                     char ret_msg_id[JMSG_MSG_ID_MAX])
 {
     char msg_id[40];
-    char *hdr = jmsg_new_header(msg_type, c->session, msg_id);
-    if (!hdr)
-        return -ENOMEM;
-    jmsg_t m = {.nbuf = 0};
-    m.part[JPART_HEADER] = (jspan_t){hdr, strlen(hdr)};
-    m.part[JPART_PARENT] = (jspan_t){"{}", 2};
-    m.part[JPART_METADATA] = (jspan_t){"{}", 2};
-    m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
-    int r = kz_send_jmsg(&c->z, c->k->sign, &m);
-    free(hdr);
-    if (r >= 0) {
+    int r = kwire__send_in(c->k, &c->z, c->session, true, msg_type, content, msg_id);
+    if (r >= 0)
         snprintf(ret_msg_id, JMSG_MSG_ID_MAX, "%s", msg_id);
-        kwire__count(c->k, KMGR_TO_KERNEL, &m);
-    }
     return r < 0 ? r : 0;
 }
 

@@ -59,8 +59,19 @@ int kwire__send_own(kernel_t *k, kzsock_t *z, const char *msg_type, const char *
 int kwire__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const char *content,
                        char ret_msg_id[40])
 {
+    return kwire__send_in(k, z, k->session, false, msg_type, content, ret_msg_id);
+}
+
+int kwire__send_in(kernel_t *k,
+                   kzsock_t *z,
+                   const char *session,
+                   bool count,
+                   const char *msg_type,
+                   const char *content,
+                   char ret_msg_id[40])
+{
     char msg_id[40];
-    char *hdr = jmsg_new_header(msg_type, k->session, msg_id);
+    char *hdr = jmsg_new_header(msg_type, session, msg_id);
     if (!hdr)
         return -ENOMEM;
     jmsg_t m = {.nbuf = 0};
@@ -69,6 +80,8 @@ int kwire__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const cha
     m.part[JPART_METADATA] = (jspan_t){"{}", 2};
     m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
     int r = kz_send_jmsg(z, k->sign, &m);
+    if (r >= 0 && count)
+        kwire__count(k, KMGR_TO_KERNEL, &m);
     free(hdr);
     if (r >= 0)
         memcpy(ret_msg_id, msg_id, sizeof(msg_id));

@@ -205,6 +205,34 @@ def _restore(root, files):
         os.replace(tmp, p)
 
 
+def _fork(shell):
+    """Forks this kernel between requests: (pid, r, w) with a pipe for the child's answer, or
+    OSError. Its output is flushed first (its I/O thread then idle), and the history manager's
+    locks are held across the fork, so that the child finds none held by a thread it lacks;
+    the descriptors of this generation's machinery are worked out (_machinery)."""
+    for st in (sys.stdout, sys.stderr):
+        try:
+            st.flush()
+        except Exception:
+            pass
+    hm = getattr(shell, "history_manager", None)
+    locks = [l for l in (getattr(hm, "db_input_cache_lock", None),
+                         getattr(hm, "db_output_cache_lock", None)) if l is not None]
+    _machinery()
+    r, w = os.pipe()
+    for l in locks:
+        l.acquire()
+    try:
+        return os.fork(), r, w
+    except OSError:
+        os.close(r)
+        os.close(w)
+        raise
+    finally:
+        for l in locks:
+            l.release()
+
+
 def _on_checkpoint(stream, ident, parent):
     c = parent.get("content", {})
     cid, files_dir = c.get("id", ""), c.get("files_dir") or None
@@ -219,27 +247,10 @@ def _on_checkpoint(stream, ident, parent):
     rstate = sys.modules["random"].getstate() if "random" in sys.modules else None
     # the kernel's other threads as quiet as they can be made at the fork: its output sent
     # (the I/O thread idle) and the history thread's locks held by this one
-    for st in (sys.stdout, sys.stderr):
-        try:
-            st.flush()
-        except Exception:
-            pass
-    hm = getattr(shell, "history_manager", None)
-    locks = [l for l in (getattr(hm, "db_input_cache_lock", None),
-                         getattr(hm, "db_output_cache_lock", None)) if l is not None]
-    _machinery()
-    r, w = os.pipe()
-    for l in locks:
-        l.acquire()
     try:
-        pid = os.fork()
+        pid, r, w = _fork(shell)
     except OSError as e:
-        os.close(r)
-        os.close(w)
         return _error(stream, ident, parent, t, "ForkError", e)
-    finally:
-        for l in locks:
-            l.release()
     if pid == 0:
         os.close(r)
         _frozen(path, files_dir, w, rstate)  # never returns
@@ -706,28 +717,10 @@ def _fork_now(conn_file):
     False, "error"}. The new kernel is a grandchild that leads a session of its own (this
     kernel's interrupts and its process group's signals do not reach it) and is reparented at
     once (to the sandbox's init, which reaps it): this process keeps no zombie of it."""
-    for st in (sys.stdout, sys.stderr):
-        try:
-            st.flush()
-        except Exception:
-            pass
-    shell = _app().kernel.shell
-    hm = getattr(shell, "history_manager", None)
-    locks = [l for l in (getattr(hm, "db_input_cache_lock", None),
-                         getattr(hm, "db_output_cache_lock", None)) if l is not None]
-    _machinery()
-    r, w = os.pipe()
-    for l in locks:
-        l.acquire()
     try:
-        pid = os.fork()
+        pid, r, w = _fork(_app().kernel.shell)
     except OSError as e:
-        os.close(r)
-        os.close(w)
         return {"ok": False, "error": "fork: %s" % e}
-    finally:
-        for l in locks:
-            l.release()
     if pid == 0:
         try:
             os.close(r)
