@@ -34,6 +34,8 @@
 
 #define KCKPT_QUEUE_MAX      64 /* requests queued per kernel */
 #define KCKPT_PROBE_FIRST_MS 10 /* a rollback takes tens of ms: the first probe after this */
+#define KCKPT_PROBE_FAST_MS  8  /* then one per this (a probe the old process took is lost) */
+#define KCKPT_PROBES_FAST    12 /* ... for this many probes (some 100 ms) */
 #define KCKPT_PROBE_MS       50 /* then one per this */
 #define KCKPT_PROBE_IOPUB_MS 20 /* answered, but no iopub yet: again after this */
 #define KCKPT_PROBES         16 /* probe ids remembered (the newest) */
@@ -304,7 +306,8 @@ static void on_probe(void *data)
         return;
     if (open_sock(c) == 0 && send_msg(c, "kernel_info_request", "{}", id) == 0)
         memcpy(q->probes[q->nprobes++ % KCKPT_PROBES], id, sizeof(id));
-    loop(c)->timer_arm(loop(c), c->probe, KCKPT_PROBE_MS);
+    loop(c)->timer_arm(loop(c), c->probe,
+                       q->nprobes < KCKPT_PROBES_FAST ? KCKPT_PROBE_FAST_MS : KCKPT_PROBE_MS);
 }
 
 static bool is_probe(const struct kckpt_req *q, const char *msg_id)

@@ -41,7 +41,10 @@ _graveyard = []
 _infra = None
 _headroom_ref = None  # Python frames left at the first revival (see _keep_headroom)
 _before = None  # the descriptors open when this generation began (None: the first)
-_user = set()  # those opened during this generation's cells
+# Those opened during this generation's cells: number -> (device, inode), so that a number a
+# cell's descriptor held for a moment (closed since, and reused by the machinery) is not the
+# user's at the next fork
+_user = {}
 _cell = None  # the descriptors open when the running cell began
 _KEEPER = r"""
 import json, os, select, socket, sys
@@ -303,7 +306,36 @@ def _pre_cell(*_):
 
 def _post_cell(*_):
     if _cell is not None:
-        _user.update(fd for fd in _fds() - _cell if not _kernel_conn(fd))
+        for fd in _fds() - _cell:
+            ident = _ident(fd)
+            if ident is not None:
+                _user[fd] = ident
+
+
+def _event_pipes():
+    """The descriptors of ipykernel's pipes to its I/O thread: one per thread that wrote
+    output, opened at its first output (the threads that forward what reaches descriptors 1
+    and 2 may do that during any cell, and list it a moment after it is open)."""
+    out = set()
+    try:
+        pipes = list(_app().iopub_thread._event_pipes)
+    except Exception:
+        return out
+    for pipe in pipes:
+        try:
+            out.add(pipe.FD)  # (the mailbox's descriptor: read only, whichever thread owns it)
+        except Exception:
+            pass
+    return out
+
+
+def _ident(fd):
+    """What fd refers to (device, inode), None if it is closed."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _kernel_conn(fd):
@@ -330,7 +362,12 @@ def _machinery():
     """Sets _infra, before a fork: the descriptors this generation's machinery opened."""
     global _infra
     if _before is not None:
-        _infra = _fds() - _before - _user
+        # the user's: opened during a cell, still the same file, and not one the machinery
+        # opened meanwhile (told apart now, between cells, when none is half made)
+        pipes = _event_pipes()
+        user = {fd for fd, ident in _user.items()
+                if _ident(fd) == ident and fd not in pipes and not _kernel_conn(fd)}
+        _infra = _fds() - _before - user
 
 
 def _headroom():
@@ -607,6 +644,13 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
 
         app.parse_command_line = reuse_command_line
     app.initialize(argv)
+    # the main thread's pipe to the I/O thread, which ipykernel opens at the first output from
+    # this thread (its ZeroMQ socket's eventfd): opened now, with the machinery, not in the first
+    # cell that prints (where it would count as the user's, a placeholder for good)
+    try:
+        app.iopub_thread._event_pipe
+    except Exception:
+        pass
     app.__dict__.pop("init_kernel", None)
     app.__dict__.pop("parse_command_line", None)
     if conn_file is not None:
@@ -630,6 +674,13 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
             hm.new_session()
             hm.save_thread = HistorySavingThread(hm)
             hm.save_thread.start()
+            # its own database connection, opened as it starts: before the first cell, not in
+            # it (see _event_pipe above); a few milliseconds at most
+            import time
+            deadline = time.monotonic() + 0.5
+            while getattr(hm.save_thread, "db", None) is None and hm.save_thread.is_alive() \
+                    and time.monotonic() < deadline:
+                time.sleep(0.0005)
     except Exception:
         pass
     install()
