@@ -9,7 +9,10 @@
               state is then checked (not timed)
   fork        POST /api/kernels/{id}/fork to its 201, which kgw gives once the new kernel has
               answered kernel_info; its state is checked and it is deleted (not timed)
-  pss         an idle checkpoint's PSS (the gateway's pss_bytes for it, after --idle-seconds)
+  pss         what an idle checkpoint adds to the PSS of the kernel's processes (summed over
+              every process under kgw, --idle-seconds before and after it is taken, the kernel
+              not written meanwhile): the pages only it holds; its own pss_bytes (the gateway's
+              figure, after the rollbacks below) also counts its share of the pages it shares
   cgroup      what taking that checkpoint adds to the kernel's cgroup (kgw_kernels_memory_bytes)
   leak        --cycles checkpoint + rollback + drop cycles: the processes under kgw, kgw's
               descriptors and the cgroups of kgw's instance, before and after (the first cycle
@@ -96,6 +99,21 @@ def counts(gw):
     return {"processes": procs, "kgw fds": fds, "cgroups": cgroups_of(gw.pid, instance)}
 
 
+def pss_total(gw):
+    """The PSS of every process under kgw, summed (bytes): each page counted once."""
+    total = 0
+    for p in psutil.Process(gw.pid).children(recursive=True):
+        try:
+            with open(f"/proc/{p.pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            pass
+    return total
+
+
 def kernels_memory(gw):
     """kgw_kernels_memory_bytes from GET /metrics: the memory charged to the kernels' cgroups
     (here one kernel, --pool python3=0), or None."""
@@ -139,10 +157,10 @@ def main():
         # what taking one adds to the kernel's cgroup (what it holds, honestly: PSS divides the
         # shared pages between the two processes)
         time.sleep(args.idle_seconds)
-        mem0 = kernels_memory(gw)
+        mem0, pss0 = kernels_memory(gw), pss_total(gw)
         _, cp = timed(gw, "POST", base + "/checkpoints", {"files": False}, 201)
         time.sleep(args.idle_seconds)
-        mem1 = kernels_memory(gw)
+        mem1, pss1 = kernels_memory(gw), pss_total(gw)
         for i in range(args.reps):
             execute(gw, kid, f"marker = 'changed {i}'; a[0] = {i + 2}")
             dt, _ = timed(gw, "POST", base + "/rollback", {"checkpoint": cp["id"]}, 200)
@@ -197,11 +215,15 @@ def main():
             print(f"{name:10s} p50 {p50:7.1f} ms  p90 {B.pct(xs, 90) * 1000:7.1f} ms  "
                   f"max {max(xs) * 1000:7.1f} ms  (n={len(xs)}; target <= {target} ms: "
                   f"{'met' if p50 <= target else 'MISSED'})")
+        added = pss1 - pss0
+        print(f"idle checkpoint: the kernel's processes' PSS {pss0 / 1048576:.1f} MiB before it, "
+              f"{pss1 / 1048576:.1f} MiB {args.idle_seconds} s after: +{added / 1048576:.2f} MiB "
+              f"(target <= 2 MiB: {'met' if added <= 2 << 20 else 'MISSED'})")
         if pss and pss[0] is not None:
-            print(f"idle checkpoint PSS {pss[0] / 1048576:.2f} MiB after {args.idle_seconds} s "
-                  f"(target <= 2 MiB: {'met' if pss[0] <= 2 << 20 else 'MISSED'}); its private "
-                  f"memory {(private[0] or 0) / 1048576:.2f} MiB (PSS counts the pages it "
-                  f"shares with the kernel at 1/n each)")
+            print(f"the same checkpoint after {args.reps} rollbacks to it: pss_bytes "
+                  f"{pss[0] / 1048576:.2f} MiB (its share of the pages it shares with the kernel "
+                  f"included), private {(private[0] or 0) / 1048576:.2f} MiB (the pages the "
+                  f"revived kernels rewrote)")
         else:
             print(f"idle checkpoint PSS: not reported ({lst})")
         if mem0 is not None and mem1 is not None:

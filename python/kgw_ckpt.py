@@ -161,6 +161,50 @@ def _std_copies():
     return out
 
 
+def _reroute_logs(fds):
+    """Log handlers that write to one of fds, the old kernel's copies of descriptors 1 and 2
+    (ipykernel points its application's log at its copy of 2, a FileIO on that number, and the
+    logger outlives the application): to sys.__stderr__ again, which the new application
+    points at its own copy. The copies are closed next; a handler left on one would write its
+    lines into whatever the new generation opens on that number (a ZeroMQ connection: its
+    stream corrupted, the kernel cut off). The old stream is kept, never finalised: its FileIO
+    would close that number."""
+    import logging
+    for ref in list(getattr(logging, "_handlerList", ())):
+        h = ref()
+        st = getattr(h, "stream", None)
+        try:
+            fd = st.fileno()
+        except Exception:
+            continue
+        if fd in fds:
+            _graveyard.append(st)
+            h.stream = sys.__stderr__
+
+
+def _forward(old, name):
+    """The old generation's output stream, which user objects may hold (out = sys.stdout; a
+    log handler made with it): what it is given goes to the current sys.<name>. Left as it
+    was, its flush would send on the old I/O thread's ZeroMQ socket, whose libzmq signals
+    its peers through descriptor numbers the new generation has reused (and the text would
+    be lost)."""
+    def write(s):
+        return getattr(sys, name).write(s)
+
+    def flush():
+        getattr(sys, name).flush()
+
+    def writelines(lines):
+        for line in lines:
+            write(line)
+
+    try:
+        old.write, old.flush, old.writelines = write, flush, writelines
+        old._flush = lambda: None  # (its own timers and thread are gone)
+    except Exception:
+        pass
+
+
 def _snapshot(root):
     """The workspace's files: [(relative path, mode, bytes or None for a directory)]."""
     out, total = [], 0
@@ -594,11 +638,16 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
         _kids.clear()
     # the old kernel's streams write to its I/O thread, which did not survive the fork, and
     # its descriptors 1 and 2 to pipes that thread read: the original ones back
-    for fd, copy in _std_copies().items():
+    copies = _std_copies()
+    _reroute_logs(set(copies.values()))
+    for fd, copy in copies.items():
         os.dup2(copy, fd)
         os.close(copy)
-    _graveyard.extend([sys.stdout, sys.stderr])
+    old_streams = [("stdout", sys.stdout), ("stderr", sys.stderr)]
+    _graveyard.extend(st for _, st in old_streams)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    for name, st in old_streams:
+        _forward(st, name)
     _close_placeholders(_infra)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -34,6 +34,8 @@ class Kernel:
                        "key": uuid.uuid4().hex, "signature_scheme": "hmac-sha256"}, f)
         env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"),
                    PYDEVD_DISABLE_FILE_VALIDATION="1")
+        # as under kgw: ipykernel captures descriptors 1 and 2 unless it sees pytest
+        env.pop("PYTEST_CURRENT_TEST", None)
         self.proc = subprocess.Popen([PY, "-m", "ipykernel_launcher", "-f", self.cf], env=env,
                                      stdout=subprocess.DEVNULL,
                                      start_new_session=True)
@@ -243,6 +245,70 @@ def test_cycles_leave_nothing_behind(kernel):
     assert len(k.processes()) == settled
     names = [n for n in os.listdir(k.dir) if n.startswith(".ckpt-")]
     assert names == [".ckpt-base"]
+
+
+# ipykernel points its application's log at a FileIO on its copy of descriptor 2; here that
+# copy is moved to a number the next generation's own copy will not get
+MOVE_LOG_COPY = """
+import logging, os, sys
+old = sys.stderr._original_stdstream_copy
+os.dup2(old, 300)
+sys.stderr._original_stdstream_copy = 300
+kept = []
+for h in logging.getLogger("IPKernelApp").handlers:
+    st = getattr(h, "stream", None)
+    if st is not None and st.fileno() == old:
+        kept.append(st)
+        h.stream = open(300, "w", closefd=False)
+print(len(kept))
+"""
+LOG_FDS = """
+import logging, sys
+fds = []
+for h in logging.getLogger("IPKernelApp").handlers:
+    try:
+        fds.append(h.stream.fileno())
+    except Exception:
+        pass
+print(sorted(fds), sys.stderr._original_stdstream_copy)
+"""
+
+
+def test_log_follows_each_generation(kernel):
+    """A revived kernel closes the old generation's copies of descriptors 1 and 2: no log
+    handler may be left writing to one (whatever the new generation opens on that number
+    would get its lines). The application's log follows the new generation's copy. (This
+    ipykernel's new application replaces the handler anyway; _reroute_logs also keeps the
+    old handler's FileIO from closing that number when it is dropped.)"""
+    k = kernel
+    c = k.execute(MOVE_LOG_COPY)
+    assert c["status"] == "ok" and c["stdout"].strip() == "1", c
+    k.checkpoint("a", files=False)
+    k.rollback("a", files=False)
+    fds, copy = k.execute(LOG_FDS)["stdout"].rsplit(" ", 1)
+    fds, copy = json.loads(fds), int(copy)
+    assert copy != 300 and 300 not in fds and copy in fds, (fds, copy)
+    # and the log still reaches the kernel's stderr, the kernel still answers
+    assert k.execute("import logging\nlogging.getLogger('IPKernelApp').warning('x' * 200)"
+                     )["status"] == "ok"
+    assert k.value("1 + 1") == "2"
+
+
+def test_old_output_stream_still_reaches_the_client(kernel):
+    """Code that kept the output stream of an earlier generation (out = sys.stdout, or a log
+    handler made with it) still reaches the client after a rollback, through the current one;
+    nothing is sent through the old generation's ZeroMQ sockets. (Fails without _forward:
+    the text is lost.)"""
+    k = kernel
+    assert k.execute("import sys\nout, err = sys.stdout, sys.stderr")["status"] == "ok"
+    k.checkpoint("a", files=False)
+    k.rollback("a", files=False)
+    c = k.execute("print('via the old stream', file=out)\nout.flush()\n"
+                  "out.writelines(['one\\n', 'two\\n'])\nprint('old err', file=err)")
+    assert c["status"] == "ok", c
+    assert "via the old stream\none\ntwo\n" in c["stdout"], c["stdout"]
+    assert "old err" in c["stdout"], c["stdout"]  # (the hook collects both streams)
+    assert k.value("1 + 1") == "2"
 
 
 def test_kernel_end_ends_its_checkpoints(kernel):
