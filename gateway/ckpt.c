@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "kernelmgr/kckpt.h"
+#include "kernelmgr/wspace.h"
 
 /* A request waits behind the cell the kernel is running, at most this long, and never longer
  * than a REST answer may take (--http-timeout, less a second). */
@@ -560,6 +561,9 @@ static void on_death(void *data, kernel_t *k, enum kernel_outcome o, const char 
     if (op) {
         snprintf(op->id, sizeof(op->id), "%s", rec->id);
         snprintf(op->cause, sizeof(op->cause), "its process died: %s", cause);
+        /* no caller: the audit event names the kernel's own tenant */
+        const struct wspace *w = kernel_workspace(k);
+        snprintf(op->who.tenant, sizeof(op->who.tenant), "%s", w ? wspace_tenant(w) : "");
     }
     if (content &&
         kckpt_send(k, KCKPT_REVIVE, content, timeout_ms(g), on_revived, op, &op->req) == 0) {

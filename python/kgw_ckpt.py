@@ -96,7 +96,9 @@ while True:
         fd = os.pidfd_open(pid)
     except OSError:
         fd = -1
-    while fd >= 0 and select.select([fd], [], [], 1.0)[0] == []:
+    # its end (a rollback's process writes the new pid before it goes): no polling, but a
+    # look now and then at a replacement whose predecessor is slow to go
+    while fd >= 0 and select.select([fd], [], [], 30.0)[0] == []:
         if live() != pid:
             break
     if fd >= 0:

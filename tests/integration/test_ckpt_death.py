@@ -5,6 +5,7 @@ and says it was rolled back); a death without "rollback_on_error" brings back th
 checkpoint's state, and a websocket client is told which; a kernel with no checkpoint still
 restarts empty; nothing is left behind."""
 import asyncio
+import json
 import os
 import time
 
@@ -52,8 +53,9 @@ def test_rollback_on_error_undoes_a_death(gateway_factory, case):
         gw.delete_kernel(kid)
 
 
-def test_dead_kernel_comes_back_from_its_newest_checkpoint(gateway_factory):
-    gw = gateway_factory("--autorestart")
+def test_dead_kernel_comes_back_from_its_newest_checkpoint(gateway_factory, tmp_path):
+    audit = tmp_path / "audit.jsonl"
+    gw = gateway_factory("--autorestart", f"--audit-log={audit}")
     kid = gw.start_kernel()["id"]
 
     async def go():
@@ -104,6 +106,12 @@ def test_dead_kernel_comes_back_from_its_newest_checkpoint(gateway_factory):
         jclient.run(go(), timeout=120)
         st, model, _ = gw.request("GET", f"/api/kernels/{kid}")
         assert st == 200 and model["execution_state"] != "dead", model
+        # the revival is audited, under the kernel's tenant (no caller asked for it)
+        events = [json.loads(line) for line in audit.read_text().splitlines()]
+        rev = [e for e in events if e["event"] == "revive"]
+        assert [(e["tenant"], e["kernel"], e["result"]) for e in rev] == [
+            ("default", kid, "ok")], rev
+        assert "died" in rev[0]["cause"], rev
     finally:
         gw.delete_kernel(kid)
     if NO_SANDBOX:  # (a sandbox's processes end with its pid namespace)
