@@ -201,6 +201,9 @@ def _forward(old, name):
             write(line)
 
     try:
+        from ipykernel.iostream import OutStream
+        if not isinstance(old, OutStream):
+            return  # (not ipykernel's: the user's own, left alone)
         old.write, old.flush, old.writelines = write, flush, writelines
         old._flush = lambda: None  # (its own timers and thread are gone)
     except Exception:
