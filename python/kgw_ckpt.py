@@ -66,7 +66,7 @@ def revive():
     # that answers (the gateway sees the death, and waits for this one's answers)
     socks = []
     for name in os.listdir(rundir):
-        if name.startswith(".ckpt-"):
+        if name.startswith(".c"):  # .ckpt-<id>, or .c<hash> (_sock_path)
             try:
                 socks.append((os.lstat(os.path.join(rundir, name)).st_mtime_ns, name))
             except OSError:
@@ -123,7 +123,16 @@ def _rundir():
 
 
 def _sock_path(cid):
-    return os.path.join(_rundir(), ".ckpt-" + cid)
+    """The checkpoint's socket: <runtime dir>/.ckpt-<id>; where that is over the 107 bytes a
+    unix socket's path may have (an unsandboxed kernel under a long --runtime-dir: the
+    gateway leaves its kernels room for <dir>/callback only), <runtime dir>/.c<6 hex digits
+    of the id's SHA-256> (the keeper looks for both)."""
+    d = _rundir()
+    path = os.path.join(d, ".ckpt-" + cid)
+    if len(os.fsencode(path)) <= 107:
+        return path
+    import hashlib
+    return os.path.join(d, ".c" + hashlib.sha256(cid.encode()).hexdigest()[:6])
 
 
 def install():

@@ -311,6 +311,27 @@ def test_old_output_stream_still_reaches_the_client(kernel):
     assert k.value("1 + 1") == "2"
 
 
+def test_long_runtime_directory():
+    """An unsandboxed kernel's runtime directory can leave too little of a unix socket's 107
+    bytes for <dir>/.ckpt-<uuid>: the checkpoint's socket gets a short name there, and
+    checkpoint, rollback and drop work. (Failed before with "AF_UNIX path too long".)"""
+    with tempfile.TemporaryDirectory(prefix="kgw-ckpt-") as tmp:
+        d = os.path.join(tmp, "d" * max(1, 80 - len(tmp)))  # 81 bytes: k-5 fits, not that
+        os.makedirs(d)
+        k = Kernel(d)
+        try:
+            cid = str(uuid.uuid4())
+            assert len(os.path.join(d, ".ckpt-" + cid)) > 107
+            assert k.execute("x = 1")["status"] == "ok"
+            k.checkpoint(cid, files=False)
+            assert k.execute("x = 2")["status"] == "ok"
+            k.rollback(cid, files=False)
+            assert k.value("x") == "1"
+            assert k.request("kgw_ckpt_drop_request", {"id": cid})["status"] == "ok"
+        finally:
+            k.close()
+
+
 def test_kernel_end_ends_its_checkpoints(kernel):
     k = kernel
     k.checkpoint("a", files=False)
