@@ -70,6 +70,16 @@ static int timeout_ms(const gw_t *g)
 
 static void on_death(void *data, kernel_t *k, enum kernel_outcome o, const char *cause);
 
+/* When a rollback request expires in the kernel (CLOCK_MONOTONIC ms, shared with the sandbox:
+ * kgw makes no time namespace): a while before the gateway gives up on it, so that one the
+ * kernel reaches late (behind a long cell, after its caller had a 504) is refused there
+ * instead of replacing the state unannounced. */
+static json_int_t expiry(const gw_t *g)
+{
+    int t = timeout_ms(g), margin = t / 4 < 5000 ? t / 4 : 5000;
+    return (json_int_t)(util_now_ms() + (uint64_t)(t - margin));
+}
+
 static struct kck *kck_of(gw_t *g, kernel_t *k, bool make)
 {
     struct kck *c = kernel_data(k, g->ckpt_listener.slot);
@@ -282,7 +292,8 @@ static void on_kept(void *data, kernel_t *k, int status, json_t *reply)
 
 static int keep(ckpt_op_t *op, kernel_t *k)
 {
-    json_t *content = json_pack("{s:s, s:b}", "id", op->id, "files", 0);
+    json_t *content =
+        json_pack("{s:s, s:b, s:I}", "id", op->id, "files", 0, "expires", expiry(op->g));
     int r = content
                 ? kckpt_send(k, KCKPT_ROLLBACK, content, timeout_ms(op->g), on_kept, op, &op->req)
                 : -ENOMEM;
@@ -499,7 +510,9 @@ int ckpt_rollback(gw_t *g,
         return -EBUSY;
     }
     ckpt_op_t *op = op_new(g, k, who, OP_ROLLBACK, done, data);
-    json_t *content = op ? json_pack("{s:s, s:b}", "id", rec->id, "files", rec->files) : NULL;
+    json_t *content = op ? json_pack("{s:s, s:b, s:I}", "id", rec->id, "files", rec->files,
+                                     "expires", expiry(g))
+                         : NULL;
     if (!content) {
         free(op);
         *http = failure(g, k, -ENOMEM, NULL, "roll back", msg, msgsz);

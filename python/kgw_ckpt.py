@@ -22,6 +22,7 @@ import re
 import signal
 import socket
 import sys
+import time
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MAX_FILES = 10000  # files kept per checkpoint
@@ -739,7 +740,6 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
             hm.save_thread.start()
             # its own database connection, opened as it starts: before the first cell, not in
             # it (see _event_pipe above); a few milliseconds at most
-            import time
             deadline = time.monotonic() + 0.5
             while getattr(hm.save_thread, "db", None) is None and hm.save_thread.is_alive() \
                     and time.monotonic() < deadline:
@@ -776,6 +776,14 @@ def _on_rollback(stream, ident, parent):
     t = "kgw_rollback_reply"
     if not isinstance(cid, str) or not _ID.match(cid):
         return _error(stream, ident, parent, t, "ValueError", "bad checkpoint id")
+    # reached late (behind a long cell): the gateway has given up on it, and told its caller
+    # so; replacing the state now would go unannounced (the same CLOCK_MONOTONIC as the
+    # gateway's)
+    exp = c.get("expires")
+    if isinstance(exp, int) and not isinstance(exp, bool) and \
+            time.monotonic() * 1000 > exp:
+        return _error(stream, ident, parent, t, "ExpiredError",
+                      "the request expired before the kernel reached it: not rolled back")
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(10)

@@ -401,3 +401,36 @@ def test_a_checkpoint_being_rolled_back_to_cannot_be_dropped(gateway):
     finally:
         gw.delete_kernel(kid)
 
+
+
+def test_rollback_reached_after_its_caller_gave_up_is_refused(gateway_factory):
+    """A rollback queued behind a long cell gets 504 when the gateway gives up on it
+    (--http-timeout, less a second); when the kernel reaches it later, the request has expired
+    and the state stays as it is: no rollback the caller was told did not happen. (Without
+    the expiry the kernel rolled back after the cell, unannounced.)"""
+    import threading
+    gw = gateway_factory("--http-timeout=4")
+    kid = gw.start_kernel()["id"]
+    try:
+        run(gw, kid, "x = 'before'")
+        cp = take(gw, kid)
+        run(gw, kid, "x = 'after'")
+        cell = {}
+        t = threading.Thread(target=lambda: cell.update(end=run(
+            gw, kid, "import time\nfor i in range(14):\n    print(i, flush=True)\n"
+                     "    time.sleep(0.5)\ny = 'cell'")[0]))
+        t.start()
+        time.sleep(0.8)  # the cell runs
+        st, body, _ = gw.request("POST", f"/api/kernels/{kid}/rollback", {"checkpoint": cp["id"]})
+        assert st == 504, (st, body)
+        t.join(30)
+        assert cell["end"]["status"] == "ok", cell
+        time.sleep(0.5)  # the kernel has reached the rollback by now, and refused it
+        end, out, _ = run(gw, kid, "print(x, y)")
+        assert out == "after cell\n", (end, out)
+        # the checkpoint is still there, and a rollback now works
+        assert gw.request("GET", f"/api/kernels/{kid}/checkpoints/{cp['id']}")[0] == 200
+        rollback(gw, kid, cp["id"])
+        assert run(gw, kid, "print(x)")[1] == "before\n"
+    finally:
+        gw.delete_kernel(kid)
