@@ -35,7 +35,14 @@ struct ckrec {
     bool files;
     long pid; /* the checkpoint process, in the kernel's pid namespace */
     int rolling; /* rollbacks to it sent and not answered: it cannot be dropped meanwhile */
+    /* its memory as last read (a walk of the kernel's processes and a smaps_rollup, on the
+     * loop): read again once older than CKPT_MEM_MAX_AGE_MS */
+    long long pss, priv;
+    uint64_t mem_ms; /* when read (0: never) */
+    bool mem;        /* the figures were found */
 };
+
+#define CKPT_MEM_MAX_AGE_MS 1000
 
 /* A kernel's checkpoints (kernel_data of the listener's slot). */
 struct kck {
@@ -127,17 +134,20 @@ static void kck_clear(struct kck *c)
         rec_remove(c, list_first(&c->recs, struct ckrec, link));
 }
 
-static json_t *rec_model(kernel_t *k, const struct ckrec *rec)
+static json_t *rec_model(kernel_t *k, struct ckrec *rec)
 {
     char ts[40];
     util_iso_time(ts, sizeof(ts), rec->created_us);
-    long long pss, priv;
-    bool mem = kckpt_mem(k, rec->pid, &pss, &priv) == 0;
+    uint64_t now = util_now_ms();
+    if (!rec->mem_ms || now - rec->mem_ms >= CKPT_MEM_MAX_AGE_MS) {
+        rec->mem = kckpt_mem(k, rec->pid, &rec->pss, &rec->priv) == 0;
+        rec->mem_ms = now ? now : 1;
+    }
     return json_pack("{s:s, s:s, s:s, s:I, s:b, s:I, s:o, s:o}", "id", rec->id, "kernel_id",
                      kernel_id(k), "created", ts, "execution_count", (json_int_t)rec->exec_count,
                      "files", rec->files, "files_bytes", (json_int_t)rec->files_bytes, "pss_bytes",
-                     mem ? json_integer(pss) : json_null(), "private_bytes",
-                     mem ? json_integer(priv) : json_null());
+                     rec->mem ? json_integer(rec->pss) : json_null(), "private_bytes",
+                     rec->mem ? json_integer(rec->priv) : json_null());
 }
 
 /* ---- the kernel's events: checkpoints end with the kernel's process ---- */
