@@ -2,8 +2,9 @@
 ZeroMQ (jupyter_client), as the gateway will drive it: take a checkpoint, change the state, roll
 back (twice), and check what came back: variables, a numpy array's checksum, the random state,
 a workspace file's bytes, the execution count; that the frozen checkpoint holds no socket but
-its own; that nothing is left behind after many cycles. The gateway's REST face is not wired
-yet (docs/checkpoints.md)."""
+its own; that nothing is left behind after many cycles; what a revived process must not do
+with the descriptor numbers of the generation before it. The gateway's faces are tested in
+test_ckpt_rest.py and the files beside it (docs/checkpoints.md)."""
 import json
 import os
 import signal
