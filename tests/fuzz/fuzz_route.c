@@ -14,62 +14,42 @@
 
 
 
-/* How each route is spelled; "%I" is an id argument, "%N" a name argument, "%P" the rest of
- * the path (any bytes, at least one). */
-static const struct {
-    enum route_id id;
-    const char *shape;
-} shapes[] = {
-    {ROUTE_API, "/api"},
-    {ROUTE_STATUS, "/api/status"},
-    {ROUTE_KSPECS, "/api/kernelspecs"},
-    {ROUTE_KSPEC, "/api/kernelspecs/%N"},
-    {ROUTE_KSPEC_RESOURCE, "/kernelspecs/%N/%N"},
-    {ROUTE_KERNELS, "/api/kernels"},
-    {ROUTE_KERNEL, "/api/kernels/%I"},
-    {ROUTE_KERNEL_INTERRUPT, "/api/kernels/%I/interrupt"},
-    {ROUTE_KERNEL_RESTART, "/api/kernels/%I/restart"},
-    {ROUTE_KERNEL_CHANNELS, "/api/kernels/%I/channels"},
-    {ROUTE_KERNEL_EXECUTE, "/api/kernels/%I/execute"},
-    {ROUTE_EXECUTE, "/api/execute"},
-    {ROUTE_EXECUTION, "/api/executions/%I"},
-    {ROUTE_EXECUTION_EVENTS, "/api/executions/%I/events"},
-    {ROUTE_MCP, "/mcp"},
-    {ROUTE_SESSIONS, "/api/sessions"},
-    {ROUTE_SESSION, "/api/sessions/%I"},
-    {ROUTE_CHANNEL, "/channel"},
-    {ROUTE_UPLOAD, "/upload"},
-    {ROUTE_UPLOAD_PATH, "/upload/%P"},
-    {ROUTE_DOWNLOAD, "/download/%P"},
-    {ROUTE_CHECK_FILE, "/check_file/%P"},
-    {ROUTE_FILES, "/files"},
-    {ROUTE_FILE, "/files/%P"},
-    {ROUTE_SELF_IDENTIFY, "/self_identify"},
-    {ROUTE_LIVENESS, "/check_liveness"},
-    {ROUTE_READY, "/check_ready"},
-    {ROUTE_OPENAPI, "/openapi.json"},
-    {ROUTE_METRICS, "/metrics"},
-    {ROUTE_PLAYGROUND, "/"},
-    {ROUTE_PLAYGROUND_ASSET, "/playground/%N"},
-};
-
+/* How each route is spelled, from its pattern in the table (route_at): "%I" an id argument,
+ * "%N" a name argument, "%P" the rest of the path (any bytes, at least one). Made from the
+ * table so that a route added there is checked here too; what a match must be is worked out
+ * below, apart from route_match's own walk. */
 static const char *shape_of(enum route_id id)
 {
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-        if (shapes[i].id == id)
-            return shapes[i].shape;
+    static char shape[256];
+    for (size_t i = 0; i < route_count(); i++) {
+        const struct route_def *d = route_at(i);
+        if (d->id != id)
+            continue;
+        size_t o = 0;
+        for (const char *p = d->pattern; *p && o + 3 < sizeof(shape);) {
+            const char *close = p[0] == '{' ? strchr(p, '}') : NULL;
+            if (close) {
+                shape[o++] = '%';
+                shape[o++] = p[1] == 'i' ? 'I' : p[1] == 'n' ? 'N' : 'P';
+                p = close + 1;
+            } else {
+                shape[o++] = *p++;
+            }
+        }
+        shape[o] = '\0';
+        return shape;
+    }
     return "";
 }
 
 /* Rebuilds the path of a matched route into out; returns its length or -1. */
 static int rebuild(const struct route *r, const char *path, size_t len, char *out, size_t outsz)
 {
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-        if (shapes[i].id != r->id)
-            continue;
+    const char *shape = shape_of(r->id);
+    if (shape[0]) {
         size_t o = 0;
         int arg = 0;
-        for (const char *p = shapes[i].shape; *p; p++) {
+        for (const char *p = shape; *p; p++) {
             const char *add = p;
             size_t n = 1;
             if (p[0] == '%' && p[1] == 'P') {
