@@ -141,7 +141,7 @@ static json_t *rec_model(kernel_t *k, struct ckrec *rec)
     uint64_t now = util_now_ms();
     if (!rec->mem_ms || now - rec->mem_ms >= CKPT_MEM_MAX_AGE_MS) {
         rec->mem = kckpt_mem(k, rec->pid, &rec->pss, &rec->priv) == 0;
-        rec->mem_ms = now ? now : 1;
+        rec->mem_ms = now;
     }
     return json_pack("{s:s, s:s, s:s, s:I, s:b, s:I, s:o, s:o}", "id", rec->id, "kernel_id",
                      kernel_id(k), "created", ts, "execution_count", (json_int_t)rec->exec_count,
@@ -261,6 +261,33 @@ static ckpt_op_t *op_new(gw_t *g,
     return op;
 }
 
+/* A rollback or revival that timed out with no cell to blame (busy_ok: whether one may be) means
+ * the new process did not come, and a kernel in an unknown state is worth less than a fresh one:
+ * the kernel is restarted, and op ends with 504 saying so (audited as event, when not NULL).
+ * false when that is not the case (op is still the caller's). from: what it did not come back
+ * from. */
+static bool end_restarted(ckpt_op_t *op,
+                          kernel_t *k,
+                          int status,
+                          bool busy_ok,
+                          const char *prefix,
+                          const char *from,
+                          const char *event)
+{
+    char msg[400];
+    if (status != -ETIMEDOUT || (!busy_ok && kernel_executions(k) > 0) || kernel_restart(k) != 0)
+        return false;
+    snprintf(msg, sizeof(msg),
+             "%sthe kernel did not come back from %s within %d s and was restarted (its "
+             "variables and checkpoints are lost)",
+             prefix, from, timeout_ms(op->g) / 1000);
+    log_warn("kernel=%s: checkpoint %s: %s", kernel_id(k), op->id, msg);
+    if (event)
+        audit(op, event, "failed");
+    op_end(op, status, 504, msg, NULL);
+    return true;
+}
+
 /* The first checkpoint of a kernel process: the process is revived from it at once (a
  * rollback to it, without its files and without a notice: the state is the one it has), so
  * that its first process becomes the keeper, and the live interpreter a process whose death
@@ -279,13 +306,9 @@ static void on_kept(void *data, kernel_t *k, int status, json_t *reply)
         kernel_fail_pending(k, KERNEL_OUT_RESTARTED,
                             "the kernel's process was replaced by one revived from its first "
                             "checkpoint before it ran this");
-    } else if (status == -ETIMEDOUT && kernel_executions(k) == 0 && kernel_restart(k) == 0) {
-        snprintf(msg, sizeof(msg),
-                 "the kernel did not come back within %d s from the revival its first "
-                 "checkpoint makes, and was restarted (its variables and checkpoints are lost)",
-                 timeout_ms(op->g) / 1000);
-        log_warn("kernel=%s: checkpoint %s: %s", kernel_id(k), op->id, msg);
-        return op_end(op, status, 504, msg, NULL);
+    } else if (end_restarted(op, k, status, false, "", "the revival its first checkpoint makes",
+                             NULL)) {
+        return;
     } else if (status != -ECHILD) {
         log_warn("kernel=%s: its first process could not become the keeper of its checkpoints "
                  "(%s): a death of its interpreter will end them",
@@ -466,17 +489,8 @@ static void on_rolled(void *data, kernel_t *k, int status, json_t *reply)
         rec->rolling--;
     if (status == 0 && !rec) /* cannot be: its records end with the process, -ECHILD first */
         status = -ENOENT;
-    if (status == -ETIMEDOUT && kernel_executions(k) == 0 && kernel_restart(k) == 0) {
-        /* no cell held it up: the new process did not come (docs/checkpoints.md, "Not
-         * done"). A kernel in an unknown state is worth less than a fresh one. */
-        snprintf(msg, sizeof(msg),
-                 "cannot roll back: the kernel did not come back from the rollback within %d s "
-                 "and was restarted (its variables and checkpoints are lost)",
-                 timeout_ms(op->g) / 1000);
-        log_warn("kernel=%s: rollback to %s: %s", kernel_id(k), op->id, msg);
-        audit(op, "rollback", "failed");
-        return op_end(op, status, 504, msg, NULL);
-    }
+    if (end_restarted(op, k, status, false, "cannot roll back: ", "the rollback", "rollback"))
+        return;
     if (status < 0) {
         int http = failure(op->g, k, status, reply, "roll back", msg, sizeof(msg));
         log_info("kernel=%s: rollback to %s: %s", kernel_id(k), op->id, msg);
@@ -549,15 +563,10 @@ static void on_revived(void *data, kernel_t *k, int status, json_t *reply)
         c->reviving = NULL;
     if (status == 0 && !rec)
         status = -ENOENT;
-    if (status == -ETIMEDOUT && kernel_restart(k) == 0) {
-        snprintf(msg, sizeof(msg),
-                 "the kernel did not come back from its checkpoint %s within %d s and was "
-                 "restarted (its variables and checkpoints are lost)",
-                 op->id, timeout_ms(op->g) / 1000);
-        log_warn("kernel=%s: %s", kernel_id(k), msg);
-        audit(op, "revive", "failed");
-        return op_end(op, status, 504, msg, NULL);
-    }
+    char from[CKPT_ID_MAX + 20];
+    snprintf(from, sizeof(from), "its checkpoint %s", op->id);
+    if (end_restarted(op, k, status, true, "", from, "revive"))
+        return;
     if (status < 0) {
         int http = failure(op->g, k, status, reply, "revive the kernel", msg, sizeof(msg));
         log_info("kernel=%s: revival from %s: %s", kernel_id(k), op->id, msg);

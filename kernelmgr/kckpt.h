@@ -65,16 +65,16 @@ const char *kckpt_files_dir(const kernel_t *k);
  * client of k receives as if the kernel had published it, with an empty parent header (a
  * rollback's status sequence and notice). 0 or -ENOMEM. */
 int kckpt_announce(kernel_t *k, const char *msg_type, json_t *content, json_t *metadata);
-/* The memory of the process of k whose pid in the kernel's pid namespace is ns_pid (a
- * checkpoint's "pid"), found among the descendants of the kernel's process: its proportional
- * set size (shared pages divided among their users) and its private bytes (pages no other
- * process maps: what it holds alone, copied on write). 0; -ESRCH when there is no such
- * process, or -errno. Reads /proc (no waiting). */
 /* The contents of <runtime dir>/.kgw-live (n bytes, written by code in the kernel: untrusted),
  * the live interpreter's pid in the kernel's namespace: 1 to 7 decimal digits and an optional
  * newline, at most 4194304 (the kernel's PID_MAX_LIMIT). 0 ("0": it ended as asked), the pid,
  * or -EINVAL for anything else. */
 long kckpt_live_parse(const char *buf, size_t n);
+/* The memory of the process of k whose pid in the kernel's pid namespace is ns_pid (a
+ * checkpoint's "pid"), found among the descendants of the kernel's process: its proportional
+ * set size (shared pages divided among their users) and its private bytes (pages no other
+ * process maps: what it holds alone, copied on write). 0; -ESRCH when there is no such
+ * process, or -errno. Reads /proc (no waiting). */
 int kckpt_mem(const kernel_t *k, long ns_pid, long long *ret_pss, long long *ret_private);
 
 #endif

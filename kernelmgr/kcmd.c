@@ -445,18 +445,25 @@ static const char **merge_env(char *const *envp, const char *const *env, int *re
     return v;
 }
 
+/* The command's working directory in out: cwd when absolute, relative to the workspace ws
+ * when not (as a shell in the workspace would take it), dflt when none. 0, or -ENAMETOOLONG. */
+static int cmd_cwd(char *out, size_t sz, const char *cwd, const char *ws, const char *dflt)
+{
+    int n = !cwd || !cwd[0]   ? snprintf(out, sz, "%s", dflt)
+            : cwd[0] == '/' ? snprintf(out, sz, "%s", cwd)
+                            : snprintf(out, sz, "%s/%s", ws, cwd);
+    return n < 0 || (size_t)n >= sz ? -ENAMETOOLONG : 0;
+}
+
 static int start_sandboxed(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o, const char **env,
                            const int *child, int nchild)
 {
     char cwd[4096], *msg = NULL;
     size_t len = 0;
-    if (!o->cwd || !o->cwd[0])
-        snprintf(cwd, sizeof(cwd), "%s", SBX_WORKSPACE_PATH);
-    else if (o->cwd[0] == '/')
-        snprintf(cwd, sizeof(cwd), "%s", o->cwd);
-    else /* relative: to the workspace */
-        snprintf(cwd, sizeof(cwd), "%s/%s", SBX_WORKSPACE_PATH, o->cwd);
-    int r = sbxcmd_encode_spawn(c->id, o->stdin_open ? SBXCMD_F_STDIN : 0, cwd, o->argv, env, &msg,
+    int r = cmd_cwd(cwd, sizeof(cwd), o->cwd, SBX_WORKSPACE_PATH, SBX_WORKSPACE_PATH);
+    if (r < 0)
+        return r;
+    r = sbxcmd_encode_spawn(c->id, o->stdin_open ? SBXCMD_F_STDIN : 0, cwd, o->argv, env, &msg,
                                 &len);
     if (r < 0)
         return r;
@@ -484,22 +491,19 @@ static int start_sandboxed(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o, co
 static int start_plain(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o, const char **env,
                        const int *child, int nchild)
 {
-    const char *base = k->m->o.kernel_cwd ? k->m->o.kernel_cwd : k->ws->path;
     char cwd[4096];
     /* a relative cwd is the workspace's, as in the sandbox (not the gateway's own) */
-    if (!o->cwd || !o->cwd[0])
-        snprintf(cwd, sizeof(cwd), "%s", base);
-    else if (o->cwd[0] == '/')
-        snprintf(cwd, sizeof(cwd), "%s", o->cwd);
-    else
-        snprintf(cwd, sizeof(cwd), "%s/%s", k->ws->path, o->cwd);
+    int r = cmd_cwd(cwd, sizeof(cwd), o->cwd, k->ws->path,
+                    k->m->o.kernel_cwd ? k->m->o.kernel_cwd : k->ws->path);
+    if (r < 0)
+        return r;
     struct sbx_spawn_opts so = {.argv = (char *const *)o->argv,
                                 .envp = (char *const *)env,
                                 .cwd = cwd,
                                 .stdin_fd = nchild == 3 ? child[0] : -1,
                                 .stdout_fd = child[nchild - 2],
                                 .stderr_fd = child[nchild - 1]};
-    int r = sbx_spawn(&so, &c->pid, &c->pidfd);
+    r = sbx_spawn(&so, &c->pid, &c->pidfd);
     if (r < 0) {
         /* as a shell says it: the command ends at once with status 127 */
         c->failed = true;

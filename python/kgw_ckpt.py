@@ -48,7 +48,7 @@ _before = None  # the descriptors open when this generation began (None: the fir
 _user = {}
 _cell = None  # the descriptors open when the running cell began
 _KEEPER = r"""
-import json, os, select, socket, sys
+import json, os, select, socket, sys, time
 path = sys.argv[1]
 rundir = os.path.dirname(path)
 try:  # the kernel's orphans (checkpoints whose live kernel ended) come here, not beyond
@@ -106,7 +106,6 @@ while True:
         os.close(fd)
     if live() != pid:
         continue
-    import time
     now = time.monotonic()
     revived = [t for t in revived if now - t < 30] + [now]
     if len(revived) > 3 or not revive():
@@ -708,13 +707,6 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
 
         app.parse_command_line = reuse_command_line
     app.initialize(argv)
-    # the main thread's pipe to the I/O thread, which ipykernel opens at the first output from
-    # this thread (its ZeroMQ socket's eventfd): opened now, with the machinery, not in the first
-    # cell that prints (where it would count as the user's, a placeholder for good)
-    try:
-        app.iopub_thread._event_pipe
-    except Exception:
-        pass
     app.__dict__.pop("init_kernel", None)
     app.__dict__.pop("parse_command_line", None)
     if conn_file is not None:
@@ -739,7 +731,8 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
             hm.save_thread = HistorySavingThread(hm)
             hm.save_thread.start()
             # its own database connection, opened as it starts: before the first cell, not in
-            # it (see _event_pipe above); a few milliseconds at most
+            # it (where it would count as the user's, a placeholder for good); a few
+            # milliseconds at most
             deadline = time.monotonic() + 0.5
             while getattr(hm.save_thread, "db", None) is None and hm.save_thread.is_alive() \
                     and time.monotonic() < deadline:
@@ -758,16 +751,26 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
 def _ended():
     """This live kernel ends as asked (a shutdown, not a death): its keeper is not to revive
     it, and the gateway not to take its end for a death."""
-    live = os.path.join(_rundir(), ".kgw-live")
     try:
-        with open(live) as f:
+        with open(_live_path()) as f:
             if f.read().strip() != str(os.getpid()):
                 return
-        with open(live + ".tmp", "w") as f:
-            f.write("0")
-        os.replace(live + ".tmp", live)
+        _set_live(0)
     except (OSError, ValueError):
         pass
+
+
+def _live_path():
+    return os.path.join(_rundir(), ".kgw-live")
+
+
+def _set_live(pid):
+    """<runtime dir>/.kgw-live names the live interpreter (0: it ended as asked), replaced
+    whole: the keeper and the gateway read it at any moment."""
+    live = _live_path()
+    with open(live + ".tmp", "w") as f:
+        f.write(str(pid))
+    os.replace(live + ".tmp", live)
 
 
 def _on_rollback(stream, ident, parent):
@@ -795,17 +798,14 @@ def _on_rollback(stream, ident, parent):
         return _error(stream, ident, parent, t, "CheckpointError", e)
     if not ans.get("ok"):
         return _error(stream, ident, parent, t, "CheckpointError", ans.get("error", "?"))
-    live = os.path.join(_rundir(), ".kgw-live")
-    with open(live + ".tmp", "w") as f:
-        f.write(str(ans["pid"]))
-    os.replace(live + ".tmp", live)
+    _set_live(ans["pid"])
     # this process goes; the new one has bound the kernel's endpoints already or will soon
     if os.getpid() == _main_pid:
         # its descriptors are all close-on-exec (Python's and libzmq's): the gateway's sockets
         # reconnect to the new process
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # (kept across exec)
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its checkpoints are reaped when they end
-        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _KEEPER, live])
+        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _KEEPER, _live_path()])
     os._exit(0)
 
 
