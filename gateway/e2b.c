@@ -381,8 +381,8 @@ static void on_created(struct gw_req *r, kernel_t *k, int status)
 {
     struct e2b *e = r->g->e2b;
     struct e2bsbx *s = sbx_by_kernel(e, r->kernel_id);
-    if (!s)
-        return api_error(r, 502, "the sandbox ended while it started");
+    if (!s) /* killed (DELETE, its timeout) while its kernel started */
+        return api_error(r, 409, "the sandbox was killed while it started");
     if (status < 0) {
         sbx_kill(e, s, "its kernel failed to start");
         return api_error(r, 503, "the sandbox's kernel failed to start");

@@ -147,16 +147,44 @@ void kwait_cancel(kwait_t **pw)
     *pw = NULL;
 }
 
+/* The transition in progress ended: its waiters are called on the loop's next turn, never
+ * inside the call into the kernel manager that ended it (a face shutting a kernel down
+ * must not find its own start's callback freeing what it still holds). A waiter added
+ * meanwhile waits for the next completion. */
 static void complete(kernel_t *k, int status)
 {
-    struct list todo; /* these; a waiter added meanwhile waits for the next completion */
-    list_move(&todo, &k->waiters);
-    while (!list_empty(&todo)) {
-        kwait_t *w = list_first(&todo, kwait_t, link);
+    if (list_empty(&k->waiters))
+        return;
+    while (!list_empty(&k->waiters)) { /* oldest first */
+        kwait_t *w = list_entry(k->waiters.prev, kwait_t, link);
         list_remove(&w->link);
-        w->cb(w->data, k, status);
+        w->status = status;
+        list_append(&k->fired, &w->link);
+    }
+    k->m->evl->timer_arm(k->m->evl, k->fire, 0);
+}
+
+static void fire_all(kernel_t *k)
+{
+    while (!list_empty(&k->fired)) {
+        kwait_t *w = list_first(&k->fired, kwait_t, link);
+        list_remove(&w->link);
+        w->cb(w->data, k, w->status);
         free(w);
     }
+}
+
+static void on_fire(void *data)
+{
+    fire_all(data);
+}
+
+/* From the loop only, just before the kernel is freed: its waiters hear the end now. */
+static void complete_now(kernel_t *k, int status)
+{
+    complete(k, status);
+    k->m->evl->timer_disarm(k->m->evl, k->fire);
+    fire_all(k);
 }
 
 /* The gateway's shell socket, open while the gateway has requests of its own for the process
@@ -419,7 +447,7 @@ static void on_exit_io(void *data)
     switch (k->state) {
     case KERNEL_TERMINATING:
         log_info("kernel=%s: shut down (%s)", k->id, why);
-        complete(k, 0);
+        complete_now(k, 0);
         emit(k, KERNEL_EV_GONE, NULL);
         k->own->gone(k); /* frees k */
         return;
@@ -653,7 +681,7 @@ static void on_linger(void *data)
     if (k->state == KERNEL_DEAD)
         log_info("kernel=%s: removing dead kernel", k->id);
     k->state = KERNEL_TERMINATING;
-    complete(k, 0);
+    complete_now(k, 0);
     emit(k, KERNEL_EV_GONE, NULL);
     k->own->gone(k); /* frees k */
 }
@@ -685,6 +713,7 @@ int kernel__watch(kernel_t *k)
     if (!(k->nudge = l->timer_new(l, nudge, k)) ||
         !(k->deadline = l->timer_new(l, kwatchdog__on_deadline, k)) ||
         !(k->linger = l->timer_new(l, on_linger, k)) ||
+        !(k->fire = l->timer_new(l, on_fire, k)) ||
         !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)) ||
         !(k->idle_timer = l->timer_new(l, kexec__on_idle_late, k)))
         return errno ? -errno : -ENOMEM;
@@ -718,6 +747,7 @@ void kernel__unwatch(kernel_t *k)
     evl_timer_destroy(l, &k->nudge);
     evl_timer_destroy(l, &k->deadline);
     evl_timer_destroy(l, &k->linger);
+    evl_timer_destroy(l, &k->fire);
     evl_timer_destroy(l, &k->exec_timer);
     evl_timer_destroy(l, &k->idle_timer);
     obudget_share_unref(&k->out_share); /* buffers still charged to it hold references */

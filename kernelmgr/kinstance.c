@@ -121,6 +121,7 @@ kernel_t *kinstance__build(kmgr_t *m, const kspec_t *spec, json_t *env,
     list_init(&k->failing);
     k->exec_cpu0 = -1;
     list_init(&k->waiters);
+    list_init(&k->fired);
     k->m = m;
     k->own = own;
     k->stats = &m->stats;
@@ -219,6 +220,10 @@ void kinstance__free(kernel_t *k)
     kckpt__destroy(k);
     while (!list_empty(&k->waiters)) {
         kwait_t *w = list_first(&k->waiters, kwait_t, link);
+        kwait_cancel(&w);
+    }
+    while (!list_empty(&k->fired)) {
+        kwait_t *w = list_first(&k->fired, kwait_t, link);
         kwait_cancel(&w);
     }
     while (!list_empty(&k->conns)) {

@@ -147,7 +147,8 @@ struct kwait {
     kernel_done_cb cb;
     void *data;
     kernel_t *k;
-    struct list link; /* on k->waiters */
+    int status;       /* once completed: what the callback is told */
+    struct list link; /* on k->waiters, then on k->fired */
 };
 
 struct kernel {
@@ -248,6 +249,7 @@ struct kernel {
 
     kzsock_t iopub, shell, control, hb;
     evl_timer_t *nudge, *deadline, *linger;
+    evl_timer_t *fire; /* calls the completed waiters (k->fired) on the loop's next turn */
     bool got_reply, got_iopub, got_starting; /* the start's proofs (check_ready) */
     bool probing; /* a kernel_info_request of on_nudge may still be answered on iopub */
     int stop_stage; /* 0 running, 1 shutdown_request sent, 2 SIGTERM sent */
@@ -267,6 +269,7 @@ struct kernel {
     enum kernel_outcome stop_outcome; /* why the process is being stopped (kexec__stop_why) */
     char stop_cause[512];
     struct list waiters; /* kwait_t.link, newest first */
+    struct list fired;   /* kwait_t.link: completed, their callbacks due (kernel.c complete) */
     struct kcall *calls; /* callbacks (kcall.c) */
     /* commands (kcmd.c): the gateway's end of init's command socket (-1: none), its watch,
      * the commands running (struct kcmd.link) */

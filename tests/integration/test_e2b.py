@@ -298,3 +298,38 @@ def test_real_e2b_sdks(gw2):
     })
     rc, out = run_node([NODE, "e2b_client.mjs"], env)
     assert rc == 0 and "ALL OK" in out, out
+
+
+def test_delete_while_creating():
+    """DELETE of a sandbox whose create still waits for its kernel: the create is answered (the
+    sandbox ended while it started), the gateway lives on, and nothing of the sandbox is left.
+    Before kernel waiters were called from the loop, the shutdown ran the create's callback
+    inside the DELETE, which freed the sandbox that the DELETE then unlinked: a segfault for
+    every tenant."""
+    import threading
+    from conftest import start_gateway, stop_gateway
+    gw = start_gateway(["--pool", "python3=0"])
+    try:
+        key = {"X-API-KEY": gw.token}
+        for _ in range(3):
+            res = {}
+            th = threading.Thread(target=lambda: res.update(c=create(gw, gw.token)))
+            th.start()
+            sid, deadline = None, time.monotonic() + 60
+            while sid is None and time.monotonic() < deadline and th.is_alive():
+                _, listed, _ = request(gw, "GET", "/e2b/api/v2/sandboxes", headers=key)
+                sid = listed[0]["sandboxID"] if listed else None
+            assert sid, "the sandbox never showed in the listing while it started"
+            status, _, _ = request(gw, "DELETE", f"/e2b/api/sandboxes/{sid}", headers=key)
+            th.join(120)
+            assert gw.alive(), gw.log()[-3000:]
+            assert status == 204
+            # either the kernel won the race (201) or the delete did (the create says so)
+            assert res["c"][0] in (201, 409), res["c"]
+            assert request(gw, "GET", f"/e2b/api/sandboxes/{sid}", headers=key)[0] == 404
+        deadline = time.monotonic() + 30
+        while gw.request("GET", "/api/kernels")[1] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert gw.request("GET", "/api/kernels")[1] == []
+    finally:
+        stop_gateway(gw)
