@@ -460,16 +460,107 @@ static void api_create(struct gw_req *r)
         on_created(r, k, 0);
 }
 
+/* Whether the sandbox passes the listing's filters (not its page). */
+static bool list_match(const struct e2bsbx *s, const struct e2bwire_list *l)
+{
+    if (!(l->states & E2BWIRE_STATE_RUNNING)) /* kgw's sandboxes all run */
+        return false;
+    if (l->template_id[0] && strcmp(l->template_id, s->template_id) != 0)
+        return false;
+    if (l->started_after_us >= 0 && s->started_us < l->started_after_us)
+        return false;
+    const char *k;
+    json_t *v;
+    json_object_foreach(l->metadata, k, v)
+    {
+        if (!json_equal(json_object_get(s->metadata, k), v))
+            return false;
+    }
+    return true;
+}
+
+static int list_cmp(const void *a, const void *b, void *data)
+{
+    const struct e2bwire_list *l = data;
+    const struct e2bsbx *x = *(const struct e2bsbx *const *)a;
+    const struct e2bsbx *y = *(const struct e2bsbx *const *)b;
+    return e2bwire_list_before(l, x->started_us, x->id, y->started_us, y->id)   ? -1
+           : e2bwire_list_before(l, y->started_us, y->id, x->started_us, x->id) ? 1
+                                                                                 : 0;
+}
+
+/* The query's arguments, as lws decoded them ("name=value"), into args (at most max): their
+ * count, or -E2BIG. */
+static int query_args(struct lws *wsi, char *buf, size_t bufsz, const char **args, size_t max)
+{
+    size_t n = 0, off = 0;
+    for (int i = 0;; i++) {
+        int len = lws_hdr_copy_fragment(wsi, buf + off, (int)(bufsz - off),
+                                        WSI_TOKEN_HTTP_URI_ARGS, i);
+        if (len < 0)
+            return lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_URI_ARGS, i) > 0 ? -E2BIG
+                                                                               : (int)n;
+        if (len == 0)
+            continue;
+        if (n == max)
+            return -E2BIG;
+        args[n++] = buf + off;
+        off += (size_t)len + 1;
+    }
+}
+
+/* GET /sandboxes, GET /v2/sandboxes: the tenant's sandboxes through the query's filters, newest
+ * first unless asked otherwise, a page at a time (X-Next-Token names the next page's first). */
 static void api_list(struct gw_req *r)
 {
     struct e2b *e = r->g->e2b;
-    json_t *a = json_array();
+    char buf[8192], err[E2BWIRE_ERR_MAX];
+    const char *args[32];
+    struct e2bwire_list l;
+    int n = query_args(r->wsi, buf, sizeof(buf), args, UTIL_ARRAY_SIZE(args));
+    if (n < 0)
+        return api_error(r, 400, "the query is over %zu bytes or %zu parameters", sizeof(buf),
+                         UTIL_ARRAY_SIZE(args));
+    if (e2bwire_list_parse(args, (size_t)n, &l, err, sizeof(err)) < 0)
+        return api_error(r, 400, "%s", err);
+    size_t count = 0, total = 0;
     struct e2bsbx *s;
     list_for_each(s, &e->sbxs, link)
     {
-        if (strcmp(s->tenant, r->caller.tenant) == 0)
-            json_array_append_new(a, sbx_detail(e, s));
+        count++;
     }
+    struct e2bsbx **v = calloc(count ? count : 1, sizeof(*v));
+    json_t *a = json_array();
+    if (!v || !a) {
+        free(v);
+        json_decref(a);
+        e2bwire_list_fini(&l);
+        return api_error(r, 500, "out of memory");
+    }
+    list_for_each(s, &e->sbxs, link)
+    {
+        if (strcmp(s->tenant, r->caller.tenant) == 0 && list_match(s, &l))
+            v[total++] = s;
+    }
+    qsort_r(v, total, sizeof(*v), list_cmp, &l);
+    size_t i = 0, taken = 0;
+    while (i < total && l.has_token &&
+           e2bwire_list_before(&l, v[i]->started_us, v[i]->id, l.token_us, l.token_id))
+        i++;
+    for (; i < total && taken < l.limit; i++, taken++)
+        json_array_append_new(a, sbx_detail(e, v[i]));
+    if (i < total) {
+        char tok[96];
+        e2bwire_list_token(tok, sizeof(tok), v[i]->started_us, v[i]->id);
+        req_add_header(r, "x-next-token:", tok);
+    }
+    if (l.states & E2BWIRE_STATE_RUNNING) { /* E2B: only when running ones were asked for */
+        char num[32];
+        snprintf(num, sizeof(num), "%zu", total);
+        req_add_header(r, "x-total-running:", num);
+    }
+    free(v);
+    e2bwire_list_fini(&l);
     req_reply(r, 200, a);
 }
 
@@ -505,6 +596,47 @@ static void api_sandbox(struct gw_req *r)
     }
 }
 
+/* What E2B's API offers under a sandbox that kgw does not, by the path's last part. */
+static const struct {
+    const char *action;
+    const char *what;
+} not_offered[] = {
+    {"pause", "pausing a sandbox"},       {"resume", "resuming a paused sandbox"},
+    {"refreshes", "refreshes"},           {"metrics", "sandbox metrics"},
+    {"logs", "sandbox logs"},             {"snapshots", "snapshots"},
+    {"network", "network updates"},
+};
+
+/* A path under /e2b/api no route of kgw's matched: one naming a sandbox that is not there (or
+ * whose id is not one kgw gives) is 404, as E2B answers it; the rest is 501 and says what is
+ * not offered. */
+static void api_other(struct gw_req *r)
+{
+    struct e2b *e = r->g->e2b;
+    const char *p = r->fpath;
+    if (strncmp(p, "v2/", 3) == 0)
+        p += 3;
+    if (strncmp(p, "sandboxes/", 10) == 0) {
+        const char *id = p + 10, *slash = strchr(id, '/');
+        size_t idn = slash ? (size_t)(slash - id) : strlen(id);
+        const char *action = slash ? slash + 1 : "";
+        char sid[UTIL_UUID_LEN + 1] = "";
+        if (idn == UTIL_UUID_LEN)
+            memcpy(sid, id, idn);
+        if (idn > 0 && !strchr(action, '/') && !sbx_of(e, sid, r->caller.tenant)) {
+            char q[160];
+            return api_error(r, 404, "sandbox %s not found", log_quote(q, sizeof(q), id, idn));
+        }
+        for (size_t i = 0; i < UTIL_ARRAY_SIZE(not_offered); i++)
+            if (strcmp(action, not_offered[i].action) == 0)
+                return api_error(r, 501, "%s is not offered by kgw (docs/e2b.md)",
+                                 not_offered[i].what);
+    }
+    char q[160];
+    return api_error(r, 501, "/e2b/api/%s is not offered by kgw (docs/e2b.md lists what is)",
+                     log_quote(q, sizeof(q), r->fpath, strlen(r->fpath)));
+}
+
 void e2b_api(struct gw_req *r)
 {
     switch (r->route.id) {
@@ -517,8 +649,7 @@ void e2b_api(struct gw_req *r)
     case ROUTE_E2B_CONNECT_V2:
         return api_sandbox(r);
     default:
-        return api_error(r, 501, "/e2b/api/%s is not offered by kgw (docs/e2b.md lists what is)",
-                         r->fpath);
+        return api_other(r);
     }
 }
 

@@ -182,7 +182,8 @@ static const char *reason_phrase(int status)
  * lws's body accounting) and the connection closes after it. */
 static int put_head(gw_t *g, struct lws *wsi, int status, const char *ctype, size_t len,
                     const char *location, int retry_after, bool upgrade, bool close,
-                    const char *csp, unsigned char **p, unsigned char *end)
+                    const char *csp, const struct http_hdr *more, unsigned char **p,
+                    unsigned char *end)
 {
     char num[24];
     int rc;
@@ -204,6 +205,8 @@ static int put_head(gw_t *g, struct lws *wsi, int status, const char *ctype, siz
         snprintf(num, sizeof(num), "%d", retry_after);
         rc |= add_header(wsi, "retry-after:", num, p, end);
     }
+    for (size_t i = 0; more && i < HTTP_MORE_HEADERS && more[i].name; i++)
+        rc |= add_header(wsi, more[i].name, more[i].value, p, end);
     rc |= add_common_headers(g, wsi, csp, p, end);
     if (upgrade) {
         snprintf(num, sizeof(num), "%zu", len);
@@ -228,14 +231,14 @@ static int put_body(struct lws *wsi, const void *body, size_t len, enum lws_writ
 
 static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctype,
                           const void *body, size_t len, const char *location, int retry_after,
-                          const char *csp, bool close)
+                          const char *csp, const struct http_hdr *more, bool close)
 {
     /* a request with a Transfer-Encoding: lws 4.1 does not frame its body, so the connection
      * cannot take another request after it (a body answered early is not even read) */
     close = close || lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
     unsigned char hdr[LWS_PRE + 4096], *start = hdr + LWS_PRE, *p = start,
                                        *end = hdr + sizeof(hdr) - 1;
-    if (put_head(g, wsi, status, ctype, len, location, retry_after, false, close, csp, &p,
+    if (put_head(g, wsi, status, ctype, len, location, retry_after, false, close, csp, more, &p,
                  end) < 0 ||
         lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
         return -1;
@@ -247,7 +250,7 @@ static int write_response(gw_t *g, struct lws *wsi, int status, const char *ctyp
 int http_write_now(gw_t *g, struct lws *wsi, int status, const char *ctype, const void *body,
                    size_t len, const char *location)
 {
-    return write_response(g, wsi, status, ctype, body, len, location, 0, NULL, false);
+    return write_response(g, wsi, status, ctype, body, len, location, 0, NULL, NULL, false);
 }
 
 static char *error_json(int status, const char *message, size_t *len)
@@ -277,7 +280,7 @@ int http_write_error_retry(gw_t *g, struct lws *wsi, int status, const char *mes
     size_t len;
     char *s = error_json(status, message, &len);
     int r = write_response(g, wsi, status, "application/json", s ? s : "", len, NULL,
-                           retry_after, NULL, false);
+                           retry_after, NULL, NULL, false);
     free(s);
     return r;
 }
@@ -325,7 +328,7 @@ int http_refuse_upgrade(gw_t *g, struct lws *wsi, const struct gw_refusal *no)
     size_t len;
     char *body = error_json(no->status, no->message, &len);
     if (body && put_head(g, wsi, no->status, "application/json", len, NULL, no->retry_after, true,
-                         false, NULL, &p, end) == 0 &&
+                         false, NULL, NULL, &p, end) == 0 &&
         lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) >= 0)
         put_body(wsi, body, len, LWS_WRITE_HTTP_HEADERS);
     free(body);
@@ -432,6 +435,20 @@ json_t *req_json_body(struct gw_req *r)
         return NULL;
     }
     return v;
+}
+
+int req_add_header(struct gw_req *r, const char *name, const char *value)
+{
+    for (size_t i = 0; i < HTTP_MORE_HEADERS; i++) {
+        if (r->more[i].name)
+            continue;
+        if (strlen(value) >= sizeof(r->more[i].value))
+            return -E2BIG;
+        r->more[i].name = name;
+        snprintf(r->more[i].value, sizeof(r->more[i].value), "%s", value);
+        return 0;
+    }
+    return -ENOSPC;
 }
 
 static void on_kernel_done(void *data, kernel_t *k, int status)
@@ -682,7 +699,7 @@ static int write_pending(gw_t *g, struct lws *wsi, struct gw_pss *pss)
     /* after a chunked body the connection ends: lws would not find the next request */
     bool close = r->chunked;
     int rc = write_response(g, wsi, r->status, r->ctype, r->resp, r->resp_len,
-                            r->location[0] ? loc : NULL, r->retry_after, r->csp, close);
+                            r->location[0] ? loc : NULL, r->retry_after, r->csp, r->more, close);
     req_free(r);
     return close ? -1 : rc;
 }

@@ -20,6 +20,13 @@ struct e2breq;   /* e2b.c: an E2B request being answered */
 struct xcmd_stream; /* xcmd.c: a command's events being sent */
 struct ckpt_op;  /* ckpt.c: a checkpoint operation */
 
+/* A header of a stored response beyond the ones http.c writes itself. */
+#define HTTP_MORE_HEADERS 2
+struct http_hdr {
+    const char *name; /* "x-next-token:" (static); NULL: none */
+    char value[160];
+};
+
 struct gw_req {
     gw_t *g;
     struct lws *wsi;
@@ -44,6 +51,7 @@ struct gw_req {
     int retry_after; /* seconds, for a Retry-After header (0: none) */
     const char *csp; /* its Content-Security-Policy (NULL: the API's; playground.c's page) */
     char location[128];
+    struct http_hdr more[HTTP_MORE_HEADERS]; /* req_add_header */
     char fpath[FPATH_MAX + 1]; /* the {path} of a file route, checked (fpath_normalize) */
     struct fxfer *xfer;
     struct xreader *xr; /* xapi.c: an execution's events being sent */
@@ -60,6 +68,9 @@ void req_reply(struct gw_req *r, int status, json_t *body);
 void req_reply_data(struct gw_req *r, const char *ctype, char *data, size_t len);
 /* req_reply_data of a copy of data (static bytes); 500 when out of memory. */
 void req_reply_copy(struct gw_req *r, const char *ctype, const void *data, size_t len);
+/* A header for the response stored next (name static, like "x-next-token:"); -ENOSPC when
+ * HTTP_MORE_HEADERS are set, -E2BIG when value is too long. */
+int req_add_header(struct gw_req *r, const char *name, const char *value);
 void req_error(struct gw_req *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Parses the request body as a JSON object; empty body gives {}. NULL after replying 400. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "common/util.h"
 
 #define E2BWIRE_BODY_MAX (1u << 20) /* bytes of a JSON body looked at */
@@ -95,6 +96,20 @@ static int seconds(json_t *v, const char *field, long long *ret, char *err, size
     return 0;
 }
 
+bool e2bwire_env_name_ok(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > E2BWIRE_KEY_MAX || (k[0] >= '0' && k[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = k[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_'))
+            return false;
+    }
+    return true;
+}
+
 int e2bwire_create_parse(
     const char *body, size_t len, struct e2bwire_create *out, char *err, size_t errsz)
 {
@@ -122,6 +137,20 @@ int e2bwire_create_parse(
                 break;
         } else if (strcmp(k, "envVars") == 0) {
             if ((rc = string_map(v, k, &out->env, err, errsz)) < 0)
+                break;
+            const char *name;
+            json_t *val;
+            json_object_foreach(out->env, name, val)
+            {
+                if (!e2bwire_env_name_ok(name)) {
+                    char q[80];
+                    rc = fail(err, errsz,
+                              "\"envVars\": %s is not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                              log_quote(q, sizeof(q), name, strlen(name)));
+                    break;
+                }
+            }
+            if (rc < 0)
                 break;
         } else if (strcmp(k, "metadata") == 0) {
             if ((rc = string_map(v, k, &out->metadata, err, errsz)) < 0)
@@ -388,20 +417,6 @@ int e2bwire_fsreq_parse(const char *method,
     return rc;
 }
 
-static bool env_name_ok(const char *k)
-{
-    size_t n = strlen(k);
-    if (n == 0 || n > E2BWIRE_KEY_MAX || (k[0] >= '0' && k[0] <= '9'))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = k[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '_'))
-            return false;
-    }
-    return true;
-}
-
 /* Copies s (n bytes, no NUL inside) into the string area at *off; false when full. */
 static bool put_str(
     char *area, size_t *off, const char *s, size_t n, const char *s2, size_t n2, const char **ret)
@@ -503,7 +518,7 @@ int e2bwire_start_parse(
             json_object_foreach(v, ek, ev)
             {
                 char name[E2BWIRE_KEY_MAX + 2];
-                if (!env_name_ok(ek) || !json_is_string(ev) ||
+                if (!e2bwire_env_name_ok(ek) || !json_is_string(ev) ||
                     json_string_length(ev) > E2BWIRE_VALUE_MAX ||
                     memchr(json_string_value(ev), '\0', json_string_length(ev))) {
                     rc = fail(err, errsz,
@@ -669,4 +684,225 @@ int e2bwire_code_status(const char *code)
         if (strcmp(map[i].name, code) == 0)
             return map[i].status;
     return 500;
+}
+
+/* ---- the listing's query ---- */
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Percent-decodes in (n bytes) into out ('+' is a space, as a form's query has it): its
+ * length, or -EINVAL for a bad escape, a NUL or a result over outsz - 1 bytes. */
+static int unescape(const char *in, size_t n, char *out, size_t outsz)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = in[i];
+        if (c == '%') {
+            if (i + 2 >= n)
+                return -EINVAL;
+            int h = hexval(in[i + 1]), l = hexval(in[i + 2]);
+            if (h < 0 || l < 0)
+                return -EINVAL;
+            c = (char)(h << 4 | l);
+            i += 2;
+        } else if (c == '+') {
+            c = ' ';
+        }
+        if (c == '\0' || o + 1 >= outsz)
+            return -EINVAL;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return (int)o;
+}
+
+/* metadata=k=v&k2=v2: each key and value decoded twice (the query's layer of the SDK's
+ * encoding, then its own encodeURIComponent), as E2B's API reads them. */
+static int list_metadata(const char *v, json_t *into, char *err, size_t errsz)
+{
+    const char *p = v;
+    while (*p) {
+        const char *end = strchr(p, '&');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', n);
+        if (n > 0) {
+            char k1[3 * E2BWIRE_KEY_MAX + 1], k2[E2BWIRE_KEY_MAX + 1];
+            char v1[3 * E2BWIRE_VALUE_MAX + 1], v2[E2BWIRE_VALUE_MAX + 1];
+            size_t kn = eq ? (size_t)(eq - p) : n;
+            int klen;
+            if (!eq || (klen = unescape(p, kn, k1, sizeof(k1))) <= 0 ||
+                (klen = unescape(k1, (size_t)klen, k2, sizeof(k2))) <= 0 ||
+                !util_printable(k2, (size_t)klen))
+                return fail(err, errsz,
+                            "\"metadata\": expected KEY=VALUE pairs joined by '&', each key "
+                            "(1 to %d printable characters) and value URL-encoded",
+                            E2BWIRE_KEY_MAX);
+            int vlen = unescape(eq + 1, n - kn - 1, v1, sizeof(v1));
+            if (vlen < 0 || (vlen = unescape(v1, (size_t)vlen, v2, sizeof(v2))) < 0)
+                return fail(err, errsz,
+                            "\"metadata\": a value is not URL-encoded or is over %d bytes",
+                            E2BWIRE_VALUE_MAX);
+            if (json_object_size(into) >= E2BWIRE_MAP_MAX)
+                return fail(err, errsz, "\"metadata\": more than %d pairs", E2BWIRE_MAP_MAX);
+            json_t *s = json_stringn(v2, (size_t)vlen);
+            if (!s)
+                return fail(err, errsz, "\"metadata\": a value is not UTF-8");
+            json_object_set_new(into, k2, s);
+        }
+        p = end ? end + 1 : p + n;
+    }
+    return 0;
+}
+
+/* RFC 3339 (what Date.toISOString and E2B's API write) to microseconds since 1970. */
+static int rfc3339(const char *v, long long *ret)
+{
+    int y, mo, d, h, mi, s, n = 0;
+    if (sscanf(v, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &s, &n) != 6 || n != 19 ||
+        mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60 || y < 1970)
+        return -EINVAL;
+    const char *p = v + n;
+    long long us = 0;
+    if (*p == '.') {
+        long long scale = 100000;
+        p++;
+        if (*p < '0' || *p > '9')
+            return -EINVAL;
+        for (; *p >= '0' && *p <= '9'; p++, scale /= 10)
+            us += scale > 0 ? (*p - '0') * scale : 0;
+    }
+    long long off = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om, m = 0;
+        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &m) != 2 || m != 5 || oh > 23 || om > 59)
+            return -EINVAL;
+        off = (*p == '+' ? 1 : -1) * (oh * 3600LL + om * 60LL);
+        p += 6;
+    } else {
+        return -EINVAL;
+    }
+    if (*p)
+        return -EINVAL;
+    /* days from 1970-01-01 (the civil-from-days inverse) */
+    long long yy = y - (mo <= 2);
+    long long era = yy / 400, yoe = yy - era * 400;
+    long long doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    long long days = era * 146097 + doe - 719468;
+    *ret = ((days * 86400 + h * 3600LL + mi * 60LL + s) - off) * 1000000LL + us;
+    return 0;
+}
+
+void e2bwire_list_token(char *out, size_t outsz, long long started_us, const char *id)
+{
+    snprintf(out, outsz, "%lld.%s", started_us, id);
+}
+
+static int list_token(const char *v, struct e2bwire_list *out)
+{
+    char *end;
+    errno = 0;
+    long long us = strtoll(v, &end, 10);
+    if (errno || end == v || *end != '.' || us < 0 ||
+        !util_is_uuid(end + 1, strlen(end + 1)))
+        return -EINVAL;
+    out->token_us = us;
+    snprintf(out->token_id, sizeof(out->token_id), "%s", end + 1);
+    out->has_token = true;
+    return 0;
+}
+
+int e2bwire_list_parse(const char *const *args, size_t n, struct e2bwire_list *out, char *err,
+                       size_t errsz)
+{
+    memset(out, 0, sizeof(*out));
+    out->limit = E2BWIRE_LIST_LIMIT_MAX;
+    out->started_after_us = -1;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const char *a = args[i];
+        const char *eq = strchr(a, '=');
+        size_t kn = eq ? (size_t)(eq - a) : strlen(a);
+        const char *v = eq ? eq + 1 : "";
+#define IS(name) (kn == sizeof(name) - 1 && memcmp(a, name, kn) == 0)
+        if (IS("metadata")) {
+            if (!out->metadata && !(out->metadata = json_object()))
+                rc = fail(err, errsz, "out of memory");
+            else
+                rc = list_metadata(v, out->metadata, err, errsz);
+        } else if (IS("state")) {
+            const char *p = v;
+            while (rc == 0 && *p) {
+                size_t sn = strcspn(p, ",");
+                if (sn == 7 && memcmp(p, "running", 7) == 0)
+                    out->states |= E2BWIRE_STATE_RUNNING;
+                else if (sn == 6 && memcmp(p, "paused", 6) == 0)
+                    out->states |= E2BWIRE_STATE_PAUSED;
+                else
+                    rc = fail(err, errsz, "\"state\": expected running or paused, "
+                                          "comma-separated");
+                p += sn + (p[sn] == ',');
+            }
+        } else if (IS("limit")) {
+            char *end;
+            errno = 0;
+            long lim = strtol(v, &end, 10);
+            if (errno || end == v || *end || lim < 1 || lim > E2BWIRE_LIST_LIMIT_MAX)
+                rc = fail(err, errsz, "\"limit\" must be 1 to %d", E2BWIRE_LIST_LIMIT_MAX);
+            else
+                out->limit = (unsigned)lim;
+        } else if (IS("order")) {
+            if (strcmp(v, "asc") == 0)
+                out->ascending = true;
+            else if (strcmp(v, "desc") == 0)
+                out->ascending = false;
+            else
+                rc = fail(err, errsz, "\"order\" must be asc or desc");
+        } else if (IS("startedAfter")) {
+            if (rfc3339(v, &out->started_after_us) < 0)
+                rc = fail(err, errsz, "\"startedAfter\" must be an RFC 3339 time");
+        } else if (IS("template")) {
+            size_t tn = strlen(v);
+            if (tn == 0 || tn > E2BWIRE_TEMPLATE_MAX || !util_printable(v, tn))
+                rc = fail(err, errsz, "\"template\" must be 1 to %d printable characters",
+                          E2BWIRE_TEMPLATE_MAX);
+            else
+                memcpy(out->template_id, v, tn + 1);
+        } else if (IS("nextToken")) {
+            if (list_token(v, out) < 0)
+                rc = fail(err, errsz, "\"nextToken\" is not one this listing gave");
+        } else {
+            char q[80];
+            rc = fail(err, errsz, "unknown query parameter %s: kgw filters by metadata, state, "
+                                  "template and startedAfter, pages by limit and nextToken",
+                      log_quote(q, sizeof(q), a, kn));
+        }
+#undef IS
+    }
+    if (!out->states)
+        out->states = E2BWIRE_STATE_RUNNING | E2BWIRE_STATE_PAUSED;
+    if (rc < 0)
+        e2bwire_list_fini(out);
+    return rc;
+}
+
+void e2bwire_list_fini(struct e2bwire_list *l)
+{
+    json_decref(l->metadata);
+    l->metadata = NULL;
+}
+
+bool e2bwire_list_before(const struct e2bwire_list *l, long long started_us, const char *id,
+                         long long b_us, const char *b_id)
+{
+    int c = started_us < b_us ? -1 : started_us > b_us ? 1 : strcmp(id, b_id);
+    return l->ascending ? c < 0 : c > 0;
 }

@@ -33,6 +33,7 @@ struct e2bwire_create {
 };
 
 /* Parses a create body (len bytes): a JSON object of the fields the SDKs send.
+ * envVars' names follow e2bwire_env_name_ok.
  * What kgw does not offer is refused, not ignored: allow_internet_access true,
  * secure false, network or iam or mcp or volumeMounts with content, autoPause
  * or autoResume on; any other field is refused too. 0 with out filled (release
@@ -41,11 +42,45 @@ int e2bwire_create_parse(
     const char *body, size_t len, struct e2bwire_create *out, char *err, size_t errsz);
 void e2bwire_create_fini(struct e2bwire_create *c);
 
+/* The one rule for an environment variable's name on the E2B face (envVars, a command's
+ * envs): [A-Za-z_][A-Za-z0-9_]*, at most E2BWIRE_KEY_MAX bytes. */
+bool e2bwire_env_name_ok(const char *name);
+
 /* The body of POST /sandboxes/{id}/timeout ({"timeout": seconds}, required) and
  * of POST [/v2]/sandboxes/{id}/connect ({"timeout"} optional, -1 when absent).
  */
 int e2bwire_timeout_parse(
     const char *body, size_t len, bool required, long long *ret_timeout, char *err, size_t errsz);
+
+/* GET /sandboxes and GET /v2/sandboxes: the listing's query. */
+#define E2BWIRE_LIST_LIMIT_MAX 100 /* items of one page (and the default) */
+#define E2BWIRE_STATE_RUNNING  0x1u
+#define E2BWIRE_STATE_PAUSED   0x2u
+struct e2bwire_list {
+    json_t *metadata;          /* object of strings every listed sandbox has, or NULL */
+    unsigned states;           /* E2BWIRE_STATE_* wanted (both when none is named) */
+    unsigned limit;            /* 1 .. E2BWIRE_LIST_LIMIT_MAX */
+    bool ascending;            /* order=asc (the default is newest first) */
+    long long started_after_us; /* -1: none */
+    char template_id[E2BWIRE_TEMPLATE_MAX + 1]; /* "" : any */
+    bool has_token;            /* nextToken: the page starts at this item */
+    long long token_us;
+    char token_id[40];
+};
+/* Parses the query's n arguments, each "name=value" as the URL decoded them: metadata
+ * ("k=v&k2=v2", each key and value URL-encoded once more, as the SDKs send it), state
+ * ("running", "paused", comma-separated or repeated), limit, order ("asc", "desc"),
+ * startedAfter (RFC 3339), template, nextToken (from e2bwire_list_token). A parameter kgw
+ * does not know is refused, never ignored. 0 with out filled (release with
+ * e2bwire_list_fini), or -EINVAL with a one-line message in err. */
+int e2bwire_list_parse(const char *const *args, size_t n, struct e2bwire_list *out, char *err,
+                       size_t errsz);
+void e2bwire_list_fini(struct e2bwire_list *l);
+/* The nextToken naming the item (started_us, id) that starts the next page. */
+void e2bwire_list_token(char *out, size_t outsz, long long started_us, const char *id);
+/* Whether (started_us, id) comes before the item (b_us, b_id) in the listing's order. */
+bool e2bwire_list_before(const struct e2bwire_list *l, long long started_us, const char *id,
+                         long long b_us, const char *b_id);
 
 /* POST /execute of the code interpreter: {"code", "context_id", "language",
  * "env_vars"}. language must be absent or "python"; env_vars absent or empty

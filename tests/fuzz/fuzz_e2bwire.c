@@ -2,6 +2,8 @@
  * the parser. Invariants: a path accepted is a normal workspace-relative path (fpath) or ""
  * (the workspace), never absolute, never with a "." or ".." component; parsed bodies hold only
  * bounded, checked values; an envelope parsed lies within the input and under the limit. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -20,10 +22,59 @@ static void check_path(const char *p)
     FUZZ_CHECK(strcmp(tmp, p) == 0);
 }
 
+/* The listing's query: the input's lines are its arguments. */
+static void check_list(char *copy, size_t n)
+{
+    const char *args[40];
+    size_t na = 0;
+    char *p = copy;
+    char *end = copy + n;
+    while (p < end && na < 40) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+            break; /* the last line has no end: a NUL would be outside the input */
+        *nl = '\0';
+        args[na++] = p;
+        p = nl + 1;
+    }
+    struct e2bwire_list l;
+    char err[E2BWIRE_ERR_MAX];
+    if (e2bwire_list_parse(args, na, &l, err, sizeof(err)) == 0) {
+        FUZZ_CHECK(l.limit >= 1 && l.limit <= E2BWIRE_LIST_LIMIT_MAX);
+        FUZZ_CHECK(l.states && !(l.states & ~3u));
+        FUZZ_CHECK(!l.metadata || json_object_size(l.metadata) <= E2BWIRE_MAP_MAX);
+        FUZZ_CHECK(!l.has_token || l.token_us >= 0);
+        if (l.has_token) { /* the token round-trips */
+            char tok[96];
+            e2bwire_list_token(tok, sizeof(tok), l.token_us, l.token_id);
+            const char *a[1] = {NULL};
+            char arg[128];
+            snprintf(arg, sizeof(arg), "nextToken=%s", tok);
+            a[0] = arg;
+            struct e2bwire_list l2;
+            FUZZ_CHECK(e2bwire_list_parse(a, 1, &l2, err, sizeof(err)) == 0);
+            FUZZ_CHECK(l2.token_us == l.token_us && strcmp(l2.token_id, l.token_id) == 0);
+            e2bwire_list_fini(&l2);
+        }
+        e2bwire_list_fini(&l);
+    } else {
+        FUZZ_CHECK(memchr(err, '\0', sizeof(err)) && err[0]);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
+    if (data[0] == 0xff) { /* the listing's query (the other first bytes: as before) */
+        char *q = malloc(size - 1 ? size - 1 : 1);
+        if (q) {
+            memcpy(q, data + 1, size - 1);
+            check_list(q, size - 1);
+            free(q);
+        }
+        return 0;
+    }
     uint8_t which = data[0] % 11;
     const char *in = (const char *)data + 1;
     size_t n = size - 1;

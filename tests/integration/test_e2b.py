@@ -333,3 +333,122 @@ def test_delete_while_creating():
         assert gw.request("GET", "/api/kernels")[1] == []
     finally:
         stop_gateway(gw)
+
+
+def test_list_filters_and_pages(gw2):
+    """GET /sandboxes (v1, v2): metadata, state, template, startedAfter, order, limit and
+    nextToken as E2B's API applies them (X-Next-Token, X-Total-Running); a filter kgw cannot
+    apply is 400, never dropped (a clean-up that lists its own by metadata and kills them must
+    not kill every sandbox)."""
+    import urllib.parse
+    gw, keys = gw2
+    key = {"X-API-KEY": keys["bob"]}
+    tag = os.urandom(4).hex()
+    made = []
+    try:
+        for i in range(3):
+            status, m, _ = create(gw, keys["bob"], {"templateID": "base", "metadata": {
+                "run": tag, "i": str(i), "odd key": "a b&c=d%"}})
+            assert status == 201, m
+            made.append(m["sandboxID"])
+        other, _, _ = create(gw, keys["bob"], {"templateID": "base", "metadata": {"run": "x"}})
+
+        def listing(query, v2=True):
+            path = ("/e2b/api/v2/sandboxes" if v2 else "/e2b/api/sandboxes") + query
+            return request(gw, "GET", path, headers=key)
+
+        def meta(d):  # as the JS SDK encodes it: each pair encoded, then the query
+            inner = urllib.parse.urlencode({urllib.parse.quote(k, safe=""):
+                                            urllib.parse.quote(v, safe="") for k, v in d.items()})
+            return urllib.parse.quote(inner, safe="")
+
+        for v2 in (True, False):
+            status, items, hdrs = listing(f"?metadata={meta({'run': tag})}", v2)
+            assert status == 200, items
+            assert sorted(s["sandboxID"] for s in items) == sorted(made)
+            assert hdrs["X-Total-Running"] == "3"
+        # newest first by default, oldest first with order=asc
+        status, items, _ = listing(f"?metadata={meta({'run': tag})}")
+        assert [s["sandboxID"] for s in items] == made[::-1]
+        status, items, _ = listing(f"?metadata={meta({'run': tag})}&order=asc")
+        assert [s["sandboxID"] for s in items] == made
+        # every pair must match; keys and values with reserved characters survive the encoding
+        status, items, _ = listing(f"?metadata={meta({'run': tag, 'i': '1'})}")
+        assert [s["sandboxID"] for s in items] == [made[1]]
+        status, items, _ = listing(f"?metadata={meta({'run': tag, 'odd key': 'a b&c=d%'})}")
+        assert len(items) == 3
+        status, items, _ = listing(f"?metadata={meta({'run': tag, 'i': '7'})}")
+        assert status == 200 and items == []
+        # pages of one
+        seen, token = [], None
+        for _ in range(5):
+            q = f"?metadata={meta({'run': tag})}&limit=1"
+            if token:
+                q += f"&nextToken={urllib.parse.quote(token)}"
+            status, items, hdrs = listing(q)
+            assert status == 200 and len(items) == 1, items
+            seen.append(items[0]["sandboxID"])
+            token = hdrs.get("X-Next-Token")
+            if not token:
+                break
+        assert seen == made[::-1]
+        # state: all run; paused ones are none
+        status, items, hdrs = listing(f"?metadata={meta({'run': tag})}&state=running,paused")
+        assert len(items) == 3
+        status, items, hdrs = listing(f"?metadata={meta({'run': tag})}&state=paused")
+        assert items == [] and "X-Total-Running" not in hdrs
+        status, items, _ = listing("?template=base&startedAfter=2000-01-01T00:00:00.000Z")
+        assert {s["sandboxID"] for s in items} >= set(made)
+        status, items, _ = listing("?startedAfter=2999-01-01T00:00:00Z")
+        assert items == []
+        # what kgw cannot apply: 400 with a reason
+        for bad in ("?state=sleeping", "?limit=0", "?limit=101", "?order=up", "?nextToken=zz",
+                    "?startedAfter=yesterday", "?owner=me", "?metadata=novalue"):
+            status, body, _ = listing(bad)
+            assert status == 400, (bad, status, body)
+            assert body["message"], body
+        # another tenant sees none of them
+        status, items, _ = request(gw, "GET", f"/e2b/api/v2/sandboxes?metadata={meta({'run': tag})}",
+                                   headers={"X-API-KEY": keys["alice"]})
+        assert status == 200 and items == []
+    finally:
+        for sid in made:
+            request(gw, "DELETE", f"/e2b/api/sandboxes/{sid}", headers=key)
+        if other == 201:
+            for s in request(gw, "GET", "/e2b/api/v2/sandboxes", headers=key)[1]:
+                request(gw, "DELETE", f"/e2b/api/sandboxes/{s['sandboxID']}", headers=key)
+
+
+def test_sandbox_ids_that_are_not_there(gw2):
+    """A sandbox id kgw never gives (not a UUID) is 404 like a missing one (the SDK's
+    Sandbox.kill('x') then returns false); an E2B action kgw does not offer on a sandbox that
+    exists is 501 and names it."""
+    gw, keys = gw2
+    key = {"X-API-KEY": keys["alice"]}
+    for method, path in (("DELETE", "/e2b/api/sandboxes/x"), ("GET", "/e2b/api/sandboxes/x"),
+                         ("POST", "/e2b/api/sandboxes/x/timeout"),
+                         ("POST", "/e2b/api/sandboxes/not-a-uuid/connect"),
+                         ("POST", "/e2b/api/v2/sandboxes/x/connect"),
+                         ("DELETE", "/e2b/api/sandboxes/00000000-0000-4000-8000-000000000000")):
+        status, body, _ = request(gw, method, path, body=b"{}", headers=key)
+        assert status == 404, (method, path, status, body)
+        assert "not found" in body["message"]
+    status, m, _ = create(gw, keys["alice"], {"templateID": "base"})
+    assert status == 201, m
+    try:
+        status, body, _ = request(gw, "POST", f"/e2b/api/sandboxes/{m['sandboxID']}/refreshes",
+                                  body=b"{}", headers=key)
+        assert status == 501 and "refreshes" in body["message"], body
+    finally:
+        request(gw, "DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}", headers=key)
+
+
+def test_env_var_names(gw2):
+    """envVars: one name rule with commands' envs ([A-Za-z_][A-Za-z0-9_]*): a bad name is 400 at
+    the create, not a sandbox whose variables never reach its kernel."""
+    gw, keys = gw2
+    for name in ("1X", "A-B", "A B", "A=B", "ä"):
+        status, body, _ = create(gw, keys["alice"], {"templateID": "base",
+                                                     "envVars": {"OK": "1", name: "v"}})
+        assert status == 400, (name, status, body)
+        assert "envVars" in body["message"], body

@@ -164,5 +164,51 @@ int main(void)
     CHECK_STR(e2bwire_code_name(-ENOENT), "not_found");
     CHECK_INT(e2bwire_code_status("unimplemented"), 501);
     CHECK_INT(e2bwire_code_status("not_found"), 404);
+
+    /* the listing's query: e2b 2.51.0's (metadata's pairs encoded once more) */
+    struct e2bwire_list l;
+    const char *q1[] = {"metadata=user=a%2520b&app=prod%2526x", "state=running,paused",
+                        "limit=5", "order=asc", "startedAfter=2025-01-02T03:04:05.5Z",
+                        "template=base"};
+    CHECK_INT(e2bwire_list_parse(q1, 6, &l, err, sizeof(err)), 0);
+    CHECK_STR(json_string_value(json_object_get(l.metadata, "user")), "a b");
+    CHECK_STR(json_string_value(json_object_get(l.metadata, "app")), "prod&x");
+    CHECK(l.states == (E2BWIRE_STATE_RUNNING | E2BWIRE_STATE_PAUSED));
+    CHECK(l.limit == 5 && l.ascending && !l.has_token);
+    CHECK(l.started_after_us == 1735787045500000LL);
+    CHECK_STR(l.template_id, "base");
+    e2bwire_list_fini(&l);
+    const char *q2[] = {"state=paused", "startedAfter=2025-01-02T05:04:05+02:00"};
+    CHECK_INT(e2bwire_list_parse(q2, 2, &l, err, sizeof(err)), 0);
+    CHECK(l.states == E2BWIRE_STATE_PAUSED && l.limit == E2BWIRE_LIST_LIMIT_MAX && !l.ascending);
+    CHECK(l.started_after_us == 1735787045000000LL);
+    e2bwire_list_fini(&l);
+    /* a token names an item; the order puts items before or after it */
+    char tok[96], arg[128];
+    e2bwire_list_token(tok, sizeof(tok), 42, "00000000-0000-4000-8000-000000000001");
+    snprintf(arg, sizeof(arg), "nextToken=%s", tok);
+    const char *q3[] = {arg};
+    CHECK_INT(e2bwire_list_parse(q3, 1, &l, err, sizeof(err)), 0);
+    CHECK(l.has_token && l.token_us == 42);
+    CHECK_STR(l.token_id, "00000000-0000-4000-8000-000000000001");
+    CHECK(e2bwire_list_before(&l, 43, "a", 42, "b")); /* newest first */
+    CHECK(e2bwire_list_before(&l, 42, "b", 42, "a"));
+    CHECK(!e2bwire_list_before(&l, 41, "z", 42, "a"));
+    e2bwire_list_fini(&l);
+    /* refused, never dropped */
+    static const char *const bad[] = {"state=sleeping", "limit=0", "limit=101", "limit=5x",
+                                      "order=up", "nextToken=zz", "nextToken=1.x",
+                                      "startedAfter=2025-13-01T00:00:00Z",
+                                      "startedAfter=2025-01-01", "metadata=novalue",
+                                      "metadata=k=%zz", "metadata=k=%2500", "owner=me"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_CASE(bad[i]);
+        CHECK_INT(e2bwire_list_parse(&bad[i], 1, &l, err, sizeof(err)), -EINVAL);
+        CHECK(err[0] != '\0');
+    }
+    /* envVars: one name rule */
+    CHECK(e2bwire_env_name_ok("_A1") && !e2bwire_env_name_ok("1A") &&
+          !e2bwire_env_name_ok("A-B") && !e2bwire_env_name_ok(""));
+    CHECK_INT(create("{\"envVars\":{\"A-B\":\"1\"}}", &c, err), -EINVAL);
     CHECK_DONE();
 }
