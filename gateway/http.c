@@ -609,6 +609,8 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
         (metrics_only && !(r->route.flags & ROUTE_F_SCRAPE)))
         return answer_now(g, wsi, pss, 404, "not found");
     r->ops = &g->routes[r->route.id];
+    if (r->route.flags & ROUTE_F_STDIN)
+        r->body.max += ROUTE_STDIN_EXTRA;
     if (metrics_only && r->method != HTTP_M_GET)
         return answer_now(g, wsi, pss, 405, "method not allowed");
     if (r->method == HTTP_M_OPTIONS)
@@ -652,7 +654,7 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
                 r->ops->upload_done(r);
             return 0;
         }
-        if (n > g->cfg.max_body_bytes) {
+        if (n > (long long)r->body.max) {
             log_info("http: %s: body of %lld bytes refused", q, n);
             answer_now(g, wsi, pss, 413, "request body too large");
             return -1; /* the body is still coming: do not read it */

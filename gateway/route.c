@@ -30,7 +30,7 @@ static const struct route_def routes[] = {
     {ROUTE_EXECUTE, "/api/execute", HTTP_M_POST, 0},
     {ROUTE_EXECUTION, "/api/executions/{id}", HTTP_M_GET | HTTP_M_DELETE, 0},
     {ROUTE_EXECUTION_EVENTS, "/api/executions/{id}/events", HTTP_M_GET, 0},
-    {ROUTE_KERNEL_COMMANDS, "/api/kernels/{id}/commands", HTTP_M_POST, 0},
+    {ROUTE_KERNEL_COMMANDS, "/api/kernels/{id}/commands", HTTP_M_POST, ROUTE_F_STDIN},
     {ROUTE_KERNEL_COMMAND, "/api/kernels/{id}/commands/{id}", HTTP_M_DELETE, 0},
     {ROUTE_MCP, "/mcp", HTTP_M_POST | HTTP_M_DELETE, 0}, /* GET: 405 (no server stream) */
     {ROUTE_SESSIONS, "/api/sessions", HTTP_M_GET | HTTP_M_POST, 0},

@@ -70,7 +70,10 @@ enum {
     ROUTE_F_UPLOAD = 1 << 2,    /* the body is streamed to a file, not collected */
     ROUTE_F_SCRAPE = 1 << 3,    /* a monitor's scrape: not client activity; the one route of
                                  * the --metrics-port listener (without the key there) */
+    ROUTE_F_STDIN = 1 << 4,     /* the body may carry a command's stdin beyond --max-body-bytes
+                                 * (ROUTE_STDIN_EXTRA: 1 MiB, each byte JSON-escaped as \u00XX) */
 };
+#define ROUTE_STDIN_EXTRA (6 * (1 << 20))
 
 #define ROUTE_MAX_PATH 2048
 #define ROUTE_ARG_MAX  256

@@ -16,6 +16,7 @@
 #include "common/util.h"
 #include "gateway/xapi.h"
 #include "kernelmgr/kcmd.h"
+#include "protocol/fpath.h"
 #include "protocol/u8fix.h"
 #include "protocol/xevent.h"
 #include "protocol/xreq.h"
@@ -116,6 +117,11 @@ int xcmd_spec_parse(json_t *body, const char *const *allowed, struct xcmd_spec *
     if ((v = json_object_get(body, "cwd")) &&
         (!(s->cwd = str_dup(v)) || !s->cwd[0] || strlen(s->cwd) > 1024))
         FAIL("'cwd' must be a path of 1 to 1024 bytes (relative: to the workspace)");
+    char norm[FPATH_MAX + 1];
+    if (s->cwd && s->cwd[0] != '/' &&
+        fpath_normalize(s->cwd, strlen(s->cwd), norm, sizeof(norm)) < 0)
+        FAIL("'cwd': a relative path names a directory inside the workspace: no '.' or '..' "
+             "components, no empty ones");
     if ((v = json_object_get(body, "env"))) {
         size_t n = json_is_object(v) ? json_object_size(v) : (size_t)-1, i = 0;
         json_t *val;

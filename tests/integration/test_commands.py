@@ -188,6 +188,15 @@ def test_stdin(gw, kid):
     # without stdin: /dev/null
     out, _, _ = sh(gw, kid, "cat; echo eof")
     assert out == "eof\n"
+    # the documented most (1 MiB) fits under the default --max-body-bytes (also 1 MiB): the
+    # route takes the JSON-escaped stdin beyond it; binary-looking text escapes to 6 bytes each
+    big = "\x01" * (1 << 20)
+    st, evs = run(gw, kid, {"command": "wc -c", "stdin": big})
+    assert st == 201, evs
+    out, _, end = check_stream(evs)
+    assert end["status"] == "ok" and out.strip() == str(1 << 20), (out, end)
+    st, body = run(gw, kid, {"command": "wc -c", "stdin": "x" * ((1 << 20) + 1)})
+    assert st == 400 and "stdin" in body["message"], body
 
 
 def test_environment_cwd_and_workspace(gw, kid):
@@ -205,6 +214,10 @@ def test_environment_cwd_and_workspace(gw, kid):
     assert text == "c\n"
     out, _, _ = sh(gw, kid, "pwd", cwd="sub")
     assert out == os.path.join(kcwd, "sub") + "\n"
+    # a relative cwd stays inside the workspace: one that leaves it is refused, not run there
+    for bad in ("../../../etc", "sub/../..", "./sub", "sub//x", ".."):
+        st, body = run(gw, kid, {"command": "pwd", "cwd": bad})
+        assert st == 400 and "cwd" in body["message"], (bad, st, body)
     if sb:
         assert kcwd == "/mnt/data"
 
