@@ -81,6 +81,9 @@ enum e2breq_kind { E2BREQ_RUN, E2BREQ_PUT, E2BREQ_PROC };
 struct e2breq {
     enum e2breq_kind kind;
     struct gw_req *r;
+    char sbx_id[UTIL_UUID_LEN + 1]; /* RUN, PROC: the sandbox it streams from */
+    bool killed; /* that sandbox was killed: the connection is dropped, not ended (the SDKs
+                    then ask /health and report the kill, as E2B's do) */
     /* RUN: an /execute stream */
     struct xexec_sub sub;
     struct list link;
@@ -179,9 +182,19 @@ static struct e2bsbx *sbx_by_kernel(struct e2b *e, const char *kid)
     return NULL;
 }
 
-/* Shuts its kernels down and forgets it: its tokens are refused from now on. */
+/* Shuts its kernels down and forgets it: its tokens are refused from now on. Its streams
+ * (/execute, processes) are dropped before their kernels can end them: E2B's SDKs tell a
+ * killed sandbox by a connection cut mid-answer and a /health of 502, never by an output. */
 static void sbx_kill(struct e2b *e, struct e2bsbx *s, const char *why)
 {
+    struct e2breq *q;
+    list_for_each(q, &e->runs, link)
+    {
+        if (!q->killed && strcmp(q->sbx_id, s->id) == 0) {
+            q->killed = true;
+            lws_callback_on_writable(q->r->wsi);
+        }
+    }
     for (size_t i = 0; i < s->nkernels; i++) {
         kernel_t *k = gw_kernel(e->g, s->kernels[i], s->tenant);
         struct kops_error err;
@@ -342,16 +355,16 @@ static const struct e2b_template *template_of(struct e2b *e, const char *id)
     return NULL;
 }
 
-/* envVars into the kernel's os.environ (and so every subprocess's), by a silent
- * execution queued first on it: the kernel's own environment takes only
- * KERNEL_* variables of a request (docs/security.md), while an E2B sandbox's
- * variables are any the client names, in its own sandbox, as its code could set
- * them. 0 or -errno. */
-static int apply_env(gw_t *g, const struct gw_caller *who, const struct e2bsbx *s, kernel_t *k)
+/* The sandbox's set-up, a silent execution queued first on each of its kernels: envVars into
+ * the kernel's os.environ (and so every subprocess's; the kernel's own environment takes only
+ * KERNEL_* variables of a request, docs/security.md, while an E2B sandbox's variables are any
+ * the client names, in its own sandbox, as its code could set them); a str result shown as
+ * its text, as E2B's code interpreter does ('hello', not "'hello'"); and the working
+ * directory where E2B's SDKs name the workspace, /home/user (a sandboxed kernel starts in
+ * /mnt/data, the same directory). 0 or -errno. */
+static int sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *s, kernel_t *k)
 {
-    if (!s->env || json_object_size(s->env) == 0)
-        return 0;
-    char *text = json_dumps(s->env, JSON_COMPACT);
+    char *text = s->env ? json_dumps(s->env, JSON_COMPACT) : strdup("{}");
     json_t *lit = text ? json_string(text) : NULL;
     char *pylit = lit ? json_dumps(lit, JSON_ENCODE_ANY) : NULL; /* a JSON string literal is
                                                                   * a Python one too */
@@ -359,16 +372,24 @@ static int apply_env(gw_t *g, const struct gw_caller *who, const struct e2bsbx *
     json_decref(lit);
     if (!pylit)
         return -ENOMEM;
-    static const char pre[] = "__import__('os').environ.update(__import__('json').loads(";
-    size_t n = strlen(pre) + strlen(pylit) + 3;
-    char *code = malloc(n);
-    if (code)
-        snprintf(code, n, "%s%s))", pre, pylit);
+    static const char fmt[] =
+        "def __kgw_e2b_setup():\n"
+        "    import json, os\n"
+        "    os.environ.update(json.loads(%s))\n"
+        "    f = get_ipython().display_formatter.formatters['text/plain']\n"
+        "    f.for_type(str, lambda o, p, cycle: p.text(o))\n"
+        "    if os.getcwd() == '" SBX_WORKSPACE_PATH "' and os.path.isdir('" E2BWIRE_HOME "'):\n"
+        "        os.chdir('" E2BWIRE_HOME "')\n"
+        "        os.environ['PWD'] = '" E2BWIRE_HOME "'\n"
+        "__kgw_e2b_setup()\n"
+        "del __kgw_e2b_setup\n";
+    char *code = NULL;
+    int n = asprintf(&code, fmt, pylit);
     free(pylit);
     int retry;
-    xexec_t *x = code && xexec_admit(g, who->tenant, &retry) == 0 ? xexec_new(g, who, k) : NULL;
+    xexec_t *x = n >= 0 && xexec_admit(g, who->tenant, &retry) == 0 ? xexec_new(g, who, k) : NULL;
     if (!x) {
-        free(code);
+        free(n >= 0 ? code : NULL);
         return -ENOMEM;
     }
     struct xreq q = {.code = code, .silent = true, .store_history = false};
@@ -387,7 +408,7 @@ static void on_created(struct gw_req *r, kernel_t *k, int status)
         sbx_kill(e, s, "its kernel failed to start");
         return api_error(r, 503, "the sandbox's kernel failed to start");
     }
-    if (apply_env(r->g, &r->caller, s, k) < 0) {
+    if (sbx_setup(r->g, &r->caller, s, k) < 0) {
         sbx_kill(e, s, "its envVars could not be applied");
         return api_error(r, 503, "the sandbox's envVars could not be applied; retry later");
     }
@@ -877,6 +898,7 @@ static void sbx_execute(struct gw_req *r, struct e2bsbx *s)
     q->kind = E2BREQ_RUN;
     q->r = r;
     q->last_ms = util_now_ms();
+    snprintf(q->sbx_id, sizeof(q->sbx_id), "%s", s->id);
     list_append(&g->e2b->runs, &q->link);
     r->e2b = q;
     xexec_subscribe(x, &q->sub, 0, &run_ops);
@@ -909,7 +931,7 @@ static void on_context(struct gw_req *r, kernel_t *k, int status)
         return api_error(r, 503, "the context's kernel failed to start");
     }
     bool restart = strstr(r->fpath, "/restart") != NULL;
-    if (apply_env(r->g, &r->caller, s, k) < 0)
+    if (sbx_setup(r->g, &r->caller, s, k) < 0)
         return api_error(r, 503, "the sandbox's envVars could not be applied; retry later");
     if (restart)
         return req_reply(r, 204, NULL);
@@ -1299,10 +1321,9 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
     for (size_t i = 0; st.env[i]; i++)
         env[ne++] = st.env[i];
     env[ne] = NULL;
-    char cwd[FPATH_MAX + 512];
-    if (st.cwd[0])
-        snprintf(cwd, sizeof(cwd), "%s/%s", g->cfg.sandbox ? SBX_WORKSPACE_PATH : wspace_path(w),
-                 st.cwd);
+    char cwd[FPATH_MAX + 512]; /* sandboxed: under /home/user, as the kernel works there */
+    snprintf(cwd, sizeof(cwd), "%s%s%s", g->cfg.sandbox ? SBX_E2B_HOME : wspace_path(w),
+             st.cwd[0] ? "/" : "", st.cwd);
     struct e2breq *q = calloc(1, sizeof(*q));
     struct e2bproc *p = q ? calloc(1, sizeof(*p)) : NULL;
     if (!p) {
@@ -1319,6 +1340,7 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
     buf_init(&p->pend, SIZE_MAX);
     p->handle = proc_handles++;
     snprintf(p->sbx_id, sizeof(p->sbx_id), "%s", s->id);
+    snprintf(q->sbx_id, sizeof(q->sbx_id), "%s", s->id);
     p->keepalive_ms = 50000;
     char ka[16];
     if (header(r->wsi, "keepalive-ping-interval:", ka, sizeof(ka))) {
@@ -1326,7 +1348,7 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
         if (v >= 1 && v <= 3600)
             p->keepalive_ms = (uint64_t)v * 1000;
     }
-    struct kcmd_opts o = {.argv = st.argv, .cwd = st.cwd[0] ? cwd : NULL, .env = env};
+    struct kcmd_opts o = {.argv = st.argv, .cwd = cwd, .env = env};
     struct kcmd_cbs cb = {.output = proc_output, .end = proc_end, .ud = q};
     /* the request holds the stream before the command can say anything */
     r->e2b = q;
@@ -1545,6 +1567,8 @@ void e2b_sbx(struct gw_req *r)
 int e2b_write(struct gw_req *r)
 {
     struct e2breq *q = r->e2b;
+    if (q && q->killed)
+        return -1;
     if (q && q->kind == E2BREQ_PROC)
         return proc_write(r, q);
     if (!q || q->kind != E2BREQ_RUN)

@@ -29,6 +29,44 @@ static void perms(mode_t m, char out[11])
     out[10] = '\0';
 }
 
+/* A link's target as envd gives it: absolute, a relative one taken from the link's
+ * directory (link: the link's absolute path), "." and ".." resolved lexically. */
+static void absolute_target(const char *link, const char *target, char *out, size_t outsz)
+{
+    char joined[2 * (sizeof(E2BWIRE_HOME) + FPATH_MAX + 2)];
+    if (target[0] == '/') {
+        snprintf(joined, sizeof(joined), "%s", target);
+    } else {
+        const char *slash = strrchr(link, '/');
+        snprintf(joined, sizeof(joined), "%.*s/%s", (int)(slash - link), link, target);
+    }
+    size_t o = 0;
+    const char *p = joined;
+    while (*p) {
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/");
+        if (n == 0)
+            break;
+        if (n == 1 && p[0] == '.') {
+            /* nothing */
+        } else if (n == 2 && p[0] == '.' && p[1] == '.') {
+            while (o > 0 && out[o - 1] != '/')
+                o--;
+            if (o > 0)
+                o--; /* the '/' before it; "/.." is "/" */
+        } else if (o + 1 + n < outsz) {
+            out[o++] = '/';
+            memcpy(out + o, p, n);
+            o += n;
+        }
+        p += n;
+    }
+    if (o == 0)
+        out[o++] = '/';
+    out[o] = '\0';
+}
+
 /* EntryInfo of the entry name in dir, at path (workspace-relative, "" the
  * root). */
 static json_t *entry(int dir, const char *name, const char *path)
@@ -58,7 +96,9 @@ static json_t *entry(int dir, const char *name, const char *path)
         ssize_t tn = readlinkat(dir, name, target, sizeof(target) - 1);
         if (tn >= 0) {
             target[tn] = '\0';
-            json_object_set_new(e, "symlinkTarget", json_stringn_nocheck(target, (size_t)tn));
+            char abs[sizeof(full) + FPATH_MAX + 2];
+            absolute_target(full, target, abs, sizeof(abs));
+            json_object_set_new(e, "symlinkTarget", json_string_nocheck(abs));
         }
     }
     return e;
@@ -106,7 +146,14 @@ int e2bfs_stat(wspace_t *w, const char *path, json_t **ret)
     return *ret ? 0 : -ENOMEM;
 }
 
-static int list_dir(int dir, const char *path, unsigned depth, json_t *out)
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names in dir a path can hold, sorted (their count, or -errno); *ret_names and its
+ * strings are malloc'd. At most E2BFS_LIST_MAX are read. */
+static int dir_names(int dir, char ***ret_names)
 {
     int fd = dup(dir);
     if (fd < 0)
@@ -116,21 +163,63 @@ static int list_dir(int dir, const char *path, unsigned depth, json_t *out)
         close(fd);
         return -errno;
     }
+    char **v = NULL;
+    size_t n = 0, cap = 0;
     int rc = 0;
     struct dirent *de;
-    while (rc == 0 && (de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        size_t nl = strlen(de->d_name), pl = strlen(path);
-        if (!fpath_name_ok(de->d_name, nl) || pl + 1 + nl > FPATH_MAX)
+    while ((de = readdir(d)) && n < E2BFS_LIST_MAX + 1) {
+        size_t nl = strlen(de->d_name);
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+            !fpath_name_ok(de->d_name, nl))
             continue; /* not a name a path can hold: not shown */
-        if (json_array_size(out) >= E2BFS_LIST_MAX) {
-            rc = -E2BIG;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                rc = -ENOMEM;
+                break;
+            }
+            v = nv;
+        }
+        if (!(v[n] = strdup(de->d_name))) {
+            rc = -ENOMEM;
             break;
         }
+        n++;
+    }
+    closedir(d);
+    if (rc < 0) {
+        while (n > 0)
+            free(v[--n]);
+        free(v);
+        return rc;
+    }
+    qsort(v, n, sizeof(*v), name_cmp);
+    *ret_names = v;
+    return (int)n;
+}
+
+/* envd's order: each directory's entries by name, a directory's own entries right after it
+ * (a depth-first walk), down to depth levels. */
+static int list_dir(int dir, const char *path, unsigned depth, json_t *out)
+{
+    char **names = NULL;
+    int n = dir_names(dir, &names);
+    if (n < 0)
+        return n;
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = names[i];
+        size_t nl = strlen(name), pl = strlen(path);
+        if (rc < 0 || pl + 1 + nl > FPATH_MAX)
+            continue;
+        if (json_array_size(out) >= E2BFS_LIST_MAX) {
+            rc = -E2BIG;
+            continue;
+        }
         char sub[FPATH_MAX + 1];
-        snprintf(sub, sizeof(sub), "%s%s%s", path, pl ? "/" : "", de->d_name);
-        json_t *e = entry(dir, de->d_name, sub);
+        snprintf(sub, sizeof(sub), "%s%s%s", path, pl ? "/" : "", name);
+        json_t *e = entry(dir, name, sub);
         if (!e)
             continue; /* gone meanwhile */
         bool isdir =
@@ -138,14 +227,16 @@ static int list_dir(int dir, const char *path, unsigned depth, json_t *out)
         if (json_array_append_new(out, e) < 0)
             rc = -ENOMEM;
         if (rc == 0 && isdir && depth > 1) {
-            int child = files_openat(dir, de->d_name, O_RDONLY | O_DIRECTORY, 0);
+            int child = files_openat(dir, name, O_RDONLY | O_DIRECTORY, 0);
             if (child >= 0) {
                 rc = list_dir(child, sub, depth - 1, out);
                 close(child);
             }
         }
     }
-    closedir(d);
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
     return rc;
 }
 
@@ -249,12 +340,13 @@ int e2bfs_remove(wspace_t *w, const char *path, json_t **ret)
     const char *base;
     int parent = files_open_parent(root, w, path, false, &base);
     close(root);
-    if (parent < 0)
+    if (parent < 0 && parent != -ENOENT)
         return parent;
     long budget = E2BFS_REMOVE_MAX;
-    int rc = remove_at(parent, base, 0, &budget);
-    close(parent);
-    if (rc < 0)
+    int rc = parent < 0 ? parent : remove_at(parent, base, 0, &budget);
+    if (parent >= 0)
+        close(parent);
+    if (rc < 0 && rc != -ENOENT) /* what is not there is removed already, as envd says */
         return rc;
     *ret = json_object();
     return *ret ? 0 : -ENOMEM;

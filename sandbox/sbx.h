@@ -25,7 +25,7 @@
 #define SBX_RUNTIME_PATH   "/run/kernel" /* the kernel's private runtime directory, inside */
 #define SBX_WORKSPACE_PATH "/mnt/data"
 #define SBX_HOME           "/home/sandbox"
-#define SBX_E2B_HOME       "/home/user" /* a symlink to SBX_WORKSPACE_PATH */
+#define SBX_E2B_HOME       "/home/user" /* SBX_WORKSPACE_PATH mounted again */
 #define SBX_PYTHON_PATH    "/opt/kgw/python" /* the gateway's Python modules (kgw_tools) */
 #define SBX_UID            1000 /* inside */
 

@@ -201,9 +201,10 @@ static void setup_root(int efd, const sbx_profile_t *p)
         path(dst, sizeof(dst), root, dirs[i]);
         TRY(efd, ST_ROOT, mkdir(dst, 0755));
     }
-    /* the workspace where E2B's SDKs name it too (docs/e2b.md): same files, same paths */
+    /* the workspace where E2B's SDKs name it too (docs/e2b.md): the same mount again (below),
+     * so a kernel working there sees /home/user as its working directory */
     path(dst, sizeof(dst), root, SBX_E2B_HOME);
-    TRY(efd, ST_ROOT, symlink(SBX_WORKSPACE_PATH, dst));
+    TRY(efd, ST_ROOT, mkdir(dst, 0755));
     for (size_t i = 0; i < sizeof(usrlinks) / sizeof(usrlinks[0]); i++) {
         struct stat st;
         if (lstat(usrlinks[i][0], &st) < 0)
@@ -241,6 +242,15 @@ static void setup_root(int efd, const sbx_profile_t *p)
                                  NULL));
     } else {
         tmpfs(efd, root, SBX_WORKSPACE_PATH, p->lim->workspace_bytes, SBX_UID, 0755);
+    }
+    {
+        char ws[512];
+        path(ws, sizeof(ws), root, SBX_WORKSPACE_PATH);
+        path(dst, sizeof(dst), root, SBX_E2B_HOME);
+        TRY(efd, ST_TMPFS, mount(ws, dst, NULL, MS_BIND, NULL));
+        TRY(efd, ST_TMPFS, mount(NULL, dst, NULL,
+                                 MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | locked_flags(dst),
+                                 NULL));
     }
 
     path(dst, sizeof(dst), root, SBX_RUNTIME_PATH);

@@ -40,6 +40,8 @@ async function main() {
   assert.equal(ex.error, undefined)
   ex = await sbx.runCode('x + 1')
   assert.equal(ex.text, '42')
+  ex = await sbx.runCode("'hello'")
+  assert.equal(ex.text, 'hello') // a str as its text, as E2B shows it
   assert.equal(typeof ex.executionCount, 'number')
   step('runCode state')
 
@@ -60,7 +62,7 @@ async function main() {
 
   // ---- envVars reach the kernel ----
   ex = await sbx.runCode('import os; os.environ["GREETING"]')
-  assert.equal(ex.text, "'hi from envs'")
+  assert.equal(ex.text, 'hi from envs')
   step('envs')
 
   // ---- an error with its traceback ----
@@ -96,7 +98,7 @@ async function main() {
   assert.equal(info.path, '/home/user/data/hello.txt')
   assert.equal(await sbx.files.read('/home/user/data/hello.txt'), 'hello e2b')
   ex = await sbx.runCode('open("/home/user/data/hello.txt").read()')
-  assert.equal(ex.text, "'hello e2b'")
+  assert.equal(ex.text, 'hello e2b')
   await sbx.runCode('open("/home/user/data/from_kernel.txt", "w").write("written by code")')
   assert.equal(await sbx.files.read('data/from_kernel.txt'), 'written by code')
   const names = (await sbx.files.list('/home/user/data')).map((e) => `${e.name}:${e.type}`)
@@ -120,6 +122,23 @@ async function main() {
   await expectReject(sbx.files.read('/home/user/missing.txt'), /not found/i, 'missing file')
   await expectReject(sbx.files.read('/etc/passwd'), /home\/user/, 'outside the workspace')
   await expectReject(sbx.files.list('/etc'), /home\/user/, 'list outside the workspace')
+  // what is not there is removed already (envd answers so)
+  await sbx.files.remove('/home/user/never/there.txt')
+  // one workspace path: the kernel works in /home/user, so paths code computes are the SDK's
+  ex = await sbx.runCode('import os; os.getcwd()')
+  assert.equal(ex.text, '/home/user')
+  ex = await sbx.runCode('os.path.abspath("computed.txt")')
+  await sbx.runCode('open("computed.txt", "w").write("by path")')
+  assert.equal(await sbx.files.read(ex.text), 'by path')
+  // ListDir below depth 1: by name, each directory's entries right after it (envd's walk)
+  await sbx.files.write([{ path: '/home/user/tree/b/y.txt', data: 'y' },
+    { path: '/home/user/tree/a/x.txt', data: 'x' }, { path: '/home/user/tree/c.txt', data: 'c' }])
+  const walked = (await sbx.files.list('/home/user/tree', { depth: 2 })).map((e) => e.path)
+  assert.deepEqual(walked, ['/home/user/tree/a', '/home/user/tree/a/x.txt', '/home/user/tree/b',
+    '/home/user/tree/b/y.txt', '/home/user/tree/c.txt'])
+  await sbx.runCode('os.symlink("a/x.txt", "tree/link")')
+  const link = await sbx.files.getInfo('/home/user/tree/link')
+  assert.equal(link.symlinkTarget, '/home/user/tree/a/x.txt')
   step('files')
 
   // ---- contexts: another kernel in the same workspace ----
@@ -127,7 +146,7 @@ async function main() {
   ex = await sbx.runCode('x', { context: ctx })
   assert.equal(ex.error.name, 'NameError') // its own state
   ex = await sbx.runCode('open("/home/user/data/hello.txt").read()', { context: ctx })
-  assert.equal(ex.text, "'hello e2b'") // the same files
+  assert.equal(ex.text, 'hello e2b') // the same files
   const ctxs = await sbx.listCodeContexts()
   assert.ok(ctxs.some((c) => c.id === ctx.id))
   await sbx.removeCodeContext(ctx)
@@ -204,6 +223,25 @@ async function main() {
   await expectReject(forged.files.read('/home/user/data/hello.txt'), /401|access token/i,
     'a forged token')
   step('tenancy')
+
+  // ---- killed while a run or a command is in flight: E2B's TimeoutError, not an output ----
+  assert.equal(await Sandbox.kill('x'), false)
+  for (const what of ['runCode', 'command']) {
+    const doomed = await Sandbox.create({ timeoutMs: 600_000 })
+    const started = []
+    const p = what === 'runCode'
+      ? doomed.runCode('import time\nprint("started", flush=True)\ntime.sleep(60)',
+        { onStdout: (m) => started.push(m.line) })
+      : doomed.commands.run('echo started; sleep 60', { onStdout: (d) => started.push(d) })
+    const t1 = Date.now()
+    while (!started.length && Date.now() - t1 < 30_000) await sleep(50)
+    assert.ok(started.length, `${what} never started`)
+    assert.equal(await Sandbox.kill(doomed.sandboxId), true)
+    const err = await expectReject(p, /killed/i, `${what} of a killed sandbox`)
+    assert.equal(err.name, 'TimeoutError', `${what}: ${err.name}: ${err.message}`)
+    assert.ok(Date.now() - t1 < 30_000, `${what}: the kill was not waited out`)
+  }
+  step('killed mid-run')
 
   // ---- kill: its tokens die with it ----
   const oldToken = sbx.envdAccessToken

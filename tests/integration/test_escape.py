@@ -323,7 +323,7 @@ R["found_names"], R["found_content"] = found_names, found_content
                    "group", "hosts", "hostname", "resolv.conf"}
     assert set(r["etc"]) <= allowed_etc, set(r["etc"]) - allowed_etc
     assert set(r["etc_ssl"]) <= {"certs", "openssl.cnf"}, r["etc_ssl"]
-    # /home/user: a symlink to the workspace, where E2B's SDKs name it (docs/e2b.md)
+    # /home/user: the workspace again, where E2B's SDKs name it (docs/e2b.md)
     assert r["home"] == ["sandbox", "user"] and r["rootdir"] == [] and r["mnt"] == ["data"], r
     assert r["run"] == ["kernel"], r["run"]
     # /opt is not the host's: only the gateway's python directory (bound read-only), when it
@@ -426,10 +426,11 @@ R["key"] = __import__("json").load(open("/run/kernel/connection.json"))["key"]
     allowed = {"/", "/usr", "/proc", "/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus",
                "/proc/fs", "/dev", "/dev/null", "/dev/zero", "/dev/full", "/dev/random",
                "/dev/urandom", "/dev/shm", "/dev/pts", "/tmp", "/home/sandbox", "/mnt/data",
-               "/run/kernel", "/opt/kgw/python"} | etc_ok
+               "/home/user", "/run/kernel", "/opt/kgw/python"} | etc_ok
     points = [m["point"] for m in mounts]
     assert set(points) <= allowed, f"unexpected mounts: {set(points) - allowed}"
-    for p in ("/", "/usr", "/proc", "/dev", "/tmp", "/home/sandbox", "/mnt/data", "/run/kernel"):
+    for p in ("/", "/usr", "/proc", "/dev", "/tmp", "/home/sandbox", "/mnt/data", "/home/user",
+              "/run/kernel"):
         assert p in points, p
     runtime = [m for m in mounts if m["point"] == "/run/kernel"][0]
     print(f"/run/kernel mount: root={runtime['root']!r} fstype={runtime['fstype']!r} "
@@ -440,17 +441,21 @@ R["key"] = __import__("json").load(open("/run/kernel/connection.json"))["key"]
         for field in ("root", "source", "superopts"):
             for bad in forbidden:
                 assert bad not in m[field], f"{field} of {m['point']} shows {bad!r}: {m['line']}"
-        if m["point"] != "/home/sandbox":
+        if m["point"] not in ("/home/sandbox", "/home/user"):
             assert "/home/" not in m["point"], m["line"]
     # read-only where it must be
     by_point = {m["point"]: m for m in mounts}
+    # /home/user (where E2B's SDKs name the workspace) is the workspace's mount again
+    ws, home = by_point["/mnt/data"], by_point["/home/user"]
+    assert (home["root"], home["source"], home["fstype"]) == \
+        (ws["root"], ws["source"], ws["fstype"]), (home["line"], ws["line"])
     for p in ["/", "/usr", "/proc/sys"] + sorted(etc_ok & set(points)):
         assert "ro" in by_point[p]["opts"].split(","), by_point[p]["line"]
     if "/opt/kgw/python" in by_point:  # kgw_tools, when the gateway found it
         opts = by_point["/opt/kgw/python"]["opts"].split(",")
         assert {"ro", "nosuid", "nodev", "noexec"} <= set(opts), by_point["/opt/kgw/python"]["line"]
-    for p in ("/", "/usr", "/tmp", "/home/sandbox", "/mnt/data", "/dev/shm", "/run/kernel",
-              "/proc"):
+    for p in ("/", "/usr", "/tmp", "/home/sandbox", "/mnt/data", "/home/user", "/dev/shm",
+              "/run/kernel", "/proc"):
         assert "nosuid" in by_point[p]["opts"].split(","), by_point[p]["line"]
     assert r["mi1"] in (None, r["mi"]), "init and the kernel are in different mount namespaces"
 
