@@ -69,6 +69,7 @@ struct e2bsbx {
 
 struct e2b {
     gw_t *g;
+    struct kmgr_listener listener; /* its sandboxes end with their default kernels */
     struct list sbxs;
     struct list runs; /* struct e2breq.link: /execute streams */
     evl_timer_t *tick;
@@ -223,11 +224,8 @@ static void on_tick(void *data)
     while (it != &e->sbxs) {
         struct e2bsbx *s = list_entry(it, struct e2bsbx, link);
         it = it->next;
-        kernel_t *k = gw_kernel(e->g, s->kernels[0], s->tenant);
         if (now >= s->end_us)
             sbx_kill(e, s, "timeout");
-        else if (!k || kernel_state(k) == KERNEL_DEAD || kernel_state(k) == KERNEL_TERMINATING)
-            sbx_kill(e, s, "its kernel ended");
     }
     struct e2breq *q;
     list_for_each(q, &e->runs, link)
@@ -244,6 +242,22 @@ static void on_tick(void *data)
     }
     e->g->loop.evl.timer_arm(&e->g->loop.evl, e->tick, E2B_TICK_MS);
 }
+
+/* A sandbox ends with its default kernel (shut down through kgw's own API, culled, dead for
+ * good); one still being created is ended by its create, which answers why. */
+static void on_kernel_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)
+{
+    gw_t *g = user;
+    struct e2b *e = g->e2b;
+    (void)detail;
+    if (!e || g->stopping || (ev != KERNEL_EV_DIED && ev != KERNEL_EV_GONE))
+        return; /* (a stopping gateway ends every kernel: the sandboxes go with it) */
+    struct e2bsbx *s = sbx_by_kernel(e, kernel_id(k));
+    if (s && s->ready && strcmp(s->kernels[0], kernel_id(k)) == 0)
+        sbx_kill(e, s, ev == KERNEL_EV_DIED ? "its kernel died" : "its kernel ended");
+}
+
+static const struct kmgr_listener_ops listener_ops = {.event = on_kernel_event};
 
 static int parse_templates(struct e2b *e, const char *spec)
 {
@@ -288,6 +302,12 @@ int e2b_listen(gw_t *g)
         free(e);
         return -ENOMEM;
     }
+    int rc = kmgr_listen(g->km, &e->listener, &listener_ops, g);
+    if (rc < 0) {
+        evl_timer_destroy(&g->loop.evl, &e->tick);
+        free(e);
+        return rc;
+    }
     g->loop.evl.timer_arm(&g->loop.evl, e->tick, E2B_TICK_MS);
     g->e2b = e;
     return 0;
@@ -311,6 +331,8 @@ void e2b_fini(gw_t *g)
         free(s);
     }
     evl_timer_destroy(&g->loop.evl, &e->tick);
+    if (g->km) /* (kmgr_destroy forgot its listeners) */
+        kmgr_unlisten(g->km, &e->listener);
     free(e);
     g->e2b = NULL;
 }
@@ -1353,7 +1375,8 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
     /* the request holds the stream before the command can say anything */
     r->e2b = q;
     list_append(&g->e2b->runs, &q->link);
-    rc = kcmd_start(k, &o, &cb, &p->cmd);
+    struct kops_error kerr;
+    rc = kops_command_start(g, k, &o, &cb, &p->cmd, &kerr);
     e2bwire_start_fini(&st);
     for (size_t i = 0; i < nb; i++)
         free(envbuf[i]);
@@ -1363,9 +1386,8 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
         buf_fini(&p->pend);
         free(p);
         free(q);
-        snprintf(msg, sizeof(msg), "the command could not start: %s", strerror(-rc));
         return connect_stream_error(r, rc == -EAGAIN ? "resource_exhausted" : e2bwire_code_name(rc),
-                                    msg);
+                                    kerr.message);
     }
     log_info("e2b: sandbox=%s: command %u started", s->id, p->handle);
     snprintf(msg, sizeof(msg), "{\"event\":{\"start\":{\"pid\":%u}}}", p->handle);
@@ -1445,9 +1467,10 @@ static void proc_signal(struct gw_req *r, struct e2bsbx *s)
     {
         if (q->kind == E2BREQ_PROC && q->proc->handle == pid &&
             strcmp(q->proc->sbx_id, s->id) == 0 && !q->proc->ended) {
-            int rc = kcmd_signal(q->proc->cmd, sig);
+            struct kops_error kerr;
+            int rc = kops_command_signal(r->g, q->proc->cmd, sig, &kerr);
             if (rc < 0 && rc != -ESRCH)
-                return connect_error(r, e2bwire_code_name(rc), strerror(-rc));
+                return connect_error(r, e2bwire_code_name(rc), kerr.message);
             return req_reply(r, 200, json_object());
         }
     }

@@ -1,5 +1,5 @@
 /* POST /api/kernels/{id}/fork {"checkpoint"?: id}: the caller's kernel (404 for another
- * tenant's, as every kernel route) is forked into a new kernel of the same tenant (kmgr_fork),
+ * tenant's, as every kernel route) is forked into a new kernel of the same tenant (kops_fork),
  * answered as POST /api/kernels answers (201, the kernel's model, Location) once the fork
  * answers kernel_info. */
 #include "gateway/gfork.h"
@@ -8,107 +8,28 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/audit.h"
 #include "common/ident.h"
 #include "common/log.h"
-#include "gateway/ckpt.h"
 #include "gateway/drain.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
 #include "gateway/kops.h"
 #include "kernelmgr/kmgr.h"
-#include "kernelmgr/wspace.h"
-
-void gfork_failed(const struct gw_req *r, kernel_t *k, int *status, char *msg, size_t len)
-{
-    if (drain_active(r->g)) {
-        *status = 503;
-        snprintf(msg, len, "%s", DRAIN_MESSAGE);
-    } else if (kernel_fork_no_checkpoint(k)) {
-        *status = 404;
-        snprintf(msg, len, "Checkpoint does not exist: %s", kernel_last_cause(k));
-    } else {
-        *status = 500;
-        snprintf(msg, len, "kernel %s failed to fork%s%s", kernel_forked_from(k),
-                 kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
-    }
-}
 
 static void on_forked(struct gw_req *r, kernel_t *k, int status)
 {
     if (status < 0) {
-        char msg[400];
-        int http;
-        if (drain_active(r->g))
+        struct kops_error err;
+        kops_fork_failed(r->g, k, &err);
+        if (err.code == -ESHUTDOWN)
             req_error_draining(r);
-        else {
-            gfork_failed(r, k, &http, msg, sizeof(msg));
-            req_error(r, http, "%s", msg);
-        }
+        else
+            req_error(r, err.status, "%s", err.message);
         kernel_shutdown(k, NULL);
         return;
     }
     snprintf(r->location, sizeof(r->location), "/api/kernels/%s", kernel_id(k));
     req_reply(r, 201, kernel_model(k));
-}
-
-static void
-audit_fork(const struct gw_req *r, const char *parent, const char *cp, int rc, kernel_t *k)
-{
-    if (!audit_enabled())
-        return;
-    audit_event("kernel_fork", "s:s, s:s, s:s, s:o, s:o, s:s", "tenant", r->caller.tenant, "addr",
-                r->caller.addr, "parent", parent, "checkpoint", cp ? json_string(cp) : json_null(),
-                "kernel", k ? json_string(kernel_id(k)) : json_null(), "result",
-                rc == 0            ? "ok"
-                : rc == -ESHUTDOWN ? "draining"
-                                   : strerror(-rc));
-}
-
-int gfork_start(
-    struct gw_req *r, kernel_t *parent, const char *cp, kernel_t **ret_k, struct gfork_error *err)
-{
-    gw_t *g = r->g;
-    kernel_t *k;
-    err->status = 0;
-    err->retry_after = 0;
-    err->message[0] = 0;
-    if (cp && !ckpt_exists(g, parent, cp)) {
-        err->status = 404;
-        snprintf(err->message, sizeof(err->message), "Checkpoint does not exist: %.64s", cp);
-        return -ENOENT;
-    }
-    if (kernel_state(parent) != KERNEL_RUNNING) {
-        err->status = 409;
-        snprintf(err->message, sizeof(err->message),
-                 "kernel %s is %s: only a running kernel can be forked", kernel_id(parent),
-                 kernel_execution_state(parent));
-        return -EBUSY;
-    }
-    int rc = kmgr_fork(g->km, parent, cp, &k);
-    audit_fork(r, kernel_id(parent), cp, rc, rc == 0 ? k : NULL);
-    if (rc == -EBUSY) {
-        err->status = 409;
-        snprintf(err->message, sizeof(err->message), "kernel %s is not running", kernel_id(parent));
-    } else if (rc == -ETOOMANYREFS) {
-        err->status = 409;
-        snprintf(err->message, sizeof(err->message),
-                 "kernel %s: at most %d forks live at once in one kernel's sandbox",
-                 kernel_id(parent), KMGR_FORKS_MAX);
-    } else if (rc < 0) {
-        struct kops_error kerr;
-        struct kops_context ctx = {.spec_name = kernel_spec_name(parent),
-                                   .sandbox_why = kmgr_sandbox_error(g->km),
-                                   .max_kernels = g->cfg.km.max_kernels};
-        kops_error_make(KOPS_START, rc, &ctx, &kerr);
-        err->status = kerr.status;
-        err->retry_after = kerr.retry_after;
-        snprintf(err->message, sizeof(err->message), "%s", kerr.message);
-    }
-    if (rc < 0)
-        return rc;
-    *ret_k = k;
-    return 0;
 }
 
 void gfork_kernel(struct gw_req *r)
@@ -135,8 +56,8 @@ void gfork_kernel(struct gw_req *r)
         json_decref(body);
         return req_error(r, 400, "checkpoint must be a checkpoint id");
     }
-    struct gfork_error err;
-    int rc = gfork_start(r, parent, cp, &k, &err);
+    struct kops_error err;
+    int rc = kops_fork(g, &r->caller, parent, cp, &k, &err);
     json_decref(body);
     if (rc < 0)
         return req_error_retry(r, err.status, err.retry_after, "%s", err.message);

@@ -12,6 +12,7 @@
 #include "common/ident.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gateway/ckpt.h"
 #include "gateway/drain.h"
 #include "gateway/gsecret.h"
 
@@ -22,6 +23,9 @@ enum kops_arg {
     ARG_SANDBOX,     /* ": " and why the sandbox is unavailable, when known */
     ARG_MAX_KERNELS, /* " (N)" */
     ARG_ERRNO,       /* strerror of the code */
+    ARG_KERNEL,      /* the kernel's id, then the rest of the head */
+    ARG_KERNEL_STATE, /* the kernel's id, the head, its state, the tail */
+    ARG_CHECKPOINT,  /* the checkpoint's id */
 };
 
 struct kops_row {
@@ -32,9 +36,14 @@ struct kops_row {
     int retry_after;
     const char *head;
     enum kops_arg arg;
+    const char *tail; /* after the argument (ARG_KERNEL, ARG_KERNEL_STATE) */
 };
 
-/* One row per (operation, error); each operation ends with its catch-all row. */
+#define KOPS_STR_(x) #x
+#define KOPS_STR(x)  KOPS_STR_(x)
+
+/* One row per (operation, error); each operation ends with its catch-all row (a fork's other
+ * refusals are a start's). */
 static const struct kops_row rows[] = {
     {KOPS_START, -ENOENT, 404, RPC_ERR_KEY, 0, "No such kernel spec ", ARG_SPEC},
     {KOPS_START, -ESRCH, 404, RPC_ERR_KEY, 0, "No such workspace", ARG_NONE},
@@ -60,6 +69,23 @@ static const struct kops_row rows[] = {
      "cannot restart: another restart or shutdown is in progress", ARG_NONE},
     {KOPS_RESTART, 0, 500, RPC_ERR_RUNTIME, 0, "cannot restart: ", ARG_ERRNO},
     {KOPS_SHUTDOWN, 0, 500, RPC_ERR_RUNTIME, 0, "cannot shut down: ", ARG_ERRNO},
+    {KOPS_FORK, -ENOENT, 404, RPC_ERR_KEY, 0, "Checkpoint does not exist: ", ARG_CHECKPOINT},
+    {KOPS_FORK, -EBUSY, 409, RPC_ERR_RUNTIME, 0, "kernel ", ARG_KERNEL_STATE,
+     " is %s: only a running kernel can be forked"},
+    {KOPS_FORK, -ETOOMANYREFS, 409, RPC_ERR_RUNTIME, 0, "kernel ", ARG_KERNEL,
+     ": at most " KOPS_STR(KMGR_FORKS_MAX) " forks live at once in one kernel's sandbox"},
+    /* (other codes: kmgr_fork refuses as a start does) */
+    {KOPS_COMMAND_START, -ESRCH, 409, RPC_ERR_RUNTIME, 0, "kernel ", ARG_KERNEL,
+     " has no running process (starting, restarting or gone)"},
+    {KOPS_COMMAND_START, -EAGAIN, 429, RPC_ERR_RUNTIME, 1, "kernel ", ARG_KERNEL,
+     " runs as many commands as it may (--max-commands-per-kernel); retry when one has ended"},
+    {KOPS_COMMAND_START, -E2BIG, 413, RPC_ERR_VALUE, 0,
+     "the command and its environment are too large (64 KiB, 1024 strings)", ARG_NONE},
+    {KOPS_COMMAND_START, -EINVAL, 400, RPC_ERR_VALUE, 0, "invalid command", ARG_NONE},
+    {KOPS_COMMAND_START, 0, 500, RPC_ERR_RUNTIME, 0, "the command could not be started: ",
+     ARG_ERRNO},
+    {KOPS_COMMAND_SIGNAL, -ESRCH, 404, RPC_ERR_KEY, 0, "the command has ended", ARG_NONE},
+    {KOPS_COMMAND_SIGNAL, 0, 500, RPC_ERR_RUNTIME, 0, "cannot signal the command: ", ARG_ERRNO},
 };
 
 void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
@@ -69,7 +95,9 @@ void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(rows) && !row; i++)
         if (rows[i].op == op && (rows[i].code == code || rows[i].code == 0))
             row = &rows[i];
-    assert(row); /* every op has a catch-all row */
+    if (!row && op == KOPS_FORK) /* kmgr_fork's other refusals are a start's */
+        return kops_error_make(KOPS_START, code, ctx, ret);
+    assert(row); /* every other op has a catch-all row */
     char arg[RPC_ERROR_MAX] = "";
     const char *spec = ctx && ctx->spec_name ? ctx->spec_name : "";
     switch (row->arg) {
@@ -86,6 +114,22 @@ void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
     case ARG_ERRNO:
         snprintf(arg, sizeof(arg), "%s", strerror(-code));
         break;
+    case ARG_KERNEL:
+        snprintf(arg, sizeof(arg), "%s%s", ctx && ctx->kernel_id ? ctx->kernel_id : "",
+                 row->tail ? row->tail : "");
+        break;
+    case ARG_KERNEL_STATE:
+        snprintf(arg, sizeof(arg), "%s", ctx && ctx->kernel_id ? ctx->kernel_id : "");
+        if (row->tail) {
+            size_t n = strlen(arg);
+            const char *pct = strstr(row->tail, "%s");
+            snprintf(arg + n, sizeof(arg) - n, "%.*s%s%s", (int)(pct - row->tail), row->tail,
+                     ctx && ctx->kernel_state ? ctx->kernel_state : "", pct + 2);
+        }
+        break;
+    case ARG_CHECKPOINT:
+        snprintf(arg, sizeof(arg), "%.64s", ctx && ctx->checkpoint ? ctx->checkpoint : "");
+        break;
     case ARG_NONE:
         break;
     }
@@ -96,13 +140,22 @@ void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
     snprintf(ret->message, sizeof(ret->message), "%s%s", row->head, arg);
 }
 
-static int fail(gw_t *g, enum kops_op op, int code, const char *spec, struct kops_error *err)
+static int fail_on(gw_t *g, enum kops_op op, int code, kernel_t *k, const char *spec,
+                   const char *cp, struct kops_error *err)
 {
     struct kops_context ctx = {.spec_name = spec,
                                .sandbox_why = kmgr_sandbox_error(g->km),
-                               .max_kernels = g->cfg.km.max_kernels};
+                               .max_kernels = g->cfg.km.max_kernels,
+                               .kernel_id = k ? kernel_id(k) : NULL,
+                               .kernel_state = k ? kernel_execution_state(k) : NULL,
+                               .checkpoint = cp};
     kops_error_make(op, code, &ctx, err);
     return code;
+}
+
+static int fail(gw_t *g, enum kops_op op, int code, const char *spec, struct kops_error *err)
+{
+    return fail_on(g, op, code, NULL, spec, NULL, err);
 }
 
 /* A bad start request: 400 / ValueError. */
@@ -280,6 +333,72 @@ int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err)
     if (rc == -EALREADY) /* another shutdown is in progress: wait for it too */
         return 0;
     return rc < 0 ? fail(g, KOPS_SHUTDOWN, rc, NULL, err) : 0;
+}
+
+static void audit_fork(const struct gw_caller *who, const char *parent, const char *cp, int rc,
+                       kernel_t *k)
+{
+    if (!audit_enabled())
+        return;
+    audit_event("kernel_fork", "s:s, s:s, s:s, s:o, s:o, s:s", "tenant", who->tenant, "addr",
+                who->addr, "parent", parent, "checkpoint", cp ? json_string(cp) : json_null(),
+                "kernel", k ? json_string(kernel_id(k)) : json_null(), "result",
+                rc == 0            ? "ok"
+                : rc == -ESHUTDOWN ? "draining"
+                                   : strerror(-rc));
+}
+
+int kops_fork(gw_t *g, const struct gw_caller *who, kernel_t *parent, const char *cp,
+              kernel_t **ret_k, struct kops_error *err)
+{
+    kernel_t *k;
+    if (cp && !ckpt_exists(g, parent, cp))
+        return fail_on(g, KOPS_FORK, -ENOENT, parent, NULL, cp, err);
+    if (kernel_state(parent) != KERNEL_RUNNING)
+        return fail_on(g, KOPS_FORK, -EBUSY, parent, NULL, cp, err);
+    int rc = kmgr_fork(g->km, parent, cp, &k);
+    audit_fork(who, kernel_id(parent), cp, rc, rc == 0 ? k : NULL);
+    if (rc < 0)
+        return fail_on(g, KOPS_FORK, rc, parent, kernel_spec_name(parent), cp, err);
+    *ret_k = k;
+    return 0;
+}
+
+void kops_fork_failed(gw_t *g, kernel_t *k, struct kops_error *err)
+{
+    err->exc = RPC_ERR_RUNTIME;
+    err->retry_after = 0;
+    if (drain_active(g)) {
+        err->code = -ESHUTDOWN;
+        err->status = 503;
+        err->retry_after = DRAIN_RETRY_AFTER_S;
+        snprintf(err->message, sizeof(err->message), "%s", DRAIN_MESSAGE);
+    } else if (kernel_fork_no_checkpoint(k)) {
+        err->code = -ENOENT;
+        err->status = 404;
+        err->exc = RPC_ERR_KEY;
+        snprintf(err->message, sizeof(err->message), "Checkpoint does not exist: %s",
+                 kernel_last_cause(k));
+    } else {
+        err->code = -ECHILD;
+        err->status = 500;
+        snprintf(err->message, sizeof(err->message), "kernel %s failed to fork%s%s",
+                 kernel_forked_from(k), kernel_last_cause(k)[0] ? ": " : "",
+                 kernel_last_cause(k));
+    }
+}
+
+int kops_command_start(gw_t *g, kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb,
+                       kcmd_t **ret, struct kops_error *err)
+{
+    int rc = kcmd_start(k, o, cb, ret);
+    return rc < 0 ? fail_on(g, KOPS_COMMAND_START, rc, k, NULL, NULL, err) : 0;
+}
+
+int kops_command_signal(gw_t *g, kcmd_t *c, int sig, struct kops_error *err)
+{
+    int rc = kcmd_signal(c, sig);
+    return rc < 0 ? fail(g, KOPS_COMMAND_SIGNAL, rc, NULL, err) : 0;
 }
 
 static void on_event(void *user, kernel_t *k, enum kernel_event ev, const char *detail)

@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "gateway/gw.h"
+#include "kernelmgr/kcmd.h"
 #include "kernelmgr/kernel.h"
 #include "protocol/rpc.h"
 
@@ -15,6 +16,9 @@ enum kops_op {
     KOPS_INTERRUPT,
     KOPS_RESTART,
     KOPS_SHUTDOWN,
+    KOPS_FORK,          /* a new kernel from a running one or its checkpoint */
+    KOPS_COMMAND_START, /* a command in a kernel's sandbox (kcmd) */
+    KOPS_COMMAND_SIGNAL,
 };
 
 /* Why an operation failed, for every face. */
@@ -32,6 +36,9 @@ struct kops_context {
     const char *spec_name;   /* KOPS_START: the kernel spec asked for */
     const char *sandbox_why; /* kmgr_sandbox_error(), or NULL */
     long long max_kernels;   /* --max-kernels */
+    const char *kernel_id;   /* the kernel operated on, or NULL */
+    const char *kernel_state; /* its execution state, or NULL */
+    const char *checkpoint;  /* KOPS_FORK: the checkpoint asked for, or NULL */
 };
 
 /* Fills ret from the one error table (pure: no gateway state). code < 0. */
@@ -52,6 +59,21 @@ int kops_interrupt(gw_t *g, kernel_t *k, struct kops_error *err);
 int kops_restart(gw_t *g, kernel_t *k, struct kops_error *err);
 /* 0 also when a shutdown is already in progress. */
 int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err);
+/* Forks parent (running; the caller's, found by the caller) now, or from its checkpoint cp
+ * (NULL: now), audited as kernel_fork for who. 0 with the new kernel in *ret_k, starting: wait
+ * for it (kernel_wait) and, if that fails, take the reason from kops_fork_failed and shut it
+ * down. -ENOENT: no such checkpoint, -EBUSY: not running, -ETOOMANYREFS: at the fork limit, or
+ * kmgr_fork's refusals (as a start's); err says why. */
+int kops_fork(gw_t *g, const struct gw_caller *who, kernel_t *parent, const char *cp,
+              kernel_t **ret_k, struct kops_error *err);
+/* Why the fork k did not become ready (its wait failed). */
+void kops_fork_failed(gw_t *g, kernel_t *k, struct kops_error *err);
+/* kcmd_start (kernelmgr/kcmd.h) with its refusals in the table: -ESRCH no running process
+ * (409), -EAGAIN at --max-commands-per-kernel (429), -E2BIG (413), -EINVAL (400). */
+int kops_command_start(gw_t *g, kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb,
+                       kcmd_t **ret, struct kops_error *err);
+/* kcmd_signal: -ESRCH when it has ended (404). */
+int kops_command_signal(gw_t *g, kcmd_t *c, int sig, struct kops_error *err);
 /* Subscribes the audit log to kernel events (restarting, started, died, stopped). */
 int kops_listen(gw_t *g);
 

@@ -838,6 +838,7 @@ static void announce(bool generated)
 /* Undoes what main() set up, whichever step it reached. */
 static void teardown(evl_io_t *sig_io, int sfd)
 {
+    G.stopping = true; /* listeners: the kernels' ends below are the gateway's own */
     if (G.cfg.sb.init_fd >= 0)
         close(G.cfg.sb.init_fd);
     files_shutdown(&G);

@@ -24,7 +24,6 @@
 #include "common/util.h"
 #include "gateway/ckpt.h"
 #include "gateway/files.h"
-#include "gateway/gfork.h"
 #include "gateway/kops.h"
 #include "gateway/mcpnamed.h"
 #include "gateway/xcmd.h"
@@ -1142,11 +1141,10 @@ static void forked(struct gw_req *r, kernel_t *k, int status)
 {
     struct mcp_call *c = r->mc;
     if (status < 0) {
-        char msg[400];
-        int http;
-        gfork_failed(r, k, &http, msg, sizeof(msg));
+        struct kops_error err;
+        kops_fork_failed(r->g, k, &err);
         kernel_shutdown(k, NULL);
-        return tool_fail(c, "%s", msg);
+        return tool_fail(c, "%s", err.message);
     }
     const char *cp = json_string_value(json_object_get(c->args, "checkpoint"));
     c->structured = json_pack(
@@ -1155,7 +1153,7 @@ static void forked(struct gw_req *r, kernel_t *k, int status)
     tool_reply(c);
 }
 
-/* fork {"name", "checkpoint"?}: the session's kernel forked (gfork_start, as the REST route)
+/* fork {"name", "checkpoint"?}: the session's kernel forked (kops_fork, as the REST route)
  * into a new kernel that becomes the tenant's named kernel "name" (Kgw-Kernel-Name), for a
  * session with a name or without: the name must have no kernel. */
 static void run_fork(struct mcp_call *c, kernel_t *k)
@@ -1189,8 +1187,8 @@ static void run_fork(struct mcp_call *c, kernel_t *k)
     if (rc < 0)
         return tool_fail(c, "out of memory");
     kernel_t *fk;
-    struct gfork_error err;
-    rc = gfork_start(c->r, k, cp, &fk, &err);
+    struct kops_error err;
+    rc = kops_fork(g, &c->r->caller, k, cp, &fk, &err);
     if (rc == 0)
         mcpnamed_set_kernel(e, fk);
     mcpnamed_release(g->mcp->named, e);
@@ -1507,7 +1505,7 @@ static void notify(struct mcp_call *c, const struct jrpc_msg *msg)
                 if (o->sub.x)
                     xexec_cancel(o->sub.x);
                 if (o->cmd)
-                    xcmd_run_cancel(o->cmd);
+                    xcmd_run_cancel(c->r->g, o->cmd);
                 break;
             }
         }

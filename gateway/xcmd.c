@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/obudget.h"
 #include "common/util.h"
+#include "gateway/kops.h"
 #include "gateway/xapi.h"
 #include "kernelmgr/kcmd.h"
 #include "protocol/fpath.h"
@@ -170,34 +171,6 @@ static struct kcmd_opts spec_opts(const struct xcmd_spec *s)
                               .env = (const char *const *)s->env,
                               .timeout_s = s->timeout,
                               .stdin_open = s->stdin_data != NULL};
-}
-
-/* The client's message for kcmd_start's refusal. */
-static int start_error(int rc, kernel_t *k, char *err, size_t errsz)
-{
-    switch (rc) {
-    case -ESRCH:
-        snprintf(err, errsz, "kernel %s has no running process (starting, restarting or gone)",
-                 kernel_id(k));
-        return 409;
-    case -EAGAIN:
-        snprintf(err, errsz,
-                 "kernel %s runs as many commands as it may (--max-commands-per-kernel); "
-                 "retry when one has ended",
-                 kernel_id(k));
-        return 429;
-    case -E2BIG:
-        snprintf(err, errsz,
-                 "the command and its environment are too large (64 KiB, 1024 "
-                 "strings)");
-        return 413;
-    case -EINVAL:
-        snprintf(err, errsz, "invalid command");
-        return 400;
-    default:
-        snprintf(err, errsz, "the command could not be started: %s", strerror(-rc));
-        return 500;
-    }
 }
 
 /* ---- stdin: the body's bytes, written as the pipe takes them ---- */
@@ -421,13 +394,11 @@ void xcmd_post(struct gw_req *r)
     struct kcmd_cbs cb = stream_cbs_proto;
     cb.ud = st;
     struct kcmd_opts o = spec_opts(&s);
-    if ((rc = kcmd_start(k, &o, &cb, &st->cmd)) < 0) {
-        int status = start_error(rc, k, err, sizeof(err));
+    struct kops_error kerr;
+    if ((rc = kops_command_start(r->g, k, &o, &cb, &st->cmd, &kerr)) < 0) {
         xcmd_spec_fini(&s);
         stream_free(st);
-        if (status == 429)
-            return req_error_retry(r, 429, 1, "%s", err);
-        return req_error(r, status, "%s", err);
+        return req_error_retry(r, kerr.status, kerr.retry_after, "%s", kerr.message);
     }
     st->in = stdin_start(&r->g->loop.evl, &st->cmd, &s);
     xcmd_spec_fini(&s);
@@ -452,7 +423,9 @@ void xcmd_delete(struct gw_req *r)
     {
         if (!strcmp(st->id, r->route.arg[1]) && !strcmp(st->kernel_id, kernel_id(k)) &&
             !strcmp(st->tenant, r->caller.tenant)) {
-            bool running = !st->ended && st->cmd && kcmd_signal(st->cmd, SIGKILL) == 0;
+            struct kops_error kerr;
+            bool running = !st->ended && st->cmd &&
+                           kops_command_signal(r->g, st->cmd, SIGKILL, &kerr) == 0;
             return req_reply(r, 202,
                              json_pack("{s:s, s:s}", "command_id", st->id, "state",
                                        running ? "cancelling" : "ended"));
@@ -579,9 +552,9 @@ xcmd_run_t *xcmd_run_start(gw_t *g, kernel_t *k, const struct xcmd_spec *s, size
     run->ud = ud;
     struct kcmd_cbs cb = {.output = run_output, .end = run_end, .ud = run};
     struct kcmd_opts o = spec_opts(s);
-    int rc = kcmd_start(k, &o, &cb, &run->cmd);
-    if (rc < 0) {
-        start_error(rc, k, err, errsz);
+    struct kops_error kerr;
+    if (kops_command_start(g, k, &o, &cb, &run->cmd, &kerr) < 0) {
+        snprintf(err, errsz, "%s", kerr.message);
         xcmd_run_free(&run);
         return NULL;
     }
@@ -604,10 +577,11 @@ json_t *xcmd_run_end(const xcmd_run_t *run)
     return run->end ? json_deep_copy(run->end) : NULL;
 }
 
-void xcmd_run_cancel(xcmd_run_t *run)
+void xcmd_run_cancel(gw_t *g, xcmd_run_t *run)
 {
+    struct kops_error kerr;
     if (run->cmd)
-        kcmd_signal(run->cmd, SIGKILL);
+        kops_command_signal(g, run->cmd, SIGKILL, &kerr);
 }
 
 void xcmd_run_free(xcmd_run_t **p)

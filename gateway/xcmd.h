@@ -47,7 +47,7 @@ const buf_t *xcmd_run_text(const xcmd_run_t *run, int fd);
 /* {"status", "exit_code", "signal", "duration_ms", "message", "truncated"}: new reference. */
 json_t *xcmd_run_end(const xcmd_run_t *run);
 /* Cancels it (SIGKILL to its process group; done comes with status cancelled). */
-void xcmd_run_cancel(xcmd_run_t *run);
+void xcmd_run_cancel(gw_t *g, xcmd_run_t *run);
 /* A command still running is killed. */
 void xcmd_run_free(xcmd_run_t **run);
 
