@@ -368,7 +368,7 @@ void kops_fork_failed(gw_t *g, kernel_t *k, struct kops_error *err)
 {
     err->exc = RPC_ERR_RUNTIME;
     err->retry_after = 0;
-    if (drain_active(g)) {
+    if (g->drain.phase != GW_SERVING) { /* (drain.c's state; it calls the faces, not kops) */
         err->code = -ESHUTDOWN;
         err->status = 503;
         err->retry_after = DRAIN_RETRY_AFTER_S;
