@@ -696,7 +696,7 @@ static kernel_t *req_kernel(struct gw_req *r)
 static void rest_done(void *data, int status, int http, const char *message, json_t *rec)
 {
     struct gw_req *r = data;
-    r->ck = NULL;
+    r->face = NULL; /* the operation, ended */
     if (status < 0)
         return req_error(r, http, "%s", message);
     if (http == 201)
@@ -730,9 +730,11 @@ void ckpt_rest_list(struct gw_req *r)
     }
     bool with_files = !files || json_is_true(files);
     json_decref(body);
-    if (ckpt_take(r->g, k, &r->caller, with_files, rest_done, r, &r->ck, &http, msg, sizeof(msg)) <
-        0)
+    ckpt_op_t *op;
+    if (ckpt_take(r->g, k, &r->caller, with_files, rest_done, r, &op, &http, msg, sizeof(msg)) < 0)
         req_error(r, http, "%s", msg);
+    else
+        r->face = op;
 }
 
 void ckpt_rest_one(struct gw_req *r)
@@ -749,9 +751,12 @@ void ckpt_rest_one(struct gw_req *r)
                              kernel_id(k));
         return req_reply(r, 200, rec_model(k, rec));
     }
-    if (ckpt_drop(r->g, k, &r->caller, r->route.arg[1], rest_done, r, &r->ck, &http, msg,
+    ckpt_op_t *op;
+    if (ckpt_drop(r->g, k, &r->caller, r->route.arg[1], rest_done, r, &op, &http, msg,
                   sizeof(msg)) < 0)
         req_error(r, http, "%s", msg);
+    else
+        r->face = op;
 }
 
 void ckpt_rest_rollback(struct gw_req *r)
@@ -770,14 +775,19 @@ void ckpt_rest_rollback(struct gw_req *r)
         json_decref(body);
         return req_error(r, 400, "\"checkpoint\" must be a checkpoint id");
     }
-    int rc = ckpt_rollback(r->g, k, &r->caller, json_string_value(cp), NULL, rest_done, r, &r->ck,
+    ckpt_op_t *op;
+    int rc = ckpt_rollback(r->g, k, &r->caller, json_string_value(cp), NULL, rest_done, r, &op,
                            &http, msg, sizeof(msg));
     json_decref(body);
     if (rc < 0)
         req_error(r, http, "%s", msg);
+    else
+        r->face = op;
 }
 
 void ckpt_req_fini(struct gw_req *r)
 {
-    ckpt_op_cancel(&r->ck);
+    ckpt_op_t *op = r->face;
+    r->face = NULL;
+    ckpt_op_cancel(&op);
 }

@@ -922,7 +922,7 @@ static void sbx_execute(struct gw_req *r, struct e2bsbx *s)
     q->last_ms = util_now_ms();
     snprintf(q->sbx_id, sizeof(q->sbx_id), "%s", s->id);
     list_append(&g->e2b->runs, &q->link);
-    r->e2b = q;
+    r->face = q;
     xexec_subscribe(x, &q->sub, 0, &run_ops);
     xexec_enqueue(x, k);
     lws_callback_on_writable(r->wsi);
@@ -1127,7 +1127,7 @@ static void sbx_files_post(struct gw_req *r, wspace_t *w)
     }
     for (size_t i = 0; i < E2B_UPLOAD_FILES; i++)
         buf_init(&q->up->data[i], (size_t)r->g->cfg.max_body_bytes);
-    r->e2b = q;
+    r->face = q;
     char buf[FPATH_MAX * 3 + 1];
     const char *p = lws_get_urlarg_by_name(r->wsi, "path=", buf, sizeof(buf));
     if (p) {
@@ -1373,7 +1373,7 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
     struct kcmd_opts o = {.argv = st.argv, .cwd = cwd, .env = env};
     struct kcmd_cbs cb = {.output = proc_output, .end = proc_end, .ud = q};
     /* the request holds the stream before the command can say anything */
-    r->e2b = q;
+    r->face = q;
     list_append(&g->e2b->runs, &q->link);
     struct kops_error kerr;
     rc = kops_command_start(g, k, &o, &cb, &p->cmd, &kerr);
@@ -1382,7 +1382,7 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
         free(envbuf[i]);
     if (rc < 0) {
         list_remove(&q->link);
-        r->e2b = NULL;
+        r->face = NULL;
         buf_fini(&p->pend);
         free(p);
         free(q);
@@ -1589,7 +1589,7 @@ void e2b_sbx(struct gw_req *r)
 
 int e2b_write(struct gw_req *r)
 {
-    struct e2breq *q = r->e2b;
+    struct e2breq *q = r->face;
     if (q && q->killed)
         return -1;
     if (q && q->kind == E2BREQ_PROC)
@@ -1601,7 +1601,7 @@ int e2b_write(struct gw_req *r)
 
 void e2b_req_fini(struct gw_req *r)
 {
-    struct e2breq *q = r->e2b;
+    struct e2breq *q = r->face;
     if (!q)
         return;
     if (q->kind == E2BREQ_RUN) {
@@ -1624,5 +1624,5 @@ void e2b_req_fini(struct gw_req *r)
         put_free(q);
     }
     free(q);
-    r->e2b = NULL;
+    r->face = NULL;
 }

@@ -248,7 +248,9 @@ static void files_xfer_free(struct fxfer **px)
 
 void files_req_fini(struct gw_req *r)
 {
-    files_xfer_free(&r->xfer);
+    struct fxfer *x = r->face;
+    r->face = NULL;
+    files_xfer_free(&x);
 }
 
 void files_shutdown(gw_t *g)
@@ -432,7 +434,7 @@ static void start_download(struct gw_req *r, wspace_t *w, int root)
     }
     x->fd = fd;
     x->size = (long long)st.st_size;
-    r->xfer = x;
+    r->face = x;
     log_debug("files: workspace=%s: download %s (%lld bytes)", wspace_id(w), q, x->size);
     audit_file(r, "file_download", w, r->fpath, x->size, "ok");
     lws_callback_on_writable(r->wsi);
@@ -440,7 +442,7 @@ static void start_download(struct gw_req *r, wspace_t *w, int root)
 
 static int download_headers(struct gw_req *r)
 {
-    struct fxfer *x = r->xfer;
+    struct fxfer *x = r->face;
     unsigned char hdr[LWS_PRE + 2048], *start = hdr + LWS_PRE, *p = start,
                                        *end = hdr + sizeof(hdr) - 1;
     char disp[64 + 3 * FPATH_NAME_MAX];
@@ -467,7 +469,7 @@ static int download_headers(struct gw_req *r)
 int files_download_write(struct gw_req *r)
 {
     static unsigned char chunk[LWS_PRE + DL_CHUNK]; /* lws copies what the socket does not take */
-    struct fxfer *x = r->xfer;
+    struct fxfer *x = r->face;
     if (!x || x->kind != FX_DOWNLOAD) /* not downloading (its answer is stored) */
         return 0;
     if (!x->headers_sent && download_headers(r) < 0)
@@ -722,7 +724,7 @@ int files_upload_start(struct gw_req *r, long long content_length)
         req_error(r, 500, "out of memory");
         return 1;
     }
-    r->xfer = x;
+    r->face = x;
     x->r = r;
     buf_init(&x->held, HELD_MAX);
     x->multipart = multipart;
@@ -764,7 +766,7 @@ int files_upload_start(struct gw_req *r, long long content_length)
 
 int files_upload_body(struct gw_req *r, const void *in, size_t len)
 {
-    struct fxfer *x = r->xfer;
+    struct fxfer *x = r->face;
     if (x->err)
         return 0; /* read to the end, then answer */
     if (!x->multipart) {
@@ -815,7 +817,7 @@ static int link_into_place(struct fxfer *x, const char *path)
 
 void files_upload_done(struct gw_req *r)
 {
-    struct fxfer *x = r->xfer;
+    struct fxfer *x = r->face;
     char path[FPATH_MAX + 1], q[160];
     if (x->wc) { /* the last bytes wait for their charge: answered after it */
         x->done_pending = true;

@@ -346,7 +346,6 @@ static void req_free(struct gw_req *r)
         r->ops->fini(r);
     buf_fini(&r->body);
     free(r->resp);
-    free(r->pending);
     free(r);
 }
 

@@ -13,12 +13,6 @@
 #include "protocol/fpath.h"
 #include "protocol/hchunk.h"
 
-struct fxfer;   /* files.c: an upload or download in progress */
-struct xreader; /* xapi.c: an execution's events being read */
-struct mcp_call; /* mcp.c: an MCP message being answered */
-struct e2breq;   /* e2b.c: an E2B request being answered */
-struct xcmd_stream; /* xcmd.c: a command's events being sent */
-struct ckpt_op;  /* ckpt.c: a checkpoint operation */
 
 /* A header of a stored response beyond the ones http.c writes itself. */
 #define HTTP_MORE_HEADERS 2
@@ -41,7 +35,6 @@ struct gw_req {
     kwait_t *wait;
     void (*done)(struct gw_req *r, kernel_t *k, int status);
     char kernel_id[40]; /* kernel the pending response is about */
-    void *pending;      /* sessions.c: session being created */
     /* response, written on the next writeable callback */
     bool has_response;
     int status;
@@ -53,12 +46,11 @@ struct gw_req {
     char location[128];
     struct http_hdr more[HTTP_MORE_HEADERS]; /* req_add_header */
     char fpath[FPATH_MAX + 1]; /* the {path} of a file route, checked (fpath_normalize) */
-    struct fxfer *xfer;
-    struct xreader *xr; /* xapi.c: an execution's events being sent */
-    struct mcp_call *mc; /* mcp.c: the answer to a POST /mcp */
-    struct e2breq *e2b;  /* e2b.c: an /execute stream or a POST /files being written */
-    struct xcmd_stream *xc; /* xcmd.c: a command's events being sent */
-    struct ckpt_op *ck;  /* ckpt.c: the checkpoint operation it waits for */
+    /* what the route's face keeps while it answers (its route_ops.fini frees it): files.c an
+     * upload or download, xapi.c an execution's events, mcp.c a POST /mcp's answer, e2b.c a
+     * stream or upload, xcmd.c a command's events, ckpt.c a checkpoint operation, sessions.c
+     * the session being created */
+    void *face;
 };
 
 /* Stores a JSON response (steals body; NULL: empty) and asks lws for a writeable callback. */

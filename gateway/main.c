@@ -23,6 +23,7 @@
 #include "gateway/e2b.h"
 #include "gateway/gsecret.h"
 #include "gateway/drain.h"
+#include "gateway/faces.h"
 #include "gateway/files.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
@@ -850,10 +851,9 @@ static void teardown(evl_io_t *sig_io, int sfd)
     evl_timer_destroy(&G.loop.evl, &G.trim_timer);
     if (sig_io)
         G.loop.evl.io_del(&G.loop.evl, sig_io);
-    sessions_free_all(&G);
-    e2b_fini(&G); /* before the executions its streams read */
-    xexec_fini(&G);
-    mcp_fini(&G); /* before lws's timers go (its requests, closed below, let go of sessions) */
+    /* last first: E2B's streams and MCP's calls before the executions they read; MCP before
+     * lws's timers go (its requests, closed below, let go of sessions) */
+    faces_fini(&G);
     conns_destroy(&G.conns); /* lws's closes at its destroy need not be counted */
     lwsloop_fini(&G.loop); /* lws's context with it */
     G.ctx = NULL;

@@ -84,6 +84,7 @@ struct mcp_call {
     json_t *args;
     const struct mcp_tool *tool;
     struct xexec_sub sub; /* execute_code's execution, once subscribed */
+    ckpt_op_t *ck;        /* rollback's operation, while it runs */
     json_t *content;      /* the tool result's content (its first items) */
     /* execute_code's output: more content items, their JSON text joined by commas (written
      * as they come: the kernel's output is not parsed into a tree and dumped again), and the
@@ -1095,7 +1096,7 @@ static void run_write_file(struct mcp_call *c, kernel_t *k)
 
 static void restarted(struct gw_req *r, kernel_t *k, int status)
 {
-    struct mcp_call *c = r->mc;
+    struct mcp_call *c = r->face;
     if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
         return tool_fail(c, "the kernel did not come back after its restart");
     c->structured = json_pack("{s:s, s:s}", "kernel_id", kernel_id(k), "status", "restarted");
@@ -1114,8 +1115,8 @@ static void run_restart(struct mcp_call *c, kernel_t *k)
 static void rolled_back(void *data, int status, int http, const char *message, json_t *rec)
 {
     struct gw_req *r = data;
-    struct mcp_call *c = r->mc;
-    r->ck = NULL;
+    struct mcp_call *c = r->face;
+    c->ck = NULL;
     if (status < 0)
         return tool_fail(c, "%s", message);
     c->structured = json_pack("{s:O, s:O, s:O, s:O}", "id", json_object_get(rec, "id"),
@@ -1132,14 +1133,14 @@ static void run_rollback(struct mcp_call *c, kernel_t *k)
     const char *cp = json_string_value(json_object_get(c->args, "checkpoint"));
     if (!ident_str_ok(cp, IDENT_UUIDISH))
         return tool_fail(c, "'checkpoint' is not a checkpoint id");
-    if (ckpt_rollback(c->r->g, k, &c->r->caller, cp, NULL, rolled_back, c->r, &c->r->ck, &http,
+    if (ckpt_rollback(c->r->g, k, &c->r->caller, cp, NULL, rolled_back, c->r, &c->ck, &http,
                       msg, sizeof(msg)) < 0)
         tool_fail(c, "%s", msg);
 }
 
 static void forked(struct gw_req *r, kernel_t *k, int status)
 {
-    struct mcp_call *c = r->mc;
+    struct mcp_call *c = r->face;
     if (status < 0) {
         struct kops_error err;
         kops_fork_failed(r->g, k, &err);
@@ -1368,7 +1369,7 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
 
 static void kernel_ready(struct gw_req *r, kernel_t *k, int status)
 {
-    struct mcp_call *c = r->mc;
+    struct mcp_call *c = r->face;
     if (c->cancelled) /* while its kernel started */
         return reply_empty(c, 202);
     if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
@@ -1599,7 +1600,7 @@ void mcp_handle(struct gw_req *r)
     buf_init(&c->items, SIZE_MAX);
     buf_init(&c->text, SIZE_MAX);
     list_init(&c->slink);
-    r->mc = c;
+    r->face = c;
     if (!origin_ok(r))
         return reply_error(c, 403, MCP_ERR_TRANSPORT,
                            "Origin not allowed (DNS rebinding protection): start kgw with "
@@ -1769,7 +1770,7 @@ static int write_plain(struct gw_req *r, struct mcp_call *c)
 
 int mcp_write(struct gw_req *r)
 {
-    struct mcp_call *c = r->mc;
+    struct mcp_call *c = r->face;
     if (!c)
         return 0;
     if (!c->sse) {
@@ -1803,10 +1804,10 @@ int mcp_write(struct gw_req *r)
 
 void mcp_req_fini(struct gw_req *r)
 {
-    ckpt_op_cancel(&r->ck); /* a rollback goes on without its caller */
-    struct mcp_call *c = r->mc;
+    struct mcp_call *c = r->face;
     if (!c)
         return;
+    ckpt_op_cancel(&c->ck); /* a rollback goes on without its caller */
     if (c->sub.x && !c->done) /* the client went away: nobody hears the execution */
         xexec_cancel(c->sub.x);
     xexec_unsubscribe(&c->sub);
@@ -1824,7 +1825,7 @@ void mcp_req_fini(struct gw_req *r)
     buf_fini(&c->items);
     buf_fini(&c->text);
     free(c);
-    r->mc = NULL;
+    r->face = NULL;
 }
 
 int mcp_listen(gw_t *g)

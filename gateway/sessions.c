@@ -86,8 +86,8 @@ static int take_fields(struct gw_req *r, json_t *body, json_t *fields)
 static void on_kernel_ready(struct gw_req *r, kernel_t *k, int status)
 {
     gw_t *g = r->g;
-    gsess_t *s = r->pending;
-    r->pending = NULL;
+    gsess_t *s = r->face;
+    r->face = NULL;
     if (status < 0) {
         json_decref(s->fields);
         free(s);
@@ -114,11 +114,11 @@ static void bind_kernel(struct gw_req *r, gsess_t *s, json_t *kbody)
 {
     gw_t *g = r->g;
     json_t *kid = json_object_get(kbody, "id");
-    r->pending = s;
+    r->face = s;
     if (json_is_string(kid)) {
         kernel_t *k = gw_kernel(g, json_string_value(kid), r->caller.tenant);
         if (!k) {
-            r->pending = NULL;
+            r->face = NULL;
             json_decref(s->fields);
             free(s);
             return req_error(r, 404, "Kernel does not exist");
@@ -128,8 +128,8 @@ static void bind_kernel(struct gw_req *r, gsess_t *s, json_t *kbody)
         return;
     }
     json_t *start = json_pack("{s:O?}", "name", json_object_get(kbody, "name"));
-    if (rest_start_kernel(r, start, on_kernel_ready) < 0 && r->pending) {
-        r->pending = NULL;
+    if (rest_start_kernel(r, start, on_kernel_ready) < 0 && r->face) {
+        r->face = NULL;
         json_decref(s->fields);
         free(s);
     }
@@ -224,6 +224,16 @@ static void patch(struct gw_req *r, gsess_t *s, json_t *body)
     json_decref(s->fields);
     s->fields = fields;
     req_reply(r, 200, model(r->g, s));
+}
+
+void sessions_req_fini(struct gw_req *r)
+{
+    gsess_t *s = r->face;
+    r->face = NULL;
+    if (s) {
+        json_decref(s->fields);
+        free(s);
+    }
 }
 
 void sessions_handle(struct gw_req *r)

@@ -8,6 +8,8 @@
 void sessions_init(gw_t *g);
 /* /api/sessions and /api/sessions/{id} (rows of routes.c) */
 void sessions_handle(struct gw_req *r);
+/* Frees the session a request was creating when it ends unanswered. */
+void sessions_req_fini(struct gw_req *r);
 /* Subscribes sessions to kernel events (a session ends with its kernel). */
 int sessions_listen(gw_t *g);
 void sessions_free_all(gw_t *g);

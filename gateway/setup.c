@@ -1,5 +1,7 @@
 #include "gateway/setup.h"
 
+#include "gateway/faces.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -302,17 +304,5 @@ int setup_kernels(gw_t *g)
         log_error("cannot start the kernel manager: %s", strerror(err));
         return err > 0 ? -err : -ENOMEM;
     }
-    /* Each face subscribes itself to kernel events, in this order (the audit line of an event
-     * is written before clients hear of it). */
-    static int (*const faces[])(gw_t *) = {kops_listen, wschan_listen, channel_listen,
-                                           sessions_listen, xexec_listen, mcp_listen,
-                                           ckpt_listen, e2b_listen};
-    for (size_t i = 0; i < UTIL_ARRAY_SIZE(faces); i++) {
-        int rc = faces[i](g);
-        if (rc < 0) {
-            log_error("cannot subscribe to kernel events: %s", strerror(-rc));
-            return rc;
-        }
-    }
-    return 0;
+    return faces_init(g); /* each subscribes itself to kernel events (gateway/faces.c) */
 }

@@ -106,7 +106,7 @@ static void attach(struct gw_req *r, xexec_t *x, int status, uint64_t since)
     rd->status = status;
     rd->fmt = xapi_request_format(r->wsi);
     xexec_subscribe(x, &rd->sub, since, &reader_ops);
-    r->xr = rd;
+    r->face = rd;
     snprintf(r->location, sizeof(r->location), "/api/executions/%s", xexec_id(x));
     lws_callback_on_writable(r->wsi);
 }
@@ -114,9 +114,10 @@ static void attach(struct gw_req *r, xexec_t *x, int status, uint64_t since)
 /* The head; length < 0: chunked. */
 static int write_head(struct gw_req *r, const char *ctype, long long length)
 {
-    if (http_write_head(r, r->xr->status, ctype, "location:", r->location, length) < 0)
+    struct xreader *rd = r->face;
+    if (http_write_head(r, rd->status, ctype, "location:", r->location, length) < 0)
         return -1;
-    r->xr->headers_sent = true;
+    rd->headers_sent = true;
     return 0;
 }
 
@@ -201,7 +202,7 @@ static int doc_fill(struct xreader *rd, xexec_t *x, buf_t *b, size_t room)
  * reader that stops reading holds no copy of it): 1 once written whole. */
 static int write_document(struct gw_req *r, xexec_t *x)
 {
-    struct xreader *rd = r->xr;
+    struct xreader *rd = r->face;
     if (!rd->headers_sent) {
         rd->sub.cursor = xexec_first_seq(x);
         long long len = doc_begin(rd, x);
@@ -232,12 +233,14 @@ static int write_document(struct gw_req *r, xexec_t *x)
 
 void xapi_req_fini(struct gw_req *r)
 {
-    reader_free(&r->xr);
+    struct xreader *rd = r->face;
+    r->face = NULL;
+    reader_free(&rd);
 }
 
 int xapi_write(struct gw_req *r)
 {
-    struct xreader *rd = r->xr;
+    struct xreader *rd = r->face;
     if (!rd) /* not reading an execution (its answer is stored) */
         return 0;
     xexec_t *x = rd->sub.x;

@@ -353,10 +353,11 @@ static void stream_free(struct xcmd_stream *st)
 
 void xcmd_req_fini(struct gw_req *r)
 {
-    if (r->xc) {
-        r->xc->r = NULL;
-        stream_free(r->xc);
-        r->xc = NULL;
+    struct xcmd_stream *st = r->face;
+    if (st) {
+        st->r = NULL;
+        stream_free(st);
+        r->face = NULL;
     }
 }
 
@@ -404,7 +405,7 @@ void xcmd_post(struct gw_req *r)
     xcmd_spec_fini(&s);
     list_append(&streams, &st->link);
     st->r = r;
-    r->xc = st;
+    r->face = st;
     snprintf(r->location, sizeof(r->location), "/api/kernels/%s/commands/%s", st->kernel_id,
              st->id);
     queue_event(st, "start",
@@ -454,7 +455,7 @@ static int write_chunk(struct lws *wsi, const char *p, size_t len, bool last)
 
 int xcmd_write(struct gw_req *r)
 {
-    struct xcmd_stream *st = r->xc;
+    struct xcmd_stream *st = r->face;
     if (!st)
         return 0;
     if (!st->headers_sent) {
