@@ -420,6 +420,44 @@ static int sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *
     return 0;
 }
 
+/* The tenant's egress policy (HOST:PORT entries, comma-separated) narrowed to the hosts an
+ * E2B create allows out (network.allowOut): for each, the tenant's entries naming it; NULL
+ * with why when one has none (beyond the tenant's policy). */
+static json_t *egress_of(const char *policy, json_t *hosts, char *why, size_t whysz)
+{
+    json_t *out = json_array();
+    size_t i;
+    json_t *h;
+    json_array_foreach(hosts, i, h)
+    {
+        const char *host = json_string_value(h);
+        size_t hn = strlen(host), found = 0;
+        for (const char *p = policy ? policy : ""; *p;) {
+            size_t n = strcspn(p, ",");
+            const char *colon = n ? memrchr(p, ':', n) : NULL;
+            const char *eh = p[0] == '+' ? p + 1 : p;
+            size_t en = colon && colon > eh ? (size_t)(colon - eh) : 0;
+            if (en >= 2 && eh[0] == '[' && eh[en - 1] == ']') { /* an IPv6 literal */
+                eh++;
+                en -= 2;
+            }
+            if (en == hn && strncasecmp(eh, host, hn) == 0)
+                found++, json_array_append_new(out, json_stringn(p, n));
+            p += n + (p[n] == ',');
+        }
+        if (!found) {
+            char q[160];
+            snprintf(why, whysz,
+                     "\"network.allowOut\": %s is not in this tenant's egress policy (the "
+                     "operator's key file names the hosts a tenant's sandboxes may reach)",
+                     log_quote(q, sizeof(q), host, hn));
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static void on_created(struct gw_req *r, kernel_t *k, int status)
 {
     struct e2b *e = r->g->e2b;
@@ -472,6 +510,27 @@ static void api_create(struct gw_req *r)
         json_object_set_new(req, "name", json_string(t->kspec));
     if (c.env)
         json_object_set(req, "env", c.env);
+    const char *policy = keyfile_egress(r->g->keys, r->caller.tenant);
+    if (c.internet && !c.egress && r->g->cfg.sandbox && (!policy || !policy[0])) {
+        free(s);
+        json_decref(req);
+        e2bwire_create_fini(&c);
+        return api_error(r, 400,
+                         "internet access is not offered to this tenant: kgw sandboxes reach "
+                         "only the hosts of the tenant's egress policy, and it has none (pass "
+                         "allowInternetAccess: false, or ask the operator for a policy)");
+    }
+    if (c.egress) {
+        char why[200];
+        json_t *eg = egress_of(policy, c.egress, why, sizeof(why));
+        if (!eg) {
+            free(s);
+            json_decref(req);
+            e2bwire_create_fini(&c);
+            return api_error(r, 403, "%s", why);
+        }
+        json_object_set_new(req, "egress", eg);
+    }
     kernel_t *k;
     struct kops_error kerr;
     int rc = kops_start(r->g, &r->caller, req, &k, &kerr);

@@ -110,6 +110,77 @@ bool e2bwire_env_name_ok(const char *k)
     return true;
 }
 
+/* One allowOut entry (an IP address or a host name) as the host it names; -EINVAL for what
+ * kgw's allowlist cannot say (a CIDR range). */
+static int egress_entry(const char *e, size_t n, char *out, size_t outsz)
+{
+    if (n == 0 || n > 253 || !util_printable(e, n) || strchr(e, ':') || strchr(e, ' '))
+        return -EINVAL;
+    const char *slash = memchr(e, '/', n);
+    if (slash) { /* only a single address: /32 */
+        if (strcmp(slash, "/32") != 0)
+            return -EINVAL;
+        n = (size_t)(slash - e);
+    }
+    int w = snprintf(out, outsz, "%.*s", (int)n, e);
+    return w < 0 || (size_t)w >= outsz ? -EINVAL : 0;
+}
+
+/* The create's "network": allowOut into *allow (kgw entries), whether denyOut denies all
+ * traffic. */
+static int network(json_t *v, json_t **allow, bool *deny_all, char *err, size_t errsz)
+{
+    const char *k;
+    json_t *x;
+    if (json_is_null(v))
+        return 0;
+    if (!json_is_object(v))
+        return fail(err, errsz, "\"network\" must be an object");
+    json_object_foreach(v, k, x)
+    {
+        bool is_allow = strcmp(k, "allowOut") == 0;
+        if (is_allow || strcmp(k, "denyOut") == 0) {
+            size_t i;
+            json_t *e;
+            if (!json_is_array(x) || json_array_size(x) > 64)
+                return fail(err, errsz, "\"network.%s\" must be a list of at most 64 strings",
+                            k);
+            json_array_foreach(x, i, e)
+            {
+                const char *s = json_string_value(e);
+                if (!s)
+                    return fail(err, errsz, "\"network.%s\" must be a list of strings", k);
+                if (!is_allow) {
+                    if (strcmp(s, "0.0.0.0/0") != 0)
+                        return fail(err, errsz,
+                                    "\"network.denyOut\": only all traffic (0.0.0.0/0) is "
+                                    "offered: kgw's egress is an allowlist (name what is "
+                                    "allowed in allowOut)");
+                    *deny_all = true;
+                    continue;
+                }
+                char entry[300];
+                if (egress_entry(s, strlen(s), entry, sizeof(entry)) < 0)
+                    return fail(err, errsz,
+                                "\"network.allowOut\": %.64s: give a host name or one IP "
+                                "address (CIDR ranges are not offered)",
+                                s);
+                if (!*allow && !(*allow = json_array()))
+                    return fail(err, errsz, "out of memory");
+                json_array_append_new(*allow, json_string(entry));
+            }
+        } else if (strcmp(k, "allowPublicTraffic") == 0) {
+            if (!json_is_false(x) && !json_is_null(x))
+                return fail(err, errsz,
+                            "\"network.allowPublicTraffic\": true is not offered: every request "
+                            "to a kgw sandbox needs its access token");
+        } else {
+            return fail(err, errsz, "\"network.%.64s\" is not offered by kgw", k);
+        }
+    }
+    return 0;
+}
+
 int e2bwire_create_parse(
     const char *body, size_t len, struct e2bwire_create *out, char *err, size_t errsz)
 {
@@ -121,6 +192,8 @@ int e2bwire_create_parse(
     const char *k;
     json_t *v;
     int rc = 0;
+    json_t *allow = NULL;
+    bool deny_all = false, have_internet = false;
     json_object_foreach(doc, k, v)
     {
         if (strcmp(k, "templateID") == 0) {
@@ -156,14 +229,15 @@ int e2bwire_create_parse(
             if ((rc = string_map(v, k, &out->metadata, err, errsz)) < 0)
                 break;
         } else if (strcmp(k, "allow_internet_access") == 0) {
-            if (!offered(v, false)) {
-                rc = fail(err, errsz,
-                          "internet access is not offered: kgw sandboxes have no "
-                          "network unless "
-                          "the operator gives kernels an egress policy (pass "
-                          "allowInternetAccess: false)");
+            if (!json_is_null(v) && !json_is_boolean(v)) {
+                rc = fail(err, errsz, "\"allow_internet_access\" must be a boolean");
                 break;
             }
+            have_internet = json_is_boolean(v);
+            out->internet = json_is_true(v);
+        } else if (strcmp(k, "network") == 0) {
+            if ((rc = network(v, &allow, &deny_all, err, errsz)) < 0)
+                break;
         } else if (strcmp(k, "secure") == 0) {
             if (!json_is_null(v) && !json_is_true(v)) {
                 rc = fail(err, errsz,
@@ -179,7 +253,7 @@ int e2bwire_create_parse(
                 rc = fail(err, errsz, "\"%s\": pausing sandboxes is not offered", k);
                 break;
             }
-        } else if (strcmp(k, "network") == 0 || strcmp(k, "iam") == 0 || strcmp(k, "mcp") == 0 ||
+        } else if (strcmp(k, "iam") == 0 || strcmp(k, "mcp") == 0 ||
                    strcmp(k, "volumeMounts") == 0) {
             if (!offered(v, false)) {
                 rc = fail(err, errsz, "\"%s\" is not offered by kgw", k);
@@ -191,6 +265,16 @@ int e2bwire_create_parse(
         }
     }
     json_decref(doc);
+    /* E2B: all traffic is allowed unless denied (allow_internet_access false denies all);
+     * allowOut wins over denyOut. kgw: an allowlist, of what the tenant may have. */
+    if (rc == 0 && (deny_all || (have_internet && !out->internet)))
+        out->egress = allow ? json_incref(allow) : json_array();
+    else if (rc == 0 && allow && json_array_size(allow))
+        rc = fail(err, errsz,
+                  "\"network\": allowOut is an exception to denyOut; without denyOut all "
+                  "traffic (0.0.0.0/0) the sandbox has its tenant's egress policy: give both, "
+                  "or neither");
+    json_decref(allow);
     if (rc < 0)
         e2bwire_create_fini(out);
     return rc;
@@ -200,7 +284,8 @@ void e2bwire_create_fini(struct e2bwire_create *c)
 {
     json_decref(c->env);
     json_decref(c->metadata);
-    c->env = c->metadata = NULL;
+    json_decref(c->egress);
+    c->env = c->metadata = c->egress = NULL;
 }
 
 int e2bwire_timeout_parse(

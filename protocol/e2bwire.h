@@ -30,12 +30,21 @@ struct e2bwire_create {
     long long timeout;                          /* seconds; -1: none given */
     json_t *env;                                /* object of strings, or NULL */
     json_t *metadata;                           /* object of strings, or NULL */
+    /* network access: the hosts (names or IP addresses) of network.allowOut the sandbox may
+     * reach, [] for none, when the create's allow_internet_access or network deny all
+     * traffic; NULL for the tenant's own egress policy (none given, or allow_internet_access
+     * true: the caller checks that the tenant has one). The caller takes, for each host, the
+     * tenant's policy entries for it. */
+    json_t *egress;
+    bool internet; /* allow_internet_access: true */
 };
 
 /* Parses a create body (len bytes): a JSON object of the fields the SDKs send.
  * envVars' names follow e2bwire_env_name_ok.
- * What kgw does not offer is refused, not ignored: allow_internet_access true,
- * secure false, network or iam or mcp or volumeMounts with content, autoPause
+ * What kgw does not offer is refused, not ignored: secure false, network's
+ * egressProxy, rules, httpsPorts, maskRequestHost and allowPublicTraffic true, a denyOut
+ * other than all traffic (kgw's egress is an allowlist), CIDR ranges, iam or mcp or
+ * volumeMounts with content, autoPause
  * or autoResume on; any other field is refused too. 0 with out filled (release
  * with e2bwire_create_fini), or -EINVAL with a one-line message in err. */
 int e2bwire_create_parse(

@@ -443,3 +443,57 @@ def test_the_ceiling_bounds_every_tenant(net, tmp_path):
     p = subprocess.run([conftest.KGW_BIN, "--egress-ceiling=nonsense", "--port", "1"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--egress-ceiling" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_e2b_network_options(egw, net):
+    """E2B's network options on kgw's egress policy: denying all traffic but allowOut hosts
+    gives the sandbox the tenant's entries for those hosts only; allowInternetAccess false
+    gives none (not the tenant's policy); a host beyond the tenant's policy is refused with
+    the host named; what an allowlist cannot say (a denyOut list, CIDR ranges) is 400."""
+    gw = egw.tenant
+    hdr = {"X-API-KEY": gw.token}
+
+    def e2b_kernel(body, expect=201):
+        before = {k["id"] for k in gw.request("GET", "/api/kernels")[1]}
+        status, m, _ = gw.request("POST", "/e2b/api/v2/sandboxes", body, headers=hdr)
+        assert status == expect, (status, m)
+        if expect != 201:
+            return m, None
+        after = [k["id"] for k in gw.request("GET", "/api/kernels")[1] if k["id"] not in before]
+        assert len(after) == 1, after
+        return m, after[0]
+
+    urls = [f"'http://{A_HOST}:{net['a']}/x'", f"'http://{B_HOST}:{net['b']}/x'"]
+    m, kid = e2b_kernel({"templateID": "base", "network": {
+        "denyOut": ["0.0.0.0/0"], "allowOut": [A_HOST], "allowPublicTraffic": False}})
+    try:
+        a, b = kfetch(gw, kid, urls)
+        assert a.get("status") == 200 and "hello from A" in a["body"], a
+        assert b.get("status") != 200, b
+    finally:
+        gw.request("DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}", headers=hdr)
+    m, kid = e2b_kernel({"templateID": "base", "allow_internet_access": False})
+    try:
+        a, = kfetch(gw, kid, urls[:1])
+        assert a.get("status") != 200, a
+    finally:
+        gw.request("DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}", headers=hdr)
+    # allow_internet_access true: the tenant's whole policy
+    m, kid = e2b_kernel({"templateID": "base", "allow_internet_access": True})
+    try:
+        a, b = kfetch(gw, kid, urls)
+        assert a.get("status") == 200 and b.get("status") == 200, (a, b)
+    finally:
+        gw.request("DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}", headers=hdr)
+    body, _ = e2b_kernel({"network": {"denyOut": ["0.0.0.0/0"], "allowOut": ["pypi.org"]}},
+                         expect=403)
+    assert "pypi.org" in body["message"], body
+    for bad in ({"denyOut": ["1.2.3.4"]}, {"denyOut": ["0.0.0.0/0"], "allowOut": ["10.0.0.0/8"]},
+                {"allowPublicTraffic": True}):
+        body, _ = e2b_kernel({"network": bad}, expect=400)
+        assert "network" in body["message"], body
+    # the default tenant has no policy: internet access is refused with the reason
+    status, body, _ = egw.request("POST", "/e2b/api/v2/sandboxes",
+                                  {"allow_internet_access": True},
+                                  headers={"X-API-KEY": egw.token})
+    assert status == 400 and "egress policy" in body["message"], body

@@ -42,17 +42,52 @@ int main(void)
                      "\"allow_internet_access\":false}",
                      &c, err),
               0);
+    /* no internet: no egress at all (not the tenant's policy) */
+    CHECK(json_is_array(c.egress) && json_array_size(c.egress) == 0 && !c.internet);
     e2bwire_create_fini(&c);
+    /* internet: the tenant's policy (the gateway checks it has one) */
     CHECK_INT(
         create("{\"templateID\":\"base\",\"secure\":true,\"allow_internet_access\":true}", &c, err),
-        -EINVAL);
-    CHECK(strstr(err, "internet access is not offered") != NULL);
+        0);
+    CHECK(c.internet && !c.egress);
+    e2bwire_create_fini(&c);
+    CHECK_INT(create("{\"allow_internet_access\":\"yes\"}", &c, err), -EINVAL);
     CHECK_INT(create("{\"secure\":false}", &c, err), -EINVAL);
     CHECK_INT(create("{\"autoPause\":true}", &c, err), -EINVAL);
     CHECK_INT(create("{\"autoPause\":false,\"autoResume\":{\"enabled\":false}}", &c, err), 0);
     e2bwire_create_fini(&c);
+    /* network: deny all but allowOut, as an allowlist of any port */
+    CHECK_INT(create("{\"network\":{\"denyOut\":[\"0.0.0.0/0\"],\"allowOut\":[\"pypi.org\","
+                     "\"1.1.1.1\",\"8.8.8.8/32\",\"*.example.com\"],\"allowPublicTraffic\":false}}",
+                     &c, err),
+              0);
+    CHECK_INT((int)json_array_size(c.egress), 4);
+    CHECK_STR(json_string_value(json_array_get(c.egress, 0)), "pypi.org");
+    CHECK_STR(json_string_value(json_array_get(c.egress, 2)), "8.8.8.8");
+    CHECK_STR(json_string_value(json_array_get(c.egress, 3)), "*.example.com");
+    e2bwire_create_fini(&c);
+    CHECK_INT(create("{\"network\":{\"denyOut\":[\"0.0.0.0/0\"]}}", &c, err), 0);
+    CHECK(json_is_array(c.egress) && json_array_size(c.egress) == 0);
+    e2bwire_create_fini(&c);
+    CHECK_INT(create("{\"allow_internet_access\":false,\"network\":{\"allowOut\":[\"a.io\"]}}",
+                     &c, err),
+              0);
+    CHECK_INT((int)json_array_size(c.egress), 1);
+    e2bwire_create_fini(&c);
+    CHECK_INT(create("{\"network\":{\"allowPublicTraffic\":false}}", &c, err), 0);
+    CHECK(!c.egress);
+    e2bwire_create_fini(&c);
+    /* what an allowlist cannot say */
     CHECK_INT(create("{\"network\":{\"allowOut\":[\"x\"]}}", &c, err), -EINVAL);
     CHECK(strstr(err, "network") != NULL);
+    CHECK_INT(create("{\"network\":{\"denyOut\":[\"1.2.3.4\"]}}", &c, err), -EINVAL);
+    CHECK(strstr(err, "allowlist") != NULL);
+    CHECK_INT(create("{\"network\":{\"denyOut\":[\"0.0.0.0/0\"],\"allowOut\":[\"10.0.0.0/8\"]}}",
+                     &c, err),
+              -EINVAL);
+    CHECK(strstr(err, "CIDR") != NULL);
+    CHECK_INT(create("{\"network\":{\"allowPublicTraffic\":true}}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"network\":{\"egressProxy\":{\"address\":\"p:1\"}}}", &c, err), -EINVAL);
     CHECK_INT(create("{\"volumeMounts\":[{\"name\":\"v\",\"path\":\"/v\"}]}", &c, err), -EINVAL);
     CHECK_INT(create("{\"timout\":3}", &c, err), -EINVAL);
     CHECK(strstr(err, "unknown field") != NULL);
