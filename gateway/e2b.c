@@ -31,6 +31,7 @@
 
 #define E2B_ENVD_VERSION    "0.5.6" /* what the SDKs are told envd is (docs/e2b.md) */
 #define E2B_CONTEXTS_MAX    8       /* kernels (code contexts) of one sandbox */
+#define E2B_CWD_MAX         256     /* bytes of a context's working directory */
 #define E2B_TOKEN_BYTES     24      /* random bytes of an access token (hex: twice) */
 #define E2B_TICK_MS         1000
 #define E2B_KEEPALIVE_MS    5000 /* an /execute stream idle this long gets a keepalive line */
@@ -57,6 +58,7 @@ struct e2bsbx {
     char kspec[129];
     char ws_id[WSPACE_ID_MAX + 1];
     char kernels[E2B_CONTEXTS_MAX][UTIL_UUID_LEN + 1]; /* [0]: the default context */
+    char cwds[E2B_CONTEXTS_MAX][E2B_CWD_MAX + 1];      /* each context's ("": /home/user) */
     size_t nkernels;
     char envd_token[2 * E2B_TOKEN_BYTES + 1];
     char traffic_token[2 * E2B_TOKEN_BYTES + 1];
@@ -390,10 +392,20 @@ static int sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *
     json_t *lit = text ? json_string(text) : NULL;
     char *pylit = lit ? json_dumps(lit, JSON_ENCODE_ANY) : NULL; /* a JSON string literal is
                                                                   * a Python one too */
+    const char *cwd = "";
+    for (size_t i = 0; i < s->nkernels; i++)
+        if (strcmp(s->kernels[i], kernel_id(k)) == 0)
+            cwd = s->cwds[i];
+    json_t *cwdlit = json_string(cwd); /* printable ASCII: checked */
+    char *pycwd = cwdlit ? json_dumps(cwdlit, JSON_ENCODE_ANY) : NULL;
+    json_decref(cwdlit);
     free(text);
     json_decref(lit);
-    if (!pylit)
+    if (!pylit || !pycwd) {
+        free(pylit);
+        free(pycwd);
         return -ENOMEM;
+    }
     static const char fmt[] =
         "def __kgw_e2b_setup():\n"
         "    import json, os\n"
@@ -403,11 +415,20 @@ static int sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *
         "    if os.getcwd() == '" SBX_WORKSPACE_PATH "' and os.path.isdir('" E2BWIRE_HOME "'):\n"
         "        os.chdir('" E2BWIRE_HOME "')\n"
         "        os.environ['PWD'] = '" E2BWIRE_HOME "'\n"
+        "    cwd = %s\n"
+        "    if cwd:\n"
+        "        try:\n"
+        "            os.makedirs(cwd, exist_ok=True)\n"
+        "            os.chdir(cwd)\n"
+        "            os.environ['PWD'] = cwd\n"
+        "        except OSError as e:\n"
+        "            print('context cwd %%s: %%s' %% (cwd, e), file=__import__('sys').stderr)\n"
         "__kgw_e2b_setup()\n"
         "del __kgw_e2b_setup\n";
     char *code = NULL;
-    int n = asprintf(&code, fmt, pylit);
+    int n = asprintf(&code, fmt, pylit, pycwd);
     free(pylit);
+    free(pycwd);
     int retry;
     xexec_t *x = n >= 0 && xexec_admit(g, who->tenant, &retry) == 0 ? xexec_new(g, who, k) : NULL;
     if (!x) {
@@ -989,9 +1010,17 @@ static void sbx_execute(struct gw_req *r, struct e2bsbx *s)
 
 /* ---- the sandbox plane: /contexts ---- */
 
-static json_t *context_model(const char *id)
+static void ctx_remove(struct e2bsbx *s, size_t i)
 {
-    return json_pack("{s:s, s:s, s:s}", "id", id, "language", "python", "cwd", E2BWIRE_HOME);
+    memmove(s->kernels[i], s->kernels[i + 1], (s->nkernels - i - 1) * sizeof(s->kernels[0]));
+    memmove(s->cwds[i], s->cwds[i + 1], (s->nkernels - i - 1) * sizeof(s->cwds[0]));
+    s->nkernels--;
+}
+
+static json_t *context_model(const char *id, const char *cwd)
+{
+    return json_pack("{s:s, s:s, s:s}", "id", id, "language", "python", "cwd",
+                     cwd[0] ? cwd : E2BWIRE_HOME);
 }
 
 static void on_context(struct gw_req *r, kernel_t *k, int status)
@@ -1003,9 +1032,7 @@ static void on_context(struct gw_req *r, kernel_t *k, int status)
     if (status < 0) {
         for (size_t i = 1; i < s->nkernels; i++) {
             if (strcmp(s->kernels[i], r->kernel_id) == 0) {
-                memmove(s->kernels[i], s->kernels[i + 1],
-                        (s->nkernels - i - 1) * sizeof(s->kernels[0]));
-                s->nkernels--;
+                ctx_remove(s, i);
                 break;
             }
         }
@@ -1016,7 +1043,10 @@ static void on_context(struct gw_req *r, kernel_t *k, int status)
         return api_error(r, 503, "the sandbox's envVars could not be applied; retry later");
     if (restart)
         return req_reply(r, 204, NULL);
-    req_reply(r, 200, context_model(r->kernel_id));
+    size_t i = 0;
+    while (i < s->nkernels && strcmp(s->kernels[i], r->kernel_id) != 0)
+        i++;
+    req_reply(r, 200, context_model(r->kernel_id, i < s->nkernels ? s->cwds[i] : ""));
 }
 
 static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
@@ -1025,21 +1055,31 @@ static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
     if (!rest[0] && r->method == HTTP_M_GET) {
         json_t *a = json_array();
         for (size_t i = 0; i < s->nkernels; i++)
-            json_array_append_new(a, context_model(s->kernels[i]));
+            json_array_append_new(a, context_model(s->kernels[i], s->cwds[i]));
         return req_reply(r, 200, a);
     }
     if (!rest[0] && r->method == HTTP_M_POST) {
         json_t *body = req_json_body(r);
         if (!body)
             return;
-        json_t *lang = json_object_get(body, "language"), *cwd = json_object_get(body, "cwd");
-        bool ok = (!lang || json_is_null(lang) ||
-                   (json_is_string(lang) && strcmp(json_string_value(lang), "python") == 0)) &&
-                  (!cwd || json_is_null(cwd) ||
-                   (json_is_string(cwd) && strcmp(json_string_value(cwd), E2BWIRE_HOME) == 0));
+        json_t *lang = json_object_get(body, "language"), *jcwd = json_object_get(body, "cwd");
+        const char *cwd = json_string_value(jcwd);
+        bool lang_ok = !lang || json_is_null(lang) ||
+                       (json_is_string(lang) && strcmp(json_string_value(lang), "python") == 0);
+        /* a directory of the sandbox's own file system (made if missing): the kernel may go
+         * anywhere there anyway */
+        bool cwd_ok = !jcwd || json_is_null(jcwd) ||
+                      (cwd && cwd[0] == '/' && json_string_length(jcwd) <= E2B_CWD_MAX &&
+                       util_printable(cwd, json_string_length(jcwd)));
+        char cwdbuf[E2B_CWD_MAX + 1] = "";
+        if (cwd_ok && cwd && strcmp(cwd, E2BWIRE_HOME) != 0)
+            snprintf(cwdbuf, sizeof(cwdbuf), "%s", cwd);
         json_decref(body);
-        if (!ok)
-            return api_error(r, 400, "only python contexts in " E2BWIRE_HOME " are offered");
+        if (!lang_ok)
+            return api_error(r, 400, "only python contexts are offered (docs/e2b.md)");
+        if (!cwd_ok)
+            return api_error(r, 400, "\"cwd\" must be an absolute path of at most %d bytes",
+                             E2B_CWD_MAX);
         if (s->nkernels >= E2B_CONTEXTS_MAX)
             return api_error(r, 429, "a sandbox has at most %d contexts", E2B_CONTEXTS_MAX);
         json_t *req = json_pack("{s:s}", "workspace", s->ws_id);
@@ -1054,7 +1094,8 @@ static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
         if (rc < 0)
             return api_error(r, req ? kerr.status : 500, "%s",
                              req ? kerr.message : "out of memory");
-        snprintf(s->kernels[s->nkernels++], sizeof(s->kernels[0]), "%s", kernel_id(k));
+        snprintf(s->kernels[s->nkernels], sizeof(s->kernels[0]), "%s", kernel_id(k));
+        snprintf(s->cwds[s->nkernels++], sizeof(s->cwds[0]), "%s", cwdbuf);
         if (req_wait_kernel(r, k, on_context) < 0)
             on_context(r, k, 0);
         return;
@@ -1078,8 +1119,7 @@ static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
         if (i == 0)
             return api_error(r, 400, "the default context ends with the sandbox");
         kops_shutdown(g, k, &kerr);
-        memmove(s->kernels[i], s->kernels[i + 1], (s->nkernels - i - 1) * sizeof(s->kernels[0]));
-        s->nkernels--;
+        ctx_remove(s, i);
         return req_reply(r, 204, NULL);
     }
     if (strcmp(tail, "/restart") == 0 && r->method == HTTP_M_POST) {
@@ -1377,6 +1417,12 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
     rc = e2bwire_start_parse(r->body.data + off, n, &st, msg, sizeof(msg));
     if (rc < 0)
         return connect_stream_error(r, e2bwire_code_name(rc), msg);
+    if (st.cwd_abs && !g->cfg.sandbox) { /* no file system of its own: the host's */
+        e2bwire_start_fini(&st);
+        return connect_stream_error(r, "permission_denied",
+                                    "\"process.cwd\": only directories under " E2BWIRE_HOME
+                                    " (this gateway runs kernels unsandboxed)");
+    }
     kernel_t *k = context_kernel(r, s, NULL);
     wspace_t *w = kmgr_workspace(g->km, s->ws_id);
     if (!k || !w) {
@@ -1396,15 +1442,21 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
     }
     /* where E2B's SDKs expect it: the shell's pwd says /home/user/... (the same directory) */
     char pwd[sizeof(E2BWIRE_HOME) + FPATH_MAX + 8];
-    snprintf(pwd, sizeof(pwd), "PWD=" E2BWIRE_HOME "%s%s", st.cwd[0] ? "/" : "", st.cwd);
+    if (st.cwd_abs)
+        snprintf(pwd, sizeof(pwd), "PWD=%s", st.cwd);
+    else
+        snprintf(pwd, sizeof(pwd), "PWD=" E2BWIRE_HOME "%s%s", st.cwd[0] ? "/" : "", st.cwd);
     if (g->cfg.sandbox)
         env[ne++] = pwd;
     for (size_t i = 0; st.env[i]; i++)
         env[ne++] = st.env[i];
     env[ne] = NULL;
     char cwd[FPATH_MAX + 512]; /* sandboxed: under /home/user, as the kernel works there */
-    snprintf(cwd, sizeof(cwd), "%s%s%s", g->cfg.sandbox ? SBX_E2B_HOME : wspace_path(w),
-             st.cwd[0] ? "/" : "", st.cwd);
+    if (st.cwd_abs)
+        snprintf(cwd, sizeof(cwd), "%s", st.cwd);
+    else
+        snprintf(cwd, sizeof(cwd), "%s%s%s", g->cfg.sandbox ? SBX_E2B_HOME : wspace_path(w),
+                 st.cwd[0] ? "/" : "", st.cwd);
     struct e2breq *q = calloc(1, sizeof(*q));
     struct e2bproc *p = q ? calloc(1, sizeof(*p)) : NULL;
     if (!p) {

@@ -622,11 +622,15 @@ int e2bwire_start_parse(
         } else if (strcmp(k, "cwd") == 0) {
             if (json_is_null(v))
                 continue;
-            if (!json_is_string(v) || e2bwire_path(json_string_value(v), json_string_length(v),
-                                                   out->cwd, sizeof(out->cwd)) < 0) {
-                snprintf(err, errsz,
-                         "\"process.cwd\": only directories under " E2BWIRE_HOME " are offered");
-                rc = -EACCES;
+            const char *c = json_string_value(v);
+            size_t cn = json_string_length(v);
+            int pr = c ? e2bwire_path(c, cn, out->cwd, sizeof(out->cwd)) : -EINVAL;
+            if (pr == -EACCES && c[0] == '/' && cn <= FPATH_MAX && util_printable(c, cn)) {
+                memcpy(out->cwd, c, cn + 1); /* elsewhere in the sandbox's own file system */
+                out->cwd_abs = true;
+            } else if (pr < 0) {
+                snprintf(err, errsz, "\"process.cwd\": not a directory path");
+                rc = -EINVAL;
             }
         } else {
             rc = fail(err, errsz, "unknown field \"process.%.64s\"", k);

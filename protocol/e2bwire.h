@@ -141,6 +141,8 @@ struct e2bwire_start {
     const char *argv[E2BWIRE_ARGS_MAX + 2];
     const char *env[E2BWIRE_MAP_MAX + 1];
     char cwd[FPATH_MAX + 1];
+    bool cwd_abs; /* cwd is an absolute path outside /home/user, in the sandbox's own file
+                   * system (only a sandboxed kernel has one) */
 };
 int e2bwire_start_parse(
     const char *body, size_t len, struct e2bwire_start *out, char *err, size_t errsz);

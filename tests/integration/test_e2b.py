@@ -453,3 +453,33 @@ def test_env_var_names(gw2):
                                                      "envVars": {"OK": "1", name: "v"}})
         assert status == 400, (name, status, body)
         assert "envVars" in body["message"], body
+
+
+def test_context_cwd(gw2):
+    """A context's cwd (createCodeContext({cwd})): its kernel works there (made if missing) and
+    the listing says so; the default context works in /home/user."""
+    gw, keys = gw2
+    status, m, _ = create(gw, keys["alice"], {"templateID": "base"})
+    assert status == 201, m
+    h = {**sbx_headers(m), "Content-Type": "application/json"}
+    try:
+        def run(code, ctx=None):
+            body = {"code": code, **({"context_id": ctx} if ctx else {})}
+            status, raw, _ = request(gw, "POST", "/e2b/sbx/execute", body, h)
+            assert status == 200, raw
+            lines = [json.loads(x) for x in raw.decode().splitlines()]
+            return [x["text"] for x in lines if x.get("type") == "result"]
+        assert run("import os; os.getcwd()") == ["/home/user"]
+        for cwd in ("/home/user/sub/dir", "/tmp/elsewhere"):
+            status, c, _ = request(gw, "POST", "/e2b/sbx/contexts", {"cwd": cwd}, h)
+            assert status == 200 and c["cwd"] == cwd, c
+            assert run("import os; os.getcwd()", c["id"]) == [cwd]
+        status, listed, _ = request(gw, "GET", "/e2b/sbx/contexts", None, h)
+        assert sorted(c["cwd"] for c in listed) == \
+            ["/home/user", "/home/user/sub/dir", "/tmp/elsewhere"], listed
+        for bad in ("relative", "/" + "x" * 300):
+            status, body, _ = request(gw, "POST", "/e2b/sbx/contexts", {"cwd": bad}, h)
+            assert status == 400, (bad, body)
+    finally:
+        request(gw, "DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}",
+                headers={"X-API-KEY": keys["alice"]})

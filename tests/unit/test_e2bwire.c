@@ -164,8 +164,15 @@ int main(void)
     CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -ENOSYS);
     sr = "{\"process\":{\"cmd\":\"/bin/sh\"},\"stdin\":true}";
     CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -ENOSYS);
-    sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"cwd\":\"/etc\"}}";
-    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -EACCES);
+    /* elsewhere in the sandbox: an absolute path of its own file system */
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"cwd\":\"/tmp/test-git\"}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), 0);
+    CHECK(st.cwd_abs);
+    CHECK_STR(st.cwd, "/tmp/test-git");
+    e2bwire_start_fini(&st);
+    /* a relative one stays in the workspace */
+    sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"cwd\":\"../../../etc\"}}";
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -EINVAL);
     sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"envs\":{\"A=B\":\"x\"}}}";
     CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -EINVAL);
     sr = "{\"process\":{\"args\":[\"x\"]}}";
