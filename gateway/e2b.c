@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "common/audit.h"
 #include "common/list.h"
@@ -32,6 +34,8 @@
 #define E2B_ENVD_VERSION    "0.5.6" /* what the SDKs are told envd is (docs/e2b.md) */
 #define E2B_CONTEXTS_MAX    8       /* kernels (code contexts) of one sandbox */
 #define E2B_CWD_MAX         256     /* bytes of a context's working directory */
+#define E2B_SAMPLES         60      /* metrics kept per sandbox (the last 5 minutes) */
+#define E2B_SAMPLE_MS       5000    /* between two, as E2B samples */
 #define E2B_TOKEN_BYTES     24      /* random bytes of an access token (hex: twice) */
 #define E2B_TICK_MS         1000
 #define E2B_KEEPALIVE_MS    5000 /* an /execute stream idle this long gets a keepalive line */
@@ -47,6 +51,12 @@
 struct e2b_template {
     char id[E2BWIRE_TEMPLATE_MAX + 1];
     char kspec[129]; /* "" : --default-kernel */
+};
+
+/* What a sandbox's default kernel used at one time (GET /sandboxes/{id}/metrics). */
+struct e2bsample {
+    int64_t us; /* wall clock */
+    long long cpu_ns, mem_bytes, disk_used, disk_total;
 };
 
 /* One sandbox. */
@@ -67,6 +77,9 @@ struct e2bsbx {
     int64_t started_us;
     int64_t end_us; /* wall clock: expiry */
     bool ready;     /* its first kernel answered */
+    struct e2bsample samples[E2B_SAMPLES]; /* a ring, oldest at samples[first] */
+    size_t nsamples, first;
+    uint64_t sampled_ms; /* monotonic: the last sample */
 };
 
 struct e2b {
@@ -217,6 +230,32 @@ static void sbx_kill(struct e2b *e, struct e2bsbx *s, const char *why)
 
 static void proc_send(struct e2breq *q, const char *json, uint8_t flags);
 
+/* A sample of what the sandbox's default kernel uses now (its cgroup, its workspace). */
+static void sbx_sample(struct e2b *e, struct e2bsbx *s)
+{
+    kernel_t *k = gw_kernel(e->g, s->kernels[0], s->tenant);
+    if (!k)
+        return;
+    struct kernel_usage u;
+    kernel_usage(k, &u);
+    struct e2bsample *x = &s->samples[(s->first + s->nsamples) % E2B_SAMPLES];
+    if (s->nsamples == E2B_SAMPLES)
+        s->first = (s->first + 1) % E2B_SAMPLES;
+    else
+        s->nsamples++;
+    x->us = util_wall_us();
+    x->cpu_ns = u.cpu_ns;
+    x->mem_bytes = u.mem_bytes;
+    x->disk_used = x->disk_total = -1;
+    wspace_t *w = kmgr_workspace(e->g->km, s->ws_id);
+    struct statvfs sv;
+    if (w && statvfs(wspace_path(w), &sv) == 0) { /* its own tmpfs */
+        x->disk_total = (long long)sv.f_blocks * (long long)sv.f_frsize;
+        x->disk_used = x->disk_total - (long long)sv.f_bfree * (long long)sv.f_frsize;
+    }
+    s->sampled_ms = util_now_ms();
+}
+
 static void on_tick(void *data)
 {
     struct e2b *e = data;
@@ -228,6 +267,8 @@ static void on_tick(void *data)
         it = it->next;
         if (now >= s->end_us)
             sbx_kill(e, s, "timeout");
+        else if (s->ready && mono - s->sampled_ms >= E2B_SAMPLE_MS)
+            sbx_sample(e, s);
     }
     struct e2breq *q;
     list_for_each(q, &e->runs, link)
@@ -494,6 +535,7 @@ static void on_created(struct gw_req *r, kernel_t *k, int status)
         return api_error(r, 503, "the sandbox's envVars could not be applied; retry later");
     }
     s->ready = true;
+    sbx_sample(e, s);
     req_reply(r, 201, sbx_model(s));
 }
 
@@ -725,10 +767,58 @@ static const struct {
     const char *what;
 } not_offered[] = {
     {"pause", "pausing a sandbox"},       {"resume", "resuming a paused sandbox"},
-    {"refreshes", "refreshes"},           {"metrics", "sandbox metrics"},
+    {"refreshes", "refreshes"},
     {"logs", "sandbox logs"},             {"snapshots", "snapshots"},
     {"network", "network updates"},
 };
+
+/* GET /sandboxes/{id}/metrics[?start=&end=] (Unix seconds): the samples kept, oldest first,
+ * as E2B's SandboxMetric (CPU over the interval before each; its limits, or the host's). */
+static void api_metrics(struct gw_req *r, struct e2bsbx *s)
+{
+    struct e2b *e = r->g->e2b;
+    char v[32];
+    long long from = -1, to = -1;
+    const char *a = lws_get_urlarg_by_name(r->wsi, "start=", v, sizeof(v));
+    char *end;
+    if (a && ((from = strtoll(a, &end, 10)) < 0 || *end || end == a))
+        return api_error(r, 400, "\"start\" must be Unix seconds");
+    if ((a = lws_get_urlarg_by_name(r->wsi, "end=", v, sizeof(v))) &&
+        ((to = strtoll(a, &end, 10)) < 0 || *end || end == a))
+        return api_error(r, 400, "\"end\" must be Unix seconds");
+    kernel_t *k = gw_kernel(e->g, s->kernels[0], s->tenant);
+    struct kernel_usage u = {.mem_limit = 0, .cpu_millis = 0};
+    if (k)
+        kernel_usage(k, &u);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long long cpus = u.cpu_millis > 0 ? (u.cpu_millis + 999) / 1000 : ncpu > 0 ? ncpu : 1;
+    long long mem_total = u.mem_limit > 0 ? u.mem_limit
+                                          : (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE);
+    double cpu_share = u.cpu_millis > 0 ? (double)u.cpu_millis / 1000.0 : (double)cpus;
+    json_t *out = json_array();
+    for (size_t i = 0; i < s->nsamples; i++) {
+        const struct e2bsample *x = &s->samples[(s->first + i) % E2B_SAMPLES];
+        const struct e2bsample *p = i ? &s->samples[(s->first + i - 1) % E2B_SAMPLES] : NULL;
+        long long secs = x->us / 1000000;
+        if ((from >= 0 && secs < from) || (to >= 0 && secs > to))
+            continue;
+        double pct = 0;
+        if (p && x->cpu_ns >= 0 && p->cpu_ns >= 0 && x->us > p->us)
+            pct = 100.0 * (double)(x->cpu_ns - p->cpu_ns) / 1000.0 /
+                  ((double)(x->us - p->us) * cpu_share);
+        char ts[40];
+        iso(ts, sizeof(ts), x->us);
+        json_array_append_new(
+            out, json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I}", "timestamp", ts,
+                           "timestampUnix", (json_int_t)secs, "cpuCount", (json_int_t)cpus,
+                           "cpuUsedPct", pct < 0 ? 0.0 : pct, "memUsed",
+                           (json_int_t)(x->mem_bytes > 0 ? x->mem_bytes : 0), "memTotal",
+                           (json_int_t)mem_total, "memCache", (json_int_t)0, "diskUsed",
+                           (json_int_t)(x->disk_used > 0 ? x->disk_used : 0), "diskTotal",
+                           (json_int_t)(x->disk_total > 0 ? x->disk_total : 0)));
+    }
+    req_reply(r, 200, out);
+}
 
 /* A path under /e2b/api no route of kgw's matched: one naming a sandbox that is not there (or
  * whose id is not one kgw gives) is 404, as E2B answers it; the rest is 501 and says what is
@@ -750,6 +840,9 @@ static void api_other(struct gw_req *r)
             char q[160];
             return api_error(r, 404, "sandbox %s not found", log_quote(q, sizeof(q), id, idn));
         }
+        struct e2bsbx *s = sbx_of(e, sid, r->caller.tenant);
+        if (strcmp(action, "metrics") == 0 && r->method == HTTP_M_GET && s)
+            return api_metrics(r, s);
         for (size_t i = 0; i < UTIL_ARRAY_SIZE(not_offered); i++)
             if (strcmp(action, not_offered[i].action) == 0)
                 return api_error(r, 501, "%s is not offered by kgw (docs/e2b.md)",

@@ -42,6 +42,17 @@ const char *kernel_id(const kernel_t *k)
     return k->id;
 }
 
+void kernel_usage(kernel_t *k, struct kernel_usage *ret)
+{
+    struct sbx_cgroup_usage u = {.mem_bytes = -1, .cpu_ns = -1};
+    if (k->cgroup)
+        sbx_cgroup_usage(k->cgroup, &u);
+    ret->mem_bytes = u.mem_bytes;
+    ret->cpu_ns = u.cpu_ns;
+    ret->mem_limit = k->lim.mem_bytes;
+    ret->cpu_millis = k->lim.cpu_millis;
+}
+
 const char *kernel_last_cause(const kernel_t *k)
 {
     return k->last_cause;

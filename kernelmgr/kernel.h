@@ -62,6 +62,12 @@ const char *kernel_spec_name(const kernel_t *k);
 /* Why its process last ended unasked (or could not start), in one line for a client, with a
  * short excerpt of its stderr where that explains it; "" when it never did. */
 const char *kernel_last_cause(const kernel_t *k);
+/* What its cgroup uses now (-1: not accounted, as unsandboxed) and its limits (0: none). */
+struct kernel_usage {
+    long long mem_bytes, cpu_ns;
+    long long mem_limit, cpu_millis;
+};
+void kernel_usage(kernel_t *k, struct kernel_usage *ret);
 /* Its process (sandboxed: the proxy, whose namespaces and cgroup are the kernel's, but pid);
  * 0 when none. */
 pid_t kernel_pid(const kernel_t *k);

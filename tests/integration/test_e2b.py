@@ -483,3 +483,43 @@ def test_context_cwd(gw2):
     finally:
         request(gw, "DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}",
                 headers={"X-API-KEY": keys["alice"]})
+
+
+def test_sandbox_metrics(gw2):
+    """GET /sandboxes/{id}/metrics: samples of the default kernel's cgroup and workspace every
+    5 s (and at the create), E2B's SandboxMetric shape, filtered by start and end."""
+    gw, keys = gw2
+    key = {"X-API-KEY": keys["alice"]}
+    status, m, _ = create(gw, keys["alice"], {"templateID": "base"})
+    assert status == 201, m
+    sid = m["sandboxID"]
+    try:
+        h = {**sbx_headers(m), "Content-Type": "application/json"}
+        request(gw, "POST", "/e2b/sbx/execute",
+                {"code": "import time\nt = time.time()\nwhile time.time() - t < 2: pass\n"
+                         "open('blob', 'wb').write(b'x' * (1 << 20))"}, h)
+        deadline = time.monotonic() + 30
+        while True:
+            status, ms, _ = request(gw, "GET", f"/e2b/api/sandboxes/{sid}/metrics", headers=key)
+            assert status == 200, ms
+            if len(ms) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert len(ms) >= 2, ms
+        last = ms[-1]
+        assert set(last) >= {"timestamp", "cpuCount", "cpuUsedPct", "memUsed", "memTotal",
+                             "diskUsed", "diskTotal"}, last
+        assert last["cpuCount"] >= 1 and last["memTotal"] > 0 and last["diskTotal"] > 0
+        assert last["memUsed"] > 0 and last["diskUsed"] >= 1 << 20, last
+        assert all(0 <= x["cpuUsedPct"] <= 100 * last["cpuCount"] + 5 for x in ms), ms
+        status, none, _ = request(gw, "GET", f"/e2b/api/sandboxes/{sid}/metrics?start=4000000000",
+                                  headers=key)
+        assert status == 200 and none == []
+        status, body, _ = request(gw, "GET", f"/e2b/api/sandboxes/{sid}/metrics?start=x",
+                                  headers=key)
+        assert status == 400, body
+        status, _, _ = request(gw, "GET", f"/e2b/api/sandboxes/{sid}/metrics",
+                               headers={"X-API-KEY": keys["bob"]})
+        assert status == 404
+    finally:
+        request(gw, "DELETE", f"/e2b/api/sandboxes/{sid}", headers=key)
