@@ -211,6 +211,14 @@ static int failure(const gw_t *g,
         snprintf(msg, msgsz, "cannot %s: %.64s: %.200s", what, ename ? ename : "error",
                  evalue ? evalue : "");
         return 409;
+    case -ENOTSUP: /* its ipykernel lacks what checkpoints rely on: not offered there */
+        snprintf(msg, msgsz, "cannot %s: %.340s", what,
+                 evalue ? evalue : "this kernel does not support checkpoints");
+        return 501;
+    case -EMLINK: /* at kgw_ckpt.MAX_GENERATIONS: a restart of the kernel starts again */
+        snprintf(msg, msgsz, "cannot %s: %.340s", what,
+                 evalue ? evalue : "the kernel is at its generation limit; restart it");
+        return 409;
     case -ETIMEDOUT:
         snprintf(msg, msgsz,
                  "cannot %s: the kernel did not answer within %d s (a cell may still be running)",

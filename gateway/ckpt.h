@@ -25,7 +25,10 @@ void ckpt_req_fini(struct gw_req *r);
 
 /* An operation's end. status 0: ok (rec: the checkpoint's record, {"id", "kernel_id",
  * "created", "execution_count", "files", "files_bytes", "pss_bytes"}, borrowed). Otherwise
- * -errno, with the HTTP status the REST face answers (http) and a one-line message. */
+ * -errno, with the HTTP status the REST face answers (http) and a one-line message: among them
+ * -ENOTSUP (501: the kernel's ipykernel lacks an internal its checkpoints rely on, "unsupported
+ * ipykernel X.Y: ...") and -EMLINK (409: a rollback or revival past the generation limit, the
+ * message advising a restart), as kernelmgr/kckpt.h tells them apart. */
 typedef struct ckpt_op ckpt_op_t;
 typedef void (*ckpt_done_cb)(void *data, int status, int http, const char *message, json_t *rec);
 /* Takes a checkpoint of k (files: with its workspace), as POST .../checkpoints does (audited

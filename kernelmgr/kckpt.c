@@ -329,6 +329,24 @@ static void probe_step(struct kckpt *c, struct kckpt_req *q)
     }
 }
 
+/* The status of an error answer of the kernel side (content: a reply with "ename"), for
+ * the refusals that kgw_ckpt.py names and the gateway tells apart (kckpt.h). */
+static int remote_status(json_t *content)
+{
+    static const struct {
+        const char *ename;
+        int status;
+    } named[] = {
+        {"UnsupportedError", -ENOTSUP},    /* an internal of ipykernel it relies on is missing */
+        {"GenerationLimitError", -EMLINK}, /* past kgw_ckpt.MAX_GENERATIONS */
+    };
+    const char *en = json_string_value(json_object_get(content, "ename"));
+    for (size_t i = 0; en && i < sizeof(named) / sizeof(named[0]); i++)
+        if (!strcmp(en, named[i].ename))
+            return named[i].status;
+    return -EREMOTEIO;
+}
+
 /* The kernel's answer to q (parsed content): ok, or how it failed. */
 static void answered(struct kckpt *c, struct kckpt_req *q, json_t *content)
 {
@@ -346,7 +364,7 @@ static void answered(struct kckpt *c, struct kckpt_req *q, json_t *content)
         log_info("kernel=%s: %s failed: %.64s: %.200s", c->k->id, req_type[q->op],
                  json_string_value(json_object_get(content, "ename")) ?: "?",
                  json_string_value(json_object_get(content, "evalue")) ?: "");
-    finish(q, ok ? 0 : -EREMOTEIO, content);
+    finish(q, ok ? 0 : remote_status(content), content);
 }
 
 /* The "session" of a message's header: the kernel process's Jupyter Session (ipykernel makes
@@ -390,7 +408,7 @@ static void on_msg(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
             log_warn("kernel=%s: cannot install the checkpoint handlers: %.64s: %.200s", c->k->id,
                      json_string_value(json_object_get(content, "ename")) ?: "?",
                      json_string_value(json_object_get(content, "evalue")) ?: "");
-            finish(q, json_is_object(content) ? -EREMOTEIO : -EPROTO, content);
+            finish(q, json_is_object(content) ? remote_status(content) : -EPROTO, content);
         }
     } else if ((q->ph == PH_SENT || q->ph == PH_PROBE) && !strcmp(ph.msg_id, q->msg_id) &&
                !strcmp(h.msg_type, reply_type[q->op])) {
@@ -643,15 +661,34 @@ static long live_read(const kernel_t *k)
 {
     char path[PATH_MAX], buf[32];
     struct stat sb;
+    size_t n = 0;
     snprintf(path, sizeof(path), "%s/%s", k->ipc_dir ? k->ipc_dir : k->dir, KCKPT_LIVE_FILE);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, buf, sizeof(buf) - 1) : -1;
-    close(fd);
-    if (n <= 0)
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
         return -EINVAL;
-    return kckpt_live_parse(buf, (size_t)n);
+    }
+    /* to its end (the kernel replaces it whole): one read() need not return all of it; more
+     * than the buffer holds is not a pid */
+    while (n < sizeof(buf)) {
+        ssize_t got = read(fd, buf + n, sizeof(buf) - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int r = -errno;
+            close(fd);
+            return r;
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
+    }
+    close(fd);
+    if (n == 0 || n == sizeof(buf))
+        return -EINVAL;
+    return kckpt_live_parse(buf, n);
 }
 
 long kckpt_live_parse(const char *buf, size_t n)

@@ -33,7 +33,12 @@ enum kckpt_op {
  * "ename" and "evalue"; "ForkError" when it could not fork, at its pids or memory limit);
  * -ETIMEDOUT: no answer in time (a checkpoint taken after that is dropped when its reply
  * comes; a rollback's kernel is left as it is); -ECHILD: the kernel process ended first (or
- * the kernel is being freed); -EPROTO: an answer that is not a JSON object. */
+ * the kernel is being freed); -EPROTO: an answer that is not a JSON object. Two refusals of the
+ * kernel side are told apart from -EREMOTEIO (reply as for it, "evalue" saying why):
+ * -ENOTSUP ("UnsupportedError": an internal of ipykernel, IPython, pyzmq, asyncio or logging
+ * that kgw_ckpt.py relies on is missing, "unsupported ipykernel X.Y: ..."; its install
+ * execution, or the request, was refused) and -EMLINK ("GenerationLimitError": a rollback,
+ * revival or fork past kgw_ckpt.MAX_GENERATIONS). */
 typedef void (*kckpt_cb)(void *data, kernel_t *k, int status, json_t *reply);
 
 /* Queues a request (content: its content, borrowed) that must end within timeout_ms; cb runs

@@ -133,7 +133,7 @@ static void on_reply(void *data, kernel_t *parent, int status, json_t *c)
                     " (it waits behind a running cell)");
     if (status == -ECHILD)
         return fail(f, "%s%s", "the kernel it was forked from ended before the fork", "");
-    if (status == -EREMOTEIO) {
+    if (status == -EREMOTEIO || status == -ENOTSUP || status == -EMLINK) { /* (kckpt.h) */
         const char *en = json_string_value(json_object_get(c, "ename"));
         const char *ev = json_string_value(json_object_get(c, "evalue"));
         char ename[64], evalue[256];

@@ -12,11 +12,14 @@ socket in the kernel's runtime directory. A rollback asks it to fork again: that
 drops what is left of the old kernel (its threads did not survive the fork), builds a new
 IPKernelApp around the same InteractiveShell, and binds the kernel's ipc endpoints again (the
 gateway's sockets reconnect). The old kernel process then goes: the first one (the process the
-gateway started, whose end ends the kernel) replaces itself with a small keeper that lives as
-long as the current kernel process does; a later one exits.
+gateway started, whose end ends the kernel) replaces itself with a small keeper
+(kgw_keeper.py) that lives as long as the current kernel process does; a later one exits.
+
+Where ipykernel lacks an internal this relies on (_lacking), requests are refused with
+UnsupportedError; past MAX_GENERATIONS, revivals with GenerationLimitError. Messages between
+the kernel's processes are kgw_frame frames.
 """
 import gc
-import json
 import os
 import re
 import signal
@@ -24,9 +27,21 @@ import socket
 import sys
 import time
 
+import kgw_frame
+
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MAX_FILES = 10000  # files kept per checkpoint
-MAX_CMD = 4096  # bytes of a command on a checkpoint's socket
+# Generations: the process the gateway started is generation 0; a process revived from a
+# checkpoint (a rollback, a revival after a death, a fork) is one past the process that
+# checkpoint was taken of, and runs on top of its stack (never unwound: see _keep_headroom).
+# No process is made past MAX_GENERATIONS: the rollback, revival or fork is refused
+# (GenerationLimitError; the gateway answers 409), and a restart of the kernel starts again at
+# 0 (docs/checkpoints.md, "Stack depth across generations").
+MAX_GENERATIONS = 128
+_generation = 0  # this process's
+# The program the first process becomes at its first rollback (docs/checkpoints.md): next to
+# this file, in the gateway's python directory (/opt/kgw/python in the sandbox)
+KEEPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kgw_keeper.py")
 _main_pid = None  # the process the gateway started (set by its first install())
 _kids = {}  # checkpoint id -> pid, for those this process forked (reaped when dropped)
 # Every earlier generation's application, kernel and loop (the process the gateway started,
@@ -47,70 +62,6 @@ _before = None  # the descriptors open when this generation began (None: the fir
 # user's at the next fork
 _user = {}
 _cell = None  # the descriptors open when the running cell began
-_KEEPER = r"""
-import json, os, select, socket, sys, time
-path = sys.argv[1]
-rundir = os.path.dirname(path)
-try:  # the kernel's orphans (checkpoints whose live kernel ended) come here, not beyond
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-except Exception:
-    pass
-def live():
-    try:
-        with open(path) as f:
-            return int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return 0
-def revive():
-    # the live kernel died (no rollback replaced it): a new one from the newest checkpoint
-    # that answers (the gateway sees the death, and waits for this one's answers)
-    socks = []
-    for name in os.listdir(rundir):
-        if name.startswith(".c"):  # .ckpt-<id>, or .c<hash> (_sock_path)
-            try:
-                socks.append((os.lstat(os.path.join(rundir, name)).st_mtime_ns, name))
-            except OSError:
-                pass
-    for _, name in sorted(socks, reverse=True):
-        try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(10)
-            s.connect(os.path.join(rundir, name))
-            s.sendall(b'{"op": "spawn", "files": true}')
-            ans = json.loads(s.recv(4096) or b"{}")
-            s.close()
-        except (OSError, ValueError):
-            continue
-        if ans.get("ok") and isinstance(ans.get("pid"), int):
-            with open(path + ".tmp", "w") as f:
-                f.write(str(ans["pid"]))
-            os.replace(path + ".tmp", path)
-            return True
-    return False
-revived = []  # when it revived the kernel: a kernel that dies at once is not revived forever
-while True:
-    pid = live()
-    if pid <= 0:  # the live kernel ended as asked (a shutdown): so does the kernel
-        sys.exit(0)
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        fd = -1
-    # its end (a rollback's process writes the new pid before it goes): no polling, but a
-    # look now and then at a replacement whose predecessor is slow to go
-    while fd >= 0 and select.select([fd], [], [], 30.0)[0] == []:
-        if live() != pid:
-            break
-    if fd >= 0:
-        os.close(fd)
-    if live() != pid:
-        continue
-    now = time.monotonic()
-    revived = [t for t in revived if now - t < 30] + [now]
-    if len(revived) > 3 or not revive():
-        sys.exit(0)
-"""
 
 
 def _app():
@@ -135,9 +86,116 @@ def _sock_path(cid):
     return os.path.join(d, ".c" + hashlib.sha256(cid.encode()).hexdigest()[:6])
 
 
+class UnsupportedError(RuntimeError):
+    """Checkpoints rely on internals of ipykernel, IPython, pyzmq, asyncio and logging (below);
+    where one is missing they are refused, never half made (the gateway answers 501)."""
+
+
+class GenerationLimitError(RuntimeError):
+    """A rollback, revival or fork past MAX_GENERATIONS (the gateway answers 409): its name is
+    the "ename" of the refusal (_at_limit), which crosses a socket or two as an answer."""
+
+
+def _versions():
+    """"ipykernel X.Y (IPython ..., pyzmq ..., Python ...)", for the refusal."""
+    def version(name):
+        mod = sys.modules.get(name)
+        return str(getattr(mod, "__version__", "?")) if mod is not None else "?"
+    ipk = ".".join(version("ipykernel").split(".")[:2])
+    return "ipykernel %s (IPython %s, pyzmq %s, Python %s)" % (
+        ipk, version("IPython"), version("zmq"), sys.version.split()[0])
+
+
+def _lacking():
+    """The internals this process lacks, of those checkpoints rely on (each named as the code
+    reaches it): [] when every one is there. Checked by install(), before the first
+    checkpoint of a process, and again by each request that forks or revives, so that a
+    kernel whose ipykernel moved on refuses with a reason instead of failing half-way (a
+    revived process that never answers, descriptors closed under the new generation, a
+    history database written through a dead connection)."""
+    out = []
+
+    def need(ok, what):
+        if not ok:
+            out.append(what)
+
+    try:
+        import asyncio
+        import logging
+
+        import zmq
+        from IPython.core import history
+        from ipykernel.iostream import OutStream
+        from ipykernel.kernelapp import IPKernelApp
+    except ImportError as e:
+        return ["a module: %s" % e]
+    need(hasattr(os, "pidfd_open"), "os.pidfd_open")
+    for name in ("instance", "initialized", "clear_instance"):
+        need(callable(getattr(IPKernelApp, name, None)), "IPKernelApp.%s" % name)
+    app = IPKernelApp.instance() if IPKernelApp.initialized() else None
+    need(app is not None, "a running IPKernelApp")
+    if app is None:
+        return out
+    for name in ("abs_connection_file", "iopub_thread", "argv", "cli_config",
+                 "extra_args", "transport", "ip", "shell_port", "iopub_port", "stdin_port",
+                 "control_port", "hb_port"):
+        need(hasattr(app, name), "IPKernelApp.%s" % name)
+    for name in ("initialize", "init_kernel", "parse_command_line", "update_config", "start"):
+        need(callable(getattr(app, name, None)), "IPKernelApp.%s()" % name)
+    pipes = getattr(getattr(app, "iopub_thread", None), "_event_pipes", None)
+    need(pipes is not None and hasattr(pipes, "__iter__"), "IOPubThread._event_pipes")
+    k = getattr(app, "kernel", None)
+    need(k is not None, "IPKernelApp.kernel")
+    if k is not None:
+        need(isinstance(getattr(k, "shell_handlers", None), dict), "Kernel.shell_handlers")
+        need(callable(getattr(getattr(k, "session", None), "send", None)), "Kernel.session.send")
+        need(hasattr(k, "debugpy_stream"), "Kernel.debugpy_stream")
+        need(callable(getattr(type(k), "clear_instance", None)), "Kernel.clear_instance")
+        shell = getattr(k, "shell", None)
+        need(shell is not None, "Kernel.shell")
+        ev = getattr(shell, "events", None)
+        need(callable(getattr(ev, "register", None)) and
+             isinstance(getattr(ev, "callbacks", None), dict), "InteractiveShell.events")
+        need(hasattr(shell, "execution_count"), "InteractiveShell.execution_count")
+        hm = getattr(shell, "history_manager", None)
+        need(hm is not None, "InteractiveShell.history_manager")
+        if hm is not None:
+            for name in ("db", "save_thread", "enabled", "save_flag", "db_input_cache_lock",
+                         "db_output_cache_lock"):
+                need(hasattr(hm, name), "HistoryManager.%s" % name)
+            for name in ("init_db", "new_session"):
+                need(callable(getattr(hm, name, None)), "HistoryManager.%s()" % name)
+    need(isinstance(getattr(history, "HistorySavingThread", None), type),
+         "IPython.core.history.HistorySavingThread")
+    need(isinstance(getattr(history, "DummyDB", None), type), "IPython.core.history.DummyDB")
+    for st in (sys.stdout, sys.stderr):
+        # a stream that redirected its descriptor to its own pipe keeps the original's copy
+        if isinstance(st, OutStream) and (getattr(st, "_should_watch", False) or
+                                          getattr(st, "watch_fd_thread", None) is not None):
+            need(isinstance(getattr(st, "_original_stdstream_copy", None), int),
+                 "OutStream._original_stdstream_copy")
+    need(hasattr(getattr(asyncio.get_event_loop_policy(), "_local", None), "_loop"),
+         "asyncio's event loop policy's _local._loop")
+    need(hasattr(zmq.Context, "_instance"), "zmq.Context._instance")
+    need(isinstance(getattr(logging, "_handlerList", None), list), "logging._handlerList")
+    return out
+
+
+def _check():
+    """UnsupportedError naming what is missing (see _lacking), or nothing."""
+    if not os.path.isfile(KEEPER):
+        raise UnsupportedError("an incomplete installation of kgw: checkpoints need %s" % KEEPER)
+    lacking = _lacking()
+    if lacking:
+        raise UnsupportedError("unsupported %s: checkpoints rely on internals it lacks: %s" %
+                               (_versions(), ", ".join(lacking)))
+
+
 def install():
-    """Registers the checkpoint handlers on this kernel's shell channel."""
+    """Registers the checkpoint handlers on this kernel's shell channel; UnsupportedError
+    (before anything is registered) when an internal they rely on is missing."""
     global _main_pid
+    _check()
     if _main_pid is None:
         _main_pid = os.getpid()
     k = _app().kernel
@@ -161,6 +219,45 @@ def _error(stream, ident, parent, msg_type, ename, evalue):
            {"status": "error", "ename": ename, "evalue": str(evalue)[:500]})
 
 
+def _refused(stream, ident, parent, msg_type):
+    """Whether the request was refused (and answered) for an internal that is missing: for
+    those that fork or revive (_lacking)."""
+    try:
+        _check()
+    except UnsupportedError as e:
+        _error(stream, ident, parent, msg_type, UnsupportedError.__name__, e)
+        return True
+    return False
+
+
+def _at_limit():
+    """The answer refusing a revival of this process (a checkpoint's, or the live kernel's
+    for a fork) at MAX_GENERATIONS, or None when one more generation may be made."""
+    if _generation < MAX_GENERATIONS:
+        return None
+    return {"ok": False, "ename": GenerationLimitError.__name__,
+            "error": "the kernel is at its generation limit: each rollback, revival or fork "
+                     "runs on the stack of the process it came from, and this state is %d deep "
+                     "(at most %d); restart the kernel (its variables and checkpoints are lost), "
+                     "or roll back to an older checkpoint" % (_generation, MAX_GENERATIONS)}
+
+
+def _answer_ename(ans, default):
+    """The error name a refusal from a checkpoint (or a fork) is answered with."""
+    limit = GenerationLimitError.__name__
+    return limit if ans.get("ename") == limit else default
+
+
+def _ask(cid, cmd, timeout=10):
+    """Sends cmd to the checkpoint cid's socket and returns its answer (kgw_frame: each read
+    whole); OSError or ValueError."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(_sock_path(cid))
+        kgw_frame.send(s, cmd)
+        return kgw_frame.recv(s, timeout)
+
+
 def _std_copies():
     """{1: fd, 2: fd}: the originals of descriptors 1 and 2 that ipykernel's streams saved
     when they redirected them to their own pipes."""
@@ -170,6 +267,19 @@ def _std_copies():
         if isinstance(copy, int) and copy > 2:
             out[fd] = copy
     return out
+
+
+def _note(text):
+    """A line for the kernel's own stderr (the gateway shows it in its log excerpts), written to
+    the original descriptor 2: ipykernel redirected 2 to a pipe its I/O thread reads, a thread
+    a checkpoint or a process being revived does not have, and sys.stderr may be the old
+    generation's stream. Best effort: a note that cannot be written is lost (nothing depends
+    on it)."""
+    fd = _std_copies().get(2, 2)
+    try:
+        os.write(fd, ("kgw_ckpt: %s\n" % text.rstrip("\n")).encode(errors="replace"))
+    except OSError:
+        pass
 
 
 def _reroute_logs(fds):
@@ -186,7 +296,7 @@ def _reroute_logs(fds):
         st = getattr(h, "stream", None)
         try:
             fd = st.fileno()
-        except Exception:
+        except (AttributeError, OSError, ValueError):  # no stream, not a file's, or closed
             continue
         if fd in fds:
             _graveyard.append(st)
@@ -209,14 +319,11 @@ def _forward(old, name):
         for line in lines:
             write(line)
 
-    try:
-        from ipykernel.iostream import OutStream
-        if not isinstance(old, OutStream):
-            return  # (not ipykernel's: the user's own, left alone)
-        old.write, old.flush, old.writelines = write, flush, writelines
-        old._flush = lambda: None  # (its own timers and thread are gone)
-    except Exception:
-        pass
+    from ipykernel.iostream import OutStream  # (_lacking checked it)
+    if not isinstance(old, OutStream):
+        return  # (not ipykernel's: the user's own, left alone)
+    old.write, old.flush, old.writelines = write, flush, writelines
+    old._flush = lambda: None  # (its own timers and thread are gone)
 
 
 def _snapshot(root):
@@ -274,7 +381,9 @@ def _fork(shell):
     for st in (sys.stdout, sys.stderr):
         try:
             st.flush()
-        except Exception:
+        except (OSError, ValueError):
+            # (a stream closed or broken, by code: what it held is lost either way; the fork
+            # goes on, as a flush is only there to leave the I/O thread idle)
             pass
     hm = getattr(shell, "history_manager", None)
     locks = [l for l in (getattr(hm, "db_input_cache_lock", None),
@@ -300,6 +409,8 @@ def _on_checkpoint(stream, ident, parent):
     t = "kgw_checkpoint_reply"
     if not isinstance(cid, str) or not _ID.match(cid):
         return _error(stream, ident, parent, t, "ValueError", "bad checkpoint id")
+    if _refused(stream, ident, parent, t):
+        return
     path = _sock_path(cid)
     shell = _app().kernel.shell
     count = shell.execution_count
@@ -316,21 +427,17 @@ def _on_checkpoint(stream, ident, parent):
         os.close(r)
         _frozen(path, files_dir, w, rstate)  # never returns
     os.close(w)
-    raw = b""
-    while True:
-        b = os.read(r, 4096)
-        if not b:
-            break
-        raw += b
-    os.close(r)
     try:
-        ans = json.loads(raw)
-    except ValueError:
-        ans = {"ok": False, "error": "the checkpoint process ended at once"}
+        ans = kgw_frame.recv(r)
+    except (OSError, ValueError) as e:
+        ans = {"ok": False, "error": "the checkpoint process ended at once (%s)" % e}
+    finally:
+        os.close(r)
     if not ans.get("ok"):
         try:
             os.kill(pid, signal.SIGKILL)
-        except OSError:
+            os.waitpid(pid, 0)
+        except OSError:  # (gone, or reaped already)
             pass
         return _error(stream, ident, parent, t, "CheckpointError", ans.get("error", "?"))
     _kids[cid] = pid
@@ -374,15 +481,21 @@ def _event_pipes():
     """The descriptors of ipykernel's pipes to its I/O thread: one per thread that wrote
     output, opened at its first output (the threads that forward what reaches descriptors 1
     and 2 may do that during any cell, and list it a moment after it is open)."""
+    import zmq
     out = set()
-    try:
-        pipes = list(_app().iopub_thread._event_pipes)
-    except Exception:
-        return out
+    pipes = _app().iopub_thread._event_pipes  # (a WeakSet: _lacking checked it)
+    for _ in range(10):
+        try:
+            pipes = list(pipes)
+            break
+        except RuntimeError:  # (a thread added its pipe meanwhile: "changed size")
+            time.sleep(0.001)
+    else:
+        pipes = []  # (then it counts as the user's: one placeholder kept, as before this list)
     for pipe in pipes:
         try:
             out.add(pipe.FD)  # (the mailbox's descriptor: read only, whichever thread owns it)
-        except Exception:
+        except zmq.ZMQError:  # (closed: no descriptor of it to tell apart)
             pass
     return out
 
@@ -403,7 +516,7 @@ def _kernel_conn(fd):
         app = _app()
         ports = {app.shell_port, app.iopub_port, app.stdin_port, app.control_port, app.hb_port}
         s = socket.socket(fileno=fd)
-    except Exception:
+    except OSError:  # (not a socket, or closed: no connection of libzmq's)
         return False
     try:
         name = s.getsockname()
@@ -505,23 +618,43 @@ def _frozen(path, files_dir, w, rstate):
         ls.bind(path)
         ls.listen(4)
         _scrub({w, ls.fileno()} | ({main} if main >= 0 else set()))
-        os.write(w, json.dumps({"ok": True, "files_bytes": total}).encode())
+        kgw_frame.send(w, {"ok": True, "files_bytes": total})
         os.close(w)
     except BaseException as e:
         try:
-            os.write(w, json.dumps({"ok": False, "error": repr(e)[:300]}).encode())
+            kgw_frame.send(w, {"ok": False, "error": repr(e)[:300]})
         finally:
             os._exit(1)
+    try:
+        _serve(ls, main, path, files, files_dir, rstate)
+    except BaseException:  # (never back into the kernel's code: this is its frozen copy)
+        import traceback
+        _note(traceback.format_exc())
+    os._exit(1)
+
+
+CMD_TIMEOUT_S = 5  # for a command on a checkpoint's socket, whole
+
+
+def _serve(ls, main, path, files, files_dir, rstate):
+    """A checkpoint's socket: commands, one per connection ({"op": "drop"}, {"op": "spawn",
+    "files"?, "connection_file"?}), each a kgw_frame frame. Returns only by an exception."""
     import select
     while True:
+        rd = select.select([ls] + ([main] if main >= 0 else []), [], [], None)[0]
+        if main in rd:  # the kernel is gone: so is its checkpoint
+            os._exit(0)
         try:
-            rd = select.select([ls] + ([main] if main >= 0 else []), [], [], None)[0]
-            if main in rd:  # the kernel is gone: so is its checkpoint
-                os._exit(0)
             conn, _ = ls.accept()
-            conn.settimeout(5)
-            cmd = json.loads(conn.recv(MAX_CMD) or b"{}")
-        except BaseException:
+        except OSError:  # (the peer went before it was accepted)
+            continue
+        try:
+            cmd = kgw_frame.recv(conn, CMD_TIMEOUT_S)
+        except (OSError, ValueError) as e:
+            # (no whole command in time, or not one: only the kernel's own code can connect
+            # here, and the checkpoint serves the next one)
+            _note("checkpoint %s: a command refused: %s" % (os.path.basename(path), e))
+            conn.close()
             continue
         op = cmd.get("op")
         if op == "drop":
@@ -533,10 +666,18 @@ def _frozen(path, files_dir, w, rstate):
         if op != "spawn":
             conn.close()
             continue
-        try:
-            pid = os.fork()
-        except OSError as e:
-            conn.sendall(json.dumps({"ok": False, "error": "fork: %s" % e}).encode())
+        refusal = _at_limit()
+        pid = -1
+        if refusal is None:
+            try:
+                pid = os.fork()
+            except OSError as e:
+                refusal = {"ok": False, "error": "fork: %s" % e}
+        if refusal is not None:
+            try:
+                kgw_frame.send(conn, refusal)
+            except OSError:  # (the peer went: it hears nothing either way)
+                pass
             conn.close()
             continue
         if pid == 0:
@@ -551,18 +692,14 @@ def _frozen(path, files_dir, w, rstate):
                 _revive(conn, files if cmd.get("files") else None, files_dir, rstate)
             except BaseException:
                 import traceback
-                traceback.print_exc()
+                _note(traceback.format_exc())
             os._exit(1)
         conn.close()
 
 
 def _tell(conn, ans):
     """The answer to whoever asked for this process: a socket, or a pipe's write end."""
-    data = json.dumps(ans).encode()
-    if isinstance(conn, int):
-        os.write(conn, data)
-    else:
-        conn.sendall(data)
+    kgw_frame.send(conn, ans)
 
 
 def _argv_for(conn_file):
@@ -589,8 +726,10 @@ def _reseed():
     if np is not None:
         try:
             np.random.seed()
-        except Exception:
-            pass
+        except Exception as e:
+            # (numpy, or what code put in its place, as it is: the fork then draws what its
+            # parent would, which it says; nothing of the fork's machinery depends on it)
+            _note("numpy's global generator not reseeded: %r" % e)
 
 
 def _end_with(pid):
@@ -627,8 +766,10 @@ def _end_with(pid):
 
 def _revive(conn, files, files_dir, rstate, conn_file=None):
     """A kernel again, from the checkpoint's state (conn_file: a fork, a new kernel on this
-    connection file; else the same kernel). Never returns."""
-    global _main_pid, _before, _cell
+    connection file; else the same kernel): one generation past this process (the refusal at
+    MAX_GENERATIONS came before the fork, _at_limit). Never returns."""
+    global _main_pid, _before, _cell, _generation
+    _generation += 1
     if rstate is not None:
         sys.modules["random"].setstate(rstate)
     if conn_file is not None:
@@ -676,11 +817,11 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
     _user.clear()
     _end_with(owner)
     loop = asyncio.new_event_loop()
-    prev = getattr(getattr(asyncio.get_event_loop_policy(), "_local", None), "_loop", None)
-    _graveyard.extend([old, old.kernel, prev])
-    zmq = sys.modules.get("zmq")
-    if zmq is not None:  # the global context (pyzmq makes a new one in a forked process)
-        _graveyard.append(getattr(zmq.Context, "_instance", None))
+    # the old loop, and pyzmq's global context (pyzmq makes a new one in a forked process):
+    # both internals, checked by _lacking before the fork
+    import zmq
+    _graveyard.extend([old, old.kernel, asyncio.get_event_loop_policy()._local._loop,
+                       zmq.Context._instance])
     asyncio.set_event_loop(loop)
     gc.enable()
     app = IPKernelApp.instance()
@@ -713,32 +854,7 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
         sys.argv[1:] = argv  # what a rollback of the fork revives
     # the debugger's stream: debugpy's state (its threads, its sockets) is the old process's
     app.kernel.debugpy_stream = None
-    hm = shell.history_manager
-    try:
-        if hm is not None:
-            # its database connections (its own and its saving thread's): replaced below, and
-            # if finalised they would close descriptor numbers this generation may have reused
-            _graveyard.extend([hm.db, hm.save_thread, getattr(hm.save_thread, "db", None)])
-            # locks its saving thread may have held when the kernel forked: taken for good here
-            import threading
-            hm.save_flag = threading.Event()
-            hm.db_input_cache_lock = threading.Lock()
-            hm.db_output_cache_lock = threading.Lock()
-        if hm is not None and hm.enabled and hm.save_thread is not None:
-            from IPython.core.history import HistorySavingThread
-            hm.init_db()  # its own connection, and a history session of its own
-            hm.new_session()
-            hm.save_thread = HistorySavingThread(hm)
-            hm.save_thread.start()
-            # its own database connection, opened as it starts: before the first cell, not in
-            # it (where it would count as the user's, a placeholder for good); a few
-            # milliseconds at most
-            deadline = time.monotonic() + 0.5
-            while getattr(hm.save_thread, "db", None) is None and hm.save_thread.is_alive() \
-                    and time.monotonic() < deadline:
-                time.sleep(0.0005)
-    except Exception:
-        pass
+    _renew_history(shell.history_manager)
     install()
 
     try:
@@ -746,6 +862,41 @@ def _revive(conn, files, files_dir, rstate, conn_file=None):
     finally:
         _ended()
         os._exit(0)
+
+
+def _renew_history(hm):
+    """The history manager (checked by _lacking) in a revived process: its own database
+    connections, saving thread and locks; the old generation's are kept, never finalised."""
+    import sqlite3
+    import threading
+
+    from IPython.core.history import DummyDB, HistorySavingThread
+    # its database connections (its own and its saving thread's): replaced below, and if
+    # finalised they would close descriptor numbers this generation may have reused
+    _graveyard.extend([hm.db, hm.save_thread, getattr(hm.save_thread, "db", None)])
+    # locks its saving thread may have held when the kernel forked: taken for good here
+    hm.save_flag = threading.Event()
+    hm.db_input_cache_lock = threading.Lock()
+    hm.db_output_cache_lock = threading.Lock()
+    if not hm.enabled or hm.save_thread is None:
+        return
+    try:
+        hm.init_db()  # its own connection, and a history session of its own
+        hm.new_session()
+    except (sqlite3.Error, OSError) as e:
+        # (a full disk, a locked or broken file): this process keeps no history, rather than
+        # write through the old generation's connection, whose descriptor is closed
+        _note("the history database cannot be opened (%r): no history in this process" % e)
+        hm.db, hm.save_thread, hm.enabled = DummyDB(), None, False
+        return
+    hm.save_thread = HistorySavingThread(hm)
+    hm.save_thread.start()
+    # its own database connection, opened as it starts: before the first cell, not in it
+    # (where it would count as the user's, a placeholder for good); a few milliseconds at most
+    deadline = time.monotonic() + 0.5
+    while getattr(hm.save_thread, "db", None) is None and hm.save_thread.is_alive() \
+            and time.monotonic() < deadline:
+        time.sleep(0.0005)
 
 
 def _ended():
@@ -787,25 +938,33 @@ def _on_rollback(stream, ident, parent):
             time.monotonic() * 1000 > exp:
         return _error(stream, ident, parent, t, "ExpiredError",
                       "the request expired before the kernel reached it: not rolled back")
+    if _refused(stream, ident, parent, t):
+        return
     try:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(10)
-        s.connect(_sock_path(cid))
-        s.sendall(json.dumps({"op": "spawn", "files": bool(c.get("files"))}).encode())
-        ans = json.loads(s.recv(MAX_CMD) or b"{}")
-        s.close()
+        ans = _ask(cid, {"op": "spawn", "files": bool(c.get("files"))})
     except (OSError, ValueError) as e:
         return _error(stream, ident, parent, t, "CheckpointError", e)
-    if not ans.get("ok"):
-        return _error(stream, ident, parent, t, "CheckpointError", ans.get("error", "?"))
-    _set_live(ans["pid"])
+    pid = ans.get("pid")
+    if not ans.get("ok") or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return _error(stream, ident, parent, t, _answer_ename(ans, "CheckpointError"),
+                      ans.get("error", "no new process"))
+    _set_live(pid)
     # this process goes; the new one has bound the kernel's endpoints already or will soon
     if os.getpid() == _main_pid:
         # its descriptors are all close-on-exec (Python's and libzmq's): the gateway's sockets
-        # reconnect to the new process
+        # reconnect to the new process. 1 and 2: the originals again (ipykernel's pipes have
+        # no reader left), for the keeper's own lines
+        for fd, copy in _std_copies().items():
+            os.dup2(copy, fd)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # (kept across exec)
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its checkpoints are reaped when they end
-        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _KEEPER, _live_path()])
+        try:
+            os.execv(sys.executable, [sys.executable, "-I", "-S", KEEPER, _live_path()])
+        except OSError as e:
+            # (no Python to run it): the first process ends, and the kernel with it, rather
+            # than stay a second live kernel beside the new one
+            _note("cannot become the keeper: %s" % e)
+            os._exit(1)
     os._exit(0)
 
 
@@ -816,13 +975,13 @@ def _on_drop(stream, ident, parent):
     if not isinstance(cid, str) or not _ID.match(cid):
         return _error(stream, ident, parent, t, "ValueError", "bad checkpoint id")
     try:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(5)
-        s.connect(_sock_path(cid))
-        s.sendall(b'{"op": "drop"}')
-        while s.recv(MAX_CMD):  # until it has exited (its end of the connection closed)
-            pass
-        s.close()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(_sock_path(cid))
+            kgw_frame.send(s, {"op": "drop"})
+            # no answer: it exits, which closes its end (reads until then, whatever comes)
+            while s.recv(kgw_frame.MAX_FRAME):
+                pass
     except OSError as e:
         return _error(stream, ident, parent, t, "CheckpointError", e)
     pid = _kids.pop(cid, None)
@@ -838,7 +997,11 @@ def _fork_now(conn_file):
     """Forks this kernel as it is into a new kernel on conn_file: {"ok", "pid"} or {"ok":
     False, "error"}. The new kernel is a grandchild that leads a session of its own (this
     kernel's interrupts and its process group's signals do not reach it) and is reparented at
-    once (to the sandbox's init, which reaps it): this process keeps no zombie of it."""
+    once (to the sandbox's init, which reaps it): this process keeps no zombie of it. Refused
+    at MAX_GENERATIONS (the fork would run on this process's stack)."""
+    refusal = _at_limit()
+    if refusal is not None:
+        return refusal
     try:
         pid, r, w = _fork(_app().kernel.shell)
     except OSError as e:
@@ -854,31 +1017,26 @@ def _fork_now(conn_file):
             _scrub({w})
         except BaseException as e:
             try:
-                os.write(w, json.dumps({"ok": False, "error": repr(e)[:300]}).encode())
+                kgw_frame.send(w, {"ok": False, "error": repr(e)[:300]})
             finally:
                 os._exit(1)
         try:
             _revive(w, None, None, None, conn_file)
         except BaseException:
             import traceback
-            traceback.print_exc()
+            _note(traceback.format_exc())
         os._exit(1)
     os.close(w)
     try:
         os.waitpid(pid, 0)  # the intermediate process, which exits at once
     except ChildProcessError:
         pass
-    raw = b""
-    while True:
-        b = os.read(r, 4096)
-        if not b:
-            break
-        raw += b
-    os.close(r)
     try:
-        return json.loads(raw)
-    except ValueError:
-        return {"ok": False, "error": "the forked process ended at once"}
+        return kgw_frame.recv(r)
+    except (OSError, ValueError) as e:
+        return {"ok": False, "error": "the forked process ended at once (%s)" % e}
+    finally:
+        os.close(r)
 
 
 def _on_fork(stream, ident, parent):
@@ -890,19 +1048,17 @@ def _on_fork(stream, ident, parent):
     if not isinstance(cf, str) or not cf.startswith("/") or len(cf) > 1024 or "\0" in cf \
             or not os.path.isfile(cf):
         return _error(stream, ident, parent, t, "ValueError", "bad connection file")
+    if _refused(stream, ident, parent, t):
+        return
     if cid is None:
         ans = _fork_now(cf)
     else:
         try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(10)
-            s.connect(_sock_path(cid))
-            s.sendall(json.dumps({"op": "spawn", "connection_file": cf}).encode())
-            ans = json.loads(s.recv(MAX_CMD) or b"{}")
-            s.close()
+            ans = _ask(cid, {"op": "spawn", "connection_file": cf})
         except (OSError, ValueError) as e:
             return _error(stream, ident, parent, t, "CheckpointError", e)
-    if not ans.get("ok"):
-        return _error(stream, ident, parent, t, "ForkError", ans.get("error", "?"))
-    _reply(stream, ident, parent, t, {"status": "ok", "pid": ans["pid"],
-                                      "checkpoint": cid})
+    pid = ans.get("pid")
+    if not ans.get("ok") or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return _error(stream, ident, parent, t, _answer_ename(ans, "ForkError"),
+                      ans.get("error", "no new process"))
+    _reply(stream, ident, parent, t, {"status": "ok", "pid": pid, "checkpoint": cid})

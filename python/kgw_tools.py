@@ -78,7 +78,8 @@ def _parent_msg_id():
     """The execution this kernel believes it is running: a hint the gateway uses only to wait
     for its own view of the kernel to catch up, never to route the call."""
     try:
-        ip = get_ipython()  # noqa: F821 (IPython's builtin)
+        from IPython import get_ipython
+        ip = get_ipython()
         msg_id = ip.kernel.get_parent("shell")["header"]["msg_id"]
     except Exception:
         return None

@@ -6,7 +6,7 @@ set -eu
 PKGS="meson ninja-build pkg-config gcc libc6-dev libzmq3-dev libwebsockets-dev libwebsockets-evlib-uv libuv1-dev
 libjansson-dev libsodium-dev uuid-dev libseccomp-dev libssl-dev python3-dev python3-ipykernel python3-jupyter-client"
 if [ "${1:-}" = "--test" ]; then
-    PKGS="$PKGS jupyter-server python3-websockets python3-pytest python3-numpy python3-pandas python3-matplotlib python3-pip libsystemd-dev valgrind nodejs npm openssl clang libclang-rt-14-dev prometheus haproxy yamllint chromium"
+    PKGS="$PKGS jupyter-server python3-websockets python3-pytest python3-numpy python3-pandas python3-matplotlib python3-pip libsystemd-dev valgrind nodejs npm openssl clang libclang-rt-14-dev prometheus haproxy yamllint chromium pyflakes3"
 fi
 if [ "${1:-}" = "--package" ]; then
     PKGS="$PKGS debhelper dpkg-dev fakeroot lintian libsystemd-dev systemd prometheus python3-websockets"

@@ -412,3 +412,114 @@ def test_fork_bad_requests(kernel):
     c = kernel.request("kgw_fork_request",
                        {"connection_file": fork_conn_file(kernel, "y"), "checkpoint": "none"})
     assert c["status"] == "error" and c["ename"] == "CheckpointError", c
+
+
+# an internal checkpoints rely on, missing (as a later IPython might lack it): harmless to the
+# running kernel, which made its history thread already
+DROP_INTERNAL = "import IPython.core.history as h\ndel h.HistorySavingThread"
+
+
+def test_a_missing_internal_is_refused_with_the_version(kernel):
+    """Where ipykernel (or IPython, pyzmq, asyncio, logging) lacks an internal kgw_ckpt relies
+    on, every request that forks or revives is refused, naming the version and the internal,
+    and so is install() (the gateway's first request to a process). (Before: the revived
+    process swallowed the error behind "except Exception: pass", and wrote its history
+    through the old generation's connection.)"""
+    k = kernel
+    k.checkpoint("before", files=False)
+    assert k.execute(DROP_INTERNAL)["status"] == "ok"
+    for t, content in (("kgw_checkpoint_request", {"id": "c", "files_dir": None}),
+                       ("kgw_rollback_request", {"id": "before"}),
+                       ("kgw_fork_request", {"connection_file": fork_conn_file(k, "f"),
+                                             "checkpoint": None})):
+        c = k.request(t, content)
+        assert c["status"] == "error" and c["ename"] == "UnsupportedError", (t, c)
+        assert c["evalue"].startswith("unsupported ipykernel ") and \
+            "IPython.core.history.HistorySavingThread" in c["evalue"], c
+    c = k.execute("import kgw_ckpt\nkgw_ckpt.install()", silent=True)
+    assert c["status"] == "error" and c["ename"] == "UnsupportedError", c
+    assert not [n for n in os.listdir(k.dir) if n == ".ckpt-c"]
+    # nothing changed: the same process, its state
+    assert k.value("h.__name__") == "'IPython.core.history'"
+
+
+def test_the_generation_limit(kernel):
+    """Each revival runs on the stack of the process it came from: past
+    kgw_ckpt.MAX_GENERATIONS a rollback (and a fork) is refused, advising a restart; an older
+    checkpoint (a shallower stack) can still be rolled back to. (Before: no limit.)"""
+    k = kernel
+    assert k.execute("import kgw_ckpt\nkgw_ckpt.MAX_GENERATIONS = 2\nn = 0")["status"] == "ok"
+    k.checkpoint("g0", files=False)  # of generation 0 (the process started)
+    for g in (1, 2):
+        k.rollback("g%d" % (g - 1), files=False)
+        assert k.value("kgw_ckpt._generation") == str(g)
+        k.execute("n = %d" % g)
+        k.checkpoint("g%d" % g, files=False)
+    c = k.request("kgw_rollback_request", {"id": "g2"})
+    assert c["status"] == "error" and c["ename"] == "GenerationLimitError", c
+    assert "restart the kernel" in c["evalue"] and "at most 2" in c["evalue"], c
+    for cid in ("g2", None):  # from the checkpoint, or as it is: a fork too
+        c = k.request("kgw_fork_request", {"connection_file": fork_conn_file(k, "f%s" % cid),
+                                           "checkpoint": cid})
+        assert c["status"] == "error" and c["ename"] == "GenerationLimitError", c
+    assert k.value("n") == "2"  # still the live kernel of generation 2
+    k.rollback("g0", files=False)
+    assert k.value("(n, kgw_ckpt._generation)") == "(0, 1)"
+
+
+def test_the_keeper_is_its_own_file(kernel):
+    """The first process becomes python3 -I -S <python dir>/kgw_keeper.py at its first
+    rollback, and revives the kernel when its live process dies."""
+    k = kernel
+    k.execute("x = 1")
+    k.checkpoint("a", files=False)
+    k.rollback("a", files=False)
+    with open("/proc/%d/cmdline" % k.proc.pid, "rb") as f:
+        argv = f.read().split(b"\0")[:-1]
+    assert argv[1:3] == [b"-I", b"-S"] and \
+        argv[3] == os.path.join(REPO, "python", "kgw_keeper.py").encode(), argv
+    live = int(open(os.path.join(k.dir, ".kgw-live")).read())
+    os.kill(live, signal.SIGKILL)
+    t0 = time.monotonic()
+    while int(open(os.path.join(k.dir, ".kgw-live")).read()) == live and \
+            time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    k.wait_info(60)
+    assert k.value("x") == "1"
+
+
+# A checkpoint of the test's making: its answer to a spawn comes in pieces, a few ms apart (a
+# stream socket may deliver one message in several reads)
+SLOW_CHECKPOINT = """
+import os, socket, struct, threading, time, json, kgw_ckpt
+def serve(path, answer, cut):
+    ls = socket.socket(socket.AF_UNIX)
+    ls.bind(path)
+    ls.listen(1)
+    def run():
+        conn, _ = ls.accept()
+        conn.recv(4096)
+        for i in range(0, len(answer), cut):
+            conn.sendall(answer[i:i + cut])
+            time.sleep(0.005)
+        conn.close()
+        ls.close()
+    threading.Thread(target=run, daemon=True).start()
+body = json.dumps({"ok": False, "error": "x" * 3000}).encode()
+serve(kgw_ckpt._sock_path("slow"), struct.pack(">I", len(body)) + body, 100)
+serve(kgw_ckpt._sock_path("huge"), struct.pack(">I", 1 << 30), 4)
+"""
+
+
+def test_answers_are_read_whole(kernel):
+    """A checkpoint's answer is read as one whole frame, however it arrives; one announcing
+    more than the limit is refused before it is read. (Before: one recv() of at most 4096
+    bytes, parsed as it came.)"""
+    k = kernel
+    assert k.execute(SLOW_CHECKPOINT)["status"] == "ok"
+    c = k.request("kgw_rollback_request", {"id": "slow"})
+    assert c["status"] == "error" and c["ename"] == "CheckpointError", c
+    assert c["evalue"] == "x" * 500, c  # its whole message (cut at 500 by the reply)
+    c = k.request("kgw_rollback_request", {"id": "huge"})
+    assert c["status"] == "error" and "at most 4096" in c["evalue"], c
+    assert k.value("1 + 1") == "2"

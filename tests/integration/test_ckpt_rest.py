@@ -434,3 +434,77 @@ def test_rollback_reached_after_its_caller_gave_up_is_refused(gateway_factory):
         assert run(gw, kid, "print(x)")[1] == "before\n"
     finally:
         gw.delete_kernel(kid)
+
+
+# an internal kgw_ckpt relies on, missing (as a later IPython might lack it), before the
+# kernel's first checkpoint
+DROP_INTERNAL = "import IPython.core.history as h\ndel h.HistorySavingThread"
+
+
+def test_an_unsupported_ipykernel_is_refused_on_every_face(gateway):
+    """A kernel whose ipykernel lacks an internal the checkpoints rely on refuses them with
+    "unsupported ipykernel X.Y" (kgw_ckpt's UnsupportedError, -ENOTSUP in kernelmgr): 501 on
+    REST, checkpoint_failed on the execute API, a tool error on MCP's rollback. (Before: the
+    checkpoint was taken and the rollback went on without its history, silently.)"""
+    from test_mcp import call, initialize, post
+    gw = gateway
+    kid = gw.start_kernel()["id"]
+    try:
+        run(gw, kid, DROP_INTERNAL)
+        st, body, _ = gw.request("POST", f"/api/kernels/{kid}/checkpoints", {})
+        assert st == 501, (st, body)
+        msg = body["message"]
+        assert msg.startswith("cannot take a checkpoint: unsupported ipykernel ") and \
+            "IPython.core.history.HistorySavingThread" in msg, msg
+        assert gw.request("GET", f"/api/kernels/{kid}/checkpoints")[1] == []
+        end, _, events = run(gw, kid, "print('never')", checkpoint=True)
+        assert end["status"] == "checkpoint_failed" and "unsupported ipykernel" in end["cause"], \
+            end
+        assert not any(e["type"] == "stream" for e in events)
+        assert run(gw, kid, "print(h.__name__)")[1] == "IPython.core.history\n"  # as it was
+    finally:
+        gw.delete_kernel(kid)
+    sid = initialize(gw)
+    try:
+        st, body, _ = call(gw, sid, 1, "execute_code", {"code": "m = 1", "checkpoint": True})
+        cp = body["result"]["structuredContent"]["checkpoint"]
+        assert cp, body
+        call(gw, sid, 2, "execute_code", {"code": DROP_INTERNAL})
+        st, body, _ = call(gw, sid, 3, "rollback", {"checkpoint": cp})
+        res = body["result"]
+        assert res["isError"] is True and "unsupported ipykernel" in res["content"][0]["text"], \
+            body
+    finally:
+        post(gw, None, sid, method="DELETE")
+
+
+def test_the_generation_limit_refuses_with_409(gateway):
+    """Past kgw_ckpt.MAX_GENERATIONS (set low here, from the kernel) a rollback is refused with
+    409 advising a restart, on REST and for the execute API's rollback_on_error; an older
+    checkpoint still works, and after a restart rollbacks do again. (Before: no limit.)"""
+    gw = gateway
+    kid = gw.start_kernel()["id"]
+    try:
+        run(gw, kid, "import kgw_ckpt\nkgw_ckpt.MAX_GENERATIONS = 2\nn = 0")
+        first = take(gw, kid)["id"]  # generation 0; its keeper's revival: 1
+        cp = take(gw, kid)["id"]  # of generation 1
+        rollback(gw, kid, cp)  # 2
+        run(gw, kid, "n = 2")
+        last = take(gw, kid)["id"]  # of generation 2
+        body = rollback(gw, kid, last, want=409)
+        assert "generation limit" in body["message"] and \
+            "restart the kernel" in body["message"], body
+        end, _, _ = run(gw, kid, "n = 3\n1/0", rollback_on_error=True)
+        assert end["status"] == "error" and end["rolled_back"] is False and \
+            "restart the kernel" in end["rollback_error"], end
+        rollback(gw, kid, first)  # (of generation 0: the new process is of 1)
+        assert run(gw, kid, "print(n, kgw_ckpt._generation)")[1] == "0 1\n"
+        st, _, _ = gw.request("POST", f"/api/kernels/{kid}/restart")
+        assert st == 200, st
+        run(gw, kid, "import kgw_ckpt\nkgw_ckpt.MAX_GENERATIONS = 2\nn = 5")
+        cp = take(gw, kid)["id"]
+        run(gw, kid, "n = 6")
+        rollback(gw, kid, cp)
+        assert run(gw, kid, "print(n)")[1] == "5\n"
+    finally:
+        gw.delete_kernel(kid)
