@@ -423,8 +423,7 @@ static const struct e2b_template *template_of(struct e2b *e, const char *id)
 /* The sandbox's set-up, a silent execution queued first on each of its kernels: envVars into
  * the kernel's os.environ (and so every subprocess's; the kernel's own environment takes only
  * KERNEL_* variables of a request, docs/security.md, while an E2B sandbox's variables are any
- * the client names, in its own sandbox, as its code could set them); a str result shown as
- * its text, as E2B's code interpreter does ('hello', not "'hello'"); and the working
+ * the client names, in its own sandbox, as its code could set them); and the working
  * directory where E2B's SDKs name the workspace, /home/user (a sandboxed kernel starts in
  * /mnt/data, the same directory). 0 or -errno. */
 static int sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *s, kernel_t *k)
@@ -451,8 +450,6 @@ static int sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *
         "def __kgw_e2b_setup():\n"
         "    import json, os\n"
         "    os.environ.update(json.loads(%s))\n"
-        "    f = get_ipython().display_formatter.formatters['text/plain']\n"
-        "    f.for_type(str, lambda o, p, cycle: p.text(o))\n"
         "    if os.getcwd() == '" SBX_WORKSPACE_PATH "' and os.path.isdir('" E2BWIRE_HOME "'):\n"
         "        os.chdir('" E2BWIRE_HOME "')\n"
         "        os.environ['PWD'] = '" E2BWIRE_HOME "'\n"
@@ -896,7 +893,14 @@ static json_t *result_line(json_t *data, bool main_result)
                 field = mime_fields[i][1];
         /* others under their MIME type: the SDKs' Result puts unknown keys in its
          * "extra" */
-        if (strcmp(mime, "type") != 0 && strcmp(mime, "is_main_result") != 0)
+        if (strcmp(mime, "type") == 0 || strcmp(mime, "is_main_result") == 0)
+            continue;
+        const char *t = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (strcmp(mime, "text/plain") == 0 && t && n >= 2 && (t[0] == '\'' || t[0] == '"') &&
+            t[n - 1] == t[0]) /* a str's repr shown as its text, as E2B's server does */
+            json_object_set_new(o, "text", json_stringn(t + 1, n - 2));
+        else
             json_object_set(o, field ? field : mime, v);
     }
     return o;
@@ -1059,6 +1063,49 @@ static kernel_t *context_kernel(struct gw_req *r, struct e2bsbx *s, const char *
     return k;
 }
 
+/* A silent run on k that sets env (set) or puts back what the last set replaced. */
+static int run_env(gw_t *g, const struct gw_caller *who, kernel_t *k, json_t *env, bool set)
+{
+    char *text = json_dumps(env, JSON_COMPACT);
+    json_t *lit = text ? json_string(text) : NULL;
+    char *pylit = lit ? json_dumps(lit, JSON_ENCODE_ANY) : NULL;
+    free(text);
+    json_decref(lit);
+    if (!pylit)
+        return -ENOMEM;
+    static const char set_fmt[] =
+        "def __kgw_env(d):\n"
+        "    import os\n"
+        "    os._kgw_saved = {k: os.environ.get(k) for k in d}\n"
+        "    os.environ.update(d)\n"
+        "__kgw_env(__import__('json').loads(%s))\n"
+        "del __kgw_env\n";
+    static const char back_fmt[] =
+        "def __kgw_env(d):\n"
+        "    import os\n"
+        "    for k, v in getattr(os, '_kgw_saved', {}).items():\n"
+        "        if v is None:\n"
+        "            os.environ.pop(k, None)\n"
+        "        else:\n"
+        "            os.environ[k] = v\n"
+        "    os._kgw_saved = {}\n"
+        "__kgw_env(%s)\n"
+        "del __kgw_env\n";
+    char *code = NULL;
+    int n = asprintf(&code, set ? set_fmt : back_fmt, pylit);
+    free(pylit);
+    int retry;
+    xexec_t *x = n >= 0 && xexec_admit(g, who->tenant, &retry) == 0 ? xexec_new(g, who, k) : NULL;
+    if (!x) {
+        free(n >= 0 ? code : NULL);
+        return -ENOMEM;
+    }
+    struct xreq q = {.code = code, .silent = true, .store_history = false};
+    xexec_set_request(x, &q);
+    xexec_enqueue(x, k);
+    return 0;
+}
+
 static void sbx_execute(struct gw_req *r, struct e2bsbx *s)
 {
     gw_t *g = r->g;
@@ -1080,10 +1127,18 @@ static void sbx_execute(struct gw_req *r, struct e2bsbx *s)
         return req_error_retry(r, rc == -EBUSY ? 503 : 429, retry,
                                "too many executions queued or held; retry later");
     }
+    /* per-run env_vars: set by a silent run queued before it, put back by one after it (runs
+     * on one kernel go one after another) */
+    if (ex.env && json_object_size(ex.env) && run_env(g, &r->caller, k, ex.env, true) < 0) {
+        e2bwire_exec_fini(&ex);
+        return req_error_retry(r, 503, 1, "too many executions held; retry later");
+    }
     struct e2breq *q = calloc(1, sizeof(*q));
     xexec_t *x = q ? xexec_new(g, &r->caller, k) : NULL;
     if (!x) {
         free(q);
+        if (ex.env && json_object_size(ex.env))
+            run_env(g, &r->caller, k, ex.env, false);
         e2bwire_exec_fini(&ex);
         return req_error_retry(r, 503, 1, "too many executions held; retry later");
     }
@@ -1098,6 +1153,9 @@ static void sbx_execute(struct gw_req *r, struct e2bsbx *s)
     r->face = q;
     xexec_subscribe(x, &q->sub, 0, &run_ops);
     xexec_enqueue(x, k);
+    if (ex.env && json_object_size(ex.env))
+        run_env(g, &r->caller, k, ex.env, false);
+    e2bwire_exec_fini(&ex);
     lws_callback_on_writable(r->wsi);
 }
 

@@ -361,12 +361,20 @@ int e2bwire_exec_parse(
                 break;
             }
         } else if (strcmp(k, "env_vars") == 0) {
-            if (!offered(v, false)) {
-                rc = fail(err, errsz,
-                          "per-run env_vars are not offered: give envs when the "
-                          "sandbox is created");
+            json_decref(out->env);
+            if ((rc = string_map(v, k, &out->env, err, errsz)) < 0)
                 break;
+            const char *name;
+            json_t *val;
+            json_object_foreach(out->env, name, val)
+            {
+                if (!e2bwire_env_name_ok(name)) {
+                    rc = fail(err, errsz, "\"env_vars\": %.64s is not a variable name", name);
+                    break;
+                }
             }
+            if (rc < 0)
+                break;
         } else {
             rc = fail(err, errsz, "unknown field \"%.64s\"", k);
             break;
@@ -384,6 +392,8 @@ void e2bwire_exec_fini(struct e2bwire_exec *x)
 {
     free(x->code);
     x->code = NULL;
+    json_decref(x->env);
+    x->env = NULL;
 }
 
 int e2bwire_path(const char *in, size_t len, char *out, size_t outsz)

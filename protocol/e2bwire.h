@@ -92,11 +92,11 @@ bool e2bwire_list_before(const struct e2bwire_list *l, long long started_us, con
                          long long b_us, const char *b_id);
 
 /* POST /execute of the code interpreter: {"code", "context_id", "language",
- * "env_vars"}. language must be absent or "python"; env_vars absent or empty
- * (per-run variables are not offered). */
+ * "env_vars"}. language must be absent or "python"; env_vars an object of strings. */
 struct e2bwire_exec {
     char *code;          /* malloc'd */
     char context_id[64]; /* "" : the default context */
+    json_t *env;         /* env_vars for this run only (names: e2bwire_env_name_ok), or NULL */
 };
 int e2bwire_exec_parse(
     const char *body, size_t len, struct e2bwire_exec *out, char *err, size_t errsz);

@@ -523,3 +523,28 @@ def test_sandbox_metrics(gw2):
         assert status == 404
     finally:
         request(gw, "DELETE", f"/e2b/api/sandboxes/{sid}", headers=key)
+
+
+def test_per_run_env_vars(gw2):
+    """/execute's env_vars hold for that run only: set before it, put back after it (a variable
+    of the sandbox's envVars comes back)."""
+    gw, keys = gw2
+    status, m, _ = create(gw, keys["alice"], {"templateID": "base", "envVars": {"KEEP": "sbx"}})
+    assert status == 201, m
+    h = {**sbx_headers(m), "Content-Type": "application/json"}
+    try:
+        def run(code, env=None):
+            body = {"code": code, **({"env_vars": env} if env else {})}
+            status, raw, _ = request(gw, "POST", "/e2b/sbx/execute", body, h)
+            assert status == 200, raw
+            lines = [json.loads(x) for x in raw.decode().splitlines()]
+            return [x["text"] for x in lines if x.get("type") == "result"]
+        code = "import os; (os.environ.get('KEEP'), os.environ.get('RUN_ONLY'))"
+        assert run(code, {"KEEP": "run", "RUN_ONLY": "yes"}) == ["('run', 'yes')"]
+        assert run(code) == ["('sbx', None)"]
+        status, body, _ = request(gw, "POST", "/e2b/sbx/execute",
+                                  {"code": "1", "env_vars": {"A-B": "x"}}, h)
+        assert status == 400, body
+    finally:
+        request(gw, "DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}",
+                headers={"X-API-KEY": keys["alice"]})

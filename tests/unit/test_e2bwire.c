@@ -114,7 +114,14 @@ int main(void)
     e2bwire_exec_fini(&x);
     ex = "{\"code\":\"x\",\"language\":\"r\"}";
     CHECK_INT(e2bwire_exec_parse(ex, strlen(ex), &x, err, sizeof(err)), -EINVAL);
+    /* per-run variables */
     ex = "{\"code\":\"x\",\"env_vars\":{\"A\":\"b\"}}";
+    CHECK_INT(e2bwire_exec_parse(ex, strlen(ex), &x, err, sizeof(err)), 0);
+    CHECK_STR(json_string_value(json_object_get(x.env, "A")), "b");
+    e2bwire_exec_fini(&x);
+    ex = "{\"code\":\"x\",\"env_vars\":{\"A-B\":\"b\"}}";
+    CHECK_INT(e2bwire_exec_parse(ex, strlen(ex), &x, err, sizeof(err)), -EINVAL);
+    ex = "{\"code\":\"x\",\"env_vars\":{\"A\":1}}";
     CHECK_INT(e2bwire_exec_parse(ex, strlen(ex), &x, err, sizeof(err)), -EINVAL);
     ex = "{\"language\":\"python\"}";
     CHECK_INT(e2bwire_exec_parse(ex, strlen(ex), &x, err, sizeof(err)), -EINVAL);
