@@ -24,7 +24,7 @@
 #include "gateway/gsecret.h"
 #include "gateway/drain.h"
 #include "gateway/faces.h"
-#include "gateway/files.h"
+#include "gateway/filesapi.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
 #include "gateway/metrics.h"
@@ -842,7 +842,7 @@ static void teardown(evl_io_t *sig_io, int sfd)
     G.stopping = true; /* listeners: the kernels' ends below are the gateway's own */
     if (G.cfg.sb.init_fd >= 0)
         close(G.cfg.sb.init_fd);
-    files_shutdown(&G);
+    filesapi_shutdown(&G);
     if (G.cfg.sb.zygote_fd >= 0)
         close(G.cfg.sb.zygote_fd);
     kmgr_destroy(&G.km);
