@@ -7,6 +7,7 @@
 #include "gateway/channel.h"
 #include "gateway/ckptapi.h"
 #include "gateway/e2b.h"
+#include "gateway/e2bsbx.h"
 #include "gateway/filesapi.h"
 #include "gateway/gfork.h"
 #include "gateway/mcp.h"
@@ -25,7 +26,6 @@
     .handle = filesapi_handle, .write = filesapi_download_write, .fini = filesapi_req_fini
 #define EXECUTES .write = xapi_write, .fini = xapi_req_fini
 #define CKPT(fn) .handle = fn, .fini = ckptapi_req_fini
-#define E2B      .write = e2b_write, .fini = e2b_req_fini
 
 static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_API] = {.handle = rest_api},
@@ -66,14 +66,14 @@ static const struct route_ops routes[ROUTE_N] = {
     [ROUTE_METRICS] = {.handle = metrics_handle},
     [ROUTE_PLAYGROUND] = {.handle = playground_page},
     [ROUTE_PLAYGROUND_ASSET] = {.handle = playground_asset},
-    [ROUTE_E2B_SANDBOXES] = {.handle = e2b_api, E2B},
-    [ROUTE_E2B_SANDBOXES_V2] = {.handle = e2b_api, E2B},
-    [ROUTE_E2B_SANDBOX] = {.handle = e2b_api, E2B},
-    [ROUTE_E2B_TIMEOUT] = {.handle = e2b_api, E2B},
-    [ROUTE_E2B_CONNECT] = {.handle = e2b_api, E2B},
-    [ROUTE_E2B_CONNECT_V2] = {.handle = e2b_api, E2B},
-    [ROUTE_E2B_API] = {.handle = e2b_api, E2B},
-    [ROUTE_E2B_SBX] = {.handle = e2b_sbx, E2B},
+    [ROUTE_E2B_SANDBOXES] = {.handle = e2b_api},
+    [ROUTE_E2B_SANDBOXES_V2] = {.handle = e2b_api},
+    [ROUTE_E2B_SANDBOX] = {.handle = e2b_api},
+    [ROUTE_E2B_TIMEOUT] = {.handle = e2b_api},
+    [ROUTE_E2B_CONNECT] = {.handle = e2b_api},
+    [ROUTE_E2B_CONNECT_V2] = {.handle = e2b_api},
+    [ROUTE_E2B_API] = {.handle = e2b_api},
+    [ROUTE_E2B_SBX] = {.handle = e2bsbx_handle, .write = e2bsbx_write, .fini = e2bsbx_req_fini},
 };
 
 const struct route_ops *routes_table(void)
