@@ -905,7 +905,7 @@ int main(int argc, char **argv)
     if (setup_listen(&G, protocols, metrics_protocols, fds) < 0)
         goto out;
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G) < 0 || gw_trim_start(&G) < 0)
+    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G, faces_close) < 0 || gw_trim_start(&G) < 0)
         goto out;
     if (!(G.conns = conns_new(&G, fds))) {
         log_error("cannot track client connections: %s", strerror(errno));
