@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
 #include "gateway/kops.h"
 #include "protocol/fpath.h"
 #include "protocol/u8fix.h"

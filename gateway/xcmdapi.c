@@ -22,7 +22,7 @@
 
 #define XCMD_QUEUE_MAX   (256 * 1024) /* bytes queued for a client before its command pauses */
 #define XCMD_WRITE_BYTES (64 * 1024)  /* bytes per lws_write */
-struct xcmd_stream {
+struct xcmdapi_stream {
     struct list link; /* on the commands list (DELETE finds them) */
     struct gw_req *r;
     gw_t *g;
@@ -43,7 +43,7 @@ struct xcmd_stream {
 
 static struct list streams = {&streams, &streams};
 
-static void queue_event(struct xcmd_stream *st, const char *type, json_t *ev)
+static void queue_event(struct xcmdapi_stream *st, const char *type, json_t *ev)
 {
     char *t =
         ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
@@ -63,7 +63,7 @@ static void queue_event(struct xcmd_stream *st, const char *type, json_t *ev)
         lws_callback_on_writable(st->r->wsi);
 }
 
-static void queue_text(struct xcmd_stream *st, int fd, const void *buf, size_t n, bool final)
+static void queue_text(struct xcmdapi_stream *st, int fd, const void *buf, size_t n, bool final)
 {
     buf_t t;
     buf_init(&t, SIZE_MAX);
@@ -77,7 +77,7 @@ static void queue_text(struct xcmd_stream *st, int fd, const void *buf, size_t n
     buf_fini(&t);
 }
 
-static bool over_budget(const struct xcmd_stream *st)
+static bool over_budget(const struct xcmdapi_stream *st)
 {
     return st->q.len - st->q_off > XCMD_QUEUE_MAX ||
            (st->share && obudget_share_limit(st->share) &&
@@ -86,7 +86,7 @@ static bool over_budget(const struct xcmd_stream *st)
 
 static void on_output(void *ud, int fd, const void *buf, size_t n)
 {
-    struct xcmd_stream *st = ud;
+    struct xcmdapi_stream *st = ud;
     queue_text(st, fd, buf, n, false);
     if (!st->paused && over_budget(st)) {
         st->paused = true;
@@ -96,7 +96,7 @@ static void on_output(void *ud, int fd, const void *buf, size_t n)
 
 static void on_end(void *ud, const struct kcmd_end *e)
 {
-    struct xcmd_stream *st = ud;
+    struct xcmdapi_stream *st = ud;
     queue_text(st, 1, "", 0, true);
     queue_text(st, 2, "", 0, true);
     json_t *ev = json_pack("{s:I, s:s}", "seq", (json_int_t)st->seq, "type", "end");
@@ -113,7 +113,7 @@ static void on_end(void *ud, const struct kcmd_end *e)
 
 static const struct kcmd_cbs stream_cbs_proto = {.output = on_output, .end = on_end};
 
-static void stream_free(struct xcmd_stream *st)
+static void stream_free(struct xcmdapi_stream *st)
 {
     xcmd_stdin_free(&st->in);
     kcmd_release(&st->cmd); /* a command still running is killed: its client went away */
@@ -128,7 +128,7 @@ static void stream_free(struct xcmd_stream *st)
 
 void xcmdapi_req_fini(struct gw_req *r)
 {
-    struct xcmd_stream *st = r->face;
+    struct xcmdapi_stream *st = r->face;
     if (st) {
         st->r = NULL;
         stream_free(st);
@@ -153,7 +153,7 @@ void xcmdapi_post(struct gw_req *r)
     json_decref(body);
     if (rc < 0)
         return req_error(r, 400, "%s", err);
-    struct xcmd_stream *st = calloc(1, sizeof(*st));
+    struct xcmdapi_stream *st = calloc(1, sizeof(*st));
     if (!st) {
         xcmd_spec_fini(&s);
         return req_error(r, 500, "out of memory");
@@ -191,7 +191,7 @@ void xcmdapi_post(struct gw_req *r)
 
 void xcmdapi_delete(struct gw_req *r)
 {
-    struct xcmd_stream *st;
+    struct xcmdapi_stream *st;
     kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
     if (!k)
         return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
@@ -230,7 +230,7 @@ static int write_chunk(struct lws *wsi, const char *p, size_t len, bool last)
 
 int xcmdapi_write(struct gw_req *r)
 {
-    struct xcmd_stream *st = r->face;
+    struct xcmdapi_stream *st = r->face;
     if (!st)
         return 0;
     if (!st->headers_sent) {
