@@ -1,6 +1,6 @@
 /* Checkpoints and rollbacks of kernels: the gateway's record of each kernel's checkpoints
- * (kept under the kernel, as a listener's per-kernel data), the REST routes, and the
- * operations the execute API and MCP share with them. The kernel is asked through
+ * (kept under the kernel, as a listener's per-kernel data) and the operations the faces share
+ * (the REST routes of ckptapi.c, the execute API, MCP). The kernel is asked through
  * kernelmgr/kckpt.h; a rollback's clients are told on iopub here (docs/checkpoints.md). */
 #include "gateway/ckpt.h"
 
@@ -148,6 +148,22 @@ static json_t *rec_model(kernel_t *k, struct ckrec *rec)
                      "files", rec->files, "files_bytes", (json_int_t)rec->files_bytes, "pss_bytes",
                      rec->mem ? json_integer(rec->pss) : json_null(), "private_bytes",
                      rec->mem ? json_integer(rec->priv) : json_null());
+}
+
+json_t *ckpt_list(gw_t *g, kernel_t *k)
+{
+    struct kck *c = kck_of(g, k, false);
+    json_t *a = json_array();
+    struct ckrec *rec;
+    if (c)
+        list_for_each(rec, &c->recs, link) json_array_append_new(a, rec_model(k, rec));
+    return a;
+}
+
+json_t *ckpt_model(gw_t *g, kernel_t *k, const char *cp)
+{
+    struct ckrec *rec = rec_find(kck_of(g, k, false), cp);
+    return rec ? rec_model(k, rec) : NULL;
 }
 
 /* ---- the kernel's events: checkpoints end with the kernel's process ---- */
@@ -686,116 +702,4 @@ void ckpt_op_cancel(ckpt_op_t **pop)
         (*pop)->data = NULL;
     }
     *pop = NULL;
-}
-
-/* ---- REST ---- */
-
-/* The request's kernel ({id}), the caller's and not shutting down; NULL after a 404. */
-static kernel_t *req_kernel(struct gw_req *r)
-{
-    kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
-    if (!k || kernel_state(k) == KERNEL_TERMINATING) {
-        req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
-        return NULL;
-    }
-    return k;
-}
-
-static void rest_done(void *data, int status, int http, const char *message, json_t *rec)
-{
-    struct gw_req *r = data;
-    r->face = NULL; /* the operation, ended */
-    if (status < 0)
-        return req_error(r, http, "%s", message);
-    if (http == 201)
-        snprintf(r->location, sizeof(r->location), "/api/kernels/%s/checkpoints/%s",
-                 r->route.arg[0], json_string_value(json_object_get(rec, "id")));
-    req_reply(r, http, rec ? json_incref(rec) : NULL);
-}
-
-void ckpt_rest_list(struct gw_req *r)
-{
-    char msg[400];
-    int http;
-    kernel_t *k = req_kernel(r);
-    if (!k)
-        return;
-    if (r->method == HTTP_M_GET) {
-        struct kck *c = kck_of(r->g, k, false);
-        json_t *a = json_array();
-        struct ckrec *rec;
-        if (c)
-            list_for_each(rec, &c->recs, link) json_array_append_new(a, rec_model(k, rec));
-        return req_reply(r, 200, a);
-    }
-    json_t *body = req_json_body(r);
-    if (!body)
-        return;
-    json_t *files = json_object_get(body, "files");
-    if (files && !json_is_boolean(files)) {
-        json_decref(body);
-        return req_error(r, 400, "\"files\" must be true or false");
-    }
-    bool with_files = !files || json_is_true(files);
-    json_decref(body);
-    ckpt_op_t *op;
-    if (ckpt_take(r->g, k, &r->caller, with_files, rest_done, r, &op, &http, msg, sizeof(msg)) < 0)
-        req_error(r, http, "%s", msg);
-    else
-        r->face = op;
-}
-
-void ckpt_rest_one(struct gw_req *r)
-{
-    char msg[400];
-    int http;
-    kernel_t *k = req_kernel(r);
-    if (!k)
-        return;
-    if (r->method == HTTP_M_GET) {
-        struct ckrec *rec = rec_find(kck_of(r->g, k, false), r->route.arg[1]);
-        if (!rec)
-            return req_error(r, 404, "no checkpoint %s on kernel %s", r->route.arg[1],
-                             kernel_id(k));
-        return req_reply(r, 200, rec_model(k, rec));
-    }
-    ckpt_op_t *op;
-    if (ckpt_drop(r->g, k, &r->caller, r->route.arg[1], rest_done, r, &op, &http, msg,
-                  sizeof(msg)) < 0)
-        req_error(r, http, "%s", msg);
-    else
-        r->face = op;
-}
-
-void ckpt_rest_rollback(struct gw_req *r)
-{
-    char msg[400];
-    int http;
-    kernel_t *k = req_kernel(r);
-    if (!k)
-        return;
-    json_t *body = req_json_body(r);
-    if (!body)
-        return;
-    json_t *cp = json_object_get(body, "checkpoint");
-    if (!json_is_string(cp) ||
-        !ident_ok(json_string_value(cp), json_string_length(cp), IDENT_UUIDISH)) {
-        json_decref(body);
-        return req_error(r, 400, "\"checkpoint\" must be a checkpoint id");
-    }
-    ckpt_op_t *op;
-    int rc = ckpt_rollback(r->g, k, &r->caller, json_string_value(cp), NULL, rest_done, r, &op,
-                           &http, msg, sizeof(msg));
-    json_decref(body);
-    if (rc < 0)
-        req_error(r, http, "%s", msg);
-    else
-        r->face = op;
-}
-
-void ckpt_req_fini(struct gw_req *r)
-{
-    ckpt_op_t *op = r->face;
-    r->face = NULL;
-    ckpt_op_cancel(&op);
 }

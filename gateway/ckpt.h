@@ -1,6 +1,6 @@
 /* Checkpoints and rollbacks of kernels (docs/checkpoints.md): the records the gateway keeps of
- * each kernel's checkpoints, the REST routes, and the operations the execute API and MCP use.
- * The kernel side is kernelmgr/kckpt.h's. */
+ * each kernel's checkpoints and the operations the faces use (the REST routes: ckptapi.h; the
+ * execute API, MCP). The kernel side is kernelmgr/kckpt.h's. */
 #ifndef KGW_GATEWAY_CKPT_H
 #define KGW_GATEWAY_CKPT_H
 
@@ -8,7 +8,6 @@
 #include <stdbool.h>
 
 #include "gateway/gw.h"
-#include "gateway/http.h"
 #include "kernelmgr/kernel.h"
 
 #define CKPT_ID_MAX 40
@@ -16,12 +15,11 @@
 /* Subscribes to kernel events: a kernel's checkpoints end with its process. */
 int ckpt_listen(gw_t *g);
 
-/* GET (list) and POST (take) /api/kernels/{id}/checkpoints; GET and DELETE
- * /api/kernels/{id}/checkpoints/{cp}; POST /api/kernels/{id}/rollback {"checkpoint"}. */
-void ckpt_rest_list(struct gw_req *r);
-void ckpt_rest_one(struct gw_req *r);
-void ckpt_rest_rollback(struct gw_req *r);
-void ckpt_req_fini(struct gw_req *r);
+/* k's checkpoints' records as GET .../checkpoints lists them (a new array; a record: see
+ * ckpt_done_cb). */
+json_t *ckpt_list(gw_t *g, kernel_t *k);
+/* The record of k's checkpoint cp (new reference), or NULL when k has none of that id. */
+json_t *ckpt_model(gw_t *g, kernel_t *k, const char *cp);
 
 /* An operation's end. status 0: ok (rec: the checkpoint's record, {"id", "kernel_id",
  * "created", "execution_count", "files", "files_bytes", "pss_bytes"}, borrowed). Otherwise

@@ -17,9 +17,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "gateway/channel.h"
 #include "gateway/gw.h"
-#include "gateway/wschan.h"
 
 #define DRAIN_TICK_MS     100  /* how often a drain looks at executions and kernels */
 #define DRAIN_QUIET_TICKS 2    /* ticks in a row without executions before closing */
@@ -53,8 +51,7 @@ static void close_all(gw_t *g, bool forced)
     /* requests still in flight get their end before the websockets close */
     for (size_t i = 0; i < kmgr_count(g->km); i++)
         kernel_fail_pending(kmgr_at(g->km, i), KERNEL_OUT_SHUTDOWN, DRAIN_CLOSE_REASON);
-    wschan_close_all(g, 1001, DRAIN_CLOSE_REASON);
-    channel_close_all(g, 1001, DRAIN_CLOSE_REASON);
+    g->drain.close_websockets(g, 1001, DRAIN_CLOSE_REASON);
     /* kernel_shutdown never removes a kernel from the list before it returns */
     for (size_t i = 0; i < kmgr_count(g->km); i++) {
         kernel_t *k = kmgr_at(g->km, i);
@@ -103,8 +100,9 @@ static void on_tick(void *data)
     g->loop.evl.timer_arm(&g->loop.evl, g->drain.timer, DRAIN_TICK_MS);
 }
 
-int drain_init(gw_t *g)
+int drain_init(gw_t *g, void (*close_websockets)(gw_t *g, int code, const char *reason))
 {
+    g->drain.close_websockets = close_websockets;
     g->drain.timer = g->loop.evl.timer_new(&g->loop.evl, on_tick, g);
     return g->drain.timer ? 0 : -errno;
 }

@@ -11,7 +11,9 @@
     "the gateway is shutting down (draining): it starts no new kernels; retry on another "      \
     "instance"
 #define DRAIN_CLOSE_REASON "the gateway is shutting down"
-int drain_init(gw_t *g);
+/* close_websockets: closes every face's websockets (faces_close), called when the drain
+ * closes; drain.c names no face. */
+int drain_init(gw_t *g, void (*close_websockets)(gw_t *g, int code, const char *reason));
 void drain_fini(gw_t *g);
 /* SIGTERM: drain (a second one: stop waiting for executions); SIGINT: close without waiting;
  * either while closing: stop now. Sets g->stopping when the loop should end. */

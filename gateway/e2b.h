@@ -9,7 +9,7 @@
  * [/v2]/sandboxes/{id}/connect. Sandbox plane, under /e2b/sbx (the sandbox
  * named by E2b-Sandbox-Id, its X-Access-Token or E2B-Traffic-Access-Token):
  * /health, /execute, /contexts, /files and the Connect-RPC calls of
- * filesystem.Filesystem and process.Process. */
+ * filesystem.Filesystem and process.Process (e2bsbx.h). */
 #ifndef KGW_GATEWAY_E2B_H
 #define KGW_GATEWAY_E2B_H
 
@@ -23,11 +23,5 @@ void e2b_fini(gw_t *g);
 
 /* The control plane (ROUTE_E2B_*, authenticated as other routes). */
 void e2b_api(struct gw_req *r);
-/* The sandbox plane (ROUTE_E2B_SBX, public: authenticated here by the sandbox's
- * tokens). */
-void e2b_sbx(struct gw_req *r);
-/* route_ops write and fini of both. */
-int e2b_write(struct gw_req *r);
-void e2b_req_fini(struct gw_req *r);
 
 #endif

@@ -16,8 +16,8 @@
 
 const struct faces_row faces_table[] = {
     {"audit", kops_listen, NULL}, /* kernel operations' audit events, first */
-    {"jupyter-websocket", wschan_listen, NULL},
-    {"channel", channel_listen, NULL},
+    {"jupyter-websocket", wschan_listen, NULL, wschan_close_all},
+    {"channel", channel_listen, NULL, channel_close_all},
     {"sessions", sessions_listen, sessions_free_all},
     {"execute", xexec_listen, xexec_fini},
     {"mcp", mcp_listen, mcp_fini},
@@ -43,4 +43,11 @@ void faces_fini(gw_t *g)
     for (size_t i = faces_n; i-- > 0;)
         if (faces_table[i].fini)
             faces_table[i].fini(g);
+}
+
+void faces_close(gw_t *g, int code, const char *reason)
+{
+    for (size_t i = 0; i < faces_n; i++)
+        if (faces_table[i].close)
+            faces_table[i].close(g, code, reason);
 }

@@ -14,6 +14,8 @@ struct faces_row {
     const char *name;
     int (*init)(gw_t *g);  /* 0 or -errno */
     void (*fini)(gw_t *g); /* NULL: nothing to end; runs also after a failed init */
+    /* NULL: no websockets; else closes them all (code, reason) after what is queued */
+    void (*close)(gw_t *g, int code, const char *reason);
 };
 
 extern const struct faces_row faces_table[];
@@ -23,5 +25,7 @@ extern const size_t faces_n;
 int faces_init(gw_t *g);
 /* Ends every face, last first. */
 void faces_fini(gw_t *g);
+/* Closes every face's websockets, in the table's order (a drain's close, gateway/drain.c). */
+void faces_close(gw_t *g, int code, const char *reason);
 
 #endif

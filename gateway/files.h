@@ -1,5 +1,6 @@
-/* files.c: the workspace file endpoints (rows of routes.c): upload, download, check_file,
- * listing, delete. */
+/* files.c: a workspace's files for the faces: paths resolved below its root (nothing
+ * followed), directories made for its owner, its listing, a file read whole, files written from
+ * a child in a kernel's memory cgroup. The REST file routes are filesapi.h's. */
 #ifndef KGW_GATEWAY_FILES_H
 #define KGW_GATEWAY_FILES_H
 
@@ -8,24 +9,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "gateway/gw.h"
-#include "gateway/http.h"
 #include "kernelmgr/wspace.h"
 
-/* check_file, listing, delete and the start of a download (which then continues in
- * files_download_write). */
-void files_handle(struct gw_req *r);
-/* An upload (struct route_ops's upload_* calls) */
-int files_upload_start(struct gw_req *r, long long content_length);
-/* Body bytes; failures are remembered and answered at the end. Returns 0. */
-int files_upload_body(struct gw_req *r, const void *in, size_t len);
-void files_upload_done(struct gw_req *r);
-/* A download (struct route_ops's write) */
-int files_download_write(struct gw_req *r);
-/* Frees the request's transfer. */
-void files_req_fini(struct gw_req *r);
-/* Ends every transfer's use of its workspace (before the kernel manager goes). */
-void files_shutdown(gw_t *g);
 /* Writes a request's files (normal paths, protocol/fpath.h) into a workspace, replacing what
  * is there (missing directories are made, all owned by the workspace's uid), without any
  * work or wait on the loop: one child, in the memory cgroup of a kernel of the workspace (so
@@ -47,6 +32,8 @@ void files_put_cancel(files_put_t **pp);
 /* The workspace's files as GET /files lists them ({"workspace", "files", "truncated"}), or
  * NULL. */
 json_t *files_list(wspace_t *w);
+/* The same, of w's root directory already open. */
+json_t *files_list_at(wspace_t *w, int root);
 /* openat2 below dirfd: no symbolic link, no magic link, no other mount followed (-errno). */
 int files_openat(int dirfd, const char *path, int flags, mode_t mode);
 /* Gives fd to the workspace's owner (a directory or file the gateway made in it). */

@@ -105,6 +105,7 @@ enum gw_phase {
     GW_STOPPED,  /* the loop ends */
 };
 
+struct gw;
 struct gw_drain {
     enum gw_phase phase;
     evl_timer_t *timer;
@@ -113,6 +114,8 @@ struct gw_drain {
     uint64_t logged_ms;   /* the last progress line */
     size_t execs;         /* executions running at the last look */
     int quiet;            /* looks in a row without executions */
+    /* faces_close (drain_init): every face's websockets closed */
+    void (*close_websockets)(struct gw *g, int code, const char *reason);
 };
 
 typedef struct conns conns_t;

@@ -113,6 +113,16 @@ int http_write_head(struct gw_req *r, int status, const char *ctype, const char 
     return 0;
 }
 
+enum xreq_format http_accept_format(struct lws *wsi)
+{
+    char accept[XREQ_ACCEPT_MAX];
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_ACCEPT);
+    if (n <= 0 || n >= (int)sizeof(accept) ||
+        lws_hdr_copy(wsi, accept, sizeof(accept), WSI_TOKEN_HTTP_ACCEPT) < 0)
+        return XREQ_NDJSON;
+    return xreq_accept(accept, strlen(accept));
+}
+
 /* An answer is written whole. The connection takes the next request, or ends (-1) when the
  * client pipelined (gateway/reqguard.h) or lws says so. */
 static int transaction_done(struct lws *wsi)

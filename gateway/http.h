@@ -12,6 +12,7 @@
 #include "kernelmgr/kernel.h"
 #include "protocol/fpath.h"
 #include "protocol/hchunk.h"
+#include "protocol/xreq.h"
 
 
 /* A header of a stored response beyond the ones http.c writes itself. */
@@ -125,6 +126,8 @@ int http_add_common_headers(gw_t *g, struct lws *wsi, unsigned char **p, unsigne
  * for length < 0 a chunked body that proxies must not buffer. 0, or -1 when lws failed. */
 int http_write_head(struct gw_req *r, int status, const char *ctype, const char *name,
                     const char *value, long long length);
+/* The stream format the request's Accept header asks for (NDJSON without one). */
+enum xreq_format http_accept_format(struct lws *wsi);
 /* False when the decoded path (len bytes) or query holds a control byte: a DEL where
  * gateway/reqguard.c marked an escape that cannot be decoded (%00, '%' without two hex
  * digits), or a control character, never valid in a URI. Such requests are answered 400. */

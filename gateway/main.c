@@ -24,7 +24,7 @@
 #include "gateway/gsecret.h"
 #include "gateway/drain.h"
 #include "gateway/faces.h"
-#include "gateway/files.h"
+#include "gateway/filesapi.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
 #include "gateway/metrics.h"
@@ -842,7 +842,7 @@ static void teardown(evl_io_t *sig_io, int sfd)
     G.stopping = true; /* listeners: the kernels' ends below are the gateway's own */
     if (G.cfg.sb.init_fd >= 0)
         close(G.cfg.sb.init_fd);
-    files_shutdown(&G);
+    filesapi_shutdown(&G);
     if (G.cfg.sb.zygote_fd >= 0)
         close(G.cfg.sb.zygote_fd);
     kmgr_destroy(&G.km);
@@ -905,7 +905,7 @@ int main(int argc, char **argv)
     if (setup_listen(&G, protocols, metrics_protocols, fds) < 0)
         goto out;
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G) < 0 || gw_trim_start(&G) < 0)
+    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G, faces_close) < 0 || gw_trim_start(&G) < 0)
         goto out;
     if (!(G.conns = conns_new(&G, fds))) {
         log_error("cannot track client connections: %s", strerror(errno));

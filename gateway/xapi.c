@@ -87,16 +87,6 @@ static void reader_wake(struct xexec_sub *s)
 
 static const struct xexec_sub_ops reader_ops = {.wake = reader_wake};
 
-enum xreq_format xapi_request_format(struct lws *wsi)
-{
-    char accept[XREQ_ACCEPT_MAX];
-    int n = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_ACCEPT);
-    if (n <= 0 || n >= (int)sizeof(accept) ||
-        lws_hdr_copy(wsi, accept, sizeof(accept), WSI_TOKEN_HTTP_ACCEPT) < 0)
-        return XREQ_NDJSON;
-    return xreq_accept(accept, strlen(accept));
-}
-
 static void attach(struct gw_req *r, xexec_t *x, int status, uint64_t since)
 {
     struct xreader *rd = calloc(1, sizeof(*rd));
@@ -104,7 +94,7 @@ static void attach(struct gw_req *r, xexec_t *x, int status, uint64_t since)
         return req_error(r, 500, "out of memory");
     rd->r = r;
     rd->status = status;
-    rd->fmt = xapi_request_format(r->wsi);
+    rd->fmt = http_accept_format(r->wsi);
     xexec_subscribe(x, &rd->sub, since, &reader_ops);
     r->face = rd;
     snprintf(r->location, sizeof(r->location), "/api/executions/%s", xexec_id(x));

@@ -6,7 +6,6 @@
 
 #include "gateway/gw.h"
 #include "gateway/http.h"
-#include "protocol/xreq.h"
 
 void xapi_kernel_execute(struct gw_req *r);
 void xapi_oneshot(struct gw_req *r);
@@ -16,7 +15,5 @@ void xapi_execution(struct gw_req *r);
 int xapi_write(struct gw_req *r);
 /* Frees the request's reader. */
 void xapi_req_fini(struct gw_req *r);
-/* The stream format the request's Accept header asks for (NDJSON without one). */
-enum xreq_format xapi_request_format(struct lws *wsi);
 
 #endif

@@ -1,7 +1,6 @@
-/* xcmd.c: commands in a kernel's sandbox (kernelmgr/kcmd.h) for clients (docs/commands.md):
- * POST /api/kernels/{id}/commands streams a command's events (NDJSON or SSE, as the execute
- * API), DELETE /api/kernels/{id}/commands/{command_id} cancels it; and a run that collects a
- * command's output for MCP's run_command. */
+/* xcmd.c: commands in a kernel's sandbox (kernelmgr/kcmd.h) for the faces (docs/commands.md):
+ * a command as a client asks for it, its stdin fed to its pipe, and a run that collects a
+ * command's output for MCP's run_command. The REST routes are xcmdapi.h's. */
 #ifndef KGW_GATEWAY_XCMD_H
 #define KGW_GATEWAY_XCMD_H
 
@@ -9,7 +8,7 @@
 
 #include "common/buf.h"
 #include "gateway/gw.h"
-#include "gateway/http.h"
+#include "kernelmgr/kcmd.h"
 
 #define XCMD_COMMAND_MAX (64 * 1024) /* bytes of "command" */
 #define XCMD_STDIN_MAX   (1 << 20)   /* bytes of "stdin" */
@@ -31,10 +30,18 @@ int xcmd_spec_parse(json_t *body, const char *const *allowed, struct xcmd_spec *
                     size_t errsz);
 void xcmd_spec_fini(struct xcmd_spec *s);
 
-void xcmd_post(struct gw_req *r);
-void xcmd_delete(struct gw_req *r);
-int xcmd_write(struct gw_req *r);
-void xcmd_req_fini(struct gw_req *r);
+/* The command's options for kcmd_start (pointing into s). */
+struct kcmd_opts xcmd_spec_opts(const struct xcmd_spec *s);
+
+/* A command's stdin: s's bytes (taken from s), written as the pipe takes them, then the pipe
+ * closed. cmd: the owner's pointer to the command (NULL once it is released). NULL without
+ * stdin or memory (the command then gets EOF at once). */
+struct xcmd_stdin *xcmd_stdin_start(evl_t *evl, kcmd_t **cmd, struct xcmd_spec *s);
+void xcmd_stdin_free(struct xcmd_stdin **p);
+
+/* A command's end as the faces tell it: {"status", "exit_code", "signal", "duration_ms",
+ * "message"}, new reference. */
+json_t *xcmd_end_json(const struct kcmd_end *e);
 
 /* A command whose output is collected (MCP): stdout and stderr up to max bytes together (the
  * rest is counted, not kept), then done(ud) once it ended. */

@@ -1,0 +1,278 @@
+/* Commands over HTTP (xcmdapi.h). A command's events are framed as they come and queued for
+ * the response; when the queue (or the kernel's share of the output budget) is full, the
+ * command's output is no longer read (kcmd_pause) until the client takes what is queued: the
+ * command then waits on its pipe, the gateway holds a bounded amount. */
+#include "gateway/xcmdapi.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/list.h"
+#include "common/log.h"
+#include "common/obudget.h"
+#include "common/util.h"
+#include "gateway/kops.h"
+#include "gateway/xcmd.h"
+#include "kernelmgr/kcmd.h"
+#include "protocol/u8fix.h"
+#include "protocol/xevent.h"
+#include "protocol/xreq.h"
+
+#define XCMD_QUEUE_MAX   (256 * 1024) /* bytes queued for a client before its command pauses */
+#define XCMD_WRITE_BYTES (64 * 1024)  /* bytes per lws_write */
+struct xcmdapi_stream {
+    struct list link; /* on the commands list (DELETE finds them) */
+    struct gw_req *r;
+    gw_t *g;
+    kcmd_t *cmd;
+    struct xcmd_stdin *in;
+    char id[UTIL_UUID_LEN + 1];
+    char kernel_id[40];
+    char tenant[KEYFILE_TENANT_MAX + 1];
+    enum xreq_format fmt;
+    uint64_t seq;
+    buf_t q; /* framed events not written yet, from q_off */
+    size_t q_off;
+    struct u8fix u8[3];
+    obudget_share_t *share; /* the kernel's share of the output budget, charged what q holds */
+    size_t charged;
+    bool headers_sent, ended, paused;
+};
+
+static struct list streams = {&streams, &streams};
+
+static void queue_event(struct xcmdapi_stream *st, const char *type, json_t *ev)
+{
+    char *t =
+        ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(ev);
+    enum xreq_format f = st->fmt == XREQ_SSE ? XREQ_SSE : XREQ_NDJSON;
+    size_t before = st->q.len;
+    if (!t || xevent_frame(f, st->seq, type, t, strlen(t), &st->q) < 0)
+        log_warn("xcmd: command=%s: an event was lost (out of memory)", st->id);
+    free(t);
+    st->seq++;
+    size_t added = st->q.len - before;
+    if (st->share && added) {
+        obudget_share_charge(st->share, added);
+        st->charged += added;
+    }
+    if (st->r)
+        lws_callback_on_writable(st->r->wsi);
+}
+
+static void queue_text(struct xcmdapi_stream *st, int fd, const void *buf, size_t n, bool final)
+{
+    buf_t t;
+    buf_init(&t, SIZE_MAX);
+    if (u8fix_feed(&st->u8[fd], buf, n, final, &t) < 0 || t.len == 0) {
+        buf_fini(&t);
+        return;
+    }
+    queue_event(st, fd == 1 ? "stdout" : "stderr",
+                json_pack("{s:I, s:s, s:s%}", "seq", (json_int_t)st->seq, "type",
+                          fd == 1 ? "stdout" : "stderr", "text", t.data, t.len));
+    buf_fini(&t);
+}
+
+static bool over_budget(const struct xcmdapi_stream *st)
+{
+    return st->q.len - st->q_off > XCMD_QUEUE_MAX ||
+           (st->share && obudget_share_limit(st->share) &&
+            obudget_share_held(st->share) > obudget_share_limit(st->share));
+}
+
+static void on_output(void *ud, int fd, const void *buf, size_t n)
+{
+    struct xcmdapi_stream *st = ud;
+    queue_text(st, fd, buf, n, false);
+    if (!st->paused && over_budget(st)) {
+        st->paused = true;
+        kcmd_pause(st->cmd, true);
+    }
+}
+
+static void on_end(void *ud, const struct kcmd_end *e)
+{
+    struct xcmdapi_stream *st = ud;
+    queue_text(st, 1, "", 0, true);
+    queue_text(st, 2, "", 0, true);
+    json_t *ev = json_pack("{s:I, s:s}", "seq", (json_int_t)st->seq, "type", "end");
+    json_t *end = xcmd_end_json(e);
+    if (ev && end)
+        json_object_update(ev, end);
+    json_decref(end);
+    queue_event(st, "end", ev);
+    st->ended = true;
+    xcmd_stdin_free(&st->in);
+    log_info("xcmd: command=%s kernel=%s: %s (exit %d, signal %d)", st->id, st->kernel_id,
+             kcmd_status_name(e->status), e->exit_code, e->signal);
+}
+
+static const struct kcmd_cbs stream_cbs_proto = {.output = on_output, .end = on_end};
+
+static void stream_free(struct xcmdapi_stream *st)
+{
+    xcmd_stdin_free(&st->in);
+    kcmd_release(&st->cmd); /* a command still running is killed: its client went away */
+    list_remove(&st->link);
+    if (st->share) {
+        obudget_share_release(st->share, st->charged);
+        obudget_share_unref(&st->share);
+    }
+    buf_fini(&st->q);
+    free(st);
+}
+
+void xcmdapi_req_fini(struct gw_req *r)
+{
+    struct xcmdapi_stream *st = r->face;
+    if (st) {
+        st->r = NULL;
+        stream_free(st);
+        r->face = NULL;
+    }
+}
+
+static const char *const http_fields[] = {"command", "argv",  "cwd", "env",
+                                          "timeout", "stdin", NULL};
+
+void xcmdapi_post(struct gw_req *r)
+{
+    char err[256];
+    struct xcmd_spec s;
+    kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
+    if (!k || kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD)
+        return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
+    json_t *body = req_json_body(r);
+    if (!body)
+        return;
+    int rc = xcmd_spec_parse(body, http_fields, &s, err, sizeof(err));
+    json_decref(body);
+    if (rc < 0)
+        return req_error(r, 400, "%s", err);
+    struct xcmdapi_stream *st = calloc(1, sizeof(*st));
+    if (!st) {
+        xcmd_spec_fini(&s);
+        return req_error(r, 500, "out of memory");
+    }
+    list_init(&st->link);
+    buf_init(&st->q, SIZE_MAX);
+    st->g = r->g;
+    st->fmt = http_accept_format(r->wsi);
+    util_uuid(st->id);
+    snprintf(st->kernel_id, sizeof(st->kernel_id), "%s", kernel_id(k));
+    snprintf(st->tenant, sizeof(st->tenant), "%s", r->caller.tenant);
+    if (kernel_out_share(k))
+        st->share = obudget_share_ref(kernel_out_share(k));
+    struct kcmd_cbs cb = stream_cbs_proto;
+    cb.ud = st;
+    struct kcmd_opts o = xcmd_spec_opts(&s);
+    struct kops_error kerr;
+    if ((rc = kops_command_start(r->g, k, &o, &cb, &st->cmd, &kerr)) < 0) {
+        xcmd_spec_fini(&s);
+        stream_free(st);
+        return req_error_retry(r, kerr.status, kerr.retry_after, "%s", kerr.message);
+    }
+    st->in = xcmd_stdin_start(&r->g->loop.evl, &st->cmd, &s);
+    xcmd_spec_fini(&s);
+    list_append(&streams, &st->link);
+    st->r = r;
+    r->face = st;
+    snprintf(r->location, sizeof(r->location), "/api/kernels/%s/commands/%s", st->kernel_id,
+             st->id);
+    queue_event(st, "start",
+                json_pack("{s:I, s:s, s:s, s:s}", "seq", (json_int_t)st->seq, "type", "start",
+                          "command_id", st->id, "kernel_id", st->kernel_id));
+    log_info("xcmd: command=%s kernel=%s tenant=%s: started", st->id, st->kernel_id, st->tenant);
+}
+
+void xcmdapi_delete(struct gw_req *r)
+{
+    struct xcmdapi_stream *st;
+    kernel_t *k = gw_kernel(r->g, r->route.arg[0], r->caller.tenant);
+    if (!k)
+        return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
+    list_for_each(st, &streams, link)
+    {
+        if (!strcmp(st->id, r->route.arg[1]) && !strcmp(st->kernel_id, kernel_id(k)) &&
+            !strcmp(st->tenant, r->caller.tenant)) {
+            struct kops_error kerr;
+            bool running = !st->ended && st->cmd &&
+                           kops_command_signal(r->g, st->cmd, SIGKILL, &kerr) == 0;
+            return req_reply(r, 202,
+                             json_pack("{s:s, s:s}", "command_id", st->id, "state",
+                                       running ? "cancelling" : "ended"));
+        }
+    }
+    req_error(r, 404, "no such command: %s", r->route.arg[1]);
+}
+
+/* Writes len bytes of p as one chunk of the chunked response (last: and its end). */
+static int write_chunk(struct lws *wsi, const char *p, size_t len, bool last)
+{
+    char head[24];
+    int hn = snprintf(head, sizeof(head), "%zx\r\n", len);
+    size_t total = (size_t)hn + len + (last ? 7 : 2);
+    unsigned char *b = malloc(LWS_PRE + total);
+    if (!b)
+        return -1;
+    unsigned char *o = b + LWS_PRE;
+    memcpy(o, head, (size_t)hn);
+    memcpy(o + hn, p, len);
+    memcpy(o + hn + len, last ? "\r\n0\r\n\r\n" : "\r\n", last ? 7 : 2);
+    int rc = lws_write(wsi, o, total, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < 0 ? -1 : 0;
+    free(b);
+    return rc;
+}
+
+int xcmdapi_write(struct gw_req *r)
+{
+    struct xcmdapi_stream *st = r->face;
+    if (!st)
+        return 0;
+    if (!st->headers_sent) {
+        enum xreq_format f = st->fmt == XREQ_SSE ? XREQ_SSE : XREQ_NDJSON;
+        if (http_write_head(r, 201, xreq_format_ctype(f), "location:", r->location, -1) < 0)
+            return -1;
+        st->headers_sent = true;
+    }
+    while (!lws_send_pipe_choked(r->wsi)) {
+        size_t left = st->q.len - st->q_off;
+        if (left == 0 && !st->ended)
+            break;
+        size_t n = left < XCMD_WRITE_BYTES ? left : XCMD_WRITE_BYTES;
+        bool last = st->ended && n == left;
+        if (n == 0) { /* only the end of the chunked body */
+            static unsigned char fin[LWS_PRE + 5];
+            memcpy(fin + LWS_PRE, "0\r\n\r\n", 5);
+            return lws_write(r->wsi, fin + LWS_PRE, 5, LWS_WRITE_HTTP_FINAL) < 0 ? -1 : 1;
+        }
+        if (write_chunk(r->wsi, st->q.data + st->q_off, n, last) < 0)
+            return -1;
+        st->q_off += n;
+        if (st->share) {
+            obudget_share_release(st->share, n);
+            st->charged -= n;
+        }
+        if (st->q_off == st->q.len) {
+            buf_reset(&st->q);
+            st->q_off = 0;
+        }
+        if (last)
+            return 1;
+    }
+    if (st->paused && !over_budget(st)) {
+        st->paused = false;
+        kcmd_pause(st->cmd, false); /* (may queue more, and the end) */
+    }
+    if (st->q.len > st->q_off || st->ended || lws_partial_buffered(r->wsi)) {
+        lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, (int)r->g->cfg.stall_timeout);
+        lws_callback_on_writable(r->wsi);
+    } else {
+        lws_set_timeout(r->wsi, NO_PENDING_TIMEOUT, 0); /* it waits for the command */
+    }
+    return 0;
+}
