@@ -22,6 +22,7 @@
 #define E2B_ENVD_VERSION    "0.5.6" /* what the SDKs are told envd is (docs/e2b.md) */
 #define E2B_CONTEXTS_MAX    8       /* kernels (code contexts) of one sandbox */
 #define E2B_CWD_MAX         256     /* bytes of a context's working directory */
+#define E2B_STDIN_MAX       (1 << 20) /* a command's stdin waiting to be read */
 #define E2B_SAMPLES         60      /* metrics kept per sandbox (the last 5 minutes) */
 #define E2B_SAMPLE_MS       5000    /* between two, as E2B samples */
 #define E2B_TOKEN_BYTES     24      /* random bytes of an access token (hex: twice) */
@@ -107,6 +108,7 @@ struct e2bproc {
     size_t pend_off; /* bytes of pend written */
     bool ended, paused;
     uint64_t keepalive_ms; /* the client's Keepalive-Ping-Interval */
+    struct xcmd_stdin *in; /* "stdin": true: SendInput's bytes (NULL: /dev/null) */
 };
 
 struct e2bput {

@@ -22,6 +22,7 @@
 #include "gateway/e2bfs.h"
 #include "gateway/files.h"
 #include "gateway/kops.h"
+#include "gateway/xcmd.h"
 #include "gateway/xexec.h"
 #include "kernelmgr/kcmd.h"
 #include "kernelmgr/kmgr.h"
@@ -915,7 +916,7 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
         if (v >= 1 && v <= 3600)
             p->keepalive_ms = (uint64_t)v * 1000;
     }
-    struct kcmd_opts o = {.argv = st.argv, .cwd = cwd, .env = env};
+    struct kcmd_opts o = {.argv = st.argv, .cwd = cwd, .env = env, .stdin_open = st.stdin_open};
     struct kcmd_cbs cb = {.output = proc_output, .end = proc_end, .ud = q};
     /* the request holds the stream before the command can say anything */
     r->face = q;
@@ -934,6 +935,8 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
         return connect_stream_error(r, rc == -EAGAIN ? "resource_exhausted" : e2bwire_code_name(rc),
                                     kerr.message);
     }
+    if (o.stdin_open && !(p->in = xcmd_stdin_new(&g->loop.evl, &p->cmd, E2B_STDIN_MAX)))
+        kcmd_close_stdin(p->cmd); /* no memory to feed it: EOF now, SendInput refused */
     log_info("e2b: sandbox=%s: command %u started", s->id, p->handle);
     snprintf(msg, sizeof(msg), "{\"event\":{\"start\":{\"pid\":%u}}}", p->handle);
     /* first, before any output the start may already have queued */
@@ -1023,6 +1026,48 @@ static void proc_signal(struct gw_req *r, struct e2bsbx *s)
     return connect_error(r, "not_found", msg);
 }
 
+/* process.Process/SendInput and CloseStdin: bytes for (or the end of) the stdin of a command
+ * of this sandbox started with "stdin": true. */
+static void proc_input(struct gw_req *r, struct e2bsbx *s, bool close)
+{
+    char msg[256];
+    unsigned pid;
+    uint8_t *data = NULL;
+    size_t n = 0;
+    if (e2bwire_input_parse(r->body.data ? r->body.data : "", r->body.len, &pid,
+                            close ? NULL : &data, &n, msg, sizeof(msg)) < 0)
+        return connect_error(r, "invalid_argument", msg);
+    struct e2breq *q;
+    list_for_each(q, &r->g->e2b->runs, link)
+    {
+        if (q->kind != E2BREQ_PROC || q->proc->handle != pid ||
+            strcmp(q->proc->sbx_id, s->id) != 0 || q->proc->ended)
+            continue;
+        int rc = 0;
+        if (!q->proc->in)
+            rc = -EBADF;
+        else if (close)
+            xcmd_stdin_close(q->proc->in);
+        else
+            rc = xcmd_stdin_write(q->proc->in, data, n);
+        free(data);
+        if (rc == -EBADF)
+            return connect_error(r, "failed_precondition",
+                                 "the process was started without stdin (stdin: true)");
+        if (rc == -EPIPE)
+            return connect_error(r, "failed_precondition", "the process's stdin is closed");
+        if (rc == -ENOBUFS)
+            return connect_error(r, "resource_exhausted",
+                                 "the process has not read the stdin sent before (1 MiB waits)");
+        if (rc < 0)
+            return connect_error(r, "internal", strerror(-rc));
+        return req_reply(r, 200, json_object());
+    }
+    free(data);
+    snprintf(msg, sizeof(msg), "process %u not found", pid);
+    return connect_error(r, "not_found", msg);
+}
+
 static void sbx_rpc(struct gw_req *r, struct e2bsbx *s, const char *service, const char *method)
 {
     bool stream = connect_streaming(r->wsi);
@@ -1064,6 +1109,10 @@ static void sbx_rpc(struct gw_req *r, struct e2bsbx *s, const char *service, con
         return proc_start(r, s);
     if (strcmp(service, "process.Process") == 0 && strcmp(method, "SendSignal") == 0 && !stream)
         return proc_signal(r, s);
+    if (strcmp(service, "process.Process") == 0 && strcmp(method, "SendInput") == 0 && !stream)
+        return proc_input(r, s, false);
+    if (strcmp(service, "process.Process") == 0 && strcmp(method, "CloseStdin") == 0 && !stream)
+        return proc_input(r, s, true);
     snprintf(msg, sizeof(msg), "%.64s/%.64s is not offered by kgw (docs/e2b.md)", service, method);
     if (stream)
         return connect_stream_error(r, "unimplemented", msg);
@@ -1161,6 +1210,7 @@ void e2bsbx_req_fini(struct gw_req *r)
     } else if (q->kind == E2BREQ_PROC) {
         if (!q->proc->ended)
             log_info("e2b: command %u: the client went away; killed", q->proc->handle);
+        xcmd_stdin_free(&q->proc->in);
         kcmd_release(&q->proc->cmd); /* kills it if it still runs; no callback after */
         buf_fini(&q->proc->pend);
         free(q->proc);

@@ -169,7 +169,8 @@ struct xcmd_stdin {
     kcmd_t **cmd; /* the owner's pointer */
     evl_t *evl;
     char *data;
-    size_t len, off;
+    size_t len, off, max;
+    bool closing; /* close the pipe once data is written */
     evl_timer_t *timer;
 };
 
@@ -188,7 +189,8 @@ static void stdin_push(void *data)
         }
         in->off += (size_t)n;
     }
-    if (*in->cmd)
+    in->off = in->len = 0; /* all written: the buffer is empty again */
+    if (*in->cmd && in->closing)
         kcmd_close_stdin(*in->cmd);
 }
 
@@ -203,23 +205,61 @@ void xcmd_stdin_free(struct xcmd_stdin **p)
     *p = NULL;
 }
 
-struct xcmd_stdin *xcmd_stdin_start(evl_t *evl, kcmd_t **cmd, struct xcmd_spec *s)
+struct xcmd_stdin *xcmd_stdin_new(evl_t *evl, kcmd_t **cmd, size_t max)
 {
-    struct xcmd_stdin *in = s->stdin_data ? calloc(1, sizeof(*in)) : NULL;
+    struct xcmd_stdin *in = calloc(1, sizeof(*in));
     if (in && !(in->timer = evl->timer_new(evl, stdin_push, in))) {
         free(in);
         in = NULL;
     }
+    if (!in)
+        return NULL;
+    in->cmd = cmd;
+    in->evl = evl;
+    in->max = max;
+    return in;
+}
+
+int xcmd_stdin_write(struct xcmd_stdin *in, const void *buf, size_t n)
+{
+    if (in->closing)
+        return -EPIPE;
+    if (n > in->max - (in->len - in->off))
+        return -ENOBUFS;
+    if (in->off > 0) { /* what is written goes: the rest to the front */
+        memmove(in->data, in->data + in->off, in->len - in->off);
+        in->len -= in->off;
+        in->off = 0;
+    }
+    char *d = realloc(in->data, in->len + n + 1);
+    if (!d)
+        return -ENOMEM;
+    in->data = d;
+    memcpy(in->data + in->len, buf, n);
+    in->len += n;
+    stdin_push(in);
+    return 0;
+}
+
+void xcmd_stdin_close(struct xcmd_stdin *in)
+{
+    in->closing = true;
+    if (in->off >= in->len)
+        stdin_push(in);
+}
+
+struct xcmd_stdin *xcmd_stdin_start(evl_t *evl, kcmd_t **cmd, struct xcmd_spec *s)
+{
+    struct xcmd_stdin *in = s->stdin_data ? xcmd_stdin_new(evl, cmd, s->stdin_len) : NULL;
     if (!in) {
         if (s->stdin_data)
             kcmd_close_stdin(*cmd);
         return NULL;
     }
-    in->cmd = cmd;
-    in->evl = evl;
-    in->data = s->stdin_data;
+    in->data = s->stdin_data; /* taken */
     in->len = s->stdin_len;
     s->stdin_data = NULL;
+    in->closing = true;
     stdin_push(in);
     return in;
 }

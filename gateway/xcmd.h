@@ -38,6 +38,13 @@ struct kcmd_opts xcmd_spec_opts(const struct xcmd_spec *s);
  * stdin or memory (the command then gets EOF at once). */
 struct xcmd_stdin *xcmd_stdin_start(evl_t *evl, kcmd_t **cmd, struct xcmd_spec *s);
 void xcmd_stdin_free(struct xcmd_stdin **p);
+/* A command's stdin fed as it comes (E2B's SendInput): at most max bytes waiting. */
+struct xcmd_stdin *xcmd_stdin_new(evl_t *evl, kcmd_t **cmd, size_t max);
+/* Appends n bytes, written as the pipe takes them: 0, -ENOBUFS past max waiting, -EPIPE once
+ * closing, -ENOMEM. */
+int xcmd_stdin_write(struct xcmd_stdin *in, const void *buf, size_t n);
+/* Closes the pipe once what waits is written (EOF for the command). */
+void xcmd_stdin_close(struct xcmd_stdin *in);
 
 /* A command's end as the faces tell it: {"status", "exit_code", "signal", "duration_ms",
  * "message"}, new reference. */

@@ -1,6 +1,7 @@
 #include "protocol/e2bwire.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -548,15 +549,11 @@ int e2bwire_start_parse(
                 break;
             }
         } else if (strcmp(k, "stdin") == 0) {
-            if (json_is_true(v)) {
-                rc = -ENOSYS;
-                snprintf(err, errsz, "stdin is not offered by kgw's process.Start");
-                break;
-            }
-            if (!json_is_false(v) && !json_is_null(v)) {
+            if (!json_is_boolean(v) && !json_is_null(v)) {
                 rc = fail(err, errsz, "\"stdin\" must be a boolean");
                 break;
             }
+            out->stdin_open = json_is_true(v);
         } else if (strcmp(k, "tag") == 0) {
             if (!json_is_string(v) && !json_is_null(v)) {
                 rc = fail(err, errsz, "\"tag\" must be a string");
@@ -685,6 +682,49 @@ int e2bwire_signal_parse(
         *ret_pid = (unsigned)json_integer_value(pid);
         *ret_sig = s;
     }
+    json_decref(doc);
+    return rc;
+}
+
+int e2bwire_input_parse(const char *body, size_t len, unsigned *ret_pid, uint8_t **ret_data,
+                        size_t *ret_n, char *err, size_t errsz)
+{
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    json_t *proc = json_object_get(doc, "process"), *input = json_object_get(doc, "input");
+    json_t *pid = json_object_get(proc, "pid");
+    json_t *in = json_object_get(input, "stdin");
+    int rc = 0;
+    bool close = ret_data == NULL; /* CloseStdin: the process alone */
+    if (json_object_size(doc) != (size_t)(!!proc + !!input) || (close && input) ||
+        !json_is_object(proc) || json_object_size(proc) != 1 || !json_is_integer(pid) ||
+        json_integer_value(pid) < 0 || json_integer_value(pid) > 0xffffffffLL)
+        rc = fail(err, errsz, close ? "{\"process\": {\"pid\": N}} is expected"
+                                    : "{\"process\": {\"pid\": N}, \"input\": {\"stdin\": "
+                                      "BASE64}} is expected");
+    else if (!close && input && (!json_is_object(input) || json_object_size(input) > 1 ||
+                                 (json_object_size(input) == 1 && !json_is_string(in))))
+        rc = fail(err, errsz, "\"input\" must be {\"stdin\": BASE64} (a PTY is not offered)");
+    if (rc == 0 && !close) {
+        const char *b64 = in ? json_string_value(in) : "";
+        size_t bn = strlen(b64), n = 0;
+        uint8_t *data = malloc(bn / 4 * 3 + 3);
+        if (!data)
+            rc = fail(err, errsz, "out of memory");
+        else if (sodium_base642bin(data, bn / 4 * 3 + 3, b64, bn, NULL, &n, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL) != 0 &&
+                 sodium_base642bin(data, bn / 4 * 3 + 3, b64, bn, NULL, &n, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL_NO_PADDING) != 0) {
+            free(data);
+            rc = fail(err, errsz, "\"input.stdin\" must be base64");
+        } else {
+            *ret_data = data;
+            *ret_n = n;
+        }
+    }
+    if (rc == 0)
+        *ret_pid = (unsigned)json_integer_value(pid);
     json_decref(doc);
     return rc;
 }

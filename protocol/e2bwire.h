@@ -130,8 +130,8 @@ int e2bwire_fsreq_parse(const char *method,
                         size_t errsz);
 
 /* process.Process/Start's request (JSON codec): {"process": {"cmd", "args", "envs", "cwd"},
- * "stdin", "tag"}. A PTY is not offered (-ENOSYS: unimplemented); stdin true neither
- * (-ENOSYS). argv: cmd then args (NULL-terminated, pointing into strs); env: "NAME=VALUE"
+ * "stdin", "tag"}. A PTY is not offered (-ENOSYS: unimplemented); stdin true keeps a pipe
+ * open for SendInput. argv: cmd then args (NULL-terminated, pointing into strs); env: "NAME=VALUE"
  * strings (NULL-terminated); cwd: a workspace-relative path ("" the workspace), from a path
  * under /home/user. */
 #define E2BWIRE_ARGS_MAX   256
@@ -143,6 +143,7 @@ struct e2bwire_start {
     char cwd[FPATH_MAX + 1];
     bool cwd_abs; /* cwd is an absolute path outside /home/user, in the sandbox's own file
                    * system (only a sandboxed kernel has one) */
+    bool stdin_open; /* "stdin": true: fed by SendInput until CloseStdin */
 };
 int e2bwire_start_parse(
     const char *body, size_t len, struct e2bwire_start *out, char *err, size_t errsz);
@@ -152,6 +153,12 @@ void e2bwire_start_fini(struct e2bwire_start *s);
  * "SIGNAL_SIGTERM" | 9 | 15}. 0 with *ret_pid and *ret_sig (SIGKILL or SIGTERM). */
 int e2bwire_signal_parse(
     const char *body, size_t len, unsigned *ret_pid, int *ret_sig, char *err, size_t errsz);
+
+/* process.Process/SendInput's request ({"process": {"pid": N}, "input": {"stdin": BASE64}}):
+ * 0 with *ret_pid and the bytes (*ret_data, malloc'd, *ret_n); with ret_data NULL,
+ * CloseStdin's ({"process": {"pid": N}}). -EINVAL with a message otherwise. */
+int e2bwire_input_parse(const char *body, size_t len, unsigned *ret_pid, uint8_t **ret_data,
+                        size_t *ret_n, char *err, size_t errsz);
 
 /* Connect envelopes: a flags byte, a big-endian 32-bit length, the payload. */
 #define E2BWIRE_ENV_COMPRESSED 0x01

@@ -175,6 +175,18 @@ async function main() {
   assert.notEqual(killed.exitCode, 0)
   assert.ok(Date.now() - t0 < 30_000, 'killed, not waited for')
   step('commands.run')
+  // stdin: sent as it comes, closed for EOF
+  const cat = await sbx.commands.run('cat', { background: true, stdin: true })
+  await sbx.commands.sendStdin(cat.pid, 'hello ')
+  await cat.sendStdin(new TextEncoder().encode('stdin'))
+  await cat.closeStdin()
+  const catEnd = await cat.wait()
+  assert.equal(catEnd.exitCode, 0)
+  assert.equal(catEnd.stdout, 'hello stdin')
+  const noStdin = await sbx.commands.run('sleep 30', { background: true })
+  await expectReject(sbx.commands.sendStdin(noStdin.pid, 'x'), /stdin/i, 'stdin not asked for')
+  await noStdin.kill()
+  step('commands stdin')
   await expectReject(sbx.files.watchDir('/home/user', () => {}), /not offered|unimplemented/i,
     'watchDir')
   await expectReject(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }),

@@ -66,6 +66,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
+    if (data[0] == 0xfe || data[0] == 0xfd) { /* SendInput, CloseStdin */
+        char *body = malloc(size - 1 ? size - 1 : 1);
+        if (body) {
+            memcpy(body, data + 1, size - 1);
+            unsigned pid;
+            uint8_t *bytes = NULL;
+            size_t n = 0;
+            char err[E2BWIRE_ERR_MAX];
+            bool close = data[0] == 0xfd;
+            if (e2bwire_input_parse(body, size - 1, &pid, close ? NULL : &bytes, &n, err,
+                                    sizeof(err)) == 0)
+                FUZZ_CHECK(close || n <= size);
+            free(bytes);
+            free(body);
+        }
+        return 0;
+    }
     if (data[0] == 0xff) { /* the listing's query (the other first bytes: as before) */
         char *q = malloc(size - 1 ? size - 1 : 1);
         if (q) {

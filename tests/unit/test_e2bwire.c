@@ -1,6 +1,7 @@
 /* protocol/e2bwire.c: the E2B SDKs' bodies as they send them, what kgw refuses, sandbox paths
  * and Connect envelopes. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -170,7 +171,32 @@ int main(void)
     sr = "{\"process\":{\"cmd\":\"/bin/sh\"},\"pty\":{\"size\":{\"cols\":80,\"rows\":24}}}";
     CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -ENOSYS);
     sr = "{\"process\":{\"cmd\":\"/bin/sh\"},\"stdin\":true}";
-    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), -ENOSYS);
+    CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), 0);
+    CHECK(st.stdin_open);
+    e2bwire_start_fini(&st);
+    /* SendInput, CloseStdin */
+    {
+        unsigned ipid = 0;
+        uint8_t *data = NULL;
+        size_t dn = 0;
+        sr = "{\"process\":{\"pid\":7},\"input\":{\"stdin\":\"aGVsbG8=\"}}";
+        CHECK_INT(e2bwire_input_parse(sr, strlen(sr), &ipid, &data, &dn, err, sizeof(err)), 0);
+        CHECK(ipid == 7 && dn == 5 && memcmp(data, "hello", 5) == 0);
+        free(data);
+        sr = "{\"process\":{\"pid\":7},\"input\":{}}"; /* empty bytes are left out */
+        CHECK_INT(e2bwire_input_parse(sr, strlen(sr), &ipid, &data, &dn, err, sizeof(err)), 0);
+        CHECK(dn == 0);
+        free(data);
+        sr = "{\"process\":{\"pid\":7},\"input\":{\"pty\":\"aA==\"}}";
+        CHECK_INT(e2bwire_input_parse(sr, strlen(sr), &ipid, &data, &dn, err, sizeof(err)),
+                  -EINVAL);
+        sr = "{\"process\":{\"pid\":7},\"input\":{\"stdin\":\"***\"}}";
+        CHECK_INT(e2bwire_input_parse(sr, strlen(sr), &ipid, &data, &dn, err, sizeof(err)),
+                  -EINVAL);
+        sr = "{\"process\":{\"pid\":8}}";
+        CHECK_INT(e2bwire_input_parse(sr, strlen(sr), &ipid, NULL, NULL, err, sizeof(err)), 0);
+        CHECK(ipid == 8);
+    }
     /* elsewhere in the sandbox: an absolute path of its own file system */
     sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"cwd\":\"/tmp/test-git\"}}";
     CHECK_INT(e2bwire_start_parse(sr, strlen(sr), &st, err, sizeof(err)), 0);
