@@ -167,6 +167,17 @@ static struct e2bsbx *sbx_of(struct e2b *e, const char *id, const char *tenant)
     return s && strcmp(s->tenant, tenant) == 0 ? s : NULL;
 }
 
+static struct e2bsbx *sbx_by_ws(struct e2b *e, const char *ws_id, const char *tenant)
+{
+    struct e2bsbx *s;
+    list_for_each(s, &e->sbxs, link)
+    {
+        if (strcmp(s->ws_id, ws_id) == 0 && strcmp(s->tenant, tenant) == 0)
+            return s;
+    }
+    return NULL;
+}
+
 static struct e2bsbx *sbx_by_kernel(struct e2b *e, const char *kid)
 {
     struct e2bsbx *s;
@@ -383,7 +394,12 @@ static void on_created(struct gw_req *r, kernel_t *k, int status)
     struct e2bsbx *s = sbx_by_kernel(e, r->kernel_id);
     if (!s) /* killed (DELETE, its timeout) while its kernel started */
         return api_error(r, 409, "the sandbox was killed while it started");
-    if (status < 0) {
+    int rc = kops_waited(r->g, k, status);
+    if (rc == -ECANCELED) { /* its kernel shut down meanwhile, through another face */
+        sbx_kill(e, s, "its kernel was shut down while it started");
+        return api_error(r, 409, "the sandbox's kernel was shut down while it started");
+    }
+    if (rc < 0) {
         sbx_kill(e, s, "its kernel failed to start");
         return api_error(r, 503, "the sandbox's kernel failed to start");
     }
@@ -763,21 +779,28 @@ static json_t *context_model(const char *id)
 static void on_context(struct gw_req *r, kernel_t *k, int status)
 {
     struct e2b *e = r->g->e2b;
-    struct e2bsbx *s = sbx_by_kernel(e, r->kernel_id);
-    if (!s)
-        return api_error(r, 502, "the sandbox ended");
-    if (status < 0) {
-        for (size_t i = 1; i < s->nkernels; i++) {
-            if (strcmp(s->kernels[i], r->kernel_id) == 0) {
-                memmove(s->kernels[i], s->kernels[i + 1],
-                        (s->nkernels - i - 1) * sizeof(s->kernels[0]));
-                s->nkernels--;
-                break;
-            }
+    struct e2bsbx *s = sbx_by_ws(e, wspace_id(kernel_workspace(k)), r->caller.tenant);
+    bool restart = strstr(r->fpath, "/restart") != NULL;
+    if (!s) /* killed (DELETE, its timeout) meanwhile */
+        return api_error(r, 502, "sandbox %s is not running", "(killed meanwhile)");
+    size_t i = 0;
+    while (i < s->nkernels && strcmp(s->kernels[i], r->kernel_id) != 0)
+        i++;
+    if (i == s->nkernels) /* DELETE /contexts/{id} meanwhile */
+        return api_error(r, 409, "the context was deleted while it %s",
+                         restart ? "restarted" : "started");
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) {
+        if (i > 0) {
+            memmove(s->kernels[i], s->kernels[i + 1],
+                    (s->nkernels - i - 1) * sizeof(s->kernels[0]));
+            s->nkernels--;
         }
+        if (rc == -ECANCELED) /* its kernel shut down meanwhile, through another face */
+            return api_error(r, 409, "the context's kernel was shut down while it %s",
+                             restart ? "restarted" : "started");
         return api_error(r, 503, "the context's kernel failed to start");
     }
-    bool restart = strstr(r->fpath, "/restart") != NULL;
     if (apply_env(r->g, &r->caller, s, k) < 0)
         return api_error(r, 503, "the sandbox's envVars could not be applied; retry later");
     if (restart)

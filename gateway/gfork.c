@@ -19,14 +19,20 @@
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/wspace.h"
 
-void gfork_failed(const struct gw_req *r, kernel_t *k, int *status, char *msg, size_t len)
+void gfork_failed(const struct gw_req *r, kernel_t *k, int code, int *status, char *msg, size_t len)
 {
-    if (drain_active(r->g)) {
-        *status = 503;
-        snprintf(msg, len, "%s", DRAIN_MESSAGE);
+    struct kops_error err;
+    if (code == -ESHUTDOWN || code == -ECANCELED) { /* the drain's, or shut down meanwhile */
+        kops_waited_error(r->g, k, KOPS_START, code, &err);
+        *status = err.status;
+        snprintf(msg, len, "%s", err.message);
     } else if (kernel_fork_no_checkpoint(k)) {
         *status = 404;
         snprintf(msg, len, "Checkpoint does not exist: %s", kernel_last_cause(k));
+    } else if (kernel_fork_parent_gone(k)) { /* shut down, restarted or dead meanwhile */
+        *status = 409;
+        snprintf(msg, len, "kernel %s is not running: it ended before the fork",
+                 kernel_forked_from(k));
     } else {
         *status = 500;
         snprintf(msg, len, "kernel %s failed to fork%s%s", kernel_forked_from(k),
@@ -36,15 +42,15 @@ void gfork_failed(const struct gw_req *r, kernel_t *k, int *status, char *msg, s
 
 static void on_forked(struct gw_req *r, kernel_t *k, int status)
 {
-    if (status < 0) {
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) {
         char msg[400];
         int http;
-        if (drain_active(r->g))
+        gfork_failed(r, k, rc, &http, msg, sizeof(msg));
+        if (rc == -ESHUTDOWN)
             req_error_draining(r);
-        else {
-            gfork_failed(r, k, &http, msg, sizeof(msg));
+        else
             req_error(r, http, "%s", msg);
-        }
         kernel_shutdown(k, NULL);
         return;
     }

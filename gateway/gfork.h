@@ -28,7 +28,8 @@ void gfork_kernel(struct gw_req *r);
 int gfork_start(
     struct gw_req *r, kernel_t *parent, const char *cp, kernel_t **ret_k, struct gfork_error *err);
 
-/* Why the fork k did not become ready (its wait failed): status and message. */
-void gfork_failed(const struct gw_req *r, kernel_t *k, int *status, char *msg, size_t len);
+/* Why the fork k did not become ready (kops_waited's code < 0): status and message. */
+void gfork_failed(
+    const struct gw_req *r, kernel_t *k, int code, int *status, char *msg, size_t len);
 
 #endif

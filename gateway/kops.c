@@ -18,10 +18,12 @@
 /* What a row's message names after its head. */
 enum kops_arg {
     ARG_NONE,
-    ARG_SPEC,        /* the spec name, quoted */
-    ARG_SANDBOX,     /* ": " and why the sandbox is unavailable, when known */
-    ARG_MAX_KERNELS, /* " (N)" */
-    ARG_ERRNO,       /* strerror of the code */
+    ARG_SPEC,         /* the spec name, quoted */
+    ARG_SANDBOX,      /* ": " and why the sandbox is unavailable, when known */
+    ARG_MAX_KERNELS,  /* " (N)" */
+    ARG_ERRNO,        /* strerror of the code */
+    ARG_KERNEL,       /* "kernel ID " before the head */
+    ARG_KERNEL_CAUSE, /* that, and ": " and its last cause after the head, if it has one */
 };
 
 struct kops_row {
@@ -52,12 +54,20 @@ static const struct kops_row rows[] = {
     {KOPS_START, -ENFILE, 503, RPC_ERR_RUNTIME, 0,
      "kernel capacity reached: the host's open-file table is full", ARG_NONE},
     {KOPS_START, -ESHUTDOWN, 503, RPC_ERR_RUNTIME, DRAIN_RETRY_AFTER_S, DRAIN_MESSAGE, ARG_NONE},
+    /* the end of a wait for the start (kops_waited) */
+    {KOPS_START, -ECANCELED, 409, RPC_ERR_RUNTIME, 0, "was shut down while it started", ARG_KERNEL},
+    {KOPS_START, -ECHILD, 500, RPC_ERR_RUNTIME, 0, "failed to start", ARG_KERNEL_CAUSE},
     {KOPS_START, 0, 500, RPC_ERR_RUNTIME, 0, "cannot start a kernel: ", ARG_ERRNO},
     {KOPS_INTERRUPT, -EAGAIN, 0, RPC_ERR_RUNTIME, 0, "cannot interrupt: the kernel is not running",
      ARG_NONE},
     {KOPS_INTERRUPT, 0, 500, RPC_ERR_RUNTIME, 0, "cannot interrupt: ", ARG_ERRNO},
     {KOPS_RESTART, -EBUSY, 0, RPC_ERR_RUNTIME, 0,
      "cannot restart: another restart or shutdown is in progress", ARG_NONE},
+    /* the end of a wait for the restart (kops_waited) */
+    {KOPS_RESTART, -ESHUTDOWN, 503, RPC_ERR_RUNTIME, DRAIN_RETRY_AFTER_S, DRAIN_MESSAGE, ARG_NONE},
+    {KOPS_RESTART, -ECANCELED, 409, RPC_ERR_RUNTIME, 0, "was shut down while it restarted",
+     ARG_KERNEL},
+    {KOPS_RESTART, -ECHILD, 500, RPC_ERR_RUNTIME, 0, "failed to restart", ARG_KERNEL_CAUSE},
     {KOPS_RESTART, 0, 500, RPC_ERR_RUNTIME, 0, "cannot restart: ", ARG_ERRNO},
     {KOPS_SHUTDOWN, 0, 500, RPC_ERR_RUNTIME, 0, "cannot shut down: ", ARG_ERRNO},
 };
@@ -86,6 +96,8 @@ void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
     case ARG_ERRNO:
         snprintf(arg, sizeof(arg), "%s", strerror(-code));
         break;
+    case ARG_KERNEL:
+    case ARG_KERNEL_CAUSE:
     case ARG_NONE:
         break;
     }
@@ -93,7 +105,30 @@ void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
     ret->status = row->status;
     ret->exc = row->exc;
     ret->retry_after = row->retry_after;
+    if (row->arg == ARG_KERNEL || row->arg == ARG_KERNEL_CAUSE) {
+        const char *id = ctx && ctx->kernel_id ? ctx->kernel_id : "";
+        const char *cause = row->arg == ARG_KERNEL_CAUSE && ctx && ctx->cause ? ctx->cause : "";
+        snprintf(ret->message, sizeof(ret->message), "kernel %s %s%s%s", id, row->head,
+                 cause[0] ? ": " : "", cause);
+        return;
+    }
     snprintf(ret->message, sizeof(ret->message), "%s%s", row->head, arg);
+}
+
+int kops_waited(gw_t *g, kernel_t *k, int status)
+{
+    enum kernel_state st = kernel_state(k);
+    if (st == KERNEL_TERMINATING || status == -ECANCELED)
+        return kmgr_draining(g->km) ? -ESHUTDOWN : -ECANCELED;
+    if (status < 0 || st == KERNEL_DEAD)
+        return kmgr_draining(g->km) ? -ESHUTDOWN : -ECHILD;
+    return 0;
+}
+
+void kops_waited_error(gw_t *g, kernel_t *k, enum kops_op op, int code, struct kops_error *ret)
+{
+    struct kops_context ctx = {.kernel_id = kernel_id(k), .cause = kernel_last_cause(k)};
+    kops_error_make(op, code, &ctx, ret);
 }
 
 static int fail(gw_t *g, enum kops_op op, int code, const char *spec, struct kops_error *err)

@@ -32,6 +32,8 @@ struct kops_context {
     const char *spec_name;   /* KOPS_START: the kernel spec asked for */
     const char *sandbox_why; /* kmgr_sandbox_error(), or NULL */
     long long max_kernels;   /* --max-kernels */
+    const char *kernel_id;   /* the end of a wait (kops_waited): the kernel waited for */
+    const char *cause;       /* and, for a failure, its last cause ("" or NULL: none) */
 };
 
 /* Fills ret from the one error table (pure: no gateway state). code < 0. */
@@ -52,6 +54,17 @@ int kops_interrupt(gw_t *g, kernel_t *k, struct kops_error *err);
 int kops_restart(gw_t *g, kernel_t *k, struct kops_error *err);
 /* 0 also when a shutdown is already in progress. */
 int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err);
+/* The end of a face's wait (kernel_wait) for a start or restart of k, from the status its
+ * waiter was called with and the kernel's state now (waiters run on a later loop turn than
+ * the transition's end: both count): 0 when k is up (running, or restarting again since);
+ * -ESHUTDOWN when the drain shut it down; -ECANCELED when it was shut down meanwhile (DELETE,
+ * the end of its session, E2B sandbox or MCP session, from any face): a conflict with that
+ * shutdown, not a failure of the kernel; -ECHILD when it failed (kernel_last_cause). Every
+ * face answers these alike, through kops_waited_error. */
+int kops_waited(gw_t *g, kernel_t *k, int status);
+/* kops_waited's code < 0 as op's error (KOPS_START, KOPS_RESTART): 409, 500 with the kernel's
+ * last cause, or the drain's 503. */
+void kops_waited_error(gw_t *g, kernel_t *k, enum kops_op op, int code, struct kops_error *ret);
 /* Subscribes the audit log to kernel events (restarting, started, died, stopped). */
 int kops_listen(gw_t *g);
 

@@ -1097,7 +1097,13 @@ static void run_write_file(struct mcp_call *c, kernel_t *k)
 static void restarted(struct gw_req *r, kernel_t *k, int status)
 {
     struct mcp_call *c = r->mc;
-    if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
+    struct kops_error err;
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) { /* shut down meanwhile (the session's end, a DELETE), or it failed */
+        kops_waited_error(r->g, k, KOPS_RESTART, rc, &err);
+        return tool_fail(c, "%s", err.message);
+    }
+    if (kernel_state(k) != KERNEL_RUNNING)
         return tool_fail(c, "the kernel did not come back after its restart");
     c->structured = json_pack("{s:s, s:s}", "kernel_id", kernel_id(k), "status", "restarted");
     tool_reply(c);
@@ -1141,10 +1147,11 @@ static void run_rollback(struct mcp_call *c, kernel_t *k)
 static void forked(struct gw_req *r, kernel_t *k, int status)
 {
     struct mcp_call *c = r->mc;
-    if (status < 0) {
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) {
         char msg[400];
         int http;
-        gfork_failed(r, k, &http, msg, sizeof(msg));
+        gfork_failed(r, k, rc, &http, msg, sizeof(msg));
         kernel_shutdown(k, NULL);
         return tool_fail(c, "%s", msg);
     }
@@ -1373,7 +1380,13 @@ static void kernel_ready(struct gw_req *r, kernel_t *k, int status)
     struct mcp_call *c = r->mc;
     if (c->cancelled) /* while its kernel started */
         return reply_empty(c, 202);
-    if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
+    struct kops_error err;
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) { /* shut down meanwhile (the session's end, a DELETE), or it failed */
+        kops_waited_error(r->g, k, KOPS_START, rc, &err);
+        return tool_fail(c, "the session's kernel could not be used: %s", err.message);
+    }
+    if (kernel_state(k) != KERNEL_RUNNING)
         return tool_fail(c, "the session's kernel failed to start");
     c->tool->run(c, k);
 }
