@@ -63,8 +63,9 @@ struct e2bsbx {
     json_t *env;      /* envVars (for the contexts' kernels too), or NULL */
     json_t *metadata; /* object */
     int64_t started_us;
-    int64_t end_us; /* wall clock: expiry */
-    bool ready;     /* its first kernel answered */
+    int64_t end_us;     /* wall clock: expiry (while it starts: if it were ready now) */
+    long long life_s;   /* its lifetime, counted from when it is ready (the create's answer) */
+    bool ready;         /* its first kernel answered */
 };
 
 struct e2b {
@@ -160,11 +161,32 @@ static struct e2bsbx *sbx_find(struct e2b *e, const char *id)
     return NULL;
 }
 
+static void sbx_kill(struct e2b *e, struct e2bsbx *s, const char *why);
+
+/* Whether its default kernel ended (shut down through another face: DELETE /api/kernels,
+ * culled, dead): the sandbox ends with it. */
+static bool sbx_kernel_ended(struct e2b *e, const struct e2bsbx *s)
+{
+    kernel_t *k = gw_kernel(e->g, s->kernels[0], s->tenant);
+    return !k || kernel_state(k) == KERNEL_DEAD || kernel_state(k) == KERNEL_TERMINATING;
+}
+
+/* The sandbox if it runs: one whose default kernel ended is ended now (as the tick would, a
+ * second later), so that no answer finds it half there. */
+static struct e2bsbx *sbx_live(struct e2b *e, struct e2bsbx *s)
+{
+    if (s && sbx_kernel_ended(e, s)) {
+        sbx_kill(e, s, "its kernel ended");
+        return NULL;
+    }
+    return s;
+}
+
 /* Of the tenant: another tenant's answers as a missing one. */
 static struct e2bsbx *sbx_of(struct e2b *e, const char *id, const char *tenant)
 {
     struct e2bsbx *s = sbx_find(e, id);
-    return s && strcmp(s->tenant, tenant) == 0 ? s : NULL;
+    return s && strcmp(s->tenant, tenant) == 0 ? sbx_live(e, s) : NULL;
 }
 
 static struct e2bsbx *sbx_by_ws(struct e2b *e, const char *ws_id, const char *tenant)
@@ -221,11 +243,10 @@ static void on_tick(void *data)
     while (it != &e->sbxs) {
         struct e2bsbx *s = list_entry(it, struct e2bsbx, link);
         it = it->next;
-        kernel_t *k = gw_kernel(e->g, s->kernels[0], s->tenant);
-        if (now >= s->end_us)
+        if (s->ready && now >= s->end_us)
             sbx_kill(e, s, "timeout");
-        else if (!k || kernel_state(k) == KERNEL_DEAD || kernel_state(k) == KERNEL_TERMINATING)
-            sbx_kill(e, s, "its kernel ended");
+        else
+            sbx_live(e, s);
     }
     struct e2breq *q;
     list_for_each(q, &e->runs, link)
@@ -408,6 +429,7 @@ static void on_created(struct gw_req *r, kernel_t *k, int status)
         return api_error(r, 503, "the sandbox's envVars could not be applied; retry later");
     }
     s->ready = true;
+    s->end_us = util_wall_us() + s->life_s * 1000000LL; /* its lifetime runs from now */
     req_reply(r, 201, sbx_model(s));
 }
 
@@ -466,7 +488,8 @@ static void api_create(struct gw_req *r)
     s->env = c.env; /* taken */
     s->metadata = c.metadata ? c.metadata : json_object();
     s->started_us = util_wall_us();
-    s->end_us = s->started_us + (c.timeout > 0 ? c.timeout : E2B_DEFAULT_TIMEOUT) * 1000000LL;
+    s->life_s = c.timeout > 0 ? c.timeout : E2B_DEFAULT_TIMEOUT;
+    s->end_us = s->started_us + s->life_s * 1000000LL;
     list_append(&e->sbxs, &s->link);
     log_info("e2b: sandbox=%s tenant=%s template=%s kernel=%s: created", s->id, s->tenant,
              s->template_id, s->kernels[0]);
@@ -480,10 +503,10 @@ static void api_list(struct gw_req *r)
 {
     struct e2b *e = r->g->e2b;
     json_t *a = json_array();
-    struct e2bsbx *s;
-    list_for_each(s, &e->sbxs, link)
+    struct e2bsbx *s, *next;
+    list_for_each_safe(s, next, &e->sbxs, link)
     {
-        if (strcmp(s->tenant, r->caller.tenant) == 0)
+        if (strcmp(s->tenant, r->caller.tenant) == 0 && sbx_live(e, s))
             json_array_append_new(a, sbx_detail(e, s));
     }
     req_reply(r, 200, a);
@@ -508,7 +531,10 @@ static void api_sandbox(struct gw_req *r)
         if (e2bwire_timeout_parse(r->body.data ? r->body.data : "", r->body.len, true, &t, err,
                                   sizeof(err)) < 0)
             return api_error(r, 400, "%s", err);
+        if (t == 0) /* as a create's: DELETE ends a sandbox */
+            return api_error(r, 400, "\"timeout\" must be at least 1 second");
         s->end_us = util_wall_us() + t * 1000000LL;
+        s->life_s = t; /* while it starts: from when it is ready */
         return req_reply(r, 204, NULL);
     default: /* connect, v1 and v2: the tokens again; a timeout only extends the
                 lifetime */
@@ -517,6 +543,8 @@ static void api_sandbox(struct gw_req *r)
             return api_error(r, 400, "%s", err);
         if (t > 0 && util_wall_us() + t * 1000000LL > s->end_us)
             s->end_us = util_wall_us() + t * 1000000LL;
+        if (t > s->life_s && !s->ready)
+            s->life_s = t;
         return req_reply(r, r->route.id == ROUTE_E2B_CONNECT ? 200 : 201, sbx_model(s));
     }
 }
@@ -1398,7 +1426,7 @@ void e2b_sbx(struct gw_req *r)
         return api_error(r, 400,
                          "the E2b-Sandbox-Id header names the sandbox (set "
                          "E2B_SANDBOX_URL to this gateway's /e2b/sbx)");
-    struct e2bsbx *s = sbx_find(e, id);
+    struct e2bsbx *s = sbx_live(e, sbx_find(e, id));
     if (!s || !s->ready)
         return api_error(r, 502, "sandbox %s is not running", s ? s->id : "(unknown)");
     bool authed =
