@@ -19,15 +19,17 @@ static void on_kernel_done(void *data, kernel_t *k, int status)
 {
     chcall_t *call = data;
     chconn_t *c = call->c;
+    struct kops_error err;
+    int rc = kops_waited(c->g, k, status);
     call->wait = NULL;
-    if (status < 0 && !call->ignore_fail)
-        chconn_reply_error(c, call->rid, RPC_ERR_RUNTIME, "kernel %s failed to start: %s",
-                           call->kernel_id,
-                           kernel_last_cause(k)[0] ? kernel_last_cause(k) : strerror(-status));
-    else if (call->reply_id)
+    if (rc < 0 && !call->ignore_fail) {
+        kops_waited_error(c->g, k, call->reply_id ? KOPS_START : KOPS_RESTART, rc, &err);
+        chconn_reply_error(c, call->rid, err.exc, "%s", err.message);
+    } else if (call->reply_id) {
         chconn_reply_value(c, call->rid, json_string(call->kernel_id));
-    else
+    } else {
         chconn_reply_value(c, call->rid, json_null());
+    }
     chcall_free(call);
 }
 

@@ -26,10 +26,24 @@
 /* ---- sandboxes ---- */
 
 /* Of the tenant: another tenant's answers as a missing one. */
+static void sbx_kill(struct e2b *e, struct e2bsbx *s, const char *why);
+
+/* The sandbox if it runs: one whose default kernel is ending (shut down through another face
+ * a moment ago: its listener hears of it once it is gone) is ended now, so that no answer finds
+ * it half there. */
+static struct e2bsbx *sbx_live(struct e2b *e, struct e2bsbx *s)
+{
+    if (s && s->ready && e2b__sbx_kernel_ended(e, s)) {
+        sbx_kill(e, s, "its kernel ended");
+        return NULL;
+    }
+    return s;
+}
+
 static struct e2bsbx *sbx_of(struct e2b *e, const char *id, const char *tenant)
 {
     struct e2bsbx *s = e2b__sbx_find(e, id);
-    return s && strcmp(s->tenant, tenant) == 0 ? s : NULL;
+    return s && strcmp(s->tenant, tenant) == 0 ? sbx_live(e, s) : NULL;
 }
 
 /* Shuts its kernels down and forgets it: its tokens are refused from now on. Its streams
@@ -97,7 +111,7 @@ static void on_tick(void *data)
     while (it != &e->sbxs) {
         struct e2bsbx *s = list_entry(it, struct e2bsbx, link);
         it = it->next;
-        if (now >= s->end_us)
+        if (s->ready && now >= s->end_us)
             sbx_kill(e, s, "timeout");
         else if (s->ready && mono - s->sampled_ms >= E2B_SAMPLE_MS)
             sbx_sample(e, s);
@@ -296,7 +310,12 @@ static void on_created(struct gw_req *r, kernel_t *k, int status)
     struct e2bsbx *s = e2b__sbx_by_kernel(e, r->kernel_id);
     if (!s) /* killed (DELETE, its timeout) while its kernel started */
         return e2b__api_error(r, 409, "the sandbox was killed while it started");
-    if (status < 0) {
+    int rc = kops_waited(r->g, k, status);
+    if (rc == -ECANCELED) { /* its kernel shut down meanwhile, through another face */
+        sbx_kill(e, s, "its kernel was shut down while it started");
+        return e2b__api_error(r, 409, "the sandbox's kernel was shut down while it started");
+    }
+    if (rc < 0) {
         sbx_kill(e, s, "its kernel failed to start");
         return e2b__api_error(r, 503, "the sandbox's kernel failed to start");
     }
@@ -305,6 +324,7 @@ static void on_created(struct gw_req *r, kernel_t *k, int status)
         return e2b__api_error(r, 503, "the sandbox's envVars could not be applied; retry later");
     }
     s->ready = true;
+    s->end_us = util_wall_us() + s->life_s * 1000000LL; /* its lifetime runs from now */
     sbx_sample(e, s);
     req_reply(r, 201, sbx_model(s));
 }
@@ -385,7 +405,8 @@ static void api_create(struct gw_req *r)
     s->env = c.env; /* taken */
     s->metadata = c.metadata ? c.metadata : json_object();
     s->started_us = util_wall_us();
-    s->end_us = s->started_us + (c.timeout > 0 ? c.timeout : E2B_DEFAULT_TIMEOUT) * 1000000LL;
+    s->life_s = c.timeout > 0 ? c.timeout : E2B_DEFAULT_TIMEOUT;
+    s->end_us = s->started_us + s->life_s * 1000000LL;
     list_append(&e->sbxs, &s->link);
     log_info("e2b: sandbox=%s tenant=%s template=%s kernel=%s: created", s->id, s->tenant,
              s->template_id, s->kernels[0]);
@@ -474,7 +495,8 @@ static void api_list(struct gw_req *r)
     }
     list_for_each(s, &e->sbxs, link)
     {
-        if (strcmp(s->tenant, r->caller.tenant) == 0 && list_match(s, &l))
+        if (strcmp(s->tenant, r->caller.tenant) == 0 && list_match(s, &l) &&
+            !(s->ready && e2b__sbx_kernel_ended(e, s)))
             v[total++] = s;
     }
     qsort_r(v, total, sizeof(*v), list_cmp, &l);
@@ -518,7 +540,10 @@ static void api_sandbox(struct gw_req *r)
         if (e2bwire_timeout_parse(r->body.data ? r->body.data : "", r->body.len, true, &t, err,
                                   sizeof(err)) < 0)
             return e2b__api_error(r, 400, "%s", err);
+        if (t == 0) /* as a create's: DELETE ends a sandbox */
+            return e2b__api_error(r, 400, "\"timeout\" must be at least 1 second");
         s->end_us = util_wall_us() + t * 1000000LL;
+        s->life_s = t; /* while it starts: from when it is ready */
         return req_reply(r, 204, NULL);
     default: /* connect, v1 and v2: the tokens again; a timeout only extends the
                 lifetime */
@@ -527,6 +552,8 @@ static void api_sandbox(struct gw_req *r)
             return e2b__api_error(r, 400, "%s", err);
         if (t > 0 && util_wall_us() + t * 1000000LL > s->end_us)
             s->end_us = util_wall_us() + t * 1000000LL;
+        if (t > s->life_s && !s->ready)
+            s->life_s = t;
         return req_reply(r, r->route.id == ROUTE_E2B_CONNECT ? 200 : 201, sbx_model(s));
     }
 }

@@ -64,7 +64,8 @@ struct e2bsbx {
     json_t *env;      /* envVars (for the contexts' kernels too), or NULL */
     json_t *metadata; /* object */
     int64_t started_us;
-    int64_t end_us; /* wall clock: expiry */
+    int64_t end_us;   /* wall clock: expiry (while it starts: if it were ready now) */
+    long long life_s; /* its lifetime, counted from when it is ready (the create's answer) */
     bool ready;     /* its first kernel answered */
     struct e2bsample samples[E2B_SAMPLES]; /* a ring, oldest at samples[first] */
     size_t nsamples, first;
@@ -128,6 +129,9 @@ __attribute__((format(printf, 3, 4))) void
 e2b__api_error(struct gw_req *r, int status, const char *fmt, ...);
 /* The sandbox of that id (any tenant's), or NULL. */
 struct e2bsbx *e2b__sbx_find(struct e2b *e, const char *id);
+/* Whether its default kernel ended or is ending (shut down through another face, culled,
+ * dead): the sandbox ends with it. */
+bool e2b__sbx_kernel_ended(struct e2b *e, const struct e2bsbx *s);
 /* The sandbox one of whose kernels kid is, or NULL. */
 struct e2bsbx *e2b__sbx_by_kernel(struct e2b *e, const char *kid);
 /* Queues the sandbox's set-up on its kernel k (a silent execution: envVars, the str display,

@@ -455,30 +455,50 @@ static json_t *context_model(const char *id, const char *cwd)
                      cwd[0] ? cwd : E2BWIRE_HOME);
 }
 
+bool e2b__sbx_kernel_ended(struct e2b *e, const struct e2bsbx *s)
+{
+    kernel_t *k = gw_kernel(e->g, s->kernels[0], s->tenant);
+    return !k || kernel_state(k) == KERNEL_DEAD || kernel_state(k) == KERNEL_TERMINATING;
+}
+
+static struct e2bsbx *sbx_by_ws(struct e2b *e, const char *ws_id, const char *tenant)
+{
+    struct e2bsbx *s;
+    list_for_each(s, &e->sbxs, link)
+    {
+        if (strcmp(s->ws_id, ws_id) == 0 && strcmp(s->tenant, tenant) == 0)
+            return s;
+    }
+    return NULL;
+}
+
 static void on_context(struct gw_req *r, kernel_t *k, int status)
 {
     struct e2b *e = r->g->e2b;
-    struct e2bsbx *s = e2b__sbx_by_kernel(e, r->kernel_id);
-    if (!s)
-        return e2b__api_error(r, 502, "the sandbox ended");
-    if (status < 0) {
-        for (size_t i = 1; i < s->nkernels; i++) {
-            if (strcmp(s->kernels[i], r->kernel_id) == 0) {
-                ctx_remove(s, i);
-                break;
-            }
-        }
+    struct e2bsbx *s = sbx_by_ws(e, wspace_id(kernel_workspace(k)), r->caller.tenant);
+    bool restart = strstr(r->fpath, "/restart") != NULL;
+    if (!s) /* killed (DELETE, its timeout) meanwhile */
+        return e2b__api_error(r, 502, "the sandbox is not running (killed meanwhile)");
+    size_t i = 0;
+    while (i < s->nkernels && strcmp(s->kernels[i], r->kernel_id) != 0)
+        i++;
+    if (i == s->nkernels) /* DELETE /contexts/{id} meanwhile */
+        return e2b__api_error(r, 409, "the context was deleted while it %s",
+                              restart ? "restarted" : "started");
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) {
+        if (i > 0)
+            ctx_remove(s, i);
+        if (rc == -ECANCELED) /* its kernel shut down meanwhile, through another face */
+            return e2b__api_error(r, 409, "the context's kernel was shut down while it %s",
+                                  restart ? "restarted" : "started");
         return e2b__api_error(r, 503, "the context's kernel failed to start");
     }
-    bool restart = strstr(r->fpath, "/restart") != NULL;
     if (e2b__sbx_setup(r->g, &r->caller, s, k) < 0)
         return e2b__api_error(r, 503, "the sandbox's envVars could not be applied; retry later");
     if (restart)
         return req_reply(r, 204, NULL);
-    size_t i = 0;
-    while (i < s->nkernels && strcmp(s->kernels[i], r->kernel_id) != 0)
-        i++;
-    req_reply(r, 200, context_model(r->kernel_id, i < s->nkernels ? s->cwds[i] : ""));
+    req_reply(r, 200, context_model(r->kernel_id, s->cwds[i]));
 }
 
 static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
@@ -1146,6 +1166,8 @@ void e2bsbx_handle(struct gw_req *r)
                               "the E2b-Sandbox-Id header names the sandbox (set "
                               "E2B_SANDBOX_URL to this gateway's /e2b/sbx)");
     struct e2bsbx *s = e2b__sbx_find(e, id);
+    if (s && e2b__sbx_kernel_ended(e, s)) /* ending: its listener ends it in a moment */
+        s = NULL;
     if (!s || !s->ready)
         return e2b__api_error(r, 502, "sandbox %s is not running", s ? s->id : "(unknown)");
     bool authed =

@@ -18,10 +18,11 @@
 
 static void on_forked(struct gw_req *r, kernel_t *k, int status)
 {
-    if (status < 0) {
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) {
         struct kops_error err;
-        kops_fork_failed(r->g, k, &err);
-        if (err.code == -ESHUTDOWN)
+        kops_fork_failed(r->g, k, rc, &err);
+        if (rc == -ESHUTDOWN)
             req_error_draining(r);
         else
             req_error(r, err.status, "%s", err.message);

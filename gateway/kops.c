@@ -26,6 +26,8 @@ enum kops_arg {
     ARG_KERNEL,      /* the kernel's id, then the rest of the head */
     ARG_KERNEL_STATE, /* the kernel's id, the head, its state, the tail */
     ARG_CHECKPOINT,  /* the checkpoint's id */
+    ARG_WAITED,      /* the end of a wait: "kernel ID " before the head */
+    ARG_WAITED_CAUSE, /* that, and ": " and its last cause after the head, if it has one */
 };
 
 struct kops_row {
@@ -61,12 +63,20 @@ static const struct kops_row rows[] = {
     {KOPS_START, -ENFILE, 503, RPC_ERR_RUNTIME, 0,
      "kernel capacity reached: the host's open-file table is full", ARG_NONE},
     {KOPS_START, -ESHUTDOWN, 503, RPC_ERR_RUNTIME, DRAIN_RETRY_AFTER_S, DRAIN_MESSAGE, ARG_NONE},
+    /* the end of a wait for the start (kops_waited) */
+    {KOPS_START, -ECANCELED, 409, RPC_ERR_RUNTIME, 0, "was shut down while it started", ARG_WAITED},
+    {KOPS_START, -ECHILD, 500, RPC_ERR_RUNTIME, 0, "failed to start", ARG_WAITED_CAUSE},
     {KOPS_START, 0, 500, RPC_ERR_RUNTIME, 0, "cannot start a kernel: ", ARG_ERRNO},
     {KOPS_INTERRUPT, -EAGAIN, 0, RPC_ERR_RUNTIME, 0, "cannot interrupt: the kernel is not running",
      ARG_NONE},
     {KOPS_INTERRUPT, 0, 500, RPC_ERR_RUNTIME, 0, "cannot interrupt: ", ARG_ERRNO},
     {KOPS_RESTART, -EBUSY, 0, RPC_ERR_RUNTIME, 0,
      "cannot restart: another restart or shutdown is in progress", ARG_NONE},
+    /* the end of a wait for the restart (kops_waited) */
+    {KOPS_RESTART, -ESHUTDOWN, 503, RPC_ERR_RUNTIME, DRAIN_RETRY_AFTER_S, DRAIN_MESSAGE, ARG_NONE},
+    {KOPS_RESTART, -ECANCELED, 409, RPC_ERR_RUNTIME, 0, "was shut down while it restarted",
+     ARG_WAITED},
+    {KOPS_RESTART, -ECHILD, 500, RPC_ERR_RUNTIME, 0, "failed to restart", ARG_WAITED_CAUSE},
     {KOPS_RESTART, 0, 500, RPC_ERR_RUNTIME, 0, "cannot restart: ", ARG_ERRNO},
     {KOPS_SHUTDOWN, 0, 500, RPC_ERR_RUNTIME, 0, "cannot shut down: ", ARG_ERRNO},
     {KOPS_FORK, -ENOENT, 404, RPC_ERR_KEY, 0, "Checkpoint does not exist: ", ARG_CHECKPOINT},
@@ -130,6 +140,8 @@ void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
     case ARG_CHECKPOINT:
         snprintf(arg, sizeof(arg), "%.64s", ctx && ctx->checkpoint ? ctx->checkpoint : "");
         break;
+    case ARG_WAITED:
+    case ARG_WAITED_CAUSE:
     case ARG_NONE:
         break;
     }
@@ -137,7 +149,30 @@ void kops_error_make(enum kops_op op, int code, const struct kops_context *ctx,
     ret->status = row->status;
     ret->exc = row->exc;
     ret->retry_after = row->retry_after;
+    if (row->arg == ARG_WAITED || row->arg == ARG_WAITED_CAUSE) {
+        const char *id = ctx && ctx->kernel_id ? ctx->kernel_id : "";
+        const char *cause = row->arg == ARG_WAITED_CAUSE && ctx && ctx->cause ? ctx->cause : "";
+        snprintf(ret->message, sizeof(ret->message), "kernel %s %s%s%s", id, row->head,
+                 cause[0] ? ": " : "", cause);
+        return;
+    }
     snprintf(ret->message, sizeof(ret->message), "%s%s", row->head, arg);
+}
+
+int kops_waited(gw_t *g, kernel_t *k, int status)
+{
+    enum kernel_state st = kernel_state(k);
+    if (st == KERNEL_TERMINATING || status == -ECANCELED)
+        return kmgr_draining(g->km) ? -ESHUTDOWN : -ECANCELED;
+    if (status < 0 || st == KERNEL_DEAD)
+        return kmgr_draining(g->km) ? -ESHUTDOWN : -ECHILD;
+    return 0;
+}
+
+void kops_waited_error(gw_t *g, kernel_t *k, enum kops_op op, int code, struct kops_error *ret)
+{
+    struct kops_context ctx = {.kernel_id = kernel_id(k), .cause = kernel_last_cause(k)};
+    kops_error_make(op, code, &ctx, ret);
 }
 
 static int fail_on(gw_t *g, enum kops_op op, int code, kernel_t *k, const char *spec,
@@ -364,23 +399,32 @@ int kops_fork(gw_t *g, const struct gw_caller *who, kernel_t *parent, const char
     return 0;
 }
 
-void kops_fork_failed(gw_t *g, kernel_t *k, struct kops_error *err)
+/* Whether the kernel k was forked from still runs. */
+static bool parent_up(gw_t *g, kernel_t *k)
 {
+    kernel_t *p = gw_kernel(g, kernel_forked_from(k), wspace_tenant(kernel_workspace(k)));
+    return p && kernel_state(p) == KERNEL_RUNNING;
+}
+
+void kops_fork_failed(gw_t *g, kernel_t *k, int code, struct kops_error *err)
+{
+    if (code == -ESHUTDOWN || code == -ECANCELED) /* the drain's, or shut down meanwhile */
+        return kops_waited_error(g, k, KOPS_START, code, err);
+    err->code = code;
     err->exc = RPC_ERR_RUNTIME;
     err->retry_after = 0;
-    if (g->drain.phase != GW_SERVING) { /* (drain.c's state; it calls the faces, not kops) */
-        err->code = -ESHUTDOWN;
-        err->status = 503;
-        err->retry_after = DRAIN_RETRY_AFTER_S;
-        snprintf(err->message, sizeof(err->message), "%s", DRAIN_MESSAGE);
-    } else if (kernel_fork_no_checkpoint(k)) {
+    if (kernel_fork_no_checkpoint(k)) {
         err->code = -ENOENT;
         err->status = 404;
         err->exc = RPC_ERR_KEY;
         snprintf(err->message, sizeof(err->message), "Checkpoint does not exist: %s",
                  kernel_last_cause(k));
+    } else if (kernel_fork_parent_gone(k) || !parent_up(g, k)) {
+        /* shut down, restarted or dead meanwhile: the fork lived in its sandbox */
+        err->status = 409;
+        snprintf(err->message, sizeof(err->message),
+                 "kernel %s is not running: it ended before the fork", kernel_forked_from(k));
     } else {
-        err->code = -ECHILD;
         err->status = 500;
         snprintf(err->message, sizeof(err->message), "kernel %s failed to fork%s%s",
                  kernel_forked_from(k), kernel_last_cause(k)[0] ? ": " : "",

@@ -36,9 +36,10 @@ struct kops_context {
     const char *spec_name;   /* KOPS_START: the kernel spec asked for */
     const char *sandbox_why; /* kmgr_sandbox_error(), or NULL */
     long long max_kernels;   /* --max-kernels */
-    const char *kernel_id;   /* the kernel operated on, or NULL */
+    const char *kernel_id;   /* the kernel operated on (or waited for: kops_waited), or NULL */
     const char *kernel_state; /* its execution state, or NULL */
     const char *checkpoint;  /* KOPS_FORK: the checkpoint asked for, or NULL */
+    const char *cause;       /* the end of a wait: its last cause ("" or NULL: none) */
 };
 
 /* Fills ret from the one error table (pure: no gateway state). code < 0. */
@@ -66,14 +67,25 @@ int kops_shutdown(gw_t *g, kernel_t *k, struct kops_error *err);
  * kmgr_fork's refusals (as a start's); err says why. */
 int kops_fork(gw_t *g, const struct gw_caller *who, kernel_t *parent, const char *cp,
               kernel_t **ret_k, struct kops_error *err);
-/* Why the fork k did not become ready (its wait failed). */
-void kops_fork_failed(gw_t *g, kernel_t *k, struct kops_error *err);
+/* Why the fork k did not become ready: code, kops_waited's (< 0). */
+void kops_fork_failed(gw_t *g, kernel_t *k, int code, struct kops_error *err);
 /* kcmd_start (kernelmgr/kcmd.h) with its refusals in the table: -ESRCH no running process
  * (409), -EAGAIN at --max-commands-per-kernel (429), -E2BIG (413), -EINVAL (400). */
 int kops_command_start(gw_t *g, kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb,
                        kcmd_t **ret, struct kops_error *err);
 /* kcmd_signal: -ESRCH when it has ended (404). */
 int kops_command_signal(gw_t *g, kcmd_t *c, int sig, struct kops_error *err);
+/* The end of a face's wait (kernel_wait) for a start or restart of k, from the status its
+ * waiter was called with and the kernel's state now (waiters run on a later loop turn than
+ * the transition's end: both count): 0 when k is up (running, or restarting again since);
+ * -ESHUTDOWN when the drain shut it down; -ECANCELED when it was shut down meanwhile (DELETE,
+ * the end of its session, E2B sandbox or MCP session, from any face): a conflict with that
+ * shutdown, not a failure of the kernel; -ECHILD when it failed (kernel_last_cause). Every
+ * face answers these alike, through kops_waited_error. */
+int kops_waited(gw_t *g, kernel_t *k, int status);
+/* kops_waited's code < 0 as op's error (KOPS_START, KOPS_RESTART): 409, 500 with the kernel's
+ * last cause, or the drain's 503. */
+void kops_waited_error(gw_t *g, kernel_t *k, enum kops_op op, int code, struct kops_error *ret);
 /* Subscribes the audit log to kernel events (restarting, started, died, stopped). */
 int kops_listen(gw_t *g);
 

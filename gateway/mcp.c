@@ -1097,7 +1097,13 @@ static void run_write_file(struct mcp_call *c, kernel_t *k)
 static void restarted(struct gw_req *r, kernel_t *k, int status)
 {
     struct mcp_call *c = r->face;
-    if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
+    struct kops_error err;
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) { /* shut down meanwhile (the session's end, a DELETE), or it failed */
+        kops_waited_error(r->g, k, KOPS_RESTART, rc, &err);
+        return tool_fail(c, "%s", err.message);
+    }
+    if (kernel_state(k) != KERNEL_RUNNING)
         return tool_fail(c, "the kernel did not come back after its restart");
     c->structured = json_pack("{s:s, s:s}", "kernel_id", kernel_id(k), "status", "restarted");
     tool_reply(c);
@@ -1141,9 +1147,10 @@ static void run_rollback(struct mcp_call *c, kernel_t *k)
 static void forked(struct gw_req *r, kernel_t *k, int status)
 {
     struct mcp_call *c = r->face;
-    if (status < 0) {
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) {
         struct kops_error err;
-        kops_fork_failed(r->g, k, &err);
+        kops_fork_failed(r->g, k, rc, &err);
         kernel_shutdown(k, NULL);
         return tool_fail(c, "%s", err.message);
     }
@@ -1372,7 +1379,13 @@ static void kernel_ready(struct gw_req *r, kernel_t *k, int status)
     struct mcp_call *c = r->face;
     if (c->cancelled) /* while its kernel started */
         return reply_empty(c, 202);
-    if (status < 0 || kernel_state(k) != KERNEL_RUNNING)
+    struct kops_error err;
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) { /* shut down meanwhile (the session's end, a DELETE), or it failed */
+        kops_waited_error(r->g, k, KOPS_START, rc, &err);
+        return tool_fail(c, "the session's kernel could not be used: %s", err.message);
+    }
+    if (kernel_state(k) != KERNEL_RUNNING)
         return tool_fail(c, "the session's kernel failed to start");
     c->tool->run(c, k);
 }

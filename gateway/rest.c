@@ -202,20 +202,19 @@ static void reply_model(struct gw_req *r, kernel_t *k, int status)
     req_reply(r, status, kernel_model(k));
 }
 
-void rest_start_failed(struct gw_req *r, kernel_t *k)
+void rest_start_failed(struct gw_req *r, kernel_t *k, int code)
 {
-    if (drain_active(r->g)) /* shut down by the drain while it started */
-        req_error_draining(r);
-    else
-        req_error(r, 500, "kernel %s failed to start%s%s", kernel_id(k),
-                  kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
+    struct kops_error err;
+    kops_waited_error(r->g, k, KOPS_START, code, &err);
+    req_error_retry(r, err.status, err.retry_after, "%s", err.message);
     kernel_shutdown(k, NULL);
 }
 
 static void on_started(struct gw_req *r, kernel_t *k, int status)
 {
-    if (status < 0)
-        return rest_start_failed(r, k);
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0)
+        return rest_start_failed(r, k, rc);
     reply_model(r, k, 201);
 }
 
@@ -260,8 +259,12 @@ static void on_deleted(struct gw_req *r, kernel_t *k, int status)
 
 static void on_restarted(struct gw_req *r, kernel_t *k, int status)
 {
-    if (status < 0)
-        return req_error(r, 500, "kernel %s failed to restart", kernel_id(k));
+    struct kops_error err;
+    int rc = kops_waited(r->g, k, status);
+    if (rc < 0) {
+        kops_waited_error(r->g, k, KOPS_RESTART, rc, &err);
+        return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
+    }
     reply_model(r, k, 200);
 }
 

@@ -29,13 +29,14 @@ void rest_kernels(struct gw_req *r);
 void rest_kernel(struct gw_req *r);
 void rest_kernel_interrupt(struct gw_req *r);
 void rest_kernel_restart(struct gw_req *r);
-/* Starts a kernel from a request body {"name", "env"} (kops_start); calls done when it is
- * ready (status 0) or failed to start (status < 0: done replies with rest_start_failed).
+/* Starts a kernel from a request body {"name", "env"} (kops_start); calls done when its start
+ * ended (done asks kops_waited how, and replies with rest_start_failed when it is not up).
  * Replies on errors itself (then -errno). */
 int rest_start_kernel(struct gw_req *r, json_t *body,
                       void (*done)(struct gw_req *, kernel_t *, int));
-/* The reply to a kernel that failed to start (503 while draining, else 500 with its last
- * cause); shuts the kernel down. */
-void rest_start_failed(struct gw_req *r, kernel_t *k);
+/* The reply to a start that did not leave a running kernel (kops_waited's code < 0: 409 when
+ * it was shut down meanwhile, 503 while draining, else 500 with its last cause); shuts the
+ * kernel down. */
+void rest_start_failed(struct gw_req *r, kernel_t *k, int code);
 
 #endif

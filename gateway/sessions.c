@@ -23,6 +23,7 @@ typedef struct gsess {
     char id[40];
     char kernel_id[40];
     json_t *fields; /* path, name, type */
+    bool started;     /* being bound to a kernel its request started (bind_kernel) */
     struct list link; /* on g->sessions */
 } gsess_t;
 
@@ -88,13 +89,24 @@ static void on_kernel_ready(struct gw_req *r, kernel_t *k, int status)
     gw_t *g = r->g;
     gsess_t *s = r->face;
     r->face = NULL;
-    if (status < 0) {
+    int rc = kops_waited(g, k, status);
+    bool started = s->started;
+    if (rc < 0) {
         json_decref(s->fields);
         free(s);
-        return rest_start_failed(r, k);
+        if (!started) /* the kernel it names is not up (dead, shut down meanwhile): not ours */
+            return req_error(r, 409, "kernel %s is not running", kernel_id(k));
+        return rest_start_failed(r, k, rc);
     }
     snprintf(s->kernel_id, sizeof(s->kernel_id), "%s", kernel_id(k));
     gsess_t *existing = find(g, s->id, NULL);
+    if (!existing && r->method == HTTP_M_PATCH) { /* deleted while its new kernel started */
+        if (started)
+            kernel_shutdown(k, NULL);
+        json_decref(s->fields);
+        free(s);
+        return req_error(r, 404, "Session not found: %s", r->route.arg[0]);
+    }
     if (!existing) {
         list_prepend(&g->sessions, &s->link);
     } else { /* PATCH that changed the kernel */
@@ -128,6 +140,7 @@ static void bind_kernel(struct gw_req *r, gsess_t *s, json_t *kbody)
         return;
     }
     json_t *start = json_pack("{s:O?}", "name", json_object_get(kbody, "name"));
+    s->started = true;
     if (rest_start_kernel(r, start, on_kernel_ready) < 0 && r->face) {
         r->face = NULL;
         json_decref(s->fields);

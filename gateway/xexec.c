@@ -1155,7 +1155,10 @@ static void oneshot_ready(void *data, kernel_t *k, int status)
     xexec_t *x = data;
     char cause[FPATH_MAX + 200];
     x->wait = NULL;
-    if (status < 0 || kernel_state(k) != KERNEL_RUNNING) {
+    int rc = kops_waited(x->xa->g, k, status);
+    if (rc == -ECANCELED || rc == -ESHUTDOWN) /* DELETE of its kernel, a drain */
+        return finish(x, "shutdown", "the kernel was shut down while it started", NULL);
+    if (rc < 0 || kernel_state(k) != KERNEL_RUNNING) {
         snprintf(cause, sizeof(cause), "the kernel failed to start%s%s",
                  kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
         return finish(x, "kernel_died", cause, NULL);
@@ -1170,8 +1173,8 @@ static void oneshot_ready(void *data, kernel_t *k, int status)
     }
     /* charged to the kernel at once, by a child the loop watches: no wait here */
     size_t failed = 0;
-    int rc = files_put(kernel_workspace(k), x->items, x->req.nfiles, oneshot_written, x,
-                       &x->put, &failed);
+    rc = files_put(kernel_workspace(k), x->items, x->req.nfiles, oneshot_written, x, &x->put,
+                   &failed);
     if (rc == 0) {
         x->put_k = k;
         return;

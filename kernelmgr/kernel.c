@@ -528,6 +528,11 @@ bool kernel_fork_no_checkpoint(const kernel_t *k)
     return k->fork_unknown_cp;
 }
 
+bool kernel_fork_parent_gone(const kernel_t *k)
+{
+    return k->fork_parent_gone;
+}
+
 int kernel__rewatch(kernel_t *k)
 {
     kz_close(&k->shell);
@@ -658,12 +663,12 @@ int kernel_shutdown(kernel_t *k, const char *cause)
     kexec__stop_why(k, KERNEL_OUT_SHUTDOWN, "%s", cause ? cause : "the kernel was shut down");
     /* requests in flight are answered now, not when the process has ended (its grace) */
     kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
+    complete(k, -ECANCELED); /* a pending start or restart will not finish */
     if (k->pid <= 0) {
         /* nothing to wait for: finish on the next turn, outside the caller's stack */
         k->m->evl->timer_arm(k->m->evl, k->linger, 0);
         return 0;
     }
-    complete(k, -ECANCELED); /* a pending start or restart will not finish */
     stop_process(k, false);
     return 0;
 }

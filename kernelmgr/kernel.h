@@ -80,9 +80,11 @@ json_t *kernel_model(const kernel_t *k);
 const char *kernel_execution_state(const kernel_t *k);
 void kernel_touch(kernel_t *k);
 /* The kernel a fork was made from ("": not a fork; kmgr_fork), and whether its fork failed
- * for want of the checkpoint asked for. */
+ * for want of the checkpoint asked for, or because the kernel it was forked from (or whose
+ * sandbox it shares) ended first (shut down, restarted or died). */
 const char *kernel_forked_from(const kernel_t *k);
 bool kernel_fork_no_checkpoint(const kernel_t *k);
+bool kernel_fork_parent_gone(const kernel_t *k);
 /* Its share of the output buffer budget (kmgr_opts.out_budget; NULL: none): whatever holds
  * its output for a client charges the bytes to it (blob_charge). */
 struct obudget_share *kernel_out_share(const kernel_t *k);

@@ -131,8 +131,10 @@ static void on_reply(void *data, kernel_t *parent, int status, json_t *c)
         return fail(f, "%s%s",
                     "the kernel it was forked from did not answer the fork request in time",
                     " (it waits behind a running cell)");
-    if (status == -ECHILD)
+    if (status == -ECHILD) {
+        f->child->fork_parent_gone = true;
         return fail(f, "%s%s", "the kernel it was forked from ended before the fork", "");
+    }
     if (status == -EREMOTEIO || status == -ENOTSUP || status == -EMLINK) { /* (kckpt.h) */
         const char *en = json_string_value(json_object_get(c, "ename"));
         const char *ev = json_string_value(json_object_get(c, "evalue"));
@@ -301,9 +303,11 @@ void kfork__forget(kmgr_t *m, kernel_t *k)
     struct kfork *f, *tmp;
     list_for_each_safe(f, tmp, &m->forks, link)
     {
-        if (f->child == k)
+        if (f->child == k) {
             kfork_free(f);
-        else if (f->parent == k || f->owner == k)
+        } else if (f->parent == k || f->owner == k) {
+            f->child->fork_parent_gone = true;
             fail(f, "%s%s", "the kernel it was forked from ended before the fork", "");
+        }
     }
 }

@@ -241,6 +241,7 @@ struct kernel {
     char fork_of[40];    /* the kernel it was forked from ("": none) */
     char fork_cp[65];    /* ... from this checkpoint ("": as it was) */
     bool fork_unknown_cp; /* the fork failed: no such checkpoint */
+    bool fork_parent_gone; /* the fork failed: its parent's process ended first */
     int exit_status;
     bool hb_killed;      /* exit_status -ETIMEDOUT: for missed heartbeats, not the start's */
     long long oom_seen, pids_seen; /* the cgroup's events at the last exit (deaths' causes) */

@@ -492,3 +492,34 @@ def test_a_fork_waits_behind_a_running_cell(tenants):
     assert value(gw, model["id"], "y") == "'after the cell'"
     for k in (model["id"], parent):
         assert gw.delete_kernel(k) == 204
+
+
+def test_parent_deleted_while_the_fork_waits(tenants):
+    """A fork whose parent is deleted while the fork request waits behind the parent's cell:
+    the fork's answer is 409 (its parent is not running), not a 500 "failed to fork", and
+    nothing of the fork is left. Found by test_lifecycle_stress.py."""
+    gw, _ = tenants
+    parent = gw.start_kernel()["id"]
+    done = {}
+    cell = threading.Thread(target=lambda: done.update(
+        end=execute(gw, parent, "import time\ntime.sleep(3)")[1]))
+    cell.start()
+    deadline = time.monotonic() + 20
+    while gw.request("GET", f"/api/kernels/{parent}")[1]["execution_state"] != "busy" and \
+            time.monotonic() < deadline:
+        time.sleep(0.02)
+    forked = threading.Thread(target=lambda: done.update(fork=fork(gw, parent)))
+    forked.start()
+    deadline = time.monotonic() + 20
+    while len(gw.request("GET", "/api/kernels")[1]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)                    # the fork is listed: its request is in the kernel
+    assert gw.delete_kernel(parent) == 204
+    forked.join(60)
+    cell.join(60)
+    status, body, _ = done["fork"]
+    assert status == 409, (status, body)
+    assert body["message"] == f"kernel {parent} is not running: it ended before the fork", body
+    deadline = time.monotonic() + 30
+    while gw.request("GET", "/api/kernels")[1] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gw.request("GET", "/api/kernels")[1] == []

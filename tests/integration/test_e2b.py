@@ -548,3 +548,49 @@ def test_per_run_env_vars(gw2):
     finally:
         request(gw, "DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}",
                 headers={"X-API-KEY": keys["alice"]})
+
+
+def test_lifetime_from_ready_and_a_kernel_ended_elsewhere(tmp_path):
+    """A sandbox's lifetime counts from the create's answer: one asked for 2 s whose kernel
+    takes longer to start is answered 201 (it was 409, expired while it started). A sandbox
+    whose kernel is shut down through /api/kernels is gone at once for every route (it was
+    half there until the next tick: health 204, /execute 404). POST .../timeout with 0 is
+    refused as a create's is (it killed the sandbox). Found by test_e2b_model.py."""
+    from conftest import start_gateway, stop_gateway
+    d = tmp_path / "kernels" / "slow2"
+    d.mkdir(parents=True)
+    (d / "kernel.json").write_text(json.dumps({
+        "argv": ["/usr/bin/python3", "-c", "import runpy, sys, time; time.sleep(3); "
+                 "sys.argv = ['k', '-f', sys.argv[1]]; "
+                 "runpy.run_module('ipykernel_launcher', run_name='__main__')",
+                 "{connection_file}"],
+        "display_name": "slow2", "language": "python"}))
+    gw = start_gateway(["--pool", "python3=0", "--e2b-templates", "base=,slow=slow2"],
+                       env={"JUPYTER_PATH": str(tmp_path)})
+    try:
+        key = {"X-API-KEY": gw.token}
+        status, m, _ = create(gw, gw.token, {"templateID": "slow", "timeout": 2})
+        assert status == 201, m
+        status, d, _ = request(gw, "GET", f"/e2b/api/sandboxes/{m['sandboxID']}", headers=key)
+        assert status == 200, d             # still within its lifetime
+        deadline = time.monotonic() + 30
+        while request(gw, "GET", "/e2b/sbx/health", headers=sbx_headers(m))[0] == 204 and \
+                time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert request(gw, "GET", "/e2b/sbx/health", headers=sbx_headers(m))[0] == 502
+
+        status, m, _ = create(gw, gw.token, {"templateID": "base", "timeout": 300})
+        assert status == 201, m
+        sid = m["sandboxID"]
+        status, _, _ = request(gw, "POST", f"/e2b/api/sandboxes/{sid}/timeout", {"timeout": 0},
+                               {**key, "Content-Type": "application/json"})
+        assert status == 400
+        status, ctxs, _ = request(gw, "GET", "/e2b/sbx/contexts", headers=sbx_headers(m))
+        assert status == 200, ctxs
+        assert gw.request("DELETE", f"/api/kernels/{ctxs[0]['id']}")[0] == 204
+        assert request(gw, "POST", "/e2b/sbx/execute", {"code": "1"}, sbx_headers(m))[0] == 502
+        assert request(gw, "GET", "/e2b/sbx/health", headers=sbx_headers(m))[0] == 502
+        assert request(gw, "GET", f"/e2b/api/sandboxes/{sid}", headers=key)[0] == 404
+        assert request(gw, "GET", "/e2b/api/v2/sandboxes", headers=key)[1] == []
+    finally:
+        stop_gateway(gw)

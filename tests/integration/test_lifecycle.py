@@ -61,7 +61,7 @@ def lgw():
     kernelspecs(root, {"pyexec": EXEC_SPEC, "broken": BROKEN_SPEC, "slow": SLOW_SPEC})
     gw = S.start_sandboxed("--pool", "python3=4", "--max-kernels", "64",
                            "--shutdown-grace-ms", str(GRACE_MS), "--max-header-connections-per-address", "256",
-                           env={"JUPYTER_PATH": root})
+                           "--e2b-templates", "base=,slow=slow", env={"JUPYTER_PATH": root})
     print("gateway log:", gw.log_path)
     yield gw
     S.conftest.stop_gateway(gw)
@@ -140,10 +140,61 @@ def test_delete_while_starting_ends_at_once(lgw):
     assert gw.delete_kernel(kid) == 204
     took = time.monotonic() - t
     status, body, _ = post.value(30)
-    assert status in (500, 503), (status, body)
+    # shut down while it started: a conflict with the DELETE, not a failure of the kernel
+    assert status == 409, (status, body)
+    assert body["message"] == f"kernel {kid} was shut down while it started", body
     assert took < 5, took  # not the grace (30 s), nor the kernel's start (120 s)
     assert f"kernel={kid}: shut down (ended while starting)" in gw.log()
     assert not forced(gw), forced(gw)
+
+
+def test_every_face_answers_a_shutdown_during_its_wait_alike(lgw):
+    """A kernel shut down while a face waits for its start or restart: each face answers that
+    it was shut down meanwhile (409, the same words from kops.c), not that the kernel failed
+    (500, 503): REST's start and restart, a session's start, an E2B sandbox's create and a
+    context's, whichever face shut it down. Found by test_lifecycle_stress.py (a restart cut
+    short by a sandbox's timeout, a one-shot execution's end, a DELETE)."""
+    gw = lgw
+    key = {"X-API-KEY": gw.token}
+
+    def slow_kernel(pred=lambda m: True):
+        return S.wait_for(lambda: next((m["id"] for m in gw.request("GET", "/api/kernels")[1]
+                                        if m["name"] == "slow" and pred(m)), None), 30,
+                          what="the slow kernel")
+
+    # REST: a start, and a restart of the same kernel, cut short by DELETE
+    post = S.Background(lambda: gw.request("POST", "/api/kernels", {"name": "slow"}))
+    post.start()
+    kid = slow_kernel()
+    restart = S.Background(lambda: gw.request("POST", f"/api/kernels/{kid}/restart", {}))
+    restart.start()
+    S.wait_for(lambda: gw.request("GET", f"/api/kernels/{kid}")[1]["execution_state"] ==
+               "restarting", 30, what="the restart")
+    assert gw.delete_kernel(kid) == 204
+    status, body, _ = restart.value(30)
+    assert (status, body["message"]) == (409, f"kernel {kid} was shut down while it restarted")
+    status, body, _ = post.value(30)
+    assert (status, body["message"]) == (409, f"kernel {kid} was shut down while it started")
+    # a session's kernel, deleted through /api/kernels
+    sess = S.Background(lambda: gw.request("POST", "/api/sessions", {
+        "path": "stress.ipynb", "type": "notebook", "kernel": {"name": "slow"}}))
+    sess.start()
+    kid = slow_kernel()
+    assert gw.delete_kernel(kid) == 204
+    status, body, _ = sess.value(30)
+    assert (status, body["message"]) == (409, f"kernel {kid} was shut down while it started")
+    assert gw.request("GET", "/api/sessions")[1] == []
+    # an E2B sandbox whose kernel is deleted through /api/kernels while the create waits: 409,
+    # and the sandbox is gone (before: 503 "failed to start")
+    from test_e2b import create, request
+    made = S.Background(lambda: create(gw, gw.token, {"templateID": "slow"}))
+    made.start()
+    kid = slow_kernel()
+    assert gw.delete_kernel(kid) == 204
+    status, body, _ = made.value(30)
+    assert status == 409 and "while it started" in body["message"], (status, body)
+    assert request(gw, "GET", "/e2b/api/v2/sandboxes", headers=key)[1] == []
+    S.wait_for(lambda: gw.request("GET", "/api/kernels")[1] == [], 30, what="no kernels left")
 
 
 def test_start_failure_leaves_stderr_in_log_and_cause(lgw):

@@ -31,6 +31,13 @@ static const struct {
      "kernel capacity reached: the host's open-file table is full"},
     {KOPS_START, -ESHUTDOWN, 503, RPC_ERR_RUNTIME, DRAIN_RETRY_AFTER_S, DRAIN_MESSAGE},
     {KOPS_START, -ENOMEM, 500, RPC_ERR_RUNTIME, 0, "cannot start a kernel: Cannot allocate memory"},
+    /* the end of a wait (kops_waited): shut down meanwhile, or failed */
+    {KOPS_START, -ECANCELED, 409, RPC_ERR_RUNTIME, 0, "kernel k-1 was shut down while it started"},
+    {KOPS_START, -ECHILD, 500, RPC_ERR_RUNTIME, 0, "kernel k-1 failed to start: it died"},
+    {KOPS_RESTART, -ECANCELED, 409, RPC_ERR_RUNTIME, 0,
+     "kernel k-1 was shut down while it restarted"},
+    {KOPS_RESTART, -ECHILD, 500, RPC_ERR_RUNTIME, 0, "kernel k-1 failed to restart: it died"},
+    {KOPS_RESTART, -ESHUTDOWN, 503, RPC_ERR_RUNTIME, DRAIN_RETRY_AFTER_S, DRAIN_MESSAGE},
     {KOPS_START, -EINVAL, 500, RPC_ERR_RUNTIME, 0, "cannot start a kernel: Invalid argument"},
     {KOPS_INTERRUPT, -EAGAIN, 0, RPC_ERR_RUNTIME, 0, "cannot interrupt: the kernel is not running"},
     {KOPS_INTERRUPT, -EIO, 500, RPC_ERR_RUNTIME, 0, "cannot interrupt: Input/output error"},
@@ -46,8 +53,11 @@ static const struct {
 
 int main(void)
 {
-    const struct kops_context ctx = {
-        .spec_name = "nope", .sandbox_why = "no user namespaces", .max_kernels = 7};
+    const struct kops_context ctx = {.spec_name = "nope",
+                                     .sandbox_why = "no user namespaces",
+                                     .max_kernels = 7,
+                                     .kernel_id = "k-1",
+                                     .cause = "it died"};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct kops_error e;
         CHECK_CASE(rows[i].message);
@@ -70,6 +80,10 @@ int main(void)
     CHECK_STR(e.message, "No such kernel spec \"a?b?c\"");
     kops_error_make(KOPS_START, -ENOENT, NULL, &e);
     CHECK_STR(e.message, "No such kernel spec \"\"");
+    /* a failure without a cause says none */
+    const struct kops_context nocause = {.kernel_id = "k-2", .cause = ""};
+    kops_error_make(KOPS_START, -ECHILD, &nocause, &e);
+    CHECK_STR(e.message, "kernel k-2 failed to start");
     /* an RPC exception message: printable ASCII within RPC_ERROR_MAX */
     char longname[400];
     memset(longname, 'x', sizeof(longname) - 1);
