@@ -110,6 +110,7 @@ struct e2bproc {
     bool ended, paused;
     uint64_t keepalive_ms; /* the client's Keepalive-Ping-Interval */
     struct xcmd_stdin *in; /* "stdin": true: SendInput's bytes (NULL: /dev/null) */
+    json_t *config;        /* process.List's ProcessConfig: {"cmd", "args", "envs", "cwd"} */
 };
 
 struct e2bput {

@@ -941,6 +941,11 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
     /* the request holds the stream before the command can say anything */
     r->face = q;
     list_append(&g->e2b->runs, &q->link);
+    json_t *args = json_array();
+    for (size_t i = 1; st.argv[i]; i++)
+        json_array_append_new(args, json_string(st.argv[i]));
+    p->config = json_pack("{s:s, s:o, s:{}, s:s}", "cmd", st.argv[0], "args", args, "envs",
+                          "cwd", cwd);
     struct kops_error kerr;
     rc = kops_command_start(g, k, &o, &cb, &p->cmd, &kerr);
     e2bwire_start_fini(&st);
@@ -950,6 +955,7 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
         list_remove(&q->link);
         r->face = NULL;
         buf_fini(&p->pend);
+        json_decref(p->config);
         free(p);
         free(q);
         return connect_stream_error(r, rc == -EAGAIN ? "resource_exhausted" : e2bwire_code_name(rc),
@@ -1046,6 +1052,23 @@ static void proc_signal(struct gw_req *r, struct e2bsbx *s)
     return connect_error(r, "not_found", msg);
 }
 
+/* process.Process/List: the sandbox's commands still running, each with its config. */
+static void proc_list(struct gw_req *r, struct e2bsbx *s)
+{
+    json_t *a = json_array();
+    struct e2breq *q;
+    list_for_each(q, &r->g->e2b->runs, link)
+    {
+        if (q->kind != E2BREQ_PROC || q->proc->ended || strcmp(q->proc->sbx_id, s->id) != 0)
+            continue;
+        json_t *p = json_pack("{s:I}", "pid", (json_int_t)q->proc->handle);
+        if (p && q->proc->config)
+            json_object_set(p, "config", q->proc->config);
+        json_array_append_new(a, p);
+    }
+    req_reply(r, 200, json_pack("{s:o}", "processes", a));
+}
+
 /* process.Process/SendInput and CloseStdin: bytes for (or the end of) the stdin of a command
  * of this sandbox started with "stdin": true. */
 static void proc_input(struct gw_req *r, struct e2bsbx *s, bool close)
@@ -1129,6 +1152,8 @@ static void sbx_rpc(struct gw_req *r, struct e2bsbx *s, const char *service, con
         return proc_start(r, s);
     if (strcmp(service, "process.Process") == 0 && strcmp(method, "SendSignal") == 0 && !stream)
         return proc_signal(r, s);
+    if (strcmp(service, "process.Process") == 0 && strcmp(method, "List") == 0 && !stream)
+        return proc_list(r, s);
     if (strcmp(service, "process.Process") == 0 && strcmp(method, "SendInput") == 0 && !stream)
         return proc_input(r, s, false);
     if (strcmp(service, "process.Process") == 0 && strcmp(method, "CloseStdin") == 0 && !stream)
@@ -1235,6 +1260,7 @@ void e2bsbx_req_fini(struct gw_req *r)
         xcmd_stdin_free(&q->proc->in);
         kcmd_release(&q->proc->cmd); /* kills it if it still runs; no callback after */
         buf_fini(&q->proc->pend);
+        json_decref(q->proc->config);
         free(q->proc);
         list_remove(&q->link);
     } else {

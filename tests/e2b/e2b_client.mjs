@@ -185,8 +185,13 @@ async function main() {
   assert.equal(catEnd.stdout, 'hello stdin')
   const noStdin = await sbx.commands.run('sleep 30', { background: true })
   await expectReject(sbx.commands.sendStdin(noStdin.pid, 'x'), /stdin/i, 'stdin not asked for')
+  const listed1 = await sbx.commands.list()
+  const mine = listed1.find((p) => p.pid === noStdin.pid)
+  assert.ok(mine, `commands.list: ${JSON.stringify(listed1)}`)
+  assert.equal(mine.cmd, '/bin/bash')
+  assert.deepEqual(mine.args, ['-l', '-c', 'sleep 30'])
   await noStdin.kill()
-  step('commands stdin')
+  step('commands stdin, list')
   await expectReject(sbx.files.watchDir('/home/user', () => {}), /not offered|unimplemented/i,
     'watchDir')
   await expectReject(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }),
