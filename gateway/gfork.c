@@ -19,6 +19,13 @@
 #include "kernelmgr/kmgr.h"
 #include "kernelmgr/wspace.h"
 
+/* Whether the kernel the fork k was made from runs (not ended, nor restarting since). */
+static bool parent_runs(gw_t *g, kernel_t *k)
+{
+    kernel_t *p = kmgr_find(g->km, kernel_forked_from(k));
+    return p && kernel_state(p) == KERNEL_RUNNING;
+}
+
 void gfork_failed(const struct gw_req *r, kernel_t *k, int code, int *status, char *msg, size_t len)
 {
     struct kops_error err;
@@ -29,7 +36,8 @@ void gfork_failed(const struct gw_req *r, kernel_t *k, int code, int *status, ch
     } else if (kernel_fork_no_checkpoint(k)) {
         *status = 404;
         snprintf(msg, len, "Checkpoint does not exist: %s", kernel_last_cause(k));
-    } else if (kernel_fork_parent_gone(k)) { /* shut down, restarted or dead meanwhile */
+    } else if (kernel_fork_parent_gone(k) || !parent_runs(r->g, k)) {
+        /* shut down, restarted or dead meanwhile (a fork lives in its parent's sandbox) */
         *status = 409;
         snprintf(msg, len, "kernel %s is not running: it ended before the fork",
                  kernel_forked_from(k));

@@ -293,6 +293,7 @@ void kfork__parent_ended(kmgr_t *m, kernel_t *k)
         kernel_t *c = m->v[i];
         if (c->adopted && c->pid > 1 && !strcmp(c->fork_of, k->id)) {
             log_info("kernel=%s: ending it: the kernel %s it was forked from ended", c->id, k->id);
+            c->fork_parent_gone = true; /* a fork still starting: not its failure */
             klaunch__signal(c, SIGKILL);
         }
     }
