@@ -4,8 +4,7 @@
  * before its result; notifications and responses get 202. initialize opens a session
  * (Mcp-Session-Id), which owns at most one kernel, started on the first tool call that needs
  * it and shut down when the session ends (DELETE, or --mcp-idle-timeout without requests).
- * Tools are a fixed table; execute_code is an execution of gateway/xexec.c (as the execute API's),
- * the file tools through files.c. */
+ * The tools and the answers they make are gateway/mcptools.c's (mcp_int.h). */
 #include "gateway/mcp.h"
 
 #include <errno.h>
@@ -33,255 +32,11 @@
 #include "protocol/jstr.h"
 #include "protocol/xreq.h"
 
-#define MCP_SESSIONS_MAX 10000             /* sessions at once, all tenants */
-#define MCP_TENANT_MAX   1000              /* sessions at once of one tenant */
-#define MCP_SWEEP_MS     5000              /* idle checks */
-#define MCP_RESULT_MAX   (8 * 1024 * 1024) /* bytes of output a tool result carries */
-#define MCP_READ_MAX     (4 * 1024 * 1024) /* bytes of a file read_file returns */
-#define MCP_PROGRESS_MAX (64 * 1024)       /* bytes of output in one progress notification */
-#define MCP_WRITE_BYTES  (64 * 1024)       /* bytes of the answer made and written at a time */
-#define MCP_SID_LEN      UTIL_UUID_LEN /* a session id: a random UUID naming its shard */
-#define MCP_VERSION_MAX  32
-#define MCP_HEADER_MAX   1024 /* bytes of an Accept or Content-Type header looked at */
+#include "gateway/mcp_int.h"
 
-/* JSON-RPC's implementation-defined server errors, as the reference SDK's server uses them:
- * the transport refused the HTTP request (a header), or the session is unknown. */
-#define MCP_ERR_TRANSPORT  (-32000)
-#define MCP_ERR_NO_SESSION (-32001)
 
 /* The revisions spoken, newest first: the newest is offered to a client asking for another. */
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
-
-struct mcp {
-    gw_t *g;
-    struct list sessions;
-    size_t count;
-    evl_timer_t *sweep;
-    mcpnamed_t *named; /* the named kernels (Kgw-Kernel-Name) */
-};
-
-struct mcp_session {
-    struct list link;
-    struct list calls; /* mcp_call.slink: tool calls in progress */
-    char id[MCP_SID_LEN + 1];
-    char tenant[KEYFILE_TENANT_MAX + 1];
-    char version[MCP_VERSION_MAX];
-    char kernel_id[40]; /* "" until the first tool call */
-    struct mcpnamed_entry *named; /* the named kernel it uses instead, or NULL */
-    uint64_t last_ms;
-};
-
-struct mcp_tool;
-
-struct mcp_call {
-    struct list slink; /* mcp_session.calls while a tool runs */
-    struct gw_req *r;
-    struct mcp_session *s;
-    char sid[MCP_SID_LEN + 1]; /* the Mcp-Session-Id header of the answer ("" : none) */
-    char kname[IDENT_KNAME_MAX + 1]; /* the Kgw-Kernel-Name header ("": none) */
-    json_t *id;                /* of the request */
-    json_t *token;             /* its progress token, or NULL */
-    json_t *args;
-    const struct mcp_tool *tool;
-    struct xexec_sub sub; /* execute_code's execution, once subscribed */
-    ckpt_op_t *ck;        /* rollback's operation, while it runs */
-    json_t *content;      /* the tool result's content (its first items) */
-    /* execute_code's output: more content items, their JSON text joined by commas (written
-     * as they come: the kernel's output is not parsed into a tree and dumped again), and the
-     * last text item's text, JSON-escaped, while output of its kind goes on (text_flush) */
-    buf_t items, text;
-    const char *text_kind; /* "stdout", "stderr", "result", "error", "note"; NULL: none */
-    json_t *structured;
-    size_t content_bytes;
-    double progress;
-    int status; /* HTTP */
-    bool is_error, truncated, cancelled, sse, head_sent, done;
-    bool no_sse; /* the client's Accept leaves out text/event-stream: no progress */
-    /* the answer's bytes not written yet, from out_off; progress notifications are made into
-     * it from pcur, the execution's next event they tell of, only as the socket takes them
-     * (a client that stops reading holds no copy of the output), and the messages after them
-     * (the result) wait in held until they are made */
-    buf_t out, held;
-    size_t out_off;
-    uint64_t pcur;
-    bool filling; /* making progress notifications into out */
-    /* write_file: the file being written (charged to the kernel) */
-    files_put_t *put;
-    struct files_item item;
-    unsigned char *bin; /* its decoded bytes (base64) */
-    char item_path[FPATH_MAX + 1];
-    char ws[WSPACE_ID_MAX + 1];
-    xcmd_run_t *cmd; /* run_command's command (xcmd.c) */
-};
-
-typedef void (*tool_run_fn)(struct mcp_call *c, kernel_t *k);
-
-enum arg_type { ARG_STRING, ARG_NUMBER, ARG_PATH /* a string: a normal path */, ARG_BOOL };
-
-struct mcp_arg {
-    const char *name;
-    enum arg_type type;
-    bool required;
-};
-
-#define MCP_ARGS_MAX 4
-
-struct mcp_tool {
-    const char *name;
-    const char *title;
-    const char *description;
-    const char *input;  /* JSON Schema */
-    const char *output; /* JSON Schema of structuredContent */
-    struct mcp_arg args[MCP_ARGS_MAX];
-    tool_run_fn run;
-};
-
-static void run_execute(struct mcp_call *c, kernel_t *k);
-static void run_list_files(struct mcp_call *c, kernel_t *k);
-static void run_read_file(struct mcp_call *c, kernel_t *k);
-static void run_write_file(struct mcp_call *c, kernel_t *k);
-static void run_restart(struct mcp_call *c, kernel_t *k);
-static void run_command(struct mcp_call *c, kernel_t *k);
-static void run_rollback(struct mcp_call *c, kernel_t *k);
-static void run_fork(struct mcp_call *c, kernel_t *k);
-
-#define END_SCHEMA                                                                            \
-    "{\"type\":\"object\",\"properties\":{"                                                   \
-    "\"status\":{\"type\":\"string\",\"description\":\"ok, error, cancelled, timeout, "       \
-    "output_limit, out_of_memory, pids_limit, killed, kernel_died, kernel_restarted, "       \
-    "shutdown, checkpoint_failed\"},"                                                         \
-    "\"checkpoint\":{\"description\":\"the checkpoint taken before the code ran (asked "    \
-    "with checkpoint)\",\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]},"              \
-    "\"rolled_back\":{\"type\":\"boolean\",\"description\":\"rollback_on_error: the kernel " \
-    "was rolled back to the state before the code ran\"},"                                   \
-    "\"rollback_error\":{\"type\":\"string\"},"                                              \
-    "\"cause\":{\"type\":\"string\"},\"duration_ms\":{\"type\":\"number\"},"                  \
-    "\"cpu_ms\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}]},"                     \
-    "\"peak_memory_bytes\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"         \
-    "\"execution_count\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"           \
-    "\"files\":{\"description\":\"workspace files created, modified and deleted\",\"anyOf\":" \
-    "[{\"type\":\"object\"},{\"type\":\"null\"}]},"                                           \
-    "\"egress\":{\"description\":\"hosts reached through the egress proxy (bytes_out, "        \
-    "bytes_in) and secrets used, by name\",\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"}]}," \
-    "\"workspace_id\":{\"type\":\"string\"},\"execution_id\":{\"type\":\"string\"},"          \
-    "\"kernel_id\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}"
-
-#define PATH_PROP                                                                       \
-    "\"path\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":1024,\"description\":" \
-    "\"a relative path in the session's workspace ('/'-separated, no '..')\"}"
-
-/* The tools: a fixed, reviewable table (no lookup outside it). */
-static const struct mcp_tool tools[] = {
-    {"execute_code",
-     "Execute Python code",
-     "Runs Python code in the session's Jupyter kernel (IPython). Variables, imports and files "
-     "persist across calls of this session. Returns the output (streams, results, images) and "
-     "the execution's outcome (status, duration, memory, files changed).",
-     "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"description\":"
-     "\"the code to run\"},\"timeout\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":"
-     "604800,\"description\":\"seconds before the execution is interrupted\"},"
-     "\"checkpoint\":{\"type\":\"boolean\",\"description\":\"take a checkpoint of the "
-     "kernel's state and files right before the code runs (its id is in the result; the "
-     "rollback tool returns to it)\"},\"rollback_on_error\":{\"type\":\"boolean\","
-     "\"description\":\"if the code fails (error, timeout), put the kernel's variables and "
-     "files back as they were before it ran\"}},"
-     "\"required\":[\"code\"],\"additionalProperties\":false}",
-     END_SCHEMA,
-     {{"code", ARG_STRING, true},
-      {"timeout", ARG_NUMBER, false},
-      {"checkpoint", ARG_BOOL, false},
-      {"rollback_on_error", ARG_BOOL, false}},
-     run_execute},
-    {"list_files",
-     "List workspace files",
-     "Lists the files of the session's workspace (the kernel's working directory).",
-     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"workspace\":{\"type\":\"string\"},\"files\":"
-     "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":"
-     "\"string\"},\"size\":{\"type\":\"integer\"},\"type\":{\"type\":\"string\"},"
-     "\"last_modified\":{\"type\":\"string\"}}}},\"truncated\":{\"type\":\"boolean\"}},"
-     "\"required\":[\"files\",\"truncated\"]}",
-     {{0}},
-     run_list_files},
-    {"read_file",
-     "Read a workspace file",
-     "Reads a file of the session's workspace: text for UTF-8 files, else a base64 blob.",
-     "{\"type\":\"object\",\"properties\":{" PATH_PROP "},\"required\":[\"path\"],"
-     "\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\":{\"type\":"
-     "\"integer\"},\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"]}},"
-     "\"required\":[\"path\",\"size\",\"encoding\"]}",
-     {{"path", ARG_PATH, true}},
-     run_read_file},
-    {"write_file",
-     "Write a workspace file",
-     "Writes a file into the session's workspace, replacing it; missing directories are made.",
-     "{\"type\":\"object\",\"properties\":{" PATH_PROP ",\"content\":{\"type\":\"string\"},"
-     "\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"],\"default\":\"utf-8\"}},"
-     "\"required\":[\"path\",\"content\"],\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\":{\"type\":"
-     "\"integer\"}},\"required\":[\"path\",\"size\"]}",
-     {{"path", ARG_PATH, true}, {"content", ARG_STRING, true}, {"encoding", ARG_STRING, false}},
-     run_write_file},
-    {"restart_kernel",
-     "Restart the kernel",
-     "Restarts the session's kernel: its variables are lost, its workspace files stay.",
-     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"kernel_id\":{\"type\":\"string\"},\"status\":"
-     "{\"type\":\"string\"}},\"required\":[\"kernel_id\",\"status\"]}",
-     {{0}},
-     run_restart},
-    {"run_command",
-     "Run a shell command",
-     "Runs a shell command (bash -l -c) in the session's sandbox, beside its kernel (also while "
-     "code runs): the same workspace files, limits, network policy and environment. Returns its "
-     "stdout, stderr and exit code. No terminal; processes it leaves behind are killed when it "
-     "exits.",
-     "{\"type\":\"object\",\"properties\":{\"command\":{\"type\":\"string\",\"minLength\":1,"
-     "\"maxLength\":65536,\"description\":\"the command line\"},\"timeout\":{\"type\":"
-     "\"number\",\"exclusiveMinimum\":0,\"maximum\":604800,\"description\":\"seconds before "
-     "it is killed\"}},\"required\":[\"command\"],\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"status\":{\"type\":\"string\",\"description\":"
-     "\"ok, error, killed, timeout, cancelled, output_limit, kernel_died, out_of_memory\"},\"exit_code\":"
-     "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},\"signal\":{\"anyOf\":"
-     "[{\"type\":\"integer\"},{\"type\":\"null\"}]},\"duration_ms\":{\"type\":\"number\"},"
-     "\"message\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}",
-     {{"command", ARG_STRING, true}, {"timeout", ARG_NUMBER, false}},
-     run_command},
-    {"rollback",
-     "Roll the kernel back to a checkpoint",
-     "Returns the session's kernel to a checkpoint taken by execute_code with checkpoint: its "
-     "variables, imports and workspace files are as they were then (threads, sockets and "
-     "subprocesses started since are gone). The checkpoint stays: rolling back to it again gives "
-     "the same state.",
-     "{\"type\":\"object\",\"properties\":{\"checkpoint\":{\"type\":\"string\","
-     "\"description\":\"a checkpoint id (execute_code's result)\"}},\"required\":"
-     "[\"checkpoint\"],\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"kernel_id\":"
-     "{\"type\":\"string\"},\"execution_count\":{\"type\":\"integer\"},\"files\":{\"type\":"
-     "\"boolean\"}},\"required\":[\"id\",\"kernel_id\",\"execution_count\"]}",
-     {{"checkpoint", ARG_STRING, true}},
-     run_rollback},
-    {"fork",
-     "Fork the kernel into a new named kernel",
-     "Copies the session's kernel (its variables, imports and functions), as it is now or as it "
-     "was at a checkpoint taken by execute_code with checkpoint, into a new kernel with its own "
-     "name: MCP sessions opened with the header Kgw-Kernel-Name: NAME use the copy, which then "
-     "goes its own way. The copy shares the workspace files and the sandbox (and its limits) "
-     "with this kernel, and ends when this kernel ends; random generators are reseeded.",
-     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,"
-     "\"maxLength\":64,\"pattern\":\"^[A-Za-z0-9_][A-Za-z0-9._-]*$\",\"description\":"
-     "\"the new kernel's name (a name no kernel of yours has)\"},\"checkpoint\":{\"type\":"
-     "\"string\",\"description\":\"fork from this checkpoint (execute_code's result) "
-     "instead of the kernel's state now\"}},\"required\":[\"name\"],"
-     "\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"kernel_id\":{\"type\":\"string\"},\"name\":"
-     "{\"type\":\"string\"},\"forked_from\":{\"type\":\"string\"},\"checkpoint\":{\"anyOf\":"
-     "[{\"type\":\"string\"},{\"type\":\"null\"}]}},\"required\":[\"kernel_id\",\"name\","
-     "\"forked_from\"]}",
-     {{"name", ARG_STRING, true}, {"checkpoint", ARG_STRING, false}},
-     run_fork},
-};
 
 /* ---- sessions ---- */
 
@@ -337,878 +92,6 @@ static void on_sweep(void *data)
     m->g->loop.evl.timer_arm(&m->g->loop.evl, m->sweep, MCP_SWEEP_MS);
 }
 
-/* ---- answers ---- */
-
-/* A message's JSON text (compact: no raw new line), framed as the answer is. */
-static void call_send_text(struct mcp_call *c, const char *s, size_t n)
-{
-    int rc = 0;
-    buf_t *o = c->sse && !c->filling ? &c->held : &c->out;
-    if (c->sse)
-        rc |= buf_append(o, "event: message\ndata: ", 21);
-    rc |= buf_append(o, s, n);
-    if (c->sse)
-        rc |= buf_append(o, "\n\n", 2);
-    if (rc < 0)
-        log_warn("mcp: out of memory: a message was cut");
-    lws_callback_on_writable(c->r->wsi);
-}
-
-/* A message written into b (rc: how that went), then b's end. */
-static void call_send_buf(struct mcp_call *c, buf_t *b, int rc)
-{
-    if (rc < 0)
-        log_warn("mcp: out of memory: a message was dropped");
-    else
-        call_send_text(c, b->data, b->len);
-    buf_fini(b);
-}
-
-/* A message framed already in b (rc: how making it went), taken without a copy when nothing
- * waits before it. */
-static void call_send_framed(struct mcp_call *c, buf_t *b, int rc)
-{
-    buf_t *o = c->sse && !c->filling ? &c->held : &c->out;
-    if (rc < 0) {
-        log_warn("mcp: out of memory: a message was dropped");
-    } else if (o->len == 0) {
-        buf_fini(o);
-        *o = *b;
-        buf_init(b, SIZE_MAX);
-    } else if (buf_append(o, b->data, b->len) < 0) {
-        log_warn("mcp: out of memory: a message was cut");
-    }
-    buf_fini(b);
-    lws_callback_on_writable(c->r->wsi);
-}
-
-static void call_send(struct mcp_call *c, json_t *msg)
-{
-    char *s = msg ? json_dumps(msg, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(msg);
-    if (!s) {
-        log_warn("mcp: out of memory: a message was dropped");
-        return;
-    }
-    call_send_text(c, s, strlen(s));
-    free(s);
-}
-
-static void call_done(struct mcp_call *c)
-{
-    c->done = true;
-    if (c->s) {
-        c->s->last_ms = util_now_ms();
-        list_remove(&c->slink);
-        if (c->s->named)
-            mcpnamed_touch(c->s->named);
-    }
-    lws_callback_on_writable(c->r->wsi);
-}
-
-static void reply(struct mcp_call *c, json_t *result)
-{
-    call_send(c, jrpc_result(c->id, result));
-    call_done(c);
-}
-
-/* msg made valid UTF-8 for JSON: a formatted message may end inside a character (%.64s, or
- * cut at its buffer's size); anything else not UTF-8 becomes '?'. */
-static void utf8_fix(char *msg)
-{
-    size_t n = strlen(msg);
-    for (int i = 0; i < 4 && n > 0; i++) {
-        json_t *v = json_stringn(msg, n);
-        json_decref(v);
-        if (v)
-            break;
-        msg[--n] = '\0';
-    }
-    json_t *v = json_string(msg);
-    if (!v)
-        for (char *p = msg; *p; p++)
-            if ((unsigned char)*p >= 0x80)
-                *p = '?';
-    json_decref(v);
-}
-
-/* A JSON-RPC error; HTTP status 200 for a request the transport took, else 400, 403, 404. */
-/* fmt's message for JSON: into msg (size bytes), made valid UTF-8. */
-static void vformat(char *msg, size_t size, const char *fmt, va_list ap)
-    __attribute__((format(printf, 3, 0)));
-
-static void vformat(char *msg, size_t size, const char *fmt, va_list ap)
-{
-    vsnprintf(msg, size, fmt, ap);
-    utf8_fix(msg);
-}
-
-static void reply_error(struct mcp_call *c, int status, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void reply_error(struct mcp_call *c, int status, int code, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vformat(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (status >= 400)
-        log_info("mcp: refused (%d): %s", status, msg);
-    c->status = status;
-    call_send(c, jrpc_error(c->id, code, msg));
-    call_done(c);
-}
-
-/* No body: 202 (a notification or response taken; a cancelled request), 204 (DELETE). */
-static void reply_empty(struct mcp_call *c, int status)
-{
-    c->status = status;
-    call_done(c);
-}
-
-/* Appends a string literal's bytes. */
-#define BUF_LIT(b, s) buf_append((b), s, sizeof(s) - 1)
-
-static void text_flush(struct mcp_call *c);
-static void item_append(struct mcp_call *c, json_t *item);
-
-/* Appends s, then the JSON text of v (compact, as call_send writes it). */
-static int append_json(buf_t *b, const char *s, json_t *v)
-{
-    char *j = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    int rc = j ? buf_append(b, s, strlen(s)) : -ENOMEM;
-    if (rc == 0)
-        rc = buf_append(b, j, strlen(j));
-    free(j);
-    return rc;
-}
-
-/* The tool's result from c->content, then c->items, c->is_error and c->structured: the JSON-RPC
- * response {"jsonrpc", "id", "result": {"content", "isError", "structuredContent"}} written
- * around the items' text. */
-static void tool_reply(struct mcp_call *c)
-{
-    text_flush(c);
-    if (c->truncated)
-        item_append(c, json_pack("{s:s, s:s}", "type", "text", "text",
-                                 "[kgw] output beyond the MCP result limit was left out"));
-    if (c->structured) {
-        /* and its text, for clients of revisions before structured content */
-        char *t = json_dumps(c->structured, JSON_COMPACT | JSON_REAL_PRECISION(9));
-        if (t)
-            item_append(c, json_pack("{s:s, s:s}", "type", "text", "text", t));
-        free(t);
-    }
-    buf_t b;
-    buf_init(&b, SIZE_MAX);
-    char *first = c->content ? json_dumps(c->content, JSON_COMPACT | JSON_REAL_PRECISION(9))
-                             : strdup("[]");
-    size_t fn = first ? strlen(first) - 2 : 0; /* its items, without [ ] */
-    json_t *null = json_null();
-    int rc = c->sse ? buf_append(&b, "event: message\ndata: ", 21) : 0;
-    rc |= first ? append_json(&b, "{\"jsonrpc\":\"2.0\",\"id\":", c->id ? c->id : null)
-                : -ENOMEM;
-    rc |= BUF_LIT(&b, ",\"result\":{\"content\":[");
-    rc |= buf_append(&b, first ? first + 1 : "", fn);
-    rc |= buf_append(&b, ",", fn && c->items.len ? 1 : 0);
-    rc |= buf_append(&b, c->items.data ? c->items.data : "", c->items.len);
-    rc |= BUF_LIT(&b, "],\"isError\":");
-    rc |= buf_append(&b, c->is_error ? "true" : "false", c->is_error ? 4 : 5);
-    if (c->structured)
-        rc |= append_json(&b, ",\"structuredContent\":", c->structured);
-    rc |= BUF_LIT(&b, "}}");
-    if (c->sse)
-        rc |= buf_append(&b, "\n\n", 2);
-    free(first);
-    buf_fini(&c->items); /* (in the answer now) */
-    buf_fini(&c->text);
-    call_send_framed(c, &b, rc);
-    call_done(c);
-}
-
-static void tool_fail(struct mcp_call *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void tool_fail(struct mcp_call *c, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vformat(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    json_decref(c->content);
-    c->content = json_pack("[{s:s, s:s}]", "type", "text", "text", msg);
-    buf_reset(&c->items);
-    buf_reset(&c->text);
-    c->text_kind = NULL;
-    json_decref(c->structured);
-    c->structured = NULL;
-    c->is_error = true;
-    tool_reply(c);
-}
-
-/* One more content item (its JSON text) after those in c->items. */
-static void item_text(struct mcp_call *c, const char *s, size_t n)
-{
-    if ((c->items.len && buf_append(&c->items, ",", 1) < 0) || buf_append(&c->items, s, n) < 0)
-        log_warn("mcp: out of memory: output was dropped");
-}
-
-static void item_append(struct mcp_call *c, json_t *item)
-{
-    char *s = item ? json_dumps(item, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(item);
-    if (s)
-        item_text(c, s, strlen(s));
-    free(s);
-}
-
-/* The pending text item into c->items. */
-static void text_flush(struct mcp_call *c)
-{
-    if (!c->text_kind)
-        return;
-    static const char head[] = "{\"type\":\"text\",\"text\":\"";
-    if ((c->items.len && buf_append(&c->items, ",", 1) < 0) ||
-        buf_append(&c->items, head, sizeof(head) - 1) < 0 ||
-        buf_append(&c->items, c->text.data ? c->text.data : "", c->text.len) < 0 ||
-        BUF_LIT(&c->items, "\"}") < 0)
-        log_warn("mcp: out of memory: output was dropped");
-    buf_reset(&c->text);
-    c->text_kind = NULL;
-}
-
-static void add_content(struct mcp_call *c, json_t *item, size_t bytes)
-{
-    if (!item)
-        return;
-    if (c->content_bytes + bytes > MCP_RESULT_MAX) {
-        c->truncated = true;
-        json_decref(item);
-        return;
-    }
-    text_flush(c);
-    c->content_bytes += bytes;
-    item_append(c, item);
-}
-
-/* Text output: esc, JSON-escaped text (a JSON string literal without its quotes) of n bytes,
- * joined to the previous text item when it is of the same kind (kind: a static string). */
-static void add_text_json(struct mcp_call *c, const char *kind, const char *esc, size_t esc_n,
-                          size_t n)
-{
-    if (c->content_bytes + n > MCP_RESULT_MAX) {
-        c->truncated = true;
-        return;
-    }
-    if (!c->text_kind || strcmp(c->text_kind, kind) != 0) {
-        text_flush(c);
-        c->text_kind = kind;
-    }
-    if (buf_append(&c->text, esc, esc_n) < 0) {
-        c->truncated = true;
-        return;
-    }
-    c->content_bytes += n;
-}
-
-/* Text output (n bytes of UTF-8). */
-static void add_text(struct mcp_call *c, const char *kind, const char *text, size_t n)
-{
-    json_t *v = json_stringn(text, n);
-    char *lit = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
-    json_decref(v);
-    if (!lit) {
-        log_warn("mcp: not UTF-8, or out of memory: output was dropped");
-        return;
-    }
-    add_text_json(c, kind, lit + 1, strlen(lit) - 2, n);
-    free(lit);
-}
-
-/* Whether the call sends progress notifications (the first one makes the answer SSE): asked
- * as the execution's events come, the notifications themselves are made later, as the socket
- * takes them (progress_fill). */
-static bool progress_on(struct mcp_call *c)
-{
-    if (!c->token || c->done || c->no_sse)
-        return false;
-    if (!c->sse && c->out.len == 0)
-        c->sse = true;
-    return c->sse;
-}
-
-static void progress(struct mcp_call *c, const char *text, size_t len)
-{
-    size_t n = jstr_utf8_cut(text, len, MCP_PROGRESS_MAX);
-    c->progress += 1;
-    call_send(c, jrpc_notification("notifications/progress",
-                                   json_pack("{s:O, s:f, s:s%}", "progressToken", c->token,
-                                             "progress", c->progress, "message", text, n)));
-}
-
-/* Progress of output that is a JSON string literal (lit) of n bytes of text: the literal is
- * the notification's message as it is when it is within MCP_PROGRESS_MAX, else it is cut. */
-static void progress_json(struct mcp_call *c, jspan_t lit, size_t n)
-{
-    if (n > MCP_PROGRESS_MAX) {
-        char *t = malloc(lit.n);
-        size_t tn;
-        if (t && jstr_decode(lit.p, lit.n, t, &tn) == 0)
-            progress(c, t, tn);
-        free(t);
-        return;
-    }
-    c->progress += 1;
-    buf_t b;
-    buf_init(&b, SIZE_MAX);
-    json_t *p = json_real(c->progress);
-    int rc = append_json(&b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\","
-                             "\"params\":{\"progressToken\":",
-                         c->token);
-    rc |= append_json(&b, ",\"progress\":", p);
-    rc |= BUF_LIT(&b, ",\"message\":");
-    rc |= buf_append(&b, lit.p, lit.n);
-    rc |= BUF_LIT(&b, "}}");
-    json_decref(p);
-    call_send_buf(c, &b, rc);
-}
-
-/* A traceback without its terminal colours. */
-static char *plain_traceback(json_t *ev)
-{
-    buf_t b;
-    buf_init(&b, MCP_RESULT_MAX);
-    json_t *line;
-    size_t i;
-    json_array_foreach(json_object_get(ev, "traceback"), i, line)
-    {
-        const char *s = json_string_value(line);
-        for (; s && *s; s++) {
-            if (*s == '\x1b' && s[1] == '[') {
-                s += 2;
-                while (*s && !((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z')))
-                    s++;
-                if (!*s)
-                    break;
-                continue;
-            }
-            buf_append(&b, s, 1);
-        }
-        buf_append(&b, "\n", 1);
-    }
-    if (b.len == 0) {
-        const char *en = json_string_value(json_object_get(ev, "ename"));
-        const char *ev2 = json_string_value(json_object_get(ev, "evalue"));
-        char tmp[1024];
-        snprintf(tmp, sizeof(tmp), "%s: %s\n", en ? en : "Error", ev2 ? ev2 : "");
-        utf8_fix(tmp);
-        buf_append(&b, tmp, strlen(tmp));
-    }
-    char *out = malloc(b.len + 1);
-    if (out) {
-        memcpy(out, b.data ? b.data : "", b.len);
-        out[b.len] = '\0';
-    }
-    buf_fini(&b);
-    return out;
-}
-
-/* A display or result: an image for PNG and JPEG, else its text/plain. */
-static void add_display(struct mcp_call *c, json_t *ev)
-{
-    static const char *const images[] = {"image/png", "image/jpeg"};
-    json_t *data = json_object_get(ev, "data");
-    for (size_t i = 0; i < UTIL_ARRAY_SIZE(images); i++) {
-        const char *b64 = json_string_value(json_object_get(data, images[i]));
-        if (b64) {
-            /* (Jupyter may wrap base64 in lines: MCP wants it plain) */
-            size_t n = strlen(b64);
-            char *p = malloc(n + 1), *q = p;
-            if (!p)
-                return;
-            for (const char *s = b64; *s; s++)
-                if (*s != '\n' && *s != '\r')
-                    *q++ = *s;
-            *q = '\0';
-            add_content(
-                c, json_pack("{s:s, s:s, s:s}", "type", "image", "data", p, "mimeType", images[i]),
-                (size_t)(q - p));
-            free(p);
-            progress_on(c);
-            return;
-        }
-    }
-    const char *text = json_string_value(json_object_get(data, "text/plain"));
-    if (text) {
-        char *t = malloc(strlen(text) + 2);
-        if (!t)
-            return;
-        size_t n = (size_t)sprintf(t, "%s\n", text);
-        add_text(c, "result", t, n);
-        progress_on(c);
-        free(t);
-    }
-}
-
-/* A stream event's output, from its JSON string literals: not parsed, not decoded (it is
- * written into the result and the progress notifications as the literal it already is). */
-static void on_stream(struct mcp_call *c, const struct xexec_event *e)
-{
-    char name[64]; /* "stderr" however escaped is shorter */
-    size_t nn = 0;
-    bool err = e->name.n <= sizeof(name) && jstr_decode(e->name.p, e->name.n, name, &nn) == 0 &&
-               nn == 6 && !memcmp(name, "stderr", 6);
-    /* (the store holds checked literals: the kernel's, checked, or jansson's) */
-    add_text_json(c, err ? "stderr" : "stdout", e->text.p + 1, e->text.n - 2, e->text_len);
-    progress_on(c);
-}
-
-static void on_exec_event(struct mcp_call *c, const struct xexec_event *e)
-{
-    if (c->done)
-        return;
-    if (e->text.p)
-        return on_stream(c, e);
-    json_t *ev = json_loadb(e->json, e->len, 0, NULL);
-    const char *type = e->type;
-    if (!ev)
-        return;
-    if (!strcmp(type, "display") || !strcmp(type, "result")) {
-        add_display(c, ev);
-    } else if (!strcmp(type, "error")) {
-        char *tb = plain_traceback(ev);
-        c->is_error = true;
-        if (tb) {
-            add_text(c, "error", tb, strlen(tb));
-            progress_on(c);
-        }
-        free(tb);
-    } else if (!strcmp(type, "end")) {
-        const char *st = json_string_value(json_object_get(ev, "status"));
-        const char *cause = json_string_value(json_object_get(ev, "cause"));
-        json_object_del(ev, "seq");
-        json_object_del(ev, "type");
-        if (!st || strcmp(st, "ok") != 0)
-            c->is_error = true;
-        if (st && strcmp(st, "ok") != 0 && strcmp(st, "error") != 0) {
-            char note[400];
-            snprintf(note, sizeof(note), "[kgw] the execution ended: %s%s%.300s\n", st,
-                     cause && cause[0] ? ": " : "", cause ? cause : "");
-            utf8_fix(note);
-            add_text(c, "note", note, strlen(note));
-        }
-        text_flush(c);
-        c->structured = json_incref(ev);
-        if (c->cancelled) /* the client gave up on it: no response (the stream just ends) */
-            c->sse ? call_done(c) : reply_empty(c, 202);
-        else
-            tool_reply(c);
-    }
-    json_decref(ev);
-}
-
-/* Each new event of the execution, in order (those dropped for the budget unseen are skipped). */
-static void sub_wake(struct xexec_sub *s)
-{
-    struct mcp_call *c = (struct mcp_call *)((char *)s - offsetof(struct mcp_call, sub));
-    while (s->x && s->cursor < xexec_next_seq(s->x)) {
-        struct xexec_event e;
-        if (s->cursor < xexec_first_seq(s->x))
-            s->cursor = xexec_first_seq(s->x);
-        xexec_event(s->x, s->cursor++, &e);
-        on_exec_event(c, &e);
-    }
-    if (c->sse) /* its progress, as the socket takes it */
-        lws_callback_on_writable(c->r->wsi);
-}
-
-static const struct xexec_sub_ops sub_ops = {.wake = sub_wake};
-
-/* The progress notification of an event the result has taken in (as on_exec_event told it). */
-static void progress_event(struct mcp_call *c, const struct xexec_event *e)
-{
-    if (e->text.p)
-        return progress_json(c, e->text, e->text_len);
-    if (strcmp(e->type, "display") != 0 && strcmp(e->type, "result") != 0 &&
-        strcmp(e->type, "error") != 0)
-        return;
-    json_t *ev = json_loadb(e->json, e->len, 0, NULL);
-    if (!ev)
-        return;
-    if (!strcmp(e->type, "error")) {
-        char *tb = plain_traceback(ev);
-        if (tb)
-            progress(c, tb, strlen(tb));
-        free(tb);
-        return json_decref(ev);
-    }
-    static const char *const images[] = {"image/png", "image/jpeg"};
-    json_t *data = json_object_get(ev, "data");
-    for (size_t i = 0; i < UTIL_ARRAY_SIZE(images); i++) {
-        if (json_string_value(json_object_get(data, images[i]))) {
-            char note[64];
-            snprintf(note, sizeof(note), "[%s image]\n", images[i]);
-            progress(c, note, strlen(note));
-            return json_decref(ev);
-        }
-    }
-    const char *text = json_string_value(json_object_get(data, "text/plain"));
-    char *t = text ? malloc(strlen(text) + 2) : NULL;
-    if (t) {
-        size_t n = (size_t)sprintf(t, "%s\n", text);
-        progress(c, t, n);
-    }
-    free(t);
-    json_decref(ev);
-}
-
-/* Whether every event the result took in has had its progress made. */
-static bool progress_caught_up(const struct mcp_call *c)
-{
-    return !c->sse || !c->sub.x || c->pcur >= c->sub.cursor;
-}
-
-/* Makes the next progress notifications into out (about MCP_WRITE_BYTES), then, once they
- * are all made, the messages held after them. */
-static void progress_fill(struct mcp_call *c)
-{
-    xexec_t *x = c->sub.x;
-    if (!c->token && x) /* an event stream without a progress token: nothing to tell */
-        c->pcur = c->sub.cursor;
-    c->filling = true;
-    while (c->sse && x && c->pcur < c->sub.cursor && c->out.len < MCP_WRITE_BYTES) {
-        struct xexec_event e;
-        if (c->pcur < xexec_first_seq(x)) /* dropped for the tenant's budget: not told */
-            c->pcur = xexec_first_seq(x);
-        if (c->pcur >= c->sub.cursor)
-            break;
-        xexec_event(x, c->pcur++, &e);
-        progress_event(c, &e);
-    }
-    c->filling = false;
-    if (progress_caught_up(c) && c->held.len) {
-        buf_t b = c->held; /* (taken without a copy when out is empty) */
-        buf_init(&c->held, SIZE_MAX);
-        c->filling = true;
-        call_send_framed(c, &b, 0);
-        c->filling = false;
-    }
-}
-
-/* ---- tools ---- */
-
-static void run_execute(struct mcp_call *c, kernel_t *k)
-{
-    gw_t *g = c->r->g;
-    json_t *t = json_object_get(c->args, "timeout");
-    struct xreq q = {.timeout = t ? json_number_value(t) : 0.0,
-                     .store_history = true,
-                     .checkpoint = json_is_true(json_object_get(c->args, "checkpoint")),
-                     .rollback_on_error =
-                         json_is_true(json_object_get(c->args, "rollback_on_error"))};
-    if ((long long)xexec_waiting(g, k) >= g->cfg.max_queued_executions)
-        return tool_fail(c,
-                         "the session's kernel has %lld executions queued or running (the "
-                         "limit); retry later",
-                         g->cfg.max_queued_executions);
-    if (!(q.code = strdup(json_string_value(json_object_get(c->args, "code")))))
-        return tool_fail(c, "out of memory");
-    xexec_t *x = xexec_new(g, &c->r->caller, k);
-    if (!x) {
-        int err = errno;
-        xreq_fini(&q);
-        return tool_fail(c, "the execution could not be started: %s",
-                         err == EAGAIN ? "too many executions held; retry later"
-                                       : strerror(err));
-    }
-    xexec_set_request(x, &q);
-    xexec_subscribe(x, &c->sub, 0, &sub_ops);
-    sub_wake(&c->sub); /* its start */
-    xexec_enqueue(x, k);
-}
-
-static void command_done(void *ud)
-{
-    struct mcp_call *c = ud;
-    for (int fd = 1; fd <= 2; fd++) {
-        const buf_t *t = xcmd_run_text(c->cmd, fd);
-        if (t->len)
-            item_append(c, json_pack("{s:s, s:s%}", "type", "text", "text", t->data, t->len));
-    }
-    c->structured = xcmd_run_end(c->cmd);
-    const char *st = json_string_value(json_object_get(c->structured, "status"));
-    c->is_error = !st || strcmp(st, "ok") != 0;
-    if (c->cancelled) /* the client gave up on it: no response (the stream just ends) */
-        c->sse ? call_done(c) : reply_empty(c, 202);
-    else
-        tool_reply(c);
-}
-
-static void run_command(struct mcp_call *c, kernel_t *k)
-{
-    static const char *const fields[] = {"command", "timeout", NULL};
-    struct xcmd_spec s;
-    char err[256];
-    if (xcmd_spec_parse(c->args, fields, &s, err, sizeof(err)) < 0)
-        return tool_fail(c, "%s", err);
-    c->cmd = xcmd_run_start(c->r->g, k, &s, MCP_RESULT_MAX / 2, command_done, c, err,
-                            sizeof(err));
-    xcmd_spec_fini(&s);
-    if (!c->cmd)
-        return tool_fail(c, "%s", err);
-}
-
-static void run_list_files(struct mcp_call *c, kernel_t *k)
-{
-    json_t *l = files_list(kernel_workspace(k));
-    if (!l)
-        return tool_fail(c, "the workspace cannot be listed");
-    c->structured = l;
-    tool_reply(c);
-}
-
-/* The tool's "path" argument (checked by check_args), normalized into out. */
-static bool tool_path(struct mcp_call *c, char out[FPATH_MAX + 1])
-{
-    json_t *p = json_object_get(c->args, "path");
-    if (fpath_normalize(json_string_value(p), json_string_length(p), out, FPATH_MAX + 1) < 0) {
-        tool_fail(c, "invalid path");
-        return false;
-    }
-    return true;
-}
-
-static const char *file_error(int rc)
-{
-    switch (rc) {
-    case -ENOENT:
-    case -ENOTDIR:
-    case -ELOOP:
-    case -EXDEV:
-        return "no such file";
-    case -EISDIR:
-        return "not a regular file";
-    case -EFBIG:
-        return "larger than the read limit";
-    default:
-        return strerror(-rc);
-    }
-}
-
-static void run_read_file(struct mcp_call *c, kernel_t *k)
-{
-    char path[FPATH_MAX + 1];
-    unsigned char *data = NULL;
-    size_t len = 0;
-    if (!tool_path(c, path))
-        return;
-    long long lim = c->r->g->cfg.max_download_bytes;
-    size_t max = lim < MCP_READ_MAX ? (size_t)lim : MCP_READ_MAX;
-    int rc = files_read(kernel_workspace(k), path, max, &data, &len);
-    if (rc < 0)
-        return tool_fail(c, "cannot read %s: %s%s", path, file_error(rc),
-                         rc == -EFBIG ? " (4 MiB, or --max-download-bytes)" : "");
-    if (audit_enabled())
-        audit_event("mcp_file_read", "s:s, s:s, s:s, s:I", "tenant", c->r->caller.tenant,
-                    "workspace", wspace_id(kernel_workspace(k)), "path", path, "bytes",
-                    (json_int_t)len);
-    json_t *text = json_stringn((const char *)data, len); /* NULL: not UTF-8 (or a NUL) */
-    const char *enc = text ? "utf-8" : "base64";
-    json_decref(c->content); /* the empty list every call starts with */
-    if (text) {
-        c->content = json_pack("[{s:s, s:o}]", "type", "text", "text", text);
-    } else {
-        size_t bl = sodium_base64_encoded_len(len, sodium_base64_VARIANT_ORIGINAL);
-        char *b64 = malloc(bl);
-        char uri[FPATH_MAX + 32];
-        snprintf(uri, sizeof(uri), "kgw-workspace:///%s", path);
-        if (b64)
-            sodium_bin2base64(b64, bl, data, len, sodium_base64_VARIANT_ORIGINAL);
-        c->content =
-            b64 ? json_pack("[{s:s, s:{s:s, s:s, s:s}}]", "type", "resource", "resource", "uri",
-                            uri, "mimeType", "application/octet-stream", "blob", b64)
-                : NULL;
-        free(b64);
-    }
-    free(data);
-    if (!c->content) {
-        c->content = json_array();
-        return tool_fail(c, "out of memory");
-    }
-    c->structured =
-        json_pack("{s:s, s:I, s:s}", "path", path, "size", (json_int_t)len, "encoding", enc);
-    tool_reply(c);
-}
-
-static void write_file_end(struct mcp_call *c, int rc)
-{
-    free(c->bin);
-    c->bin = NULL;
-    if (rc < 0)
-        return tool_fail(c, "cannot write %s: %s", c->item_path, strerror(-rc));
-    if (audit_enabled())
-        audit_event("mcp_file_write", "s:s, s:s, s:s, s:I", "tenant", c->r->caller.tenant,
-                    "workspace", c->ws, "path", c->item_path, "bytes", (json_int_t)c->item.len);
-    c->structured =
-        json_pack("{s:s, s:I}", "path", c->item_path, "size", (json_int_t)c->item.len);
-    tool_reply(c);
-}
-
-static void file_written(void *data, int rc, size_t failed)
-{
-    struct mcp_call *c = data;
-    (void)failed;
-    c->put = NULL;
-    write_file_end(c, rc);
-}
-
-static void run_write_file(struct mcp_call *c, kernel_t *k)
-{
-    char path[FPATH_MAX + 1];
-    if (!tool_path(c, path))
-        return;
-    json_t *ct = json_object_get(c->args, "content");
-    const char *enc = json_string_value(json_object_get(c->args, "encoding"));
-    const char *s = json_string_value(ct);
-    size_t n = json_string_length(ct), len = n;
-    unsigned char *bin = NULL;
-    if (enc && !strcmp(enc, "base64")) {
-        bin = malloc(n + 1);
-        if (!bin || sodium_base642bin(bin, n + 1, s, n, "\n\r ", &len, NULL,
-                                      sodium_base64_VARIANT_ORIGINAL) != 0) {
-            free(bin);
-            return reply_error(c, 200, JRPC_INVALID_PARAMS, "'content' is not valid base64");
-        }
-    }
-    /* charged to the kernel by a child the loop watches: no wait here */
-    snprintf(c->item_path, sizeof(c->item_path), "%s", path);
-    snprintf(c->ws, sizeof(c->ws), "%s", wspace_id(kernel_workspace(k)));
-    c->bin = bin;
-    c->item = (struct files_item){.path = c->item_path, .data = bin ? (const void *)bin : s,
-                                  .len = len};
-    size_t failed;
-    int rc = files_put(kernel_workspace(k), &c->item, 1, file_written, c, &c->put, &failed);
-    if (rc != 0)
-        write_file_end(c, rc < 0 ? rc : 0);
-}
-
-static void restarted(struct gw_req *r, kernel_t *k, int status)
-{
-    struct mcp_call *c = r->face;
-    struct kops_error err;
-    int rc = kops_waited(r->g, k, status);
-    if (rc < 0) { /* shut down meanwhile (the session's end, a DELETE), or it failed */
-        kops_waited_error(r->g, k, KOPS_RESTART, rc, &err);
-        return tool_fail(c, "%s", err.message);
-    }
-    if (kernel_state(k) != KERNEL_RUNNING)
-        return tool_fail(c, "the kernel did not come back after its restart");
-    c->structured = json_pack("{s:s, s:s}", "kernel_id", kernel_id(k), "status", "restarted");
-    tool_reply(c);
-}
-
-static void run_restart(struct mcp_call *c, kernel_t *k)
-{
-    struct kops_error err;
-    if (kops_restart(c->r->g, k, &err) < 0 && err.status)
-        return tool_fail(c, "%s", err.message);
-    if (req_wait_kernel(c->r, k, restarted) < 0)
-        restarted(c->r, k, 0);
-}
-
-static void rolled_back(void *data, int status, int http, const char *message, json_t *rec)
-{
-    struct gw_req *r = data;
-    struct mcp_call *c = r->face;
-    c->ck = NULL;
-    if (status < 0)
-        return tool_fail(c, "%s", message);
-    c->structured = json_pack("{s:O, s:O, s:O, s:O}", "id", json_object_get(rec, "id"),
-                              "kernel_id", json_object_get(rec, "kernel_id"), "execution_count",
-                              json_object_get(rec, "execution_count"), "files",
-                              json_object_get(rec, "files"));
-    tool_reply(c);
-}
-
-static void run_rollback(struct mcp_call *c, kernel_t *k)
-{
-    char msg[400];
-    int http;
-    const char *cp = json_string_value(json_object_get(c->args, "checkpoint"));
-    if (!ident_str_ok(cp, IDENT_UUIDISH))
-        return tool_fail(c, "'checkpoint' is not a checkpoint id");
-    if (ckpt_rollback(c->r->g, k, &c->r->caller, cp, NULL, rolled_back, c->r, &c->ck, &http,
-                      msg, sizeof(msg)) < 0)
-        tool_fail(c, "%s", msg);
-}
-
-static void forked(struct gw_req *r, kernel_t *k, int status)
-{
-    struct mcp_call *c = r->face;
-    int rc = kops_waited(r->g, k, status);
-    if (rc < 0) {
-        struct kops_error err;
-        kops_fork_failed(r->g, k, rc, &err);
-        kernel_shutdown(k, NULL);
-        return tool_fail(c, "%s", err.message);
-    }
-    const char *cp = json_string_value(json_object_get(c->args, "checkpoint"));
-    c->structured = json_pack(
-        "{s:s, s:O, s:s, s:o}", "kernel_id", kernel_id(k), "name", json_object_get(c->args, "name"),
-        "forked_from", kernel_forked_from(k), "checkpoint", cp ? json_string(cp) : json_null());
-    tool_reply(c);
-}
-
-/* fork {"name", "checkpoint"?}: the session's kernel forked (kops_fork, as the REST route)
- * into a new kernel that becomes the tenant's named kernel "name" (Kgw-Kernel-Name), for a
- * session with a name or without: the name must have no kernel. */
-static void run_fork(struct mcp_call *c, kernel_t *k)
-{
-    gw_t *g = c->r->g;
-    const char *name = json_string_value(json_object_get(c->args, "name"));
-    const char *cp = json_string_value(json_object_get(c->args, "checkpoint"));
-    if (g->cfg.mcp_named_kernels <= 0)
-        return tool_fail(c, "a fork becomes a named kernel, and named kernels are off on this "
-                            "gateway (--mcp-named-kernels=0)");
-    if (!ident_str_ok(name, IDENT_KNAME))
-        return tool_fail(c,
-                         "'name' is not a kernel name: give 1 to %d of A-Z a-z 0-9 . _ -, the "
-                         "first not . or -",
-                         IDENT_KNAME_MAX);
-    if (cp && !ident_str_ok(cp, IDENT_UUIDISH))
-        return tool_fail(c, "'checkpoint' is not a checkpoint id");
-    struct mcpnamed_entry *e;
-    int rc = mcpnamed_claim(g->mcp->named, c->r->caller.tenant, name, g->cfg.mcp_named_kernels, &e);
-    if (rc == -EEXIST)
-        return tool_fail(c,
-                         "the name '%s' is taken: a kernel of yours has it (running or "
-                         "starting); pick another name, or shut that kernel down first",
-                         name);
-    if (rc == -EDQUOT)
-        return tool_fail(c,
-                         "this tenant has %lld named kernels, the most (--mcp-named-kernels): "
-                         "shut one down (DELETE /api/kernels/{id}) or fork into one whose "
-                         "kernel has ended",
-                         g->cfg.mcp_named_kernels);
-    if (rc < 0)
-        return tool_fail(c, "out of memory");
-    kernel_t *fk;
-    struct kops_error err;
-    rc = kops_fork(g, &c->r->caller, k, cp, &fk, &err);
-    if (rc == 0)
-        mcpnamed_set_kernel(e, fk);
-    mcpnamed_release(g->mcp->named, e);
-    if (rc < 0)
-        return tool_fail(c, "%s", err.message);
-    log_info("mcp: session=%.8s: kernel=%s forked%s%s into kernel=%s, named '%s' of tenant=%s",
-             c->s ? c->s->id : "-", kernel_id(k), cp ? " from checkpoint " : "", cp ? cp : "",
-             kernel_id(fk), name, c->r->caller.tenant);
-    if (req_wait_kernel(c->r, fk, forked) < 0)
-        forked(c->r, fk, 0);
-}
-
 /* ---- methods ---- */
 
 static bool supported(const char *v)
@@ -1225,7 +108,7 @@ static void m_initialize(struct mcp_call *c, json_t *params)
     struct mcp *m = g->mcp;
     const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
     if (!asked)
-        return reply_error(c, 200, JRPC_INVALID_PARAMS, "'protocolVersion' must be a string");
+        return mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "'protocolVersion' must be a string");
     size_t mine = 0;
     struct mcp_session *o, *lru = NULL;
     list_for_each(o, &m->sessions, link)
@@ -1243,27 +126,27 @@ static void m_initialize(struct mcp_call *c, json_t *params)
         mine--;
     }
     if (mine >= MCP_TENANT_MAX)
-        return reply_error(c, 429, JRPC_INTERNAL_ERROR,
+        return mcp__reply_error(c, 429, JRPC_INTERNAL_ERROR,
                            "this tenant has %d MCP sessions, the most at once: end some "
                            "(DELETE /mcp) or wait for idle ones to end",
                            MCP_TENANT_MAX);
     if (m->count >= MCP_SESSIONS_MAX)
-        return reply_error(c, 503, JRPC_INTERNAL_ERROR, "too many MCP sessions; retry later");
+        return mcp__reply_error(c, 503, JRPC_INTERNAL_ERROR, "too many MCP sessions; retry later");
     struct mcp_session *s = calloc(1, sizeof(*s));
     if (!s)
-        return reply_error(c, 500, JRPC_INTERNAL_ERROR, "out of memory");
+        return mcp__reply_error(c, 500, JRPC_INTERNAL_ERROR, "out of memory");
     int rc = c->kname[0] ? mcpnamed_acquire(m->named, c->r->caller.tenant, c->kname,
                                             g->cfg.mcp_named_kernels, &s->named)
                          : 0;
     if (rc < 0) {
         free(s);
         if (rc == -EDQUOT)
-            return reply_error(c, 429, JRPC_INTERNAL_ERROR,
+            return mcp__reply_error(c, 429, JRPC_INTERNAL_ERROR,
                                "this tenant has %lld named kernels, the most "
                                "(--mcp-named-kernels): use one of their names, or shut one "
                                "down (DELETE /api/kernels/{id}), or wait for an idle one to end",
                                g->cfg.mcp_named_kernels);
-        return reply_error(c, 500, JRPC_INTERNAL_ERROR, "out of memory");
+        return mcp__reply_error(c, 500, JRPC_INTERNAL_ERROR, "out of memory");
     }
     shardid_mint(s->id); /* a router sends the session's requests to this shard by it */
     snprintf(s->tenant, sizeof(s->tenant), "%s", c->r->caller.tenant);
@@ -1279,7 +162,7 @@ static void m_initialize(struct mcp_call *c, json_t *params)
         audit_event("mcp_session_start", "s:s, s:s, s:s, s:s, s:s?", "tenant", s->tenant, "session",
                     s->id, "protocol", s->version, "addr", c->r->caller.addr, "kernel_name",
                     s->named ? s->named->name : NULL);
-    reply(c, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", s->version,
+    mcp__reply(c, json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", s->version,
                        "capabilities", "tools", "listChanged", 0, "serverInfo", "name", "kgw",
                        "title", "kgw kernel gateway", "version", KGW_VERSION, "instructions",
                        s->named ? "Run Python with execute_code: state (variables, imports, "
@@ -1294,15 +177,15 @@ static void m_initialize(struct mcp_call *c, json_t *params)
 
 static void m_ping(struct mcp_call *c, json_t *params)
 {
-    reply(c, json_object());
+    mcp__reply(c, json_object());
 }
 
 static void m_tools_list(struct mcp_call *c, json_t *params)
 {
     bool structured = strcmp(c->s->version, "2025-06-18") >= 0;
     json_t *list = json_array();
-    for (size_t i = 0; list && i < UTIL_ARRAY_SIZE(tools); i++) {
-        const struct mcp_tool *t = &tools[i];
+    for (size_t i = 0; list && i < mcp__ntools; i++) {
+        const struct mcp_tool *t = &mcp__tools[i];
         json_t *in = json_loads(t->input, 0, NULL);
         json_t *out = structured ? json_loads(t->output, 0, NULL) : NULL;
         json_t *o = json_pack("{s:s, s:s, s:s, s:o}", "name", t->name, "title", t->title,
@@ -1313,7 +196,7 @@ static void m_tools_list(struct mcp_call *c, json_t *params)
             json_decref(out);
         json_array_append_new(list, o);
     }
-    reply(c, json_pack("{s:o}", "tools", list));
+    mcp__reply(c, json_pack("{s:o}", "tools", list));
 }
 
 /* Checks a tool's arguments against its table row; false after answering -32602. */
@@ -1328,14 +211,14 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
             if (!strcmp(t->args[i].name, key))
                 a = &t->args[i];
         if (!a) {
-            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: unknown argument '%.64s'", t->name, key);
+            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: unknown argument '%.64s'", t->name, key);
             return false;
         }
         char path[FPATH_MAX + 1];
         if (a->type == ARG_PATH &&
             (!json_is_string(v) || fpath_normalize(json_string_value(v), json_string_length(v),
                                                    path, sizeof(path)) < 0)) {
-            reply_error(c, 200, JRPC_INVALID_PARAMS,
+            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS,
                         "%s: invalid '%s': give a relative path of at most %d bytes, "
                         "'/'-separated, without empty, '.' or '..' components or control "
                         "characters",
@@ -1343,17 +226,17 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
             return false;
         }
         if (a->type == ARG_STRING && !json_is_string(v)) {
-            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be a string", t->name, a->name);
+            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be a string", t->name, a->name);
             return false;
         }
         if (a->type == ARG_BOOL && !json_is_boolean(v)) {
-            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be true or false", t->name,
+            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be true or false", t->name,
                         a->name);
             return false;
         }
         if (a->type == ARG_NUMBER && (!json_is_number(v) || !(json_number_value(v) > 0) ||
                                       json_number_value(v) > XREQ_TIMEOUT_MAX)) {
-            reply_error(c, 200, JRPC_INVALID_PARAMS,
+            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS,
                         "%s: '%s' must be a number of seconds above 0, at most %d", t->name,
                         a->name, XREQ_TIMEOUT_MAX);
             return false;
@@ -1361,12 +244,12 @@ static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *arg
     }
     const char *enc = json_string_value(json_object_get(args, "encoding"));
     if (enc && strcmp(enc, "utf-8") != 0 && strcmp(enc, "base64") != 0) {
-        reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: 'encoding' must be utf-8 or base64", t->name);
+        mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: 'encoding' must be utf-8 or base64", t->name);
         return false;
     }
     for (size_t i = 0; i < MCP_ARGS_MAX && t->args[i].name; i++) {
         if (t->args[i].required && !json_object_get(args, t->args[i].name)) {
-            reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' is required", t->name,
+            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' is required", t->name,
                         t->args[i].name);
             return false;
         }
@@ -1378,15 +261,15 @@ static void kernel_ready(struct gw_req *r, kernel_t *k, int status)
 {
     struct mcp_call *c = r->face;
     if (c->cancelled) /* while its kernel started */
-        return reply_empty(c, 202);
+        return mcp__reply_empty(c, 202);
     struct kops_error err;
     int rc = kops_waited(r->g, k, status);
     if (rc < 0) { /* shut down meanwhile (the session's end, a DELETE), or it failed */
         kops_waited_error(r->g, k, KOPS_START, rc, &err);
-        return tool_fail(c, "the session's kernel could not be used: %s", err.message);
+        return mcp__tool_fail(c, "the session's kernel could not be used: %s", err.message);
     }
     if (kernel_state(k) != KERNEL_RUNNING)
-        return tool_fail(c, "the session's kernel failed to start");
+        return mcp__tool_fail(c, "the session's kernel failed to start");
     c->tool->run(c, k);
 }
 
@@ -1413,7 +296,7 @@ static int named_start(struct mcp_call *c, kernel_t **ret_k)
         json_decref(req);
     }
     if (rc < 0) {
-        tool_fail(c, "the named kernel '%s' could not be started: %s", e->name,
+        mcp__tool_fail(c, "the named kernel '%s' could not be started: %s", e->name,
                   rc == -ENOMEM ? "out of memory" : err.message);
         return -1;
     }
@@ -1443,15 +326,15 @@ static void m_tools_call(struct mcp_call *c, json_t *params)
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
     const struct mcp_tool *t = NULL;
-    for (size_t i = 0; name && i < UTIL_ARRAY_SIZE(tools); i++)
-        if (!strcmp(tools[i].name, name))
-            t = &tools[i];
+    for (size_t i = 0; name && i < mcp__ntools; i++)
+        if (!strcmp(mcp__tools[i].name, name))
+            t = &mcp__tools[i];
     if (!name)
-        return reply_error(c, 200, JRPC_INVALID_PARAMS, "'name' must be a string");
+        return mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "'name' must be a string");
     if (!t)
-        return reply_error(c, 200, JRPC_INVALID_PARAMS, "unknown tool: '%.64s'", name);
+        return mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "unknown tool: '%.64s'", name);
     if (args && !json_is_object(args))
-        return reply_error(c, 200, JRPC_INVALID_PARAMS, "'arguments' must be an object");
+        return mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "'arguments' must be an object");
     json_t *none = args ? NULL : json_object();
     if (!check_args(c, t, args ? args : none)) {
         json_decref(none);
@@ -1483,7 +366,7 @@ static void m_tools_call(struct mcp_call *c, json_t *params)
         int rc = kops_start(g, &c->r->caller, req, &k, &err);
         json_decref(req);
         if (rc < 0)
-            return tool_fail(c, "the session's kernel could not be started: %s", err.message);
+            return mcp__tool_fail(c, "the session's kernel could not be started: %s", err.message);
         snprintf(s->kernel_id, sizeof(s->kernel_id), "%s", kernel_id(k));
         log_info("mcp: session=%.8s: kernel=%s started", s->id, s->kernel_id);
     }
@@ -1524,7 +407,7 @@ static void notify(struct mcp_call *c, const struct jrpc_msg *msg)
             }
         }
     }
-    reply_empty(c, 202);
+    mcp__reply_empty(c, 202);
 }
 
 /* ---- the transport ---- */
@@ -1582,14 +465,14 @@ static int kname_header(struct mcp_call *c)
     if (h == 0)
         return 0;
     if (h < 0 || !ident_str_ok(v, IDENT_KNAME)) {
-        reply_error(c, 400, MCP_ERR_TRANSPORT,
+        mcp__reply_error(c, 400, MCP_ERR_TRANSPORT,
                     "invalid Kgw-Kernel-Name: give 1 to %d of A-Z a-z 0-9 . _ -, the first "
                     "not . or -",
                     IDENT_KNAME_MAX);
         return -1;
     }
     if (c->r->g->cfg.mcp_named_kernels <= 0) {
-        reply_error(c, 400, MCP_ERR_TRANSPORT,
+        mcp__reply_error(c, 400, MCP_ERR_TRANSPORT,
                     "named kernels (Kgw-Kernel-Name) are off on this gateway "
                     "(--mcp-named-kernels=0)");
         return -1;
@@ -1615,12 +498,12 @@ void mcp_handle(struct gw_req *r)
     list_init(&c->slink);
     r->face = c;
     if (!origin_ok(r))
-        return reply_error(c, 403, MCP_ERR_TRANSPORT,
+        return mcp__reply_error(c, 403, MCP_ERR_TRANSPORT,
                            "Origin not allowed (DNS rebinding protection): start kgw with "
                            "--allow-origin for browser clients");
     int hv = header(r, "mcp-protocol-version:", ver, sizeof(ver));
     if (hv < 0 || (hv > 0 && !supported(ver)))
-        return reply_error(c, 400, MCP_ERR_TRANSPORT,
+        return mcp__reply_error(c, 400, MCP_ERR_TRANSPORT,
                            "unsupported MCP-Protocol-Version: supported are %s, %s and %s",
                            versions[0], versions[1], versions[2]);
     int hs = header(r, "mcp-session-id:", sid, sizeof(sid));
@@ -1629,28 +512,28 @@ void mcp_handle(struct gw_req *r)
     if (kname_header(c) < 0)
         return;
     if (s && c->kname[0] && (!s->named || strcmp(s->named->name, c->kname) != 0))
-        return reply_error(c, 400, MCP_ERR_TRANSPORT,
+        return mcp__reply_error(c, 400, MCP_ERR_TRANSPORT,
                            "Kgw-Kernel-Name differs from the one the session was initialized "
                            "with: a session keeps its kernel; initialize a new one");
     if (r->method == HTTP_M_DELETE) {
         if (hs == 0)
-            return reply_error(c, 400, MCP_ERR_TRANSPORT, "Mcp-Session-Id header required");
+            return mcp__reply_error(c, 400, MCP_ERR_TRANSPORT, "Mcp-Session-Id header required");
         if (!s)
-            return reply_error(c, 404, MCP_ERR_NO_SESSION, "no such MCP session");
+            return mcp__reply_error(c, 404, MCP_ERR_NO_SESSION, "no such MCP session");
         session_end(m, s, "deleted by the client");
-        return reply_empty(c, 204);
+        return mcp__reply_empty(c, 204);
     }
     char accept[MCP_HEADER_MAX], ctype[MCP_HEADER_MAX];
     int ha = header_token(r, WSI_TOKEN_HTTP_ACCEPT, accept, sizeof(accept));
     bool json_ok = ha <= 0 || media_ok(accept, "application/json"),
          sse_ok = ha <= 0 || media_ok(accept, "text/event-stream");
     if (!json_ok && !sse_ok)
-        return reply_error(c, 406, MCP_ERR_TRANSPORT,
+        return mcp__reply_error(c, 406, MCP_ERR_TRANSPORT,
                            "Not Acceptable: accept application/json and text/event-stream");
     int hc = header_token(r, WSI_TOKEN_HTTP_CONTENT_TYPE, ctype, sizeof(ctype));
     if (hc != 0 && (hc < 0 || strncasecmp(ctype, "application/json", 16) != 0 ||
                     (ctype[16] && ctype[16] != ';' && ctype[16] != ' ')))
-        return reply_error(c, 415, MCP_ERR_TRANSPORT,
+        return mcp__reply_error(c, 415, MCP_ERR_TRANSPORT,
                            "Unsupported Media Type: the body must be application/json");
     c->no_sse = !sse_ok;
     struct jrpc_msg msg;
@@ -1659,18 +542,18 @@ void mcp_handle(struct gw_req *r)
                    &msg, &err) < 0) {
         c->id = err.id;
         g->stats.refused[GW_REFUSED_BAD_INPUT]++;
-        return reply_error(c, 400, (int)err.code, "%s", err.message);
+        return mcp__reply_error(c, 400, (int)err.code, "%s", err.message);
     }
     c->id = msg.id ? json_incref(msg.id) : NULL;
     bool init = msg.kind == JRPC_REQUEST && !strcmp(msg.method, "initialize");
     if (!init && hs == 0) {
         jrpc_fini(&msg);
-        return reply_error(c, 400, MCP_ERR_TRANSPORT,
+        return mcp__reply_error(c, 400, MCP_ERR_TRANSPORT,
                            "Mcp-Session-Id header required: send initialize first");
     }
     if (!init && !s) {
         jrpc_fini(&msg);
-        return reply_error(c, 404, MCP_ERR_NO_SESSION,
+        return mcp__reply_error(c, 404, MCP_ERR_NO_SESSION,
                            "no such MCP session (it ended, or was idle too long): initialize "
                            "again");
     }
@@ -1683,7 +566,7 @@ void mcp_handle(struct gw_req *r)
         if (msg.kind == JRPC_NOTIFICATION && s)
             notify(c, &msg);
         else
-            reply_empty(c, 202);
+            mcp__reply_empty(c, 202);
         jrpc_fini(&msg);
         return;
     }
@@ -1695,7 +578,7 @@ void mcp_handle(struct gw_req *r)
     if (i == UTIL_ARRAY_SIZE(methods)) {
         char q[160];
         log_quote(q, sizeof(q), msg.method, strlen(msg.method));
-        reply_error(c, 200, JRPC_METHOD_NOT_FOUND, "method not found: %s", q);
+        mcp__reply_error(c, 200, JRPC_METHOD_NOT_FOUND, "method not found: %s", q);
     } else if (init) {
         c->s = NULL; /* a new session */
         methods[i].fn(c, msg.params);
@@ -1797,8 +680,8 @@ int mcp_write(struct gw_req *r)
         return -1;
     for (;;) {
         if (c->out_off == c->out.len)
-            progress_fill(c);
-        bool last = c->done && progress_caught_up(c) && c->held.len == 0;
+            mcp__progress_fill(c);
+        bool last = c->done && mcp__progress_caught_up(c) && c->held.len == 0;
         if (c->out_off == c->out.len && !last)
             break;
         if (lws_send_pipe_choked(r->wsi))

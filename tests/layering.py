@@ -68,6 +68,7 @@ GATEWAY = {
     "gfork.c": (FACE, "fork", "POST /api/kernels/{id}/fork"),
     "mcp.c": (FACE, "mcp", "MCP over HTTP"),
     "mcpnamed.c": (FACE, "mcp", "its named kernels"),
+    "mcptools.c": (FACE, "mcp", "its tools and the answers they make"),
     "e2b.c": (FACE, "e2b", "the E2B API: sandboxes, control plane"),
     "e2bsbx.c": (FACE, "e2b", "its sandbox plane"),
     "e2bfs.c": (FACE, "e2b", "its filesystem calls"),
