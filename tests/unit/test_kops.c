@@ -46,6 +46,24 @@ static const struct {
     {KOPS_RESTART, -ENOENT, 500, RPC_ERR_RUNTIME, 0,
      "cannot restart: No such file or directory"},
     {KOPS_SHUTDOWN, -EIO, 500, RPC_ERR_RUNTIME, 0, "cannot shut down: Input/output error"},
+    /* a fork's own rows; its other refusals are a start's */
+    {KOPS_FORK, -ENOENT, 404, RPC_ERR_KEY, 0, "Checkpoint does not exist: cp-9"},
+    {KOPS_FORK, -EBUSY, 409, RPC_ERR_RUNTIME, 0,
+     "kernel k-1 is busy: only a running kernel can be forked"},
+    {KOPS_FORK, -ETOOMANYREFS, 409, RPC_ERR_RUNTIME, 0,
+     "kernel k-1: at most 6 forks live at once in one kernel's sandbox"},
+    {KOPS_FORK, -EAGAIN, 503, RPC_ERR_RUNTIME, 0, "kernel limit reached (7)"},
+    /* a command's */
+    {KOPS_COMMAND_START, -ESRCH, 409, RPC_ERR_RUNTIME, 0,
+     "kernel k-1 has no running process (starting, restarting or gone)"},
+    {KOPS_COMMAND_START, -EAGAIN, 429, RPC_ERR_RUNTIME, 1,
+     "kernel k-1 runs as many commands as it may (--max-commands-per-kernel); retry when one "
+     "has ended"},
+    {KOPS_COMMAND_START, -E2BIG, 413, RPC_ERR_VALUE, 0,
+     "the command and its environment are too large (64 KiB, 1024 strings)"},
+    {KOPS_COMMAND_START, -EIO, 500, RPC_ERR_RUNTIME, 0,
+     "the command could not be started: Input/output error"},
+    {KOPS_COMMAND_SIGNAL, -ESRCH, 404, RPC_ERR_KEY, 0, "the command has ended"},
     /* a start's codes mean nothing special to the other operations */
     {KOPS_SHUTDOWN, -EAGAIN, 500, RPC_ERR_RUNTIME, 0,
      "cannot shut down: Resource temporarily unavailable"},
@@ -57,6 +75,8 @@ int main(void)
                                      .sandbox_why = "no user namespaces",
                                      .max_kernels = 7,
                                      .kernel_id = "k-1",
+                                     .kernel_state = "busy",
+                                     .checkpoint = "cp-9",
                                      .cause = "it died"};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         struct kops_error e;
