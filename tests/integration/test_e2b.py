@@ -169,9 +169,13 @@ def test_refusals_and_tenancy(gw2):
 
     # Connect: a unary call not offered answers unimplemented (501), a streaming one at once
     # with an end-stream envelope holding the error
-    status, body, _ = request(gw, "POST", "/e2b/sbx/process.Process/List", {},
+    status, body, _ = request(gw, "POST", "/e2b/sbx/process.Process/Update", {},
                               {**sbx_headers(m), "Content-Type": "application/json"})
     assert status == 501 and body["code"] == "unimplemented", body
+    # (List is offered: the sandbox's running commands)
+    status, body, _ = request(gw, "POST", "/e2b/sbx/process.Process/List", {},
+                              {**sbx_headers(m), "Content-Type": "application/json"})
+    assert status == 200 and body == {"processes": []}, body
     env = json.dumps({"process": {"cmd": "/bin/true"}}).encode()
     t0 = time.monotonic()
     status, raw, hdrs = request(gw, "POST", "/e2b/sbx/filesystem.Filesystem/WatchDir",
