@@ -88,6 +88,21 @@ struct e2bsbx *e2b__sbx_by_kernel(struct e2b *e, const char *kid)
     return NULL;
 }
 
+/* Queues code (taken; NULL: out of memory) on k as a silent execution of who's: 0 or -ENOMEM. */
+static int silent_run(gw_t *g, const struct gw_caller *who, kernel_t *k, char *code)
+{
+    int retry;
+    xexec_t *x = code && xexec_admit(g, who->tenant, &retry) == 0 ? xexec_new(g, who, k) : NULL;
+    if (!x) {
+        free(code);
+        return -ENOMEM;
+    }
+    struct xreq q = {.code = code, .silent = true, .store_history = false};
+    xexec_set_request(x, &q);
+    xexec_enqueue(x, k);
+    return 0;
+}
+
 /* The sandbox's set-up, a silent execution queued first on each of its kernels: envVars into
  * the kernel's os.environ (and so every subprocess's; the kernel's own environment takes only
  * KERNEL_* variables of a request, docs/security.md, while an E2B sandbox's variables are any
@@ -135,16 +150,7 @@ int e2b__sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *s,
     int n = asprintf(&code, fmt, pylit, pycwd);
     free(pylit);
     free(pycwd);
-    int retry;
-    xexec_t *x = n >= 0 && xexec_admit(g, who->tenant, &retry) == 0 ? xexec_new(g, who, k) : NULL;
-    if (!x) {
-        free(n >= 0 ? code : NULL);
-        return -ENOMEM;
-    }
-    struct xreq q = {.code = code, .silent = true, .store_history = false};
-    xexec_set_request(x, &q);
-    xexec_enqueue(x, k);
-    return 0;
+    return silent_run(g, who, k, n >= 0 ? code : NULL);
 }
 
 /* ---- the sandbox plane: /execute ---- */
@@ -375,16 +381,7 @@ static int run_env(gw_t *g, const struct gw_caller *who, kernel_t *k, json_t *en
     char *code = NULL;
     int n = asprintf(&code, set ? set_fmt : back_fmt, pylit);
     free(pylit);
-    int retry;
-    xexec_t *x = n >= 0 && xexec_admit(g, who->tenant, &retry) == 0 ? xexec_new(g, who, k) : NULL;
-    if (!x) {
-        free(n >= 0 ? code : NULL);
-        return -ENOMEM;
-    }
-    struct xreq q = {.code = code, .silent = true, .store_history = false};
-    xexec_set_request(x, &q);
-    xexec_enqueue(x, k);
-    return 0;
+    return silent_run(g, who, k, n >= 0 ? code : NULL);
 }
 
 static void sbx_execute(struct gw_req *r, struct e2bsbx *s)
