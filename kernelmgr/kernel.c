@@ -179,12 +179,17 @@ static void on_fire(void *data)
     fire_all(data);
 }
 
-/* From the loop only, just before the kernel is freed: its waiters hear the end now. */
+/* From the loop only, just before the kernel is freed: its waiters hear the end now, also
+ * those their callbacks add (a face that waits again on a kernel shutting down): a waiter
+ * left for kinstance__free would be dropped without a word, its owner holding a pointer to
+ * it and a request never answered. */
 static void complete_now(kernel_t *k, int status)
 {
-    complete(k, status);
-    k->m->evl->timer_disarm(k->m->evl, k->fire);
-    fire_all(k);
+    do {
+        complete(k, status);
+        k->m->evl->timer_disarm(k->m->evl, k->fire);
+        fire_all(k);
+    } while (!list_empty(&k->waiters));
 }
 
 /* The gateway's shell socket, open while the gateway has requests of its own for the process
