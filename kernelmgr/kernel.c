@@ -677,6 +677,15 @@ int kernel_interrupt(kernel_t *k)
 {
     if (k->state != KERNEL_RUNNING)
         return -EAGAIN;
+    if (kernel_executions(k) == 0 && kckpt__in_flight(k)) {
+        /* no client's execution runs: the interrupt would only cut the gateway's own checkpoint
+         * request short (its install's silent execution, or ipykernel's handling around it),
+         * which would then go unanswered */
+        log_info("kernel=%s: interrupt not sent: no execution runs, only the gateway's "
+                 "checkpoint request",
+                 k->id);
+        return 0;
+    }
     if (k->spec->interrupt_message) {
         kzsock_t *control = own_control(k);
         return control ? kwire__send_own(k, control, "interrupt_request", "{}") : -ENOTCONN;
