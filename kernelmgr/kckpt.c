@@ -44,6 +44,7 @@
 #define KCKPT_PID_MAX        4194304     /* the kernel's PID_MAX_LIMIT */
 #define KCKPT_EXIT_TRIES     25          /* a death's wait status: asked for this many times ... */
 #define KCKPT_EXIT_RETRY_MS  4 /* ... this far apart (it is there once the process is reaped) */
+#define KCKPT_RESENDS_MAX    8 /* a request the kernel did not run is sent again this often */
 
 /* The kernel's pidfd information (linux/pidfd.h from 6.15; Debian's headers may be older):
  * the first version of the structure, which has the exit status. */
@@ -77,6 +78,7 @@ struct kckpt_req {
     char old_session[64]; /* the kernel Session of the process rolled back ("": not known) */
     char probes[KCKPT_PROBES][JMSG_MSG_ID_MAX];
     unsigned nprobes;
+    int resends; /* times the kernel did not run it (resend_unrun) */
 };
 
 struct kckpt {
@@ -347,6 +349,34 @@ static int remote_status(json_t *content)
     return -EREMOTEIO;
 }
 
+/* Requests the kernel answered without running them: ipykernel answers "aborted" every
+ * execute_request (another version: every shell request) queued behind a cell that failed with
+ * stop_on_error, any client's; and a client's interrupt (SIGINT) cuts the silent execution of
+ * the install short with a KeyboardInterrupt (the handlers themselves ignore SIGINT: python/
+ * kgw_ckpt.py). The gateway's own requests neither follow that cell nor are the interrupt's:
+ * q is sent again, from the next loop turn, within its deadline and at most KCKPT_RESENDS_MAX
+ * times. true when it is. */
+static bool resend_unrun(struct kckpt *c, struct kckpt_req *q, json_t *content)
+{
+    const char *st = json_string_value(json_object_get(content, "status"));
+    const char *en = json_string_value(json_object_get(content, "ename"));
+    bool aborted = st && !strcmp(st, "aborted");
+    bool interrupted = q->ph == PH_INSTALL && en && !strcmp(en, "KeyboardInterrupt");
+    if ((!aborted && !interrupted) || q->resends >= KCKPT_RESENDS_MAX)
+        return false;
+    q->resends++;
+    log_info("kernel=%s: %s %s: sent again", c->k->id,
+             q->ph == PH_INSTALL ? "the install of the checkpoint handlers" : req_type[q->op],
+             aborted ? "aborted by the kernel (a cell queued before it failed)"
+                     : "cut short by an interrupt");
+    loop(c)->timer_disarm(loop(c), c->probe);
+    if (q->ph == PH_PROBE) /* a rollback the old process did not run: it is still the live one */
+        live_watch(c);
+    q->ph = PH_QUEUED;
+    loop(c)->timer_arm(loop(c), c->timer, 0);
+    return true;
+}
+
 /* The kernel's answer to q (parsed content): ok, or how it failed. */
 static void answered(struct kckpt *c, struct kckpt_req *q, json_t *content)
 {
@@ -356,6 +386,8 @@ static void answered(struct kckpt *c, struct kckpt_req *q, json_t *content)
         finish(q, -EPROTO, NULL);
         return;
     }
+    if (resend_unrun(c, q, content))
+        return;
     if (ok && q->op == KCKPT_CHECKPOINT && !q->cb) {
         const char *cid = json_string_value(json_object_get(content, "id"));
         drop_late(c, cid ? cid : q->cid);
@@ -404,7 +436,7 @@ static void on_msg(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         if (st && !strcmp(st, "ok")) {
             c->installed = true;
             start(c, q);
-        } else {
+        } else if (!resend_unrun(c, q, content)) {
             log_warn("kernel=%s: cannot install the checkpoint handlers: %.64s: %.200s", c->k->id,
                      json_string_value(json_object_get(content, "ename")) ?: "?",
                      json_string_value(json_object_get(content, "evalue")) ?: "");
@@ -424,6 +456,14 @@ static void on_msg(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         }
     }
     json_decref(content);
+}
+
+bool kckpt__in_flight(const kernel_t *k)
+{
+    const struct kckpt *c = k->ckpt;
+    const struct kckpt_req *q =
+        c && !list_empty(&c->q) ? list_first(&c->q, struct kckpt_req, link) : NULL;
+    return q && q->ph != PH_QUEUED;
 }
 
 bool kckpt__iopub(kernel_t *k, const jmsg_t *m)

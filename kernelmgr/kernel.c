@@ -190,12 +190,17 @@ static void on_fire(void *data)
     fire_all(data);
 }
 
-/* From the loop only, just before the kernel is freed: its waiters hear the end now. */
+/* From the loop only, just before the kernel is freed: its waiters hear the end now, also
+ * those their callbacks add (a face that waits again on a kernel shutting down): a waiter
+ * left for kinstance__free would be dropped without a word, its owner holding a pointer to
+ * it and a request never answered. */
 static void complete_now(kernel_t *k, int status)
 {
-    complete(k, status);
-    k->m->evl->timer_disarm(k->m->evl, k->fire);
-    fire_all(k);
+    do {
+        complete(k, status);
+        k->m->evl->timer_disarm(k->m->evl, k->fire);
+        fire_all(k);
+    } while (!list_empty(&k->waiters));
 }
 
 /* The gateway's shell socket, open while the gateway has requests of its own for the process
@@ -683,6 +688,15 @@ int kernel_interrupt(kernel_t *k)
 {
     if (k->state != KERNEL_RUNNING)
         return -EAGAIN;
+    if (kernel_executions(k) == 0 && kckpt__in_flight(k)) {
+        /* no client's execution runs: the interrupt would only cut the gateway's own checkpoint
+         * request short (its install's silent execution, or ipykernel's handling around it),
+         * which would then go unanswered */
+        log_info("kernel=%s: interrupt not sent: no execution runs, only the gateway's "
+                 "checkpoint request",
+                 k->id);
+        return 0;
+    }
     if (k->spec->interrupt_message) {
         kzsock_t *control = own_control(k);
         return control ? kwire__send_own(k, control, "interrupt_request", "{}") : -ENOTCONN;

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+import jclient as J
 from conftest import key_file, start_gateway, stop_gateway
 
 pytestmark = pytest.mark.kgw_only
@@ -508,10 +509,12 @@ def test_parent_deleted_while_the_fork_waits(tenants):
     while gw.request("GET", f"/api/kernels/{parent}")[1]["execution_state"] != "busy" and \
             time.monotonic() < deadline:
         time.sleep(0.02)
+    before = {k["id"] for k in gw.request("GET", "/api/kernels")[1]}
     forked = threading.Thread(target=lambda: done.update(fork=fork(gw, parent)))
     forked.start()
     deadline = time.monotonic() + 20
-    while len(gw.request("GET", "/api/kernels")[1]) < 2 and time.monotonic() < deadline:
+    while not {k["id"] for k in gw.request("GET", "/api/kernels")[1]} - before and \
+            time.monotonic() < deadline:
         time.sleep(0.02)                    # the fork is listed: its request is in the kernel
     assert gw.delete_kernel(parent) == 204
     forked.join(60)
@@ -520,6 +523,44 @@ def test_parent_deleted_while_the_fork_waits(tenants):
     assert status == 409, (status, body)
     assert body["message"] == f"kernel {parent} is not running: it ended before the fork", body
     deadline = time.monotonic() + 30
-    while gw.request("GET", "/api/kernels")[1] and time.monotonic() < deadline:
+    while {k["id"] for k in gw.request("GET", "/api/kernels")[1]} - before and \
+            time.monotonic() < deadline:
         time.sleep(0.1)
-    assert gw.request("GET", "/api/kernels")[1] == []
+    assert not {k["id"] for k in gw.request("GET", "/api/kernels")[1]} - before
+
+
+def test_requests_queued_behind_a_failing_cell(tenants):
+    """A fork or a checkpoint asked for while another client's cell runs and then fails: the
+    silent execution that installs the checkpoint handlers in a kernel's process, queued behind
+    that cell, is aborted by ipykernel (stop_on_error) without running; the gateway sends it
+    again instead of failing the fork (500 "the kernel could not fork: Error: ") or the
+    checkpoint (409). Found by test_lifecycle_stress.py (seed 15)."""
+    gw, _ = tenants
+    for what in ("fork", "checkpoint"):
+        kid = gw.start_kernel()["id"]          # a fresh process: no handlers installed yet
+        done = {}
+
+        async def failing_cell():              # a websocket client's, stop_on_error as usual
+            c = await J.connect(gw, kid)
+            try:
+                ex = await c.execute("import time\ntime.sleep(1.5)\n1 / 0", timeout=30)
+                done["status"] = ex.status
+            finally:
+                await c.close()
+        cell = threading.Thread(target=lambda: J.run(failing_cell(), 60))
+        cell.start()
+        deadline = time.monotonic() + 20
+        while gw.request("GET", f"/api/kernels/{kid}")[1]["execution_state"] != "busy" and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+        if what == "fork":
+            status, model, _ = fork(gw, kid)
+        else:
+            status, model, _ = gw.request("POST", f"/api/kernels/{kid}/checkpoints", {})
+        cell.join(30)
+        assert done["status"] == "error", done
+        assert status == 201, (what, status, model)
+        if what == "fork":
+            assert gw.delete_kernel(model["id"]) == 204
+        assert gw.delete_kernel(kid) == 204
+    assert "aborted by the kernel (a cell queued before it failed): sent again" in gw.log()

@@ -508,3 +508,40 @@ def test_the_generation_limit_refuses_with_409(gateway):
         assert run(gw, kid, "print(n)")[1] == "5\n"
     finally:
         gw.delete_kernel(kid)
+
+
+def test_interrupts_during_checkpoints_and_rollbacks(gateway, kernel):
+    """Interrupts, 10 a second, while a kernel takes its first checkpoint (which
+    revives it from that checkpoint, to make its first process the keeper), is rolled back and
+    takes more: each request is answered at once, and the kernel goes on with the state rolled
+    back to. Before, a SIGINT that reached the process inside the rollback's handler left the
+    rollback half done and unanswered (its caller got 504 after 29 s and the kernel was
+    restarted), one that reached the process being revived ended it (the kernel died), and one
+    that cut the silent install of the handlers short failed the checkpoint (409): an interrupt
+    is not sent while only the gateway's own request runs. Found by test_lifecycle_stress.py
+    (seed 15)."""
+    import threading
+    kid = kernel["id"]
+    stop = threading.Event()
+
+    def interrupts():
+        while not stop.is_set():
+            gateway.request("POST", f"/api/kernels/{kid}/interrupt", {})
+            time.sleep(0.1)
+    t = threading.Thread(target=interrupts)
+    end, _, _ = run(gateway, kid, "x = 1")
+    assert end["status"] == "ok", end
+    t.start()
+    try:
+        t0 = time.monotonic()
+        cp = take(gateway, kid)                 # the revival making the keeper
+        run(gateway, kid, "x = 2")
+        for _ in range(3):
+            rollback(gateway, kid, cp["id"])
+            take(gateway, kid)
+        assert time.monotonic() - t0 < 25
+    finally:
+        stop.set()
+        t.join(30)
+    end, out, _ = run(gateway, kid, "print(x)")
+    assert (end["status"], out) == ("ok", "1\n"), (end, out)

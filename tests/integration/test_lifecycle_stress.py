@@ -374,8 +374,13 @@ def code_of(rng):
     return code
 
 
+# A race's target (op_race): the operations of the thread that sets it act on it.
+FORCED = threading.local()
+
+
 def kid_of(st, rng):
-    return st.pick(rng, st.kernels)
+    kid = getattr(FORCED, "kid", None)
+    return kid if kid else st.pick(rng, st.kernels)
 
 
 def op_kernel_create(st, rng):
@@ -503,9 +508,12 @@ def op_session(st, rng):
 
 def op_channel(st, rng):
     """The /channel RPC: a few calls on random kernels, some left unanswered by closing."""
-    steps = rng.randint(1, 6)
-    choices = [rng.random() for _ in range(steps)]
-    kids = [kid_of(st, rng) for _ in range(steps)]
+    op_channel_steps(st, rng, [rng.random() for _ in range(rng.randint(1, 6))])
+
+
+def op_channel_steps(st, rng, choices):
+    """One /channel connection, a call (or a client's few) per choice in [0, 1)."""
+    kids = [kid_of(st, rng) for _ in choices]
     code = code_of(rng)
     room = st.room()
 
@@ -779,6 +787,11 @@ def e2b_key(st):
 
 
 def sbx_of(st, rng, tokens=False):
+    sid = getattr(FORCED, "sid", None)
+    if sid:
+        with st.lock:
+            m = st.sandboxes.get(sid)
+        return (sid, m) if m or not tokens else (None, None)
     with st.lock:
         ids = sorted(i for i, m in st.sandboxes.items() if m or not tokens)
     if not ids:
@@ -914,12 +927,156 @@ def op_e2b_process(st, rng):
               parse=st.envelope, drop=dropper)
 
 
+# ---- races: a second operation on the target of a first one still in flight
+
+def op_session_create(st, rng):
+    if not st.room():
+        return
+    body = {"path": f"stress-{uuid.uuid4().hex[:8]}.ipynb", "type": "notebook",
+            "kernel": {"name": rng.choice(["python3", "pyslow"])}}
+    status, m, _ = st.http("POST", "/api/sessions", body)
+    if status == 201:
+        with st.lock:
+            st.sessions[m["id"]] = m["kernel"]["id"]
+        st.add_kernel(m["kernel"]["id"])
+
+
+def op_channel_start(st, rng):
+    if st.room():
+        FORCED.kid = None
+        op_channel_steps(st, rng, [0.0])
+
+
+def op_mcp_first_call(st, rng):
+    """A new MCP session's first call: it starts the session's kernel."""
+    if not st.room():
+        return
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "stress", "version": "1"}}}
+    status, _, h = mcp_post(st, init)
+    if status != 200:
+        return
+    sid = h["Mcp-Session-Id"]
+    with st.lock:
+        st.mcp[sid] = None
+    mcp_post(st, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                  "params": {"name": "execute_code", "arguments": {"code": code_of(rng)}}}, sid)
+
+
+def op_e2b_create_slow(st, rng):
+    if st.room():
+        st.http("POST", "/e2b/api/v2/sandboxes",
+                {"templateID": "slow", "timeout": rng.choice([2, 5, 30])}, headers=e2b_key(st))
+
+
+# (first operation, the second operations that may land while it runs)
+RACES_ON_A_KERNEL = (
+    [op_kernel_restart, op_checkpoint, op_fork, op_execute, op_command, op_ws, op_channel,
+     op_kernel_interrupt],
+    [op_kernel_delete, op_kernel_restart, op_kernel_interrupt, op_checkpoint, op_fork,
+     op_execute, op_ws, op_command],
+)
+RACES_ON_A_NEW_KERNEL = (
+    [op_kernel_create, op_session_create, op_fork, op_execute_oneshot, op_channel_start,
+     op_mcp_first_call],
+    [op_kernel_delete, op_kernel_restart, op_kernel_interrupt, op_checkpoint, op_fork,
+     op_execute, op_ws, op_session],
+)
+RACES_ON_A_SANDBOX = (
+    [op_e2b_execute, op_e2b_process, op_e2b_context, op_e2b_control],
+    [op_e2b_control, op_e2b_context, op_e2b_execute],
+)
+
+
+def run_forced(st, op, rng, target):
+    """op(st, rng) with the thread's target set; its failures recorded as a worker's."""
+    FORCED.kid, FORCED.sid = target.get("kid"), target.get("sid")
+    try:
+        op(st, rng)
+    except Hang:
+        pass
+    except Exception:  # noqa: BLE001
+        st.fail(f"{op.__name__} raised:\n{traceback.format_exc()}")
+    finally:
+        FORCED.kid = FORCED.sid = None
+
+
+def new_ids(st, list_ids, before, wait):
+    """Ids listed now that were not before (a target still being made), waiting for one."""
+    deadline = time.monotonic() + wait
+    while True:
+        new = sorted(set(list_ids()) - before)
+        if new or time.monotonic() >= deadline:
+            return new
+        time.sleep(0.05)
+
+
+def op_race(st, rng):
+    """Two operations on one target at once: the second lands while the first is in flight
+    (a delete while a face creates, a restart during an execution, a rollback during a fork,
+    a sandbox's delete or timeout during its create or execution...)."""
+    kind = rng.choice(["kernel", "new kernel", "sandbox", "new sandbox"])
+    ra, rb = random.Random(rng.random()), random.Random(rng.random())
+    delay = rng.uniform(0, 1.5)
+
+    def kernels():
+        return [k["id"] for k in st.gw.request("GET", "/api/kernels")[1] or []]
+
+    def sandboxes():
+        return [x["sandboxID"] for x in st.gw.request(
+            "GET", "/e2b/api/v2/sandboxes", headers={"X-API-KEY": st.gw.token})[1] or []]
+    if kind == "kernel":
+        first, second = rng.choice(RACES_ON_A_KERNEL[0]), rng.choice(RACES_ON_A_KERNEL[1])
+        kid = kid_of(st, rng)
+        if not kid:
+            return
+        target = {"kid": kid}
+    elif kind == "new kernel":
+        first, second = rng.choice(RACES_ON_A_NEW_KERNEL[0]), rng.choice(RACES_ON_A_NEW_KERNEL[1])
+        target = {"kid": kid_of(st, rng)} if first is op_fork else {}
+        before = set(kernels())
+    elif kind == "sandbox":
+        first, second = rng.choice(RACES_ON_A_SANDBOX[0]), rng.choice(RACES_ON_A_SANDBOX[1])
+        sid, m = sbx_of(st, rng, tokens=True)
+        if not m:
+            return
+        target = {"sid": sid}
+    else:
+        first, second = op_e2b_create_slow, rng.choice([op_e2b_control, op_kernel_delete])
+        target = {}
+        before = set(sandboxes())
+    t = threading.Thread(target=run_forced, args=(st, first, ra, target), daemon=True)
+    t.start()
+    time.sleep(delay)
+    if kind == "new kernel":
+        new = new_ids(st, kernels, before, 3)
+        if not new:
+            return t.join(REQ_TIMEOUT + 10)
+        target = {"kid": rng.choice(new)}
+        st.add_kernel(target["kid"])
+    elif kind == "new sandbox":
+        new = new_ids(st, sandboxes, before, 3)
+        if not new:
+            return t.join(REQ_TIMEOUT + 10)
+        with st.lock:
+            st.sandboxes.setdefault(new[0], {})
+        target = {"sid": new[0]}
+        if second is op_kernel_delete:  # its kernel, through /api/kernels
+            ks = [k for k in new_ids(st, kernels, set(), 0)]
+            target = {"kid": rng.choice(ks)} if ks else target
+    run_forced(st, second, rb, target)
+    t.join(REQ_TIMEOUT + 10)
+    if t.is_alive():
+        st.fail(f"race {first.__name__} / {second.__name__}: the first still runs")
+
+
 OPS = [
     (op_kernel_create, 5), (op_kernel_delete, 3), (op_kernel_restart, 2),
     (op_kernel_interrupt, 2), (op_discover, 3), (op_ws, 5), (op_session, 3), (op_channel, 4),
     (op_execute, 6), (op_execute_oneshot, 2), (op_execution, 2), (op_checkpoint, 5),
     (op_fork, 2), (op_command, 3), (op_mcp, 5), (op_e2b_create, 4), (op_e2b_control, 5),
-    (op_e2b_execute, 4), (op_e2b_context, 2), (op_e2b_process, 3),
+    (op_e2b_execute, 4), (op_e2b_context, 2), (op_e2b_process, 3), (op_race, 10),
 ]
 
 
