@@ -185,3 +185,14 @@ int util_sched_slice(uint64_t ns)
     a.nice = nice;
     return syscall(SYS_sched_setattr, 0, &a, 0) < 0 ? -errno : 0;
 }
+
+bool util_env_name_ok(const char *s)
+{
+    if (!s[0] || (s[0] >= '0' && s[0] <= '9'))
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
+            return false;
+    return true;
+}

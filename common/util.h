@@ -23,6 +23,8 @@ void util_random_hex(char *out, size_t n);
 
 /* True when every byte of s (n bytes) is printable ASCII (0x20..0x7e). */
 bool util_printable(const char *s, size_t n);
+/* An environment variable's name as kgw takes it on every face: [A-Za-z_][A-Za-z0-9_]*. */
+bool util_env_name_ok(const char *s);
 /* False when the JSON text p (n bytes) nests arrays/objects deeper than max: checked before a
  * parser builds the tree. Exact for valid JSON; the parser refuses the rest anyway. */
 bool util_json_depth_ok(const char *p, size_t n, int max);

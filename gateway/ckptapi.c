@@ -30,6 +30,14 @@ static void rest_done(void *data, int status, int http, const char *message, jso
     req_reply(r, http, rec ? json_incref(rec) : NULL);
 }
 
+/* An operation asked for: the request waits for it (its face), or is refused now. */
+static void started(struct gw_req *r, int rc, ckpt_op_t *op, int http, const char *msg)
+{
+    if (rc < 0)
+        return req_error(r, http, "%s", msg);
+    r->face = op;
+}
+
 void ckptapi_list(struct gw_req *r)
 {
     char msg[400];
@@ -49,11 +57,9 @@ void ckptapi_list(struct gw_req *r)
     }
     bool with_files = !files || json_is_true(files);
     json_decref(body);
-    ckpt_op_t *op;
-    if (ckpt_take(r->g, k, &r->caller, with_files, rest_done, r, &op, &http, msg, sizeof(msg)) < 0)
-        req_error(r, http, "%s", msg);
-    else
-        r->face = op;
+    ckpt_op_t *op = NULL;
+    int rc = ckpt_take(r->g, k, &r->caller, with_files, rest_done, r, &op, &http, msg, sizeof(msg));
+    started(r, rc, op, http, msg);
 }
 
 void ckptapi_one(struct gw_req *r)
@@ -70,12 +76,10 @@ void ckptapi_one(struct gw_req *r)
                              kernel_id(k));
         return req_reply(r, 200, rec);
     }
-    ckpt_op_t *op;
-    if (ckpt_drop(r->g, k, &r->caller, r->route.arg[1], rest_done, r, &op, &http, msg,
-                  sizeof(msg)) < 0)
-        req_error(r, http, "%s", msg);
-    else
-        r->face = op;
+    ckpt_op_t *op = NULL;
+    int rc = ckpt_drop(r->g, k, &r->caller, r->route.arg[1], rest_done, r, &op, &http, msg,
+                       sizeof(msg));
+    started(r, rc, op, http, msg);
 }
 
 void ckptapi_rollback(struct gw_req *r)
@@ -94,14 +98,11 @@ void ckptapi_rollback(struct gw_req *r)
         json_decref(body);
         return req_error(r, 400, "\"checkpoint\" must be a checkpoint id");
     }
-    ckpt_op_t *op;
+    ckpt_op_t *op = NULL;
     int rc = ckpt_rollback(r->g, k, &r->caller, json_string_value(cp), NULL, rest_done, r, &op,
                            &http, msg, sizeof(msg));
     json_decref(body);
-    if (rc < 0)
-        req_error(r, http, "%s", msg);
-    else
-        r->face = op;
+    started(r, rc, op, http, msg);
 }
 
 void ckptapi_req_fini(struct gw_req *r)

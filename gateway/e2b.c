@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/audit.h"
+#include "common/egpol.h"
 #include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -266,42 +267,59 @@ static const struct e2b_template *template_of(struct e2b *e, const char *id)
     return NULL;
 }
 
-/* The tenant's egress policy (HOST:PORT entries, comma-separated) narrowed to the hosts an
- * E2B create allows out (network.allowOut): for each, the tenant's entries naming it; NULL
- * with why when one has none (beyond the tenant's policy). */
-static json_t *egress_of(const char *policy, json_t *hosts, char *why, size_t whysz)
+/* The tenant's egress policy narrowed to the hosts an E2B create allows out (network.allowOut,
+ * as e2bwire writes them): for each, the tenant's entries naming it ("*.domain": its wildcard
+ * entries for that domain), as a policy's text in *ret (malloc'd). -EPERM with why when a host
+ * has none (beyond the tenant's policy), -ENOMEM. */
+static int egress_of(const char *policy, json_t *hosts, char **ret, char *why, size_t whysz)
 {
-    json_t *out = json_array();
+    int rc = -ENOMEM;
+    egpol_t *all = malloc(sizeof(*all)), *sel = calloc(1, sizeof(*sel));
+    char *text = malloc(EGPOL_TEXT_MAX + 1);
+    char perr[160];
     size_t i;
     json_t *h;
+    if (!all || !sel || !text)
+        goto fail;
+    if (egpol_parse(policy ? policy : "", policy ? strlen(policy) : 0, all, perr,
+                    sizeof(perr)) < 0)
+        all->n = 0; /* (checked when the keys were loaded) */
     json_array_foreach(hosts, i, h)
     {
         const char *host = json_string_value(h);
-        size_t hn = strlen(host), found = 0;
-        for (const char *p = policy ? policy : ""; *p;) {
-            size_t n = strcspn(p, ",");
-            const char *colon = n ? memrchr(p, ':', n) : NULL;
-            const char *eh = p[0] == '+' ? p + 1 : p;
-            size_t en = colon && colon > eh ? (size_t)(colon - eh) : 0;
-            if (en >= 2 && eh[0] == '[' && eh[en - 1] == ']') { /* an IPv6 literal */
-                eh++;
-                en -= 2;
-            }
-            if (en == hn && strncasecmp(eh, host, hn) == 0)
-                found++, json_array_append_new(out, json_stringn(p, n));
-            p += n + (p[n] == ',');
+        bool wild = host[0] == '*' && host[1] == '.', found = false;
+        for (size_t j = 0; j < all->n; j++) {
+            const struct egpol_entry *en = &all->v[j];
+            if (en->any || en->wild != wild || strcmp(en->host, wild ? host + 2 : host) != 0)
+                continue;
+            found = true;
+            if (sel->n < EGPOL_MAX_ENTRIES)
+                sel->v[sel->n++] = *en;
         }
         if (!found) {
             char q[160];
             snprintf(why, whysz,
                      "\"network.allowOut\": %s is not in this tenant's egress policy (the "
                      "operator's key file names the hosts a tenant's sandboxes may reach)",
-                     log_quote(q, sizeof(q), host, hn));
-            json_decref(out);
-            return NULL;
+                     log_quote(q, sizeof(q), host, strlen(host)));
+            rc = -EPERM;
+            goto fail;
         }
     }
-    return out;
+    if (egpol_format(sel, text, EGPOL_TEXT_MAX + 1) < 0) { /* at most EGPOL_MAX_ENTRIES */
+        snprintf(why, whysz, "\"network.allowOut\": the policy it makes is too long");
+        rc = -EPERM;
+        goto fail;
+    }
+    free(all);
+    free(sel);
+    *ret = text;
+    return 0;
+fail:
+    free(all);
+    free(sel);
+    free(text);
+    return rc;
 }
 
 static void on_created(struct gw_req *r, kernel_t *k, int status)
@@ -375,14 +393,18 @@ static void api_create(struct gw_req *r)
     }
     if (c.egress) {
         char why[200];
-        json_t *eg = egress_of(policy, c.egress, why, sizeof(why));
-        if (!eg) {
+        char *eg = NULL;
+        int erc = egress_of(policy, c.egress, &eg, why, sizeof(why));
+        if (erc < 0) {
             free(s);
             json_decref(req);
             e2bwire_create_fini(&c);
+            if (erc == -ENOMEM)
+                return e2b__api_error(r, 500, "out of memory");
             return e2b__api_error(r, 403, "%s", why);
         }
-        json_object_set_new(req, "egress", eg);
+        json_object_set_new(req, "egress", json_string(eg)); /* "": no network */
+        free(eg);
     }
     kernel_t *k;
     struct kops_error kerr;
@@ -569,19 +591,30 @@ static const struct {
     {"network", "network updates"},
 };
 
+/* The query argument name (with its '=') as Unix seconds into *ret, left alone when absent:
+ * 0, or -EINVAL for anything but 1 to 12 digits. */
+static int unix_seconds(struct lws *wsi, const char *name, long long *ret)
+{
+    char v[64];                        /* lws copies "name=value" into it, not the value */
+    const char *a = lws_get_urlarg_by_name(wsi, name, v, sizeof(v));
+    size_t n = a ? strlen(a) : 0;
+    if (!a)
+        return 0;
+    if (n == 0 || n > 12 || strspn(a, "0123456789") != n)
+        return -EINVAL;
+    *ret = strtoll(a, NULL, 10);
+    return 0;
+}
+
 /* GET /sandboxes/{id}/metrics[?start=&end=] (Unix seconds): the samples kept, oldest first,
  * as E2B's SandboxMetric (CPU over the interval before each; its limits, or the host's). */
 static void api_metrics(struct gw_req *r, struct e2bsbx *s)
 {
     struct e2b *e = r->g->e2b;
-    char v[32];
     long long from = -1, to = -1;
-    const char *a = lws_get_urlarg_by_name(r->wsi, "start=", v, sizeof(v));
-    char *end;
-    if (a && ((from = strtoll(a, &end, 10)) < 0 || *end || end == a))
+    if (unix_seconds(r->wsi, "start=", &from) < 0)
         return e2b__api_error(r, 400, "\"start\" must be Unix seconds");
-    if ((a = lws_get_urlarg_by_name(r->wsi, "end=", v, sizeof(v))) &&
-        ((to = strtoll(a, &end, 10)) < 0 || *end || end == a))
+    if (unix_seconds(r->wsi, "end=", &to) < 0)
         return e2b__api_error(r, 400, "\"end\" must be Unix seconds");
     kernel_t *k = gw_kernel(e->g, s->kernels[0], s->tenant);
     struct kernel_usage u = {.mem_limit = 0, .cpu_millis = 0};

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "gateway/kops.h"
 #include "protocol/fpath.h"
 #include "protocol/u8fix.h"
@@ -17,17 +18,6 @@
 #define XCMD_STDIN_RETRY_MS 20 /* a stdin pipe that was full: tried again after */
 
 /* ---- the request body ---- */
-
-static bool env_name_ok(const char *s)
-{
-    if (!s[0] || (s[0] >= '0' && s[0] <= '9'))
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
-              *s == '_'))
-            return false;
-    return true;
-}
 
 /* A JSON string without NUL bytes: its copy, else NULL. */
 static char *str_dup(json_t *v)
@@ -123,7 +113,7 @@ int xcmd_spec_parse(json_t *body, const char *const *allowed, struct xcmd_spec *
         json_object_foreach(v, key, val)
         {
             char *sv = str_dup(val);
-            if (!sv || !env_name_ok(key)) {
+            if (!sv || !util_env_name_ok(key)) {
                 free(sv);
                 FAIL("'env': names must match [A-Za-z_][A-Za-z0-9_]*, values be strings "
                      "without NUL characters");

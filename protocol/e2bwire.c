@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/egpol.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -99,31 +100,32 @@ static int seconds(json_t *v, const char *field, long long *ret, char *err, size
 
 bool e2bwire_env_name_ok(const char *k)
 {
-    size_t n = strlen(k);
-    if (n == 0 || n > E2BWIRE_KEY_MAX || (k[0] >= '0' && k[0] <= '9'))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = k[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '_'))
-            return false;
-    }
-    return true;
+    return strlen(k) <= E2BWIRE_KEY_MAX && util_env_name_ok(k);
 }
 
-/* One allowOut entry (an IP address or a host name) as the host it names; -EINVAL for what
- * kgw's allowlist cannot say (a CIDR range). */
+/* One allowOut entry as the host it names, written as egress policies hold hosts
+ * (egpol_host_normalize: lowercase, no trailing dot, an IPv4 literal as a dotted quad): a host
+ * name, "*." and a domain (its subdomains), or one IP address ("/32", "/128" allowed).
+ * -EINVAL for what kgw's allowlist cannot say (a CIDR range) or what is no host. */
 static int egress_entry(const char *e, size_t n, char *out, size_t outsz)
 {
-    if (n == 0 || n > 253 || !util_printable(e, n) || strchr(e, ':') || strchr(e, ' '))
-        return -EINVAL;
     const char *slash = memchr(e, '/', n);
-    if (slash) { /* only a single address: /32 */
-        if (strcmp(slash, "/32") != 0)
+    if (slash) {
+        size_t rest = n - (size_t)(slash - e);
+        if (!(rest == 3 && !memcmp(slash, "/32", 3)) && !(rest == 4 && !memcmp(slash, "/128", 4)))
             return -EINVAL;
         n = (size_t)(slash - e);
     }
-    int w = snprintf(out, outsz, "%.*s", (int)n, e);
+    bool wild = n > 2 && e[0] == '*' && e[1] == '.';
+    size_t skip = wild ? 2 : 0;
+    char host[EGPOL_HOST_MAX + 1];
+    if (n - skip == 0 || n - skip > EGPOL_HOST_MAX || memchr(e + skip, '\0', n - skip))
+        return -EINVAL;
+    memcpy(host, e + skip, n - skip);
+    host[n - skip] = '\0';
+    if (!egpol_host_normalize(host) || (wild && strchr(host, ':')))
+        return -EINVAL;
+    int w = snprintf(out, outsz, "%s%s", wild ? "*." : "", host);
     return w < 0 || (size_t)w >= outsz ? -EINVAL : 0;
 }
 

@@ -51,8 +51,8 @@ int e2bwire_create_parse(
     const char *body, size_t len, struct e2bwire_create *out, char *err, size_t errsz);
 void e2bwire_create_fini(struct e2bwire_create *c);
 
-/* The one rule for an environment variable's name on the E2B face (envVars, a command's
- * envs): [A-Za-z_][A-Za-z0-9_]*, at most E2BWIRE_KEY_MAX bytes. */
+/* An environment variable's name on the E2B face (envVars, env_vars, a command's envs): the
+ * gateway's one rule (util_env_name_ok), at most E2BWIRE_KEY_MAX bytes. */
 bool e2bwire_env_name_ok(const char *name);
 
 /* The body of POST /sandboxes/{id}/timeout ({"timeout": seconds}, required) and

@@ -165,6 +165,10 @@ class Background(threading.Thread):
 PROBE = r"""
 import http.client, json, select, sys, time
 port, every, limit = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+# one untimed request first: the first one pays for this process's lazy imports (the idna
+# codec of getaddrinfo, the header parser), not for the gateway
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+c.request("GET", "/api"); c.getresponse().read(); c.close()
 lat, end = [], time.monotonic() + limit
 while time.monotonic() < end:
     t0 = time.monotonic()

@@ -459,6 +459,14 @@ def test_env_var_names(gw2):
         assert "envVars" in body["message"], body
 
 
+def sbx_results(gw, h, code, **extra):
+    """POST /e2b/sbx/execute with headers h: the texts of its result lines."""
+    status, raw, _ = request(gw, "POST", "/e2b/sbx/execute", {"code": code, **extra}, h)
+    assert status == 200, raw
+    lines = [json.loads(x) for x in raw.decode().splitlines()]
+    return [x["text"] for x in lines if x.get("type") == "result"]
+
+
 def test_context_cwd(gw2):
     """A context's cwd (createCodeContext({cwd})): its kernel works there (made if missing) and
     the listing says so; the default context works in /home/user."""
@@ -468,11 +476,7 @@ def test_context_cwd(gw2):
     h = {**sbx_headers(m), "Content-Type": "application/json"}
     try:
         def run(code, ctx=None):
-            body = {"code": code, **({"context_id": ctx} if ctx else {})}
-            status, raw, _ = request(gw, "POST", "/e2b/sbx/execute", body, h)
-            assert status == 200, raw
-            lines = [json.loads(x) for x in raw.decode().splitlines()]
-            return [x["text"] for x in lines if x.get("type") == "result"]
+            return sbx_results(gw, h, code, **({"context_id": ctx} if ctx else {}))
         assert run("import os; os.getcwd()") == ["/home/user"]
         for cwd in ("/home/user/sub/dir", "/tmp/elsewhere"):
             status, c, _ = request(gw, "POST", "/e2b/sbx/contexts", {"cwd": cwd}, h)
@@ -538,13 +542,13 @@ def test_per_run_env_vars(gw2):
     h = {**sbx_headers(m), "Content-Type": "application/json"}
     try:
         def run(code, env=None):
-            body = {"code": code, **({"env_vars": env} if env else {})}
-            status, raw, _ = request(gw, "POST", "/e2b/sbx/execute", body, h)
-            assert status == 200, raw
-            lines = [json.loads(x) for x in raw.decode().splitlines()]
-            return [x["text"] for x in lines if x.get("type") == "result"]
+            return sbx_results(gw, h, code, **({"env_vars": env} if env else {}))
         code = "import os; (os.environ.get('KEEP'), os.environ.get('RUN_ONLY'))"
         assert run(code, {"KEEP": "run", "RUN_ONLY": "yes"}) == ["('run', 'yes')"]
+        assert run(code) == ["('sbx', None)"]
+        # a run that fails puts them back too (ipykernel aborts what waits in its queue behind
+        # a failed cell: the put-back must not be among it)
+        assert run("raise ValueError('x')", {"KEEP": "err", "RUN_ONLY": "err"}) == []
         assert run(code) == ["('sbx', None)"]
         status, body, _ = request(gw, "POST", "/e2b/sbx/execute",
                                   {"code": "1", "env_vars": {"A-B": "x"}}, h)

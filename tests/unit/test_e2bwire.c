@@ -67,6 +67,18 @@ int main(void)
     CHECK_STR(json_string_value(json_array_get(c.egress, 2)), "8.8.8.8");
     CHECK_STR(json_string_value(json_array_get(c.egress, 3)), "*.example.com");
     e2bwire_create_fini(&c);
+    /* hosts as egress policies hold them: lowercase, no trailing dot; an IPv6 address */
+    CHECK_INT(create("{\"network\":{\"denyOut\":[\"0.0.0.0/0\"],\"allowOut\":[\"PyPI.ORG.\","
+                     "\"2001:db8::1\",\"2001:db8::2/128\"]}}",
+                     &c, err),
+              0);
+    CHECK_STR(json_string_value(json_array_get(c.egress, 0)), "pypi.org");
+    CHECK_STR(json_string_value(json_array_get(c.egress, 1)), "2001:db8::1");
+    CHECK_STR(json_string_value(json_array_get(c.egress, 2)), "2001:db8::2");
+    e2bwire_create_fini(&c);
+    CHECK_INT(create("{\"network\":{\"denyOut\":[\"0.0.0.0/0\"],\"allowOut\":[\"a b\"]}}", &c,
+                     err),
+              -EINVAL);
     CHECK_INT(create("{\"network\":{\"denyOut\":[\"0.0.0.0/0\"]}}", &c, err), 0);
     CHECK(json_is_array(c.egress) && json_array_size(c.egress) == 0);
     e2bwire_create_fini(&c);
