@@ -145,6 +145,7 @@ typedef struct gw {
     uint64_t loop_lag_ms;                        /* how late it ran then */
     struct fxfer *xfers;                         /* files.c: transfers in progress */
     struct lws_vhost *metrics_vhost;             /* --metrics-port: GET /metrics only, no key */
+    struct glisten *listener, *metrics_listener; /* setup.c: the sockets the vhosts are fed from */
     struct gw_stats stats;
     struct gw_drain drain;
     struct list ch_conns;  /* chconn.c: the open /channel websockets, newest first */

@@ -854,6 +854,7 @@ static void teardown(evl_io_t *sig_io, int sfd)
     /* last first: E2B's streams and MCP's calls before the executions they read; MCP before
      * lws's timers go (its requests, closed below, let go of sessions) */
     faces_fini(&G);
+    setup_unlisten(&G);
     conns_destroy(&G.conns); /* lws's closes at its destroy need not be counted */
     lwsloop_fini(&G.loop); /* lws's context with it */
     G.ctx = NULL;

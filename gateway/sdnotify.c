@@ -14,6 +14,14 @@ void sdnotify_ready(const char *status)
         log_debug("told the service manager: ready");
 }
 
+int sdnotify_listen_fds(void)
+{
+    int n = sd_listen_fds(1);
+    if (n < 0)
+        log_warn("sockets from the service manager: %s", strerror(-n));
+    return n > 0 ? n : 0;
+}
+
 void sdnotify_stopping(void)
 {
     int r = sd_notify(0, "STOPPING=1\nSTATUS=stopping");

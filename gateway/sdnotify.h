@@ -9,7 +9,15 @@
 /* status: one line for `systemctl status` */
 void sdnotify_ready(const char *status);
 void sdnotify_stopping(void);
+/* The listening sockets the service manager passed (socket activation: $LISTEN_FDS for this
+ * process), as a count of descriptors from SD_LISTEN_FDS_START (3); the variables are unset,
+ * so no child sees them. 0 when there are none. */
+int sdnotify_listen_fds(void);
 #else
+static inline int sdnotify_listen_fds(void)
+{
+    return 0;
+}
 static inline void sdnotify_ready(const char *status)
 {
     (void)status;

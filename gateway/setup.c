@@ -2,7 +2,6 @@
 
 #include "gateway/faces.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,8 +21,11 @@
 #include "common/util.h"
 #include "gateway/channel.h"
 #include "gateway/ckpt.h"
+#include "gateway/conns.h"
 #include "gateway/e2b.h"
+#include "gateway/glisten.h"
 #include "gateway/kops.h"
+#include "gateway/sdnotify.h"
 #include "gateway/sessions.h"
 #include "gateway/wschan.h"
 #include "gateway/mcp.h"
@@ -103,10 +105,28 @@ static void lws_logger(int level, const char *line)
 }
 
 
-static bool is_ipv4(const char *ip)
+/* What lws's FILTER_NETWORK_CONNECTION did for its own listener: the per-address limits. */
+static int accept_filter(void *data, const struct lws_filter_network_conn_args *a)
 {
-    struct in_addr a;
-    return ip && inet_pton(AF_INET, ip, &a) == 1;
+    gw_t *g = data;
+    return g->conns ? conns_accept(g->conns, a) : 0;
+}
+
+/* vh fed from a socket for ip:port: one of the inherited ones, or a new one. */
+static int listen_on(gw_t *g, struct lws_vhost *vh, const char *ip, long long port, bool tls,
+                     int *inherited, int n, struct glisten **ret)
+{
+    int fd = glisten_socket(ip, port, inherited, n);
+    if (fd < 0) {
+        log_error("cannot listen on %s:%lld: %s", ip[0] ? ip : "*", port, strerror(-fd));
+        return fd;
+    }
+    if (!(*ret = glisten_new(&g->loop.evl, fd, vh, tls, accept_filter, g))) {
+        int err = errno;
+        log_error("cannot listen on %s:%lld: %s", ip, port, strerror(err));
+        return -err;
+    }
+    return 0;
 }
 
 int setup_listen(gw_t *g, const struct lws_protocols *protocols,
@@ -116,14 +136,10 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
                       lws_logger);
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof(info));
-    info.port = (int)g->cfg.port;
-    info.iface = g->cfg.ip;
+    /* kgw accepts itself (gateway/glisten.h) and lws adopts the connections */
+    info.port = CONTEXT_PORT_NO_LISTEN_SERVER;
     info.protocols = protocols;
     info.options = LWS_SERVER_OPTION_VALIDATE_UTF8 | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
-    /* lws 4.1 binds an IPv6 socket to any address ("*") when --ip is an IPv4 address: an
-     * IPv4 socket binds to the address asked for */
-    if (is_ipv4(g->cfg.ip))
-        info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     /* A connection holds a header table (16 KiB) from accept until its request headers are
      * complete; lws allocates one when it is taken and frees it when it is given back, so a
      * pool as large as the connections costs nothing up front. Its timer on a table held
@@ -166,17 +182,27 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
     struct lws_vhost *vh = lws_create_vhost(g->ctx, &info);
     if (!vh) {
         int err = errno;
-        log_error("cannot listen on %s:%lld: %s", g->cfg.ip, g->cfg.port, strerror(err));
+        log_error("cannot make the server's vhost: %s", strerror(err));
         return err > 0 ? -err : -EIO;
     }
-    if (g->cfg.metrics_port > 0) { /* plain HTTP, on the same loop */
+    /* sockets from the service manager (socket activation) or the kgw this one replaced */
+    int n = sdnotify_listen_fds(), inherited[8];
+    if (n > 8) {
+        log_warn("%d sockets passed in: only the first 8 are looked at", n);
+        for (int i = 8; i < n; i++)
+            close(3 + i);
+        n = 8;
+    }
+    for (int i = 0; i < n; i++)
+        inherited[i] = 3 + i;
+    r = listen_on(g, vh, g->cfg.ip, g->cfg.port, g->cfg.certfile[0], inherited, n, &g->listener);
+    if (r >= 0 && g->cfg.metrics_port > 0) { /* plain HTTP, on the same loop */
         struct lws_context_creation_info mi = info;
-        mi.port = (int)g->cfg.metrics_port;
-        mi.iface = g->cfg.metrics_ip[0] ? g->cfg.metrics_ip : g->cfg.ip;
-        mi.options &= ~(uint64_t)LWS_SERVER_OPTION_DISABLE_IPV6;
-        if (is_ipv4(mi.iface))
-            mi.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+        const char *mip = g->cfg.metrics_ip[0] ? g->cfg.metrics_ip : g->cfg.ip;
         mi.protocols = metrics_protocols;
+        /* lws moves a connection to the first vhost of its vhost's port when its Host names
+         * none: the two must not share the "port" of a vhost without a listener */
+        mi.port = CONTEXT_PORT_NO_LISTEN;
         mi.vhost_name = "kgw-metrics";
         mi.ssl_cert_filepath = NULL; /* plain even when --port serves TLS */
         mi.ssl_private_key_filepath = NULL;
@@ -184,14 +210,28 @@ int setup_listen(gw_t *g, const struct lws_protocols *protocols,
                                   LWS_SERVER_OPTION_CREATE_VHOST_SSL_CTX);
         if (!(g->metrics_vhost = lws_create_vhost(g->ctx, &mi))) {
             int err = errno;
-            log_error("cannot listen on %s:%lld (--metrics-port): %s", mi.iface,
-                      g->cfg.metrics_port, strerror(err));
-            return err > 0 ? -err : -EIO;
+            log_error("cannot make the metrics vhost: %s", strerror(err));
+            r = err > 0 ? -err : -EIO;
+        } else if ((r = listen_on(g, g->metrics_vhost, mip, g->cfg.metrics_port, false,
+                                  inherited, n, &g->metrics_listener)) >= 0) {
+            log_info("metrics: GET /metrics without a key on http://%s:%lld/metrics", mip,
+                     g->cfg.metrics_port);
         }
-        log_info("metrics: GET /metrics without a key on http://%s:%lld/metrics", mi.iface,
-                 g->cfg.metrics_port);
     }
-    return 0;
+    for (int i = 0; i < n; i++) {
+        if (inherited[i] >= 0) {
+            log_warn("a socket passed in (descriptor %d) is not for --ip/--port or "
+                     "--metrics-ip/--metrics-port: closed", inherited[i]);
+            close(inherited[i]);
+        }
+    }
+    return r < 0 ? r : 0;
+}
+
+void setup_unlisten(gw_t *g)
+{
+    glisten_destroy(&g->listener);
+    glisten_destroy(&g->metrics_listener);
 }
 
 /* Where a helper is: the option's path when set; else next to the kgw executable when it is

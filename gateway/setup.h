@@ -29,6 +29,8 @@ int setup_signals(void);
  * setup_nofile's. 0, or -errno with the reason logged. */
 int setup_listen(gw_t *g, const struct lws_protocols *protocols,
                  const struct lws_protocols *metrics_protocols, size_t fd_limit);
+/* Closes the listening sockets (before the loop goes). */
+void setup_unlisten(gw_t *g);
 /* The kernel manager on g->loop with g->cfg.km: kgw_tools.py's directory; unless --no-sandbox,
  * the sandbox helpers in memfds (g->cfg.sb's fds; the caller closes them) and a private mount
  * namespace. 0, or -errno with the reason logged. */

@@ -39,6 +39,7 @@ GATEWAY = {
     "drain.c": (SERVICE, None, "the graceful shutdown (closes websockets through faces_close)"),
     "files.c": (SERVICE, None, "workspace files: resolution, listing, reads, child writes"),
     "gsecret.c": (SERVICE, None, "the gateway's secrets and TLS material"),
+    "glisten.c": (SERVICE, None, "listening sockets, accepted on the loop and handed to lws"),
     "gw.c": (SERVICE, None, "the server object: kernels by id, refusals"),
     "http.c": (SERVICE, None, "the HTTP transport: requests, bodies, replies"),
     "kops.c": (SERVICE, None, "kernel operations and their audit, for every face"),
