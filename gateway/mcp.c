@@ -27,10 +27,9 @@
 #include "gateway/mcpnamed.h"
 #include "gateway/xcmd.h"
 #include "gateway/xexec.h"
-#include "protocol/fpath.h"
 #include "protocol/jrpc.h"
+#include "protocol/jschema.h"
 #include "protocol/jstr.h"
-#include "protocol/xreq.h"
 
 #include "gateway/mcp_int.h"
 
@@ -180,81 +179,40 @@ static void m_ping(struct mcp_call *c, json_t *params)
     mcp__reply(c, json_object());
 }
 
+/* docs/mcp_tools.json's entries; before 2025-06-18 without outputSchema (no structured
+ * content). */
 static void m_tools_list(struct mcp_call *c, json_t *params)
 {
-    bool structured = strcmp(c->s->version, "2025-06-18") >= 0;
-    json_t *list = json_array();
-    for (size_t i = 0; list && i < mcp__ntools; i++) {
-        const struct mcp_tool *t = &mcp__tools[i];
-        json_t *in = json_loads(t->input, 0, NULL);
-        json_t *out = structured ? json_loads(t->output, 0, NULL) : NULL;
-        json_t *o = json_pack("{s:s, s:s, s:s, s:o}", "name", t->name, "title", t->title,
-                              "description", t->description, "inputSchema", in);
-        if (o && out)
-            json_object_set_new(o, "outputSchema", out);
-        else
-            json_decref(out);
+    json_t *tools = c->r->g->mcp->tools;
+    if (strcmp(c->s->version, "2025-06-18") >= 0)
+        return mcp__reply(c, json_pack("{s:O}", "tools", tools));
+    json_t *list = json_array(), *d;
+    size_t i;
+    json_array_foreach(tools, i, d)
+    {
+        json_t *o = json_copy(d);
+        json_object_del(o, "outputSchema");
         json_array_append_new(list, o);
     }
     mcp__reply(c, json_pack("{s:o}", "tools", list));
 }
 
-/* Checks a tool's arguments against its table row; false after answering -32602. */
-static bool check_args(struct mcp_call *c, const struct mcp_tool *t, json_t *args)
+/* Checks a tool's arguments against its inputSchema, then its own check; false after
+ * answering -32602 with the argument and the rule it breaks. */
+static bool check_args(struct mcp_call *c, const struct mcp_tool *t, const json_t *schema,
+                       json_t *args)
 {
-    const char *key;
-    json_t *v;
-    json_object_foreach(args, key, v)
-    {
-        const struct mcp_arg *a = NULL;
-        for (size_t i = 0; i < MCP_ARGS_MAX && t->args[i].name; i++)
-            if (!strcmp(t->args[i].name, key))
-                a = &t->args[i];
-        if (!a) {
-            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: unknown argument '%.64s'", t->name, key);
-            return false;
-        }
-        char path[FPATH_MAX + 1];
-        if (a->type == ARG_PATH &&
-            (!json_is_string(v) || fpath_normalize(json_string_value(v), json_string_length(v),
-                                                   path, sizeof(path)) < 0)) {
-            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS,
-                        "%s: invalid '%s': give a relative path of at most %d bytes, "
-                        "'/'-separated, without empty, '.' or '..' components or control "
-                        "characters",
-                        t->name, a->name, FPATH_MAX);
-            return false;
-        }
-        if (a->type == ARG_STRING && !json_is_string(v)) {
-            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be a string", t->name, a->name);
-            return false;
-        }
-        if (a->type == ARG_BOOL && !json_is_boolean(v)) {
-            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' must be true or false", t->name,
-                        a->name);
-            return false;
-        }
-        if (a->type == ARG_NUMBER && (!json_is_number(v) || !(json_number_value(v) > 0) ||
-                                      json_number_value(v) > XREQ_TIMEOUT_MAX)) {
-            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS,
-                        "%s: '%s' must be a number of seconds above 0, at most %d", t->name,
-                        a->name, XREQ_TIMEOUT_MAX);
-            return false;
-        }
-    }
-    const char *enc = json_string_value(json_object_get(args, "encoding"));
-    if (enc && strcmp(enc, "utf-8") != 0 && strcmp(enc, "base64") != 0) {
-        mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: 'encoding' must be utf-8 or base64", t->name);
+    struct jschema_err e;
+    if (jschema_validate(schema, args, &e) < 0) {
+        if (e.where[0])
+            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: argument \"%s\" %s", t->name,
+                             e.where, e.what);
+        else
+            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: the arguments %s", t->name,
+                             e.what);
         return false;
     }
-    for (size_t i = 0; i < MCP_ARGS_MAX && t->args[i].name; i++) {
-        if (t->args[i].required && !json_object_get(args, t->args[i].name)) {
-            mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "%s: '%s' is required", t->name,
-                        t->args[i].name);
-            return false;
-        }
-    }
-    return true;
+    return !t->check || t->check(c, t, args);
 }
 
 static void kernel_ready(struct gw_req *r, kernel_t *k, int status)
@@ -325,10 +283,8 @@ static void m_tools_call(struct mcp_call *c, json_t *params)
     struct mcp_session *s = c->s;
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
-    const struct mcp_tool *t = NULL;
-    for (size_t i = 0; name && i < mcp__ntools; i++)
-        if (!strcmp(mcp__tools[i].name, name))
-            t = &mcp__tools[i];
+    json_t *def = NULL;
+    const struct mcp_tool *t = mcp__tool_find(g->mcp, name, &def);
     if (!name)
         return mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "'name' must be a string");
     if (!t)
@@ -336,7 +292,7 @@ static void m_tools_call(struct mcp_call *c, json_t *params)
     if (args && !json_is_object(args))
         return mcp__reply_error(c, 200, JRPC_INVALID_PARAMS, "'arguments' must be an object");
     json_t *none = args ? NULL : json_object();
-    if (!check_args(c, t, args ? args : none)) {
+    if (!check_args(c, t, json_object_get(def, "inputSchema"), args ? args : none)) {
         json_decref(none);
         return;
     }
@@ -735,10 +691,12 @@ int mcp_listen(gw_t *g)
         free(m);
         return -ENOMEM;
     }
-    if (!(m->named = mcpnamed_new(g))) {
+    int rc = mcp__tools_load(&m->tools);
+    if (rc < 0 || !(m->named = mcpnamed_new(g))) {
+        json_decref(m->tools);
         evl_timer_destroy(&g->loop.evl, &m->sweep);
         free(m);
-        return -ENOMEM;
+        return rc < 0 ? rc : -ENOMEM;
     }
     g->loop.evl.timer_arm(&g->loop.evl, m->sweep, MCP_SWEEP_MS);
     g->mcp = m;
@@ -762,6 +720,7 @@ void mcp_fini(gw_t *g)
     }
     evl_timer_destroy(&g->loop.evl, &m->sweep);
     mcpnamed_destroy(&m->named);
+    json_decref(m->tools);
     free(m);
     g->mcp = NULL;
 }

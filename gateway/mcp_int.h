@@ -44,6 +44,7 @@ struct mcp {
     size_t count;
     evl_timer_t *sweep;
     mcpnamed_t *named; /* the named kernels (Kgw-Kernel-Name) */
+    json_t *tools;     /* the tools' entries (mcp__tools_load) */
 };
 
 struct mcp_session {
@@ -101,30 +102,26 @@ struct mcp_call {
 };
 
 typedef void (*tool_run_fn)(struct mcp_call *c, kernel_t *k);
+/* A tool's check of its arguments beyond what its inputSchema can say (they match it), made
+ * before the session's kernel is started: false after answering -32602. */
+typedef bool (*tool_check_fn)(struct mcp_call *c, const struct mcp_tool *t, json_t *args);
 
-enum arg_type { ARG_STRING, ARG_NUMBER, ARG_PATH /* a string: a normal path */, ARG_BOOL };
-
-struct mcp_arg {
-    const char *name;
-    enum arg_type type;
-    bool required;
-};
-
-#define MCP_ARGS_MAX 4
-
+/* A tool of mcptools.c's fixed table. Its title, description and JSON Schemas are its entry
+ * in docs/mcp_tools.json (compiled in): what tools/list gives, and what its arguments are
+ * checked against (protocol/jschema.c). */
 struct mcp_tool {
     const char *name;
-    const char *title;
-    const char *description;
-    const char *input;  /* JSON Schema */
-    const char *output; /* JSON Schema of structuredContent */
-    struct mcp_arg args[MCP_ARGS_MAX];
+    tool_check_fn check; /* NULL: the schema says it all */
     tool_run_fn run;
 };
 
-/* The tools, in the order tools/list gives them. */
-extern const struct mcp_tool mcp__tools[];
-extern const size_t mcp__ntools;
+/* The tools' entries of docs/mcp_tools.json, checked against the table: the same tools, each
+ * entry with a title, a description, an outputSchema and an inputSchema of type object that
+ * jschema_check takes. 0 and *ret_tools (the entries, in tools/list's order); -EINVAL (logged:
+ * a mistake in the file) or -ENOMEM. */
+int mcp__tools_load(json_t **ret_tools);
+/* The tool called name, or NULL; *ret_def its entry in m->tools. */
+const struct mcp_tool *mcp__tool_find(const struct mcp *m, const char *name, json_t **ret_def);
 
 /* Answers (mcptools.c): a JSON-RPC result, an error (status: the HTTP status of a refusal
  * before any answer), an empty answer (202 and the like). */

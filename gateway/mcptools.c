@@ -20,11 +20,13 @@
 #include "gateway/ckpt.h"
 #include "gateway/files.h"
 #include "gateway/kops.h"
+#include "gateway/mcp_tools_json.h"
 #include "gateway/mcpnamed.h"
 #include "gateway/xcmd.h"
 #include "gateway/xexec.h"
 #include "protocol/fpath.h"
 #include "protocol/jrpc.h"
+#include "protocol/jschema.h"
 #include "protocol/jstr.h"
 #include "protocol/xreq.h"
 
@@ -37,145 +39,98 @@ static void run_command(struct mcp_call *c, kernel_t *k);
 static void run_rollback(struct mcp_call *c, kernel_t *k);
 static void run_fork(struct mcp_call *c, kernel_t *k);
 
-#define END_SCHEMA                                                                            \
-    "{\"type\":\"object\",\"properties\":{"                                                   \
-    "\"status\":{\"type\":\"string\",\"description\":\"ok, error, cancelled, timeout, "       \
-    "output_limit, out_of_memory, pids_limit, killed, kernel_died, kernel_restarted, "       \
-    "shutdown, checkpoint_failed\"},"                                                         \
-    "\"checkpoint\":{\"description\":\"the checkpoint taken before the code ran (asked "    \
-    "with checkpoint)\",\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]},"              \
-    "\"rolled_back\":{\"type\":\"boolean\",\"description\":\"rollback_on_error: the kernel " \
-    "was rolled back to the state before the code ran\"},"                                   \
-    "\"rollback_error\":{\"type\":\"string\"},"                                              \
-    "\"cause\":{\"type\":\"string\"},\"duration_ms\":{\"type\":\"number\"},"                  \
-    "\"cpu_ms\":{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"null\"}]},"                     \
-    "\"peak_memory_bytes\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"         \
-    "\"execution_count\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},"           \
-    "\"files\":{\"description\":\"workspace files created, modified and deleted\",\"anyOf\":" \
-    "[{\"type\":\"object\"},{\"type\":\"null\"}]},"                                           \
-    "\"egress\":{\"description\":\"hosts reached through the egress proxy (bytes_out, "        \
-    "bytes_in) and secrets used, by name\",\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"}]}," \
-    "\"workspace_id\":{\"type\":\"string\"},\"execution_id\":{\"type\":\"string\"},"          \
-    "\"kernel_id\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}"
+static bool check_path(struct mcp_call *c, const struct mcp_tool *t, json_t *args);
 
-#define PATH_PROP                                                                       \
-    "\"path\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":1024,\"description\":" \
-    "\"a relative path in the session's workspace ('/'-separated, no '..')\"}"
-
-/* The tools: a fixed, reviewable table (no lookup outside it). */
-const struct mcp_tool mcp__tools[] = {
-    {"execute_code",
-     "Execute Python code",
-     "Runs Python code in the session's Jupyter kernel (IPython). Variables, imports and files "
-     "persist across calls of this session. Returns the output (streams, results, images) and "
-     "the execution's outcome (status, duration, memory, files changed).",
-     "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"description\":"
-     "\"the code to run\"},\"timeout\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":"
-     "604800,\"description\":\"seconds before the execution is interrupted\"},"
-     "\"checkpoint\":{\"type\":\"boolean\",\"description\":\"take a checkpoint of the "
-     "kernel's state and files right before the code runs (its id is in the result; the "
-     "rollback tool returns to it)\"},\"rollback_on_error\":{\"type\":\"boolean\","
-     "\"description\":\"if the code fails (error, timeout), put the kernel's variables and "
-     "files back as they were before it ran\"}},"
-     "\"required\":[\"code\"],\"additionalProperties\":false}",
-     END_SCHEMA,
-     {{"code", ARG_STRING, true},
-      {"timeout", ARG_NUMBER, false},
-      {"checkpoint", ARG_BOOL, false},
-      {"rollback_on_error", ARG_BOOL, false}},
-     run_execute},
-    {"list_files",
-     "List workspace files",
-     "Lists the files of the session's workspace (the kernel's working directory).",
-     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"workspace\":{\"type\":\"string\"},\"files\":"
-     "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":"
-     "\"string\"},\"size\":{\"type\":\"integer\"},\"type\":{\"type\":\"string\"},"
-     "\"last_modified\":{\"type\":\"string\"}}}},\"truncated\":{\"type\":\"boolean\"}},"
-     "\"required\":[\"files\",\"truncated\"]}",
-     {{0}},
-     run_list_files},
-    {"read_file",
-     "Read a workspace file",
-     "Reads a file of the session's workspace: text for UTF-8 files, else a base64 blob.",
-     "{\"type\":\"object\",\"properties\":{" PATH_PROP "},\"required\":[\"path\"],"
-     "\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\":{\"type\":"
-     "\"integer\"},\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"]}},"
-     "\"required\":[\"path\",\"size\",\"encoding\"]}",
-     {{"path", ARG_PATH, true}},
-     run_read_file},
-    {"write_file",
-     "Write a workspace file",
-     "Writes a file into the session's workspace, replacing it; missing directories are made.",
-     "{\"type\":\"object\",\"properties\":{" PATH_PROP ",\"content\":{\"type\":\"string\"},"
-     "\"encoding\":{\"type\":\"string\",\"enum\":[\"utf-8\",\"base64\"],\"default\":\"utf-8\"}},"
-     "\"required\":[\"path\",\"content\"],\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\":{\"type\":"
-     "\"integer\"}},\"required\":[\"path\",\"size\"]}",
-     {{"path", ARG_PATH, true}, {"content", ARG_STRING, true}, {"encoding", ARG_STRING, false}},
-     run_write_file},
-    {"restart_kernel",
-     "Restart the kernel",
-     "Restarts the session's kernel: its variables are lost, its workspace files stay.",
-     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"kernel_id\":{\"type\":\"string\"},\"status\":"
-     "{\"type\":\"string\"}},\"required\":[\"kernel_id\",\"status\"]}",
-     {{0}},
-     run_restart},
-    {"run_command",
-     "Run a shell command",
-     "Runs a shell command (bash -l -c) in the session's sandbox, beside its kernel (also while "
-     "code runs): the same workspace files, limits, network policy and environment. Returns its "
-     "stdout, stderr and exit code. No terminal; processes it leaves behind are killed when it "
-     "exits.",
-     "{\"type\":\"object\",\"properties\":{\"command\":{\"type\":\"string\",\"minLength\":1,"
-     "\"maxLength\":65536,\"description\":\"the command line\"},\"timeout\":{\"type\":"
-     "\"number\",\"exclusiveMinimum\":0,\"maximum\":604800,\"description\":\"seconds before "
-     "it is killed\"}},\"required\":[\"command\"],\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"status\":{\"type\":\"string\",\"description\":"
-     "\"ok, error, killed, timeout, cancelled, output_limit, kernel_died, out_of_memory\"},\"exit_code\":"
-     "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]},\"signal\":{\"anyOf\":"
-     "[{\"type\":\"integer\"},{\"type\":\"null\"}]},\"duration_ms\":{\"type\":\"number\"},"
-     "\"message\":{\"type\":\"string\"}},\"required\":[\"status\",\"duration_ms\"]}",
-     {{"command", ARG_STRING, true}, {"timeout", ARG_NUMBER, false}},
-     run_command},
-    {"rollback",
-     "Roll the kernel back to a checkpoint",
-     "Returns the session's kernel to a checkpoint taken by execute_code with checkpoint: its "
-     "variables, imports and workspace files are as they were then (threads, sockets and "
-     "subprocesses started since are gone). The checkpoint stays: rolling back to it again gives "
-     "the same state.",
-     "{\"type\":\"object\",\"properties\":{\"checkpoint\":{\"type\":\"string\","
-     "\"description\":\"a checkpoint id (execute_code's result)\"}},\"required\":"
-     "[\"checkpoint\"],\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"kernel_id\":"
-     "{\"type\":\"string\"},\"execution_count\":{\"type\":\"integer\"},\"files\":{\"type\":"
-     "\"boolean\"}},\"required\":[\"id\",\"kernel_id\",\"execution_count\"]}",
-     {{"checkpoint", ARG_STRING, true}},
-     run_rollback},
-    {"fork",
-     "Fork the kernel into a new named kernel",
-     "Copies the session's kernel (its variables, imports and functions), as it is now or as it "
-     "was at a checkpoint taken by execute_code with checkpoint, into a new kernel with its own "
-     "name: MCP sessions opened with the header Kgw-Kernel-Name: NAME use the copy, which then "
-     "goes its own way. The copy shares the workspace files and the sandbox (and its limits) "
-     "with this kernel, and ends when this kernel ends; random generators are reseeded.",
-     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,"
-     "\"maxLength\":64,\"pattern\":\"^[A-Za-z0-9_][A-Za-z0-9._-]*$\",\"description\":"
-     "\"the new kernel's name (a name no kernel of yours has)\"},\"checkpoint\":{\"type\":"
-     "\"string\",\"description\":\"fork from this checkpoint (execute_code's result) "
-     "instead of the kernel's state now\"}},\"required\":[\"name\"],"
-     "\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"kernel_id\":{\"type\":\"string\"},\"name\":"
-     "{\"type\":\"string\"},\"forked_from\":{\"type\":\"string\"},\"checkpoint\":{\"anyOf\":"
-     "[{\"type\":\"string\"},{\"type\":\"null\"}]}},\"required\":[\"kernel_id\",\"name\","
-     "\"forked_from\"]}",
-     {{"name", ARG_STRING, true}, {"checkpoint", ARG_STRING, false}},
-     run_fork},
+/* The tools: a fixed, reviewable table (no lookup outside it); what each one is, and the
+ * arguments it takes, are its entry in docs/mcp_tools.json. */
+static const struct mcp_tool tools[] = {
+    {"execute_code", NULL, run_execute},
+    {"list_files", NULL, run_list_files},
+    {"read_file", check_path, run_read_file},
+    {"write_file", check_path, run_write_file},
+    {"restart_kernel", NULL, run_restart},
+    {"run_command", NULL, run_command},
+    {"rollback", NULL, run_rollback},
+    {"fork", NULL, run_fork},
 };
 
-const size_t mcp__ntools = sizeof(mcp__tools) / sizeof(mcp__tools[0]);
+static const struct mcp_tool *tool_row(const char *name)
+{
+    for (size_t i = 0; name && i < UTIL_ARRAY_SIZE(tools); i++)
+        if (!strcmp(tools[i].name, name))
+            return &tools[i];
+    return NULL;
+}
+
+/* A mistake in docs/mcp_tools.json: -EINVAL after saying where. */
+static int tools_mistake(size_t i, const char *name, const char *what, const char *where)
+{
+    log_error("mcp: docs/mcp_tools.json: tool %zu (%.64s)%s%s: %s", i, name ? name : "no name",
+              where[0] ? ": inputSchema" : "", where, what);
+    return -EINVAL;
+}
+
+static int tools_check(const json_t *list)
+{
+    size_t i;
+    const json_t *d;
+    if (!json_is_array(list) || json_array_size(list) != UTIL_ARRAY_SIZE(tools)) {
+        log_error("mcp: docs/mcp_tools.json: \"tools\" must list the %zu tools of mcptools.c",
+                  UTIL_ARRAY_SIZE(tools));
+        return -EINVAL;
+    }
+    json_array_foreach(list, i, d)
+    {
+        const char *name = json_string_value(json_object_get(d, "name"));
+        const json_t *in = json_object_get(d, "inputSchema");
+        struct jschema_err e;
+        if (!tool_row(name))
+            return tools_mistake(i, name, "not a tool of mcptools.c", "");
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(name, json_string_value(json_object_get(json_array_get(list, j), "name"))))
+                return tools_mistake(i, name, "listed twice", "");
+        if (!json_is_string(json_object_get(d, "title")) ||
+            !json_is_string(json_object_get(d, "description")) ||
+            !json_is_object(json_object_get(d, "outputSchema")))
+            return tools_mistake(i, name, "needs a title, a description and an outputSchema", "");
+        if (jschema_check(in, &e) < 0)
+            return tools_mistake(i, name, e.what, e.where[0] ? e.where : "/");
+        if (strcmp(json_string_value(json_object_get(in, "type")) ?: "", "object") != 0)
+            return tools_mistake(i, name, "must be of type object", "/");
+    }
+    return 0;
+}
+
+int mcp__tools_load(json_t **ret_tools)
+{
+    json_error_t je;
+    json_t *doc = json_loadb((const char *)kgw_mcp_tools_json, kgw_mcp_tools_json_len,
+                             JSON_REJECT_DUPLICATES, &je);
+    if (!doc) {
+        log_error("mcp: docs/mcp_tools.json: line %d: %s", je.line, je.text);
+        return json_error_code(&je) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
+    }
+    json_t *list = json_object_get(doc, "tools");
+    int rc = tools_check(list);
+    if (rc == 0)
+        *ret_tools = json_incref(list);
+    json_decref(doc);
+    return rc;
+}
+
+const struct mcp_tool *mcp__tool_find(const struct mcp *m, const char *name, json_t **ret_def)
+{
+    size_t i;
+    json_t *d;
+    json_array_foreach(m->tools, i, d)
+    {
+        if (name && !strcmp(json_string_value(json_object_get(d, "name")), name)) {
+            *ret_def = d;
+            return tool_row(name);
+        }
+    }
+    return NULL;
+}
 
 /* ---- answers ---- */
 
@@ -809,7 +764,24 @@ static void run_list_files(struct mcp_call *c, kernel_t *k)
     tool_reply(c);
 }
 
-/* The tool's "path" argument (checked by check_args), normalized into out. */
+/* read_file's and write_file's "path" (a string, as their schema says): a normal relative
+ * path, refused before the session's kernel starts. */
+static bool check_path(struct mcp_call *c, const struct mcp_tool *t, json_t *args)
+{
+    json_t *v = json_object_get(args, "path");
+    char path[FPATH_MAX + 1];
+    if (json_is_string(v) &&
+        fpath_normalize(json_string_value(v), json_string_length(v), path, sizeof(path)) >= 0)
+        return true;
+    mcp__reply_error(c, 200, JRPC_INVALID_PARAMS,
+                     "%s: argument \"path\" must be a relative path of at most %d bytes, "
+                     "'/'-separated, without empty, '.' or '..' components or control "
+                     "characters",
+                     t->name, FPATH_MAX);
+    return false;
+}
+
+/* The tool's "path" argument (checked by check_path), normalized into out. */
 static bool tool_path(struct mcp_call *c, char out[FPATH_MAX + 1])
 {
     json_t *p = json_object_get(c->args, "path");

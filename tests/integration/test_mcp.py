@@ -175,6 +175,53 @@ def test_jsonrpc_error_codes(gateway):
     assert post(gateway, None, sid, method="DELETE")[0] == 204
 
 
+def test_arguments_checked_against_the_schemas(gateway):
+    """A tool's arguments are checked against its inputSchema (docs/mcp_tools.json) before its
+    kernel starts: a wrong type, a missing required argument, an unknown one and a broken bound
+    are refused with -32602 and a message naming the argument and the rule."""
+    sid = initialize(gateway)
+    schemas = {t["name"]: t["inputSchema"] for t in post(
+        gateway, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, sid)[1]["result"]["tools"]}
+    cases = [
+        ("execute_code", {"code": 5}, 'execute_code: argument "code" must be a string'),
+        ("execute_code", {"timeout": 5}, 'execute_code: argument "code" is required'),
+        ("execute_code", {"code": "1", "color": "red"},
+         'execute_code: argument "color" is unknown (allowed: code, timeout, checkpoint, '
+         'rollback_on_error)'),
+        ("execute_code", {"code": "1", "timeout": 0},
+         'execute_code: argument "timeout" must be a number > 0 and <= 604800'),
+        ("execute_code", {"code": "1", "checkpoint": "yes"},
+         'execute_code: argument "checkpoint" must be true or false'),
+        ("write_file", {"path": "a.txt", "content": ["x"]},
+         'write_file: argument "content" must be a string'),
+        ("write_file", {"path": "a.txt"}, 'write_file: argument "content" is required'),
+        ("write_file", {"path": "a.txt", "content": "x", "mode": 420},
+         'write_file: argument "mode" is unknown (allowed: path, content, encoding)'),
+        ("write_file", {"path": "a.txt", "content": "x", "encoding": "latin-1"},
+         'write_file: argument "encoding" must be one of "utf-8", "base64"'),
+        ("run_command", {"command": True}, 'run_command: argument "command" must be a string of '
+         '1 to 65536 characters'),
+        ("run_command", {}, 'run_command: argument "command" is required'),
+        ("run_command", {"command": "true", "cwd": "/"},
+         'run_command: argument "cwd" is unknown (allowed: command, timeout)'),
+        ("fork", {"name": "x" * 65}, 'fork: argument "name" must be a string of 1 to 64 '
+         'characters'),
+        ("list_files", {"all": True}, 'list_files: argument "all" is unknown (none allowed)'),
+    ]
+    for i, (tool, args, message) in enumerate(cases):
+        st, body, _ = call(gateway, sid, i, tool, args)
+        assert st == 200 and body["id"] == i and "result" not in body, (tool, args, body)
+        assert body["error"] == {"code": -32602, "message": message}, (tool, args, body)
+        # the argument named is one tools/list's schema refuses: unknown to it, required by
+        # it, or given with a value it does not allow
+        named = message.split('"')[1]
+        props, required = schemas[tool]["properties"], schemas[tool].get("required", [])
+        assert (named not in props) == ("is unknown" in message), (message, props)
+        assert (named in required and named not in args) == ("is required" in message), message
+    assert gateway.request("GET", "/api/kernels")[1] == []
+    assert post(gateway, None, sid, method="DELETE")[0] == 204
+
+
 def test_transport_rules(gateway):
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-06-18", "capabilities": {}}}
@@ -394,7 +441,7 @@ def test_sdk_client(gateway):
     rc, out = run_node([NODE, "mcp_client.mjs", gateway.url, gateway.token], env=env)
     print(out)
     checks = ["initialize", "list_tools", "state_persists", "plot_image", "exception_is_error",
-              "progress", "cancel", "sessions_isolated", "restart_kernel",
+              "arguments_refused", "progress", "cancel", "sessions_isolated", "restart_kernel",
               "wrong_key_401", "session_end_shuts_kernel"]
     if "KGW_MCP_NO_FILES" not in env:
         checks.append("files")

@@ -45,6 +45,19 @@ async function main() {
   }
   ok('list_tools');
 
+  // arguments that do not match a tool's inputSchema: JSON-RPC -32602, naming the argument
+  const refused = async (name, args, message) => {
+    await assert.rejects(client.callTool({ name, arguments: args }, undefined, LONG),
+      (e) => e.code === -32602 && e.message.includes(message), `${name} ${JSON.stringify(args)}`);
+  };
+  await refused('execute_code', { code: 42 }, 'argument "code" must be a string');
+  await refused('execute_code', {}, 'argument "code" is required');
+  await refused('execute_code', { code: '1', verbose: true }, 'argument "verbose" is unknown');
+  await refused('read_file', { path: 7 }, 'argument "path" must be a string');
+  await refused('read_file', {}, 'argument "path" is required');
+  await refused('read_file', { path: 'a', offset: 1 }, 'argument "offset" is unknown');
+  ok('arguments_refused');
+
   let res = await run(client, 'x = 21');
   assert.equal(res.isError, false);
   assert.equal(res.structuredContent.status, 'ok');
