@@ -279,10 +279,12 @@ class Stress:
             if dt > self.slowest[0]:
                 self.slowest = (dt, what)
 
-    def stream(self, rng, method, path, body, headers=None, raw=None, parse=None, drop=None):
+    def stream(self, rng, method, path, body, headers=None, raw=None, parse=None, drop=None,
+               broken_ok=None):
         """A streamed answer: opens it, takes items (parse(response) -> item or None at the end)
         until the end or a drop (drop(items) true: the socket is closed mid-stream, half the
-        time with a reset). Returns (status, items, headers, ended)."""
+        time with a reset). A stream that breaks is a failure unless broken_ok() says it may
+        (an E2B sandbox killed meanwhile). Returns (status, items, headers, ended)."""
         what = f"{method} {path}"
         reset = rng.random() < 0.5
         c = self.connect()
@@ -317,6 +319,8 @@ class Stress:
                 self.fail(f"{what}: the connection ended without an answer: {e!r}")
                 raise Hang(what)
             # a stream ends with its end event, also when its kernel ended
+            if broken_ok is not None and broken_ok():
+                return 200, items, None, False
             self.fail(f"{what}: the stream broke after {len(items)} items: {e!r}")
             raise Hang(what)
         finally:
@@ -862,15 +866,22 @@ def op_e2b_execute(st, rng):
     drop = rng.choice([None, 1, 2])
     status, lines, _, ended = st.stream(rng, "POST", "/e2b/sbx/execute", body,
                                         headers=sbx_headers(m), parse=st.ndjson,
-                                        drop=(lambda items: len(items) >= drop) if drop else None)
+                                        drop=(lambda items: len(items) >= drop) if drop else None,
+                                        broken_ok=lambda: sbx_killed(st, m))
     if status == 200 and ended:
         types = [l["type"] for l in lines]
         if not types or types[-1] != "end_of_execution" or types.count("end_of_execution") != 1:
             # a sandbox killed meanwhile drops its streams, as E2B's does: the SDKs then find
             # /health at 502 and report the kill
-            hs, _, _ = st.http("GET", "/e2b/sbx/health", None, headers=sbx_headers(m))
-            if hs != 502:
-                st.fail(f"e2b /execute on {sid}: lines end {lines[-3:]} (health {hs})")
+            if not sbx_killed(st, m):
+                st.fail(f"e2b /execute on {sid}: lines end {lines[-3:]}")
+
+
+def sbx_killed(st, m):
+    """Whether the sandbox is gone: a sandbox killed drops its streams, as E2B's does (the SDKs
+    then find /health at 502 and report the kill)."""
+    hs, _, _ = st.http("GET", "/e2b/sbx/health", None, headers=sbx_headers(m))
+    return hs == 502
 
 
 def op_e2b_context(st, rng):
@@ -924,7 +935,7 @@ def op_e2b_process(st, rng):
     st.stream(rng, "POST", "/e2b/sbx/process.Process/Start", None,
               raw=_envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}}),
               headers=sbx_headers(m, {"Content-Type": "application/connect+json"}),
-              parse=st.envelope, drop=dropper)
+              parse=st.envelope, drop=dropper, broken_ok=lambda: sbx_killed(st, m))
 
 
 # ---- races: a second operation on the target of a first one still in flight
