@@ -493,11 +493,7 @@ static void upload_write(struct fxfer *x, const char *p, size_t n)
     }
 }
 
-static int spa_cb(void *data,
-                  const char *name,
-                  const char *filename,
-                  char *buf,
-                  int len,
+static int spa_cb(void *data, const char *name, const char *filename, char *buf, int len,
                   enum lws_spa_fileupload_states state)
 {
     struct fxfer *x = data;
