@@ -55,6 +55,16 @@ int util_read_line(FILE *f, char *buf, size_t max, struct util_file_pos *pos, si
 int util_sched_slice(uint64_t ns);
 
 #define UTIL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+/* The body of a printf-like error setter x_set(e, type, fmt, ...) (<stdarg.h>): e->type = type
+ * and e->message (an array) formatted from the arguments after fmt, cut to fit. */
+#define UTIL_ERROR_SET(e, t, fmt)                                                                  \
+    do {                                                                                           \
+        va_list util_ap_;                                                                          \
+        (e)->type = (t);                                                                           \
+        va_start(util_ap_, fmt);                                                                   \
+        vsnprintf((e)->message, sizeof((e)->message), fmt, util_ap_);                              \
+        va_end(util_ap_);                                                                          \
+    } while (0)
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 #endif

@@ -543,41 +543,83 @@ static void api_list(struct gw_req *r)
     req_reply(r, 200, a);
 }
 
-static void api_sandbox(struct gw_req *r)
+/* The caller's sandbox of a /sandboxes/{id} route; NULL after answering 404. */
+static struct e2bsbx *route_sandbox(struct gw_req *r)
+{
+    struct e2bsbx *s = sbx_of(r->g->e2b, r->route.arg[0], r->caller.tenant);
+    if (!s)
+        e2b__api_error(r, 404, "sandbox %s not found", r->route.arg[0]);
+    return s;
+}
+
+void e2b_sandboxes(struct gw_req *r)
+{
+    return r->method == HTTP_M_POST ? api_create(r) : api_list(r);
+}
+
+void e2b_sandbox(struct gw_req *r)
 {
     struct e2b *e = r->g->e2b;
-    struct e2bsbx *s = sbx_of(e, r->route.arg[0], r->caller.tenant);
-    char err[E2BWIRE_ERR_MAX];
-    long long t;
+    struct e2bsbx *s = route_sandbox(r);
     if (!s)
-        return e2b__api_error(r, 404, "sandbox %s not found", r->route.arg[0]);
-    switch (r->route.id) {
-    case ROUTE_E2B_SANDBOX:
-        if (r->method == HTTP_M_DELETE) {
-            sbx_kill(e, s, "killed");
-            return req_reply(r, 204, NULL);
-        }
-        return req_reply(r, 200, sbx_detail(e, s));
-    case ROUTE_E2B_TIMEOUT:
-        if (e2bwire_timeout_parse(r->body.data ? r->body.data : "", r->body.len, true, &t, err,
-                                  sizeof(err)) < 0)
-            return e2b__api_error(r, 400, "%s", err);
-        if (t == 0) /* as a create's: DELETE ends a sandbox */
-            return e2b__api_error(r, 400, "\"timeout\" must be at least 1 second");
-        s->end_us = util_wall_us() + t * 1000000LL;
-        s->life_s = t; /* while it starts: from when it is ready */
+        return;
+    if (r->method == HTTP_M_DELETE) {
+        sbx_kill(e, s, "killed");
         return req_reply(r, 204, NULL);
-    default: /* connect, v1 and v2: the tokens again; a timeout only extends the
-                lifetime */
-        if (e2bwire_timeout_parse(r->body.data ? r->body.data : "", r->body.len, false, &t, err,
-                                  sizeof(err)) < 0)
-            return e2b__api_error(r, 400, "%s", err);
-        if (t > 0 && util_wall_us() + t * 1000000LL > s->end_us)
-            s->end_us = util_wall_us() + t * 1000000LL;
-        if (t > s->life_s && !s->ready)
-            s->life_s = t;
-        return req_reply(r, r->route.id == ROUTE_E2B_CONNECT ? 200 : 201, sbx_model(s));
     }
+    req_reply(r, 200, sbx_detail(e, s));
+}
+
+/* route_sandbox, and the body's timeout into *ret_t (-1 when absent and not required); NULL
+ * after answering. */
+static struct e2bsbx *route_sandbox_timeout(struct gw_req *r, bool required, long long *ret_t)
+{
+    char err[E2BWIRE_ERR_MAX];
+    struct e2bsbx *s = route_sandbox(r);
+    if (s && e2bwire_timeout_parse(r->body.data ? r->body.data : "", r->body.len, required,
+                                   ret_t, err, sizeof(err)) < 0) {
+        e2b__api_error(r, 400, "%s", err);
+        return NULL;
+    }
+    return s;
+}
+
+void e2b_timeout(struct gw_req *r)
+{
+    long long t;
+    struct e2bsbx *s = route_sandbox_timeout(r, true, &t);
+    if (!s)
+        return;
+    if (t == 0) /* as a create's: DELETE ends a sandbox */
+        return e2b__api_error(r, 400, "\"timeout\" must be at least 1 second");
+    s->end_us = util_wall_us() + t * 1000000LL;
+    s->life_s = t; /* while it starts: from when it is ready */
+    req_reply(r, 204, NULL);
+}
+
+/* Connect, answered with status (v1 200, v2 201): the tokens again; a timeout only extends
+ * the lifetime. */
+static void api_connect(struct gw_req *r, int status)
+{
+    long long t;
+    struct e2bsbx *s = route_sandbox_timeout(r, false, &t);
+    if (!s)
+        return;
+    if (t > 0 && util_wall_us() + t * 1000000LL > s->end_us)
+        s->end_us = util_wall_us() + t * 1000000LL;
+    if (t > s->life_s && !s->ready)
+        s->life_s = t;
+    req_reply(r, status, sbx_model(s));
+}
+
+void e2b_connect(struct gw_req *r)
+{
+    api_connect(r, 200);
+}
+
+void e2b_connect_v2(struct gw_req *r)
+{
+    api_connect(r, 201);
 }
 
 /* What E2B's API offers under a sandbox that kgw does not, by the path's last part. */
@@ -653,7 +695,7 @@ static void api_metrics(struct gw_req *r, struct e2bsbx *s)
 /* A path under /e2b/api no route of kgw's matched: one naming a sandbox that is not there (or
  * whose id is not one kgw gives) is 404, as E2B answers it; the rest is 501 and says what is
  * not offered. */
-static void api_other(struct gw_req *r)
+void e2b_api_other(struct gw_req *r)
 {
     struct e2b *e = r->g->e2b;
     const char *p = r->fpath;
@@ -681,20 +723,4 @@ static void api_other(struct gw_req *r)
     char q[160];
     return e2b__api_error(r, 501, "/e2b/api/%s is not offered by kgw (docs/e2b.md lists what is)",
                           log_quote(q, sizeof(q), r->fpath, strlen(r->fpath)));
-}
-
-void e2b_api(struct gw_req *r)
-{
-    switch (r->route.id) {
-    case ROUTE_E2B_SANDBOXES:
-    case ROUTE_E2B_SANDBOXES_V2:
-        return r->method == HTTP_M_POST ? api_create(r) : api_list(r);
-    case ROUTE_E2B_SANDBOX:
-    case ROUTE_E2B_TIMEOUT:
-    case ROUTE_E2B_CONNECT:
-    case ROUTE_E2B_CONNECT_V2:
-        return api_sandbox(r);
-    default:
-        return api_other(r);
-    }
 }

@@ -21,7 +21,15 @@
 int e2b_listen(gw_t *g);
 void e2b_fini(gw_t *g);
 
-/* The control plane (ROUTE_E2B_*, authenticated as other routes). */
-void e2b_api(struct gw_req *r);
+/* The control plane's routes (authenticated as other routes): GET and POST [/v2]/sandboxes,
+ * GET and DELETE /sandboxes/{id}, POST /sandboxes/{id}/timeout, POST /sandboxes/{id}/connect
+ * (200) and /v2/sandboxes/{id}/connect (201), and the rest of /e2b/api (e2b_api_other: a
+ * sandbox's metrics; 404 for an unknown sandbox, else 501, not offered). */
+void e2b_sandboxes(struct gw_req *r);
+void e2b_sandbox(struct gw_req *r);
+void e2b_timeout(struct gw_req *r);
+void e2b_connect(struct gw_req *r);
+void e2b_connect_v2(struct gw_req *r);
+void e2b_api_other(struct gw_req *r);
 
 #endif

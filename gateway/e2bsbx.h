@@ -7,7 +7,7 @@
 
 #include "gateway/http.h"
 
-/* ROUTE_E2B_SBX (public: authenticated here by the sandbox's tokens). */
+/* /e2b/sbx/{path} (public: authenticated here by the sandbox's tokens). */
 void e2bsbx_handle(struct gw_req *r);
 /* route_ops write and fini: an /execute or process stream, a POST /files being written. */
 int e2bsbx_write(struct gw_req *r);

@@ -206,7 +206,7 @@ static struct fxfer *xfer_new(gw_t *g, enum fx_kind kind, wspace_t *w, int root)
 
 /* ---- check_file, listing, delete ---- */
 
-static void handle_check_file(struct gw_req *r, int root)
+static void handle_check_file(struct gw_req *r, wspace_t *w, int root)
 {
     struct stat st = {0};
     char q[160];
@@ -493,11 +493,7 @@ static void upload_write(struct fxfer *x, const char *p, size_t n)
     }
 }
 
-static int spa_cb(void *data,
-                  const char *name,
-                  const char *filename,
-                  char *buf,
-                  int len,
+static int spa_cb(void *data, const char *name, const char *filename, char *buf, int len,
                   enum lws_spa_fileupload_states state)
 {
     struct fxfer *x = data;
@@ -544,14 +540,14 @@ static bool multipart_ok(struct lws *wsi)
     return n >= 1 && n <= BOUNDARY_MAX;
 }
 
-int filesapi_upload_start(struct gw_req *r, long long content_length)
+/* POST /upload (multipart) or PUT /upload/{path} (the raw file). */
+static int upload_start(struct gw_req *r, long long content_length, bool multipart)
 {
     gw_t *g = r->g;
     char q[160];
     int root = -1;
     if (content_length > g->cfg.max_upload_bytes)
         return -EFBIG;
-    bool multipart = r->route.id == ROUTE_UPLOAD;
     if (multipart && !multipart_ok(r->wsi)) {
         req_error(r, 415,
                   "POST /upload takes multipart/form-data (a \"file\" part and a \"path\" "
@@ -714,28 +710,48 @@ void filesapi_upload_done(struct gw_req *r)
 
 /* ---- entry ---- */
 
-void filesapi_handle(struct gw_req *r)
+/* fn answers with the request's workspace and its root directory, closed after it; nothing
+ * after answering that there is no such workspace. */
+static void on_workspace(struct gw_req *r, void (*fn)(struct gw_req *, wspace_t *, int))
 {
     int root = -1;
     wspace_t *w = request_workspace(r, &root);
     if (!w)
         return;
-    switch (r->route.id) {
-    case ROUTE_CHECK_FILE:
-        handle_check_file(r, root);
-        break;
-    case ROUTE_FILES:
-        handle_list(r, w, root);
-        break;
-    case ROUTE_FILE:
-        handle_delete(r, w, root);
-        break;
-    case ROUTE_DOWNLOAD:
-        return start_download(r, w, root); /* owns root */
-    default:
-        req_error(r, 404, "not found");
-        break;
-    }
+    fn(r, w, root);
     close(root);
+}
+
+void filesapi_check_file(struct gw_req *r)
+{
+    on_workspace(r, handle_check_file);
+}
+
+void filesapi_list(struct gw_req *r)
+{
+    on_workspace(r, handle_list);
+}
+
+void filesapi_delete(struct gw_req *r)
+{
+    on_workspace(r, handle_delete);
+}
+
+void filesapi_download(struct gw_req *r)
+{
+    int root = -1;
+    wspace_t *w = request_workspace(r, &root);
+    if (w)
+        start_download(r, w, root); /* owns root */
+}
+
+int filesapi_post_start(struct gw_req *r, long long content_length)
+{
+    return upload_start(r, content_length, true);
+}
+
+int filesapi_put_start(struct gw_req *r, long long content_length)
+{
+    return upload_start(r, content_length, false);
 }
 

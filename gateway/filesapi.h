@@ -8,11 +8,16 @@
 #include "gateway/gw.h"
 #include "gateway/http.h"
 
-/* check_file, listing, delete and the start of a download (which then continues in
- * filesapi_download_write). */
-void filesapi_handle(struct gw_req *r);
-/* An upload (struct route_ops's upload_* calls) */
-int filesapi_upload_start(struct gw_req *r, long long content_length);
+/* GET /check_file/{path}, GET /files, DELETE /files/{path}, and GET /download/{path}, which
+ * continues in filesapi_download_write. */
+void filesapi_check_file(struct gw_req *r);
+void filesapi_list(struct gw_req *r);
+void filesapi_delete(struct gw_req *r);
+void filesapi_download(struct gw_req *r);
+/* An upload (struct route_ops's upload_* calls): POST /upload (multipart/form-data) or PUT
+ * /upload/{path} (the raw file) */
+int filesapi_post_start(struct gw_req *r, long long content_length);
+int filesapi_put_start(struct gw_req *r, long long content_length);
 /* Body bytes; failures are remembered and answered at the end. Returns 0. */
 int filesapi_upload_body(struct gw_req *r, const void *in, size_t len);
 void filesapi_upload_done(struct gw_req *r);

@@ -115,13 +115,8 @@ void gsecret_reload(gw_t *g)
     audit_event("secrets_reloaded", "s:I", "secrets", (json_int_t)g->secrets->n);
 }
 
-int gsecret_pick(gw_t *g,
-                 const char *tenant,
-                 json_t *ask,
-                 const char **names,
-                 size_t *ret_n,
-                 char *why,
-                 size_t whysz)
+int gsecret_pick(gw_t *g, const char *tenant, json_t *ask, const char **names, size_t *ret_n,
+                 char *why, size_t whysz)
 {
     size_t n = 0, i;
     json_t *v;

@@ -119,7 +119,6 @@ struct gw_drain {
 };
 
 typedef struct conns conns_t;
-struct route_ops; /* http.h: what serves a route */
 
 typedef struct gw {
     struct gw_config cfg;
@@ -155,7 +154,8 @@ typedef struct gw {
     struct xexecs *xexecs; /* xexec.c: the executions (execute API, MCP) */
     struct mcp *mcp;   /* mcp.c: the MCP sessions */
     struct e2b *e2b;   /* e2b.c: the E2B-compatible API's sandboxes */
-    const struct route_ops *routes; /* routes.c: by enum route_id (set before serving) */
+    const struct route_def *routes; /* routes.c: the route table (set before serving) */
+    size_t nroutes;                 /* its rows */
     size_t replay_bytes;     /* wschan.c: output held for every detached session together */
     struct wsconn_share *ws_shares; /* wsconn.c: websockets open per tenant (NULL: none) */
     struct wschan_share *replay_shares; /* wschan.c: replay_bytes per tenant (NULL: none) */
@@ -170,7 +170,7 @@ typedef struct gw {
 struct gw_pss {
     struct gw_req *req;
     struct wsconn *wc;
-    struct route route; /* websockets only; id ROUTE_NONE otherwise */
+    struct route route; /* websockets only; no row (def NULL) otherwise */
 };
 
 #define AUTH_DEFAULT_TENANT "default" /* the tenant of --api-key / KGW_API_KEY */

@@ -478,9 +478,9 @@ int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *,
 static void dispatch(struct gw_req *r)
 {
     gw_t *g = r->g;
-    if (!(r->route.flags & ROUTE_F_SCRAPE))
+    if (!(r->route.def->flags & ROUTE_F_SCRAPE))
         g->last_activity_us = util_wall_us();
-    if (r->route.flags & ROUTE_F_WEBSOCKET)
+    if (r->route.def->flags & ROUTE_F_WEBSOCKET)
         return req_error(r, 400, "this endpoint needs a websocket upgrade");
     if (!r->ops || !r->ops->handle)
         return req_error(r, 404, "not found");
@@ -614,19 +614,19 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
     bool metrics_only = g->metrics_vhost && lws_get_vhost(wsi) == g->metrics_vhost;
     if (!http_uri_decodable(wsi, path, len))
         return answer_now(g, wsi, pss, 400, HTTP_UNDECODABLE_MESSAGE);
-    if (route_match(path, len, &r->route) < 0 ||
-        (metrics_only && !(r->route.flags & ROUTE_F_SCRAPE)))
+    if (route_match(g->routes, g->nroutes, path, len, &r->route) < 0 ||
+        (metrics_only && !(r->route.def->flags & ROUTE_F_SCRAPE)))
         return answer_now(g, wsi, pss, 404, "not found");
-    r->ops = &g->routes[r->route.id];
-    if (r->route.flags & ROUTE_F_STDIN)
+    r->ops = &r->route.def->ops;
+    if (r->route.def->flags & ROUTE_F_STDIN)
         r->body.max += ROUTE_STDIN_EXTRA;
     if (metrics_only && r->method != HTTP_M_GET)
         return answer_now(g, wsi, pss, 405, "method not allowed");
     if (r->method == HTTP_M_OPTIONS)
         return answer_now(g, wsi, pss, 204, NULL);
-    if (!(r->route.methods & r->method))
+    if (!(r->route.def->methods & r->method))
         return answer_now(g, wsi, pss, 405, "method not allowed");
-    if (!(r->route.flags & ROUTE_F_PUBLIC) && !metrics_only) {
+    if (!(r->route.def->flags & ROUTE_F_PUBLIC) && !metrics_only) {
         int retry = 0, st = auth_request(g, wsi, &r->caller, &retry);
         if (st) {
             req_free(pss->req);
@@ -646,7 +646,7 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
             answer_now(g, wsi, pss, 400, "invalid Content-Length");
             return -1;
         }
-        if (r->route.flags & ROUTE_F_UPLOAD) {
+        if (r->route.def->flags & ROUTE_F_UPLOAD) {
             if (chunked || !given) {
                 answer_now(g, wsi, pss, 411, "uploads need a Content-Length");
                 return -1;
@@ -744,7 +744,7 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
             }
             return 0;
         }
-        if (r->route.flags & ROUTE_F_UPLOAD)
+        if (r->route.def->flags & ROUTE_F_UPLOAD)
             return r->ops->upload_body(r, in, len);
         if (buf_append(&r->body, in, len) < 0) {
             answer_now(g, wsi, pss, 413, "request body too large");
@@ -754,7 +754,7 @@ int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, st
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
         if (r && r->body_expected) {
             r->body_expected = false;
-            if (r->route.flags & ROUTE_F_UPLOAD)
+            if (r->route.def->flags & ROUTE_F_UPLOAD)
                 r->ops->upload_done(r);
             else
                 dispatch(r);

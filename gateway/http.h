@@ -1,5 +1,5 @@
 /* http.c: the HTTP transport. The lws HTTP callback, request objects, body collection and
- * response writing; a request goes to its route's row (struct route_ops, gateway/routes.c). */
+ * response writing; a request goes to its route's row (struct route_def, gateway/routes.c). */
 #ifndef KGW_GATEWAY_HTTP_H
 #define KGW_GATEWAY_HTTP_H
 
@@ -27,7 +27,7 @@ struct gw_req {
     struct lws *wsi;
     unsigned method;
     struct route route;
-    const struct route_ops *ops; /* the route's row (NULL until matched) */
+    const struct route_ops *ops; /* what serves its route (NULL until matched) */
     struct gw_caller caller; /* who asked (tenant "" for unauthenticated routes) */
     buf_t body;
     bool body_expected;
@@ -75,30 +75,6 @@ void req_error_retry(struct gw_req *r, int status, int retry_after, const char *
 void req_error_draining(struct gw_req *r);
 /* Waits for the kernel's transition, then calls done(r, k, status). */
 int req_wait_kernel(struct gw_req *r, kernel_t *k, void (*done)(struct gw_req *, kernel_t *, int));
-
-/* What serves a route: one row per route id (gateway/routes.c). A request whose body is
- * collected goes to handle once it is complete; an upload (ROUTE_F_UPLOAD) streams its body
- * through the upload_* calls instead. A handler that streams its answer (a download, an
- * execution's events) leaves no response stored and write continues it. */
-struct route_ops {
-    void (*handle)(struct gw_req *r);
-    /* Before an upload's body: 0 to stream the body into upload_body; 1 when a reply is
-     * queued (the body is then discarded); -EFBIG when it is over --max-upload-bytes (answer at
-     * once and close: it is not worth reading). */
-    int (*upload_start)(struct gw_req *r, long long content_length);
-    int (*upload_body)(struct gw_req *r, const void *in, size_t len); /* returns 0 */
-    void (*upload_done)(struct gw_req *r);
-    /* On a writeable callback while no response is stored: -1 close, 0 more to send (or
-     * nothing streamed), 1 finished (the transaction completes). */
-    int (*write)(struct gw_req *r);
-    /* Frees what the row's handlers keep in the request (r->xfer, r->xr). */
-    void (*fini)(struct gw_req *r);
-    /* ROUTE_F_WEBSOCKET: checks the upgrade (0 proceed, else the status of the refusal in no),
-     * then opens the face's connection at LWS_CALLBACK_ESTABLISHED (pss->route is the route);
-     * its later callbacks go to the connection's websocket base (wsconn.h). */
-    int (*ws_confirm)(gw_t *g, struct lws *wsi, const struct route *rt, struct gw_refusal *no);
-    int (*ws_open)(gw_t *g, struct lws *wsi, struct gw_pss *pss);
-};
 
 int http_callback(gw_t *g, struct lws *wsi, enum lws_callback_reasons reason, struct gw_pss *pss,
                   void *in, size_t len);

@@ -352,12 +352,12 @@ static int confirm_upgrade(struct lws *wsi)
         st = gw_refuse(&no, 404, 0, "not found");
     else if (n > 0 && !http_uri_decodable(wsi, uri, (size_t)n))
         st = gw_refuse(&no, 400, 0, HTTP_UNDECODABLE_MESSAGE);
-    else if (n <= 0 || route_match(uri, (size_t)n, &rt) < 0)
+    else if (n <= 0 || route_match(G.routes, G.nroutes, uri, (size_t)n, &rt) < 0)
         st = gw_refuse(&no, 404, 0, "not found");
-    else if (!(rt.flags & ROUTE_F_WEBSOCKET) || !G.routes[rt.id].ws_confirm)
+    else if (!(rt.def->flags & ROUTE_F_WEBSOCKET) || !rt.def->ops.ws_confirm)
         st = gw_refuse(&no, 400, 0, "this endpoint does not accept a websocket upgrade");
     else
-        st = G.routes[rt.id].ws_confirm(&G, wsi, &rt, &no);
+        st = rt.def->ops.ws_confirm(&G, wsi, &rt, &no);
     if (!st && drain_closing(&G))
         st = gw_refuse(&no, 503, DRAIN_RETRY_AFTER_S, DRAIN_CLOSE_REASON);
     if (!st && G.connections >= G.cfg.max_connections) { /* the descriptor budget's share */
@@ -383,7 +383,7 @@ static int ws_open(struct lws *wsi, struct gw_pss *pss)
 {
     if (!pss || conns_take_route(G.conns, wsi, &pss->route) < 0)
         return -1; /* not upgraded through confirm_upgrade */
-    const struct route_ops *ops = &G.routes[pss->route.id];
+    const struct route_ops *ops = &pss->route.def->ops;
     return ops->ws_open ? ops->ws_open(&G, wsi, pss) : -1;
 }
 
@@ -873,7 +873,7 @@ int main(int argc, char **argv)
     evl_io_t *sig_io = NULL;
     int rc, selftest_port = 0;
 
-    G.routes = routes_table();
+    G.routes = routes_table(&G.nroutes);
     sessions_init(&G);
     channel_init(&G);
     if (argc > 1 && !strcmp(argv[1], "keygen"))

@@ -10,66 +10,6 @@
 /* This shard's name: paths under "/s/<name>" are its own (see route_set_shard). */
 static const char *route__shard;
 
-/* See struct route_def for the pattern syntax. */
-static const struct route_def routes[] = {
-    {ROUTE_API, "/api", HTTP_M_GET, ROUTE_F_PUBLIC},
-    {ROUTE_STATUS, "/api/status", HTTP_M_GET, 0},
-    {ROUTE_KSPECS, "/api/kernelspecs", HTTP_M_GET, 0},
-    {ROUTE_KSPEC, "/api/kernelspecs/{name}", HTTP_M_GET, 0},
-    {ROUTE_KSPEC_RESOURCE, "/kernelspecs/{name}/{name}", HTTP_M_GET, 0},
-    {ROUTE_KERNELS, "/api/kernels", HTTP_M_GET | HTTP_M_POST, 0},
-    {ROUTE_KERNEL, "/api/kernels/{id}", HTTP_M_GET | HTTP_M_DELETE, 0},
-    {ROUTE_KERNEL_INTERRUPT, "/api/kernels/{id}/interrupt", HTTP_M_POST, 0},
-    {ROUTE_KERNEL_RESTART, "/api/kernels/{id}/restart", HTTP_M_POST, 0},
-    {ROUTE_KERNEL_FORK, "/api/kernels/{id}/fork", HTTP_M_POST, 0},
-    {ROUTE_KERNEL_EXECUTE, "/api/kernels/{id}/execute", HTTP_M_POST, 0},
-    {ROUTE_KERNEL_CHANNELS, "/api/kernels/{id}/channels", HTTP_M_GET, ROUTE_F_WEBSOCKET},
-    {ROUTE_KERNEL_CHECKPOINTS, "/api/kernels/{id}/checkpoints", HTTP_M_GET | HTTP_M_POST, 0},
-    {ROUTE_KERNEL_CHECKPOINT, "/api/kernels/{id}/checkpoints/{id}", HTTP_M_GET | HTTP_M_DELETE, 0},
-    {ROUTE_KERNEL_ROLLBACK, "/api/kernels/{id}/rollback", HTTP_M_POST, 0},
-    {ROUTE_EXECUTE, "/api/execute", HTTP_M_POST, 0},
-    {ROUTE_EXECUTION, "/api/executions/{id}", HTTP_M_GET | HTTP_M_DELETE, 0},
-    {ROUTE_EXECUTION_EVENTS, "/api/executions/{id}/events", HTTP_M_GET, 0},
-    {ROUTE_KERNEL_COMMANDS, "/api/kernels/{id}/commands", HTTP_M_POST, ROUTE_F_STDIN},
-    {ROUTE_KERNEL_COMMAND, "/api/kernels/{id}/commands/{id}", HTTP_M_DELETE, 0},
-    {ROUTE_MCP, "/mcp", HTTP_M_POST | HTTP_M_DELETE, 0}, /* GET: 405 (no server stream) */
-    {ROUTE_SESSIONS, "/api/sessions", HTTP_M_GET | HTTP_M_POST, 0},
-    {ROUTE_SESSION, "/api/sessions/{id}", HTTP_M_GET | HTTP_M_PATCH | HTTP_M_DELETE, 0},
-    {ROUTE_CHANNEL, "/channel", HTTP_M_GET, ROUTE_F_WEBSOCKET},
-    {ROUTE_UPLOAD, "/upload", HTTP_M_POST, ROUTE_F_UPLOAD},
-    {ROUTE_UPLOAD_PATH, "/upload/{path}", HTTP_M_PUT, ROUTE_F_UPLOAD},
-    {ROUTE_DOWNLOAD, "/download/{path}", HTTP_M_GET, 0},
-    {ROUTE_CHECK_FILE, "/check_file/{path}", HTTP_M_GET, 0},
-    {ROUTE_FILES, "/files", HTTP_M_GET, 0},
-    {ROUTE_FILE, "/files/{path}", HTTP_M_DELETE, 0},
-    {ROUTE_SELF_IDENTIFY, "/self_identify", HTTP_M_GET, 0},
-    {ROUTE_LIVENESS, "/check_liveness", HTTP_M_GET, ROUTE_F_PUBLIC},
-    {ROUTE_READY, "/check_ready", HTTP_M_GET, ROUTE_F_PUBLIC},
-    {ROUTE_OPENAPI, "/openapi.json", HTTP_M_GET, 0},
-    {ROUTE_METRICS, "/metrics", HTTP_M_GET, ROUTE_F_SCRAPE},
-    {ROUTE_PLAYGROUND, "/", HTTP_M_GET, ROUTE_F_PUBLIC}, /* the page holds no secret */
-    {ROUTE_PLAYGROUND_ASSET, "/playground/{name}", HTTP_M_GET, ROUTE_F_PUBLIC},
-    {ROUTE_E2B_SANDBOXES, "/e2b/api/sandboxes", HTTP_M_GET | HTTP_M_POST, 0},
-    {ROUTE_E2B_SANDBOXES_V2, "/e2b/api/v2/sandboxes", HTTP_M_GET | HTTP_M_POST, 0},
-    {ROUTE_E2B_SANDBOX, "/e2b/api/sandboxes/{id}", HTTP_M_GET | HTTP_M_DELETE, 0},
-    {ROUTE_E2B_TIMEOUT, "/e2b/api/sandboxes/{id}/timeout", HTTP_M_POST, 0},
-    {ROUTE_E2B_CONNECT, "/e2b/api/sandboxes/{id}/connect", HTTP_M_POST, 0},
-    {ROUTE_E2B_CONNECT_V2, "/e2b/api/v2/sandboxes/{id}/connect", HTTP_M_POST, 0},
-    {ROUTE_E2B_API, "/e2b/api/{path}", HTTP_M_GET | HTTP_M_POST | HTTP_M_DELETE | HTTP_M_PUT | HTTP_M_PATCH, 0},
-    /* authenticated by the sandbox's own access token (gateway/e2b.c), never the API key */
-    {ROUTE_E2B_SBX, "/e2b/sbx/{path}", HTTP_M_GET | HTTP_M_POST | HTTP_M_DELETE, ROUTE_F_PUBLIC},
-};
-
-size_t route_count(void)
-{
-    return sizeof(routes) / sizeof(routes[0]);
-}
-
-const struct route_def *route_at(size_t i)
-{
-    return i < route_count() ? &routes[i] : NULL;
-}
-
 /* Next segment of p (after a leading '/'); returns its length or -1 at the end. */
 static int next_seg(const char **p, const char *end, const char **seg)
 {
@@ -124,7 +64,8 @@ void route_set_shard(const char *name)
     route__shard = name && name[0] ? name : NULL;
 }
 
-int route_match(const char *path, size_t len, struct route *out)
+int route_match(const struct route_def *table, size_t n, const char *path, size_t len,
+                struct route *out)
 {
     size_t off = 0;
     memset(out, 0, sizeof(*out));
@@ -136,11 +77,9 @@ int route_match(const char *path, size_t len, struct route *out)
     len -= off;
     if (len == 0)
         return -ENOENT;
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        if (try_match(routes[i].pattern, path, len, out) == 0) {
-            out->id = routes[i].id;
-            out->methods = routes[i].methods;
-            out->flags = routes[i].flags;
+    for (size_t i = 0; i < n; i++) {
+        if (try_match(table[i].pattern, path, len, out) == 0) {
+            out->def = &table[i];
             out->prefix_len = off;
             if (out->rest_len > 0)
                 out->rest_off += off;

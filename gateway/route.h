@@ -1,58 +1,10 @@
-/* The HTTP route table: request paths (untrusted) to routes and their arguments. */
+/* route.c: request paths (untrusted) to the rows of a route table and their arguments. The
+ * rows are struct route_def: a pattern, its methods and flags, and what serves it; the gateway's
+ * table is gateway/routes.c's. */
 #ifndef KGW_GATEWAY_ROUTE_H
 #define KGW_GATEWAY_ROUTE_H
 
 #include <stddef.h>
-
-enum route_id {
-    ROUTE_NONE = 0,
-    ROUTE_API,
-    ROUTE_STATUS,
-    ROUTE_KSPECS,
-    ROUTE_KSPEC,
-    ROUTE_KSPEC_RESOURCE,
-    ROUTE_KERNELS,
-    ROUTE_KERNEL,
-    ROUTE_KERNEL_INTERRUPT,
-    ROUTE_KERNEL_RESTART,
-    ROUTE_KERNEL_CHANNELS,
-    ROUTE_KERNEL_CHECKPOINTS,
-    ROUTE_KERNEL_CHECKPOINT,
-    ROUTE_KERNEL_ROLLBACK,
-    ROUTE_SESSIONS,
-    ROUTE_SESSION,
-    ROUTE_CHANNEL,
-    ROUTE_UPLOAD,
-    ROUTE_UPLOAD_PATH,
-    ROUTE_DOWNLOAD,
-    ROUTE_CHECK_FILE,
-    ROUTE_FILES,
-    ROUTE_FILE,
-    ROUTE_SELF_IDENTIFY,
-    ROUTE_LIVENESS,
-    ROUTE_READY,
-    ROUTE_OPENAPI,
-    ROUTE_METRICS,
-    ROUTE_KERNEL_EXECUTE,
-    ROUTE_EXECUTE,
-    ROUTE_EXECUTION,
-    ROUTE_EXECUTION_EVENTS,
-    ROUTE_KERNEL_COMMANDS,
-    ROUTE_KERNEL_COMMAND,
-    ROUTE_MCP,
-    ROUTE_PLAYGROUND,
-    ROUTE_PLAYGROUND_ASSET,
-    ROUTE_KERNEL_FORK,
-    ROUTE_E2B_SANDBOXES,    /* the E2B-compatible API (gateway/e2b.c) */
-    ROUTE_E2B_SANDBOXES_V2,
-    ROUTE_E2B_SANDBOX,
-    ROUTE_E2B_TIMEOUT,
-    ROUTE_E2B_CONNECT,
-    ROUTE_E2B_CONNECT_V2,
-    ROUTE_E2B_API,          /* the rest of its control plane: not offered (501) */
-    ROUTE_E2B_SBX,          /* its sandbox plane */
-    ROUTE_N /* the number of ids (gateway/routes.c has a row for each) */
-};
 
 enum {
     HTTP_M_GET = 1 << 0,
@@ -78,20 +30,53 @@ enum {
 #define ROUTE_MAX_PATH 2048
 #define ROUTE_ARG_MAX  256
 
-/* One row of the route table. The pattern "/" matches "/" alone. Pattern segments are literals, "{id}" (a kernel or session
+struct gw;
+struct gw_req;
+struct gw_pss;
+struct gw_refusal;
+struct lws;
+struct route;
+
+/* What serves a route: a request whose body is collected goes to handle once it is complete;
+ * an upload (ROUTE_F_UPLOAD) streams its body through the upload_* calls instead. A handler that
+ * streams its answer (a download, an execution's events) leaves no response stored and write
+ * continues it. */
+struct route_ops {
+    void (*handle)(struct gw_req *r);
+    /* Before an upload's body: 0 to stream the body into upload_body; 1 when a reply is
+     * queued (the body is then discarded); -EFBIG when it is over --max-upload-bytes (answer at
+     * once and close: it is not worth reading). */
+    int (*upload_start)(struct gw_req *r, long long content_length);
+    int (*upload_body)(struct gw_req *r, const void *in, size_t len); /* returns 0 */
+    void (*upload_done)(struct gw_req *r);
+    /* On a writeable callback while no response is stored: -1 close, 0 more to send (or
+     * nothing streamed), 1 finished (the transaction completes). */
+    int (*write)(struct gw_req *r);
+    /* Frees what the row's handlers keep in the request (r->face). */
+    void (*fini)(struct gw_req *r);
+    /* ROUTE_F_WEBSOCKET: checks the upgrade (0 proceed, else the status of the refusal in no),
+     * then opens the face's connection at LWS_CALLBACK_ESTABLISHED (pss->route is the route);
+     * its later callbacks go to the connection's websocket base (wsconn.h). */
+    int (*ws_confirm)(struct gw *g, struct lws *wsi, const struct route *rt,
+                      struct gw_refusal *no);
+    int (*ws_open)(struct gw *g, struct lws *wsi, struct gw_pss *pss);
+};
+
+/* One row of the route table (gateway/routes.c): a route is this row and nothing else. The
+ * pattern "/" matches "/" alone. Pattern segments are literals, "{id}" (a kernel or session
  * id), "{name}" (a kernelspec or file name) or, last only, "{path}": the rest of the request
- * path (one or more bytes, '/' included; checked by the handler, see protocol/fpath.h). */
+ * path (one or more bytes, '/' included; checked by the handler, see protocol/fpath.h); at most
+ * two "{id}" or "{name}". */
 struct route_def {
-    enum route_id id;
     const char *pattern;
     unsigned methods; /* allowed methods */
     unsigned flags;
+    struct route_ops ops;
 };
 
+/* A match: the row, and what the path gave its arguments. */
 struct route {
-    enum route_id id;
-    unsigned methods; /* allowed methods */
-    unsigned flags;
+    const struct route_def *def; /* NULL: none */
     char arg[2][ROUTE_ARG_MAX];
     size_t rest_off, rest_len; /* "{path}": where it is in the matched path */
     size_t prefix_len;         /* the "/s/<shard>" prefix stripped before matching, or 0 */
@@ -100,11 +85,10 @@ struct route {
 /* Paths under "/s/<name>" (protocol/shardpath.h) are matched without the prefix; other
  * shards' prefixes match nothing. Set once at start-up; NULL or "": no shard. */
 void route_set_shard(const char *name);
-/* Matches a path (no query string). 0 on a match; -ENOENT otherwise (including over-long
- * paths and arguments that are not valid ids or names). */
-int route_match(const char *path, size_t len, struct route *out);
-/* The table itself, for documentation checks: route_at(i) for i < route_count(). */
-size_t route_count(void);
-const struct route_def *route_at(size_t i);
+/* Matches a path (no query string) against the table (n rows; the first that matches wins).
+ * 0 on a match; -ENOENT otherwise (including over-long paths and arguments that are not valid
+ * ids or names). */
+int route_match(const struct route_def *table, size_t n, const char *path, size_t len,
+                struct route *out);
 
 #endif

@@ -1,10 +1,11 @@
-/* routes.c: what serves each route of gateway/route.c's table (struct route_ops, http.h). */
+/* routes.c: the gateway's route table (struct route_def, route.h): each route's pattern,
+ * methods, flags and what serves it. */
 #ifndef KGW_GATEWAY_ROUTES_H
 #define KGW_GATEWAY_ROUTES_H
 
 #include "gateway/http.h"
 
-/* ROUTE_N rows, by enum route_id; main.c sets g->routes to it before serving. */
-const struct route_ops *routes_table(void);
+/* The rows (*ret_n of them), in matching order; main.c sets g->routes to them before serving. */
+const struct route_def *routes_table(size_t *ret_n);
 
 #endif

@@ -249,26 +249,28 @@ void sessions_req_fini(struct gw_req *r)
     }
 }
 
-void sessions_handle(struct gw_req *r)
+void sessions_all(struct gw_req *r)
 {
     gw_t *g = r->g;
-    if (r->route.id == ROUTE_SESSIONS) {
-        if (r->method == HTTP_M_GET) {
-            json_t *a = json_array();
-            gsess_t *s;
-            list_for_each(s, &g->sessions, link)
-            {
-                if (visible(g, s, r->caller.tenant))
-                    json_array_append_new(a, model(g, s));
-            }
-            return req_reply(r, 200, a);
+    if (r->method == HTTP_M_GET) {
+        json_t *a = json_array();
+        gsess_t *s;
+        list_for_each(s, &g->sessions, link)
+        {
+            if (visible(g, s, r->caller.tenant))
+                json_array_append_new(a, model(g, s));
         }
-        json_t *body = req_json_body(r);
-        if (body)
-            create(r, body);
-        json_decref(body);
-        return;
+        return req_reply(r, 200, a);
     }
+    json_t *body = req_json_body(r);
+    if (body)
+        create(r, body);
+    json_decref(body);
+}
+
+void sessions_one(struct gw_req *r)
+{
+    gw_t *g = r->g;
     gsess_t *s = find(g, r->route.arg[0], r->caller.tenant);
     if (!s)
         return req_error(r, 404, "Session not found: %s", r->route.arg[0]);

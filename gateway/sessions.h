@@ -6,8 +6,9 @@
 #include "gateway/http.h"
 
 void sessions_init(gw_t *g);
-/* /api/sessions and /api/sessions/{id} (rows of routes.c) */
-void sessions_handle(struct gw_req *r);
+/* GET and POST /api/sessions, GET, PATCH and DELETE /api/sessions/{id} (rows of routes.c) */
+void sessions_all(struct gw_req *r);
+void sessions_one(struct gw_req *r);
 /* Frees the session a request was creating when it ends unanswered. */
 void sessions_req_fini(struct gw_req *r);
 /* Subscribes sessions to kernel events (a session ends with its kernel). */

@@ -422,7 +422,7 @@ int wschan_listen(gw_t *g)
  * tenant's and usable. */
 static kernel_t *kernel_of(gw_t *g, const struct route *rt, const char *tenant)
 {
-    if (rt->id != ROUTE_KERNEL_CHANNELS)
+    if (!rt->def || rt->def->ops.ws_confirm != wschan_confirm)
         return NULL;
     kernel_t *k = gw_kernel(g, rt->arg[0], tenant);
     if (!k || kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD)

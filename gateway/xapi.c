@@ -465,16 +465,31 @@ void xapi_oneshot(struct gw_req *r)
     xexec_oneshot(x, k, keep);
 }
 
-void xapi_execution(struct gw_req *r)
+/* The caller's execution named by the route; NULL after answering 404. */
+static xexec_t *route_execution(struct gw_req *r)
 {
     xexec_t *x = xexec_find(r->g, r->route.arg[0], r->caller.tenant);
     if (!x)
-        return req_error(r, 404, "no such execution: %s", r->route.arg[0]);
+        req_error(r, 404, "no such execution: %s", r->route.arg[0]);
+    return x;
+}
+
+void xapi_execution(struct gw_req *r)
+{
+    xexec_t *x = route_execution(r);
+    if (!x)
+        return;
     if (r->method == HTTP_M_DELETE)
         xexec_cancel(x);
-    if (r->route.id == ROUTE_EXECUTION)
-        return req_reply(r, 200, xexec_model(x));
-    /* events: ?since=N, or Last-Event-ID (an EventSource reconnecting) from the next one */
+    req_reply(r, 200, xexec_model(x));
+}
+
+void xapi_execution_events(struct gw_req *r)
+{
+    xexec_t *x = route_execution(r);
+    if (!x)
+        return;
+    /* ?since=N, or Last-Event-ID (an EventSource reconnecting) from the next one */
     uint64_t since = 0;
     char buf[512];
     const char *s = lws_get_urlarg_by_name(r->wsi, "since=", buf, sizeof(buf));

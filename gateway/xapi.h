@@ -9,8 +9,10 @@
 
 void xapi_kernel_execute(struct gw_req *r);
 void xapi_oneshot(struct gw_req *r);
-/* GET or DELETE /api/executions/{id}, GET /api/executions/{id}/events */
+/* GET or DELETE /api/executions/{id} */
 void xapi_execution(struct gw_req *r);
+/* GET /api/executions/{id}/events: the stream (xapi_write continues it) */
+void xapi_execution_events(struct gw_req *r);
 /* The events of an execution being read (struct route_ops's write). */
 int xapi_write(struct gw_req *r);
 /* Frees the request's reader. */

@@ -45,6 +45,34 @@ static json_t *load_object(const char *body, size_t len, char *err, size_t errsz
     return doc;
 }
 
+/* One field of a request body (k, v): 0 to go on, or -errno with a message in err. */
+typedef int field_fn(void *ctx, const char *k, json_t *v, char *err, size_t errsz);
+
+/* The fields of the body (load_object), each to field in order until one fails: 0, or the
+ * first failure. */
+static int each_field(const char *body, size_t len, field_fn *field, void *ctx, char *err,
+                      size_t errsz)
+{
+    json_t *doc = load_object(body, len, err, errsz);
+    if (!doc)
+        return -EINVAL;
+    const char *k;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(doc, k, v)
+    {
+        if ((rc = field(ctx, k, v, err, errsz)) < 0)
+            break;
+    }
+    json_decref(doc);
+    return rc;
+}
+
+static int unknown_field(const char *k, char *err, size_t errsz)
+{
+    return fail(err, errsz, "unknown field \"%.64s\"", k);
+}
+
 /* A map of strings (envVars, metadata): NULL and null are none; else a bounded
  * object of printable keys and string values. */
 static int string_map(json_t *v, const char *field, json_t **ret, char *err, size_t errsz)
@@ -184,100 +212,87 @@ static int network(json_t *v, json_t **allow, bool *deny_all, char *err, size_t 
     return 0;
 }
 
+/* e2bwire_create_parse's fields: what they name beyond out. */
+struct create_ctx {
+    struct e2bwire_create *out;
+    json_t *allow;
+    bool deny_all, have_internet;
+};
+
+static int create_field(void *ctx, const char *k, json_t *v, char *err, size_t errsz)
+{
+    struct create_ctx *c = ctx;
+    struct e2bwire_create *out = c->out;
+    int rc;
+    if (strcmp(k, "templateID") == 0) {
+        if (!json_is_string(v) || json_string_length(v) == 0 ||
+            json_string_length(v) > E2BWIRE_TEMPLATE_MAX ||
+            !util_printable(json_string_value(v), json_string_length(v)))
+            return fail(err, errsz, "\"templateID\" must be 1 to %d printable characters",
+                        E2BWIRE_TEMPLATE_MAX);
+        memcpy(out->template_id, json_string_value(v), json_string_length(v) + 1);
+    } else if (strcmp(k, "timeout") == 0) {
+        return seconds(v, k, &out->timeout, err, errsz);
+    } else if (strcmp(k, "envVars") == 0) {
+        if ((rc = string_map(v, k, &out->env, err, errsz)) < 0)
+            return rc;
+        const char *name;
+        json_t *val;
+        json_object_foreach(out->env, name, val)
+        {
+            char q[80];
+            if (!e2bwire_env_name_ok(name))
+                return fail(err, errsz,
+                            "\"envVars\": %s is not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                            log_quote(q, sizeof(q), name, strlen(name)));
+        }
+    } else if (strcmp(k, "metadata") == 0) {
+        return string_map(v, k, &out->metadata, err, errsz);
+    } else if (strcmp(k, "allow_internet_access") == 0) {
+        if (!json_is_null(v) && !json_is_boolean(v))
+            return fail(err, errsz, "\"allow_internet_access\" must be a boolean");
+        c->have_internet = json_is_boolean(v);
+        out->internet = json_is_true(v);
+    } else if (strcmp(k, "network") == 0) {
+        return network(v, &c->allow, &c->deny_all, err, errsz);
+    } else if (strcmp(k, "secure") == 0) {
+        if (!json_is_null(v) && !json_is_true(v))
+            return fail(err, errsz,
+                        "\"secure\": false is not offered: every kgw sandbox has "
+                        "its own access token");
+    } else if (strcmp(k, "autoPause") == 0 || strcmp(k, "autoPauseMemory") == 0 ||
+               strcmp(k, "autoResume") == 0) {
+        if (!offered(v, false) &&
+            !(json_is_object(v) && offered(json_object_get(v, "enabled"), false) &&
+              json_object_size(v) == 1))
+            return fail(err, errsz, "\"%s\": pausing sandboxes is not offered", k);
+    } else if (strcmp(k, "iam") == 0 || strcmp(k, "mcp") == 0 ||
+               strcmp(k, "volumeMounts") == 0) {
+        if (!offered(v, false))
+            return fail(err, errsz, "\"%s\" is not offered by kgw", k);
+    } else {
+        return unknown_field(k, err, errsz);
+    }
+    return 0;
+}
+
 int e2bwire_create_parse(
     const char *body, size_t len, struct e2bwire_create *out, char *err, size_t errsz)
 {
     memset(out, 0, sizeof(*out));
     out->timeout = -1;
-    json_t *doc = load_object(body, len, err, errsz);
-    if (!doc)
-        return -EINVAL;
-    const char *k;
-    json_t *v;
-    int rc = 0;
-    json_t *allow = NULL;
-    bool deny_all = false, have_internet = false;
-    json_object_foreach(doc, k, v)
-    {
-        if (strcmp(k, "templateID") == 0) {
-            if (!json_is_string(v) || json_string_length(v) == 0 ||
-                json_string_length(v) > E2BWIRE_TEMPLATE_MAX ||
-                !util_printable(json_string_value(v), json_string_length(v))) {
-                rc = fail(err, errsz, "\"templateID\" must be 1 to %d printable characters",
-                          E2BWIRE_TEMPLATE_MAX);
-                break;
-            }
-            memcpy(out->template_id, json_string_value(v), json_string_length(v) + 1);
-        } else if (strcmp(k, "timeout") == 0) {
-            if ((rc = seconds(v, k, &out->timeout, err, errsz)) < 0)
-                break;
-        } else if (strcmp(k, "envVars") == 0) {
-            if ((rc = string_map(v, k, &out->env, err, errsz)) < 0)
-                break;
-            const char *name;
-            json_t *val;
-            json_object_foreach(out->env, name, val)
-            {
-                if (!e2bwire_env_name_ok(name)) {
-                    char q[80];
-                    rc = fail(err, errsz,
-                              "\"envVars\": %s is not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
-                              log_quote(q, sizeof(q), name, strlen(name)));
-                    break;
-                }
-            }
-            if (rc < 0)
-                break;
-        } else if (strcmp(k, "metadata") == 0) {
-            if ((rc = string_map(v, k, &out->metadata, err, errsz)) < 0)
-                break;
-        } else if (strcmp(k, "allow_internet_access") == 0) {
-            if (!json_is_null(v) && !json_is_boolean(v)) {
-                rc = fail(err, errsz, "\"allow_internet_access\" must be a boolean");
-                break;
-            }
-            have_internet = json_is_boolean(v);
-            out->internet = json_is_true(v);
-        } else if (strcmp(k, "network") == 0) {
-            if ((rc = network(v, &allow, &deny_all, err, errsz)) < 0)
-                break;
-        } else if (strcmp(k, "secure") == 0) {
-            if (!json_is_null(v) && !json_is_true(v)) {
-                rc = fail(err, errsz,
-                          "\"secure\": false is not offered: every kgw sandbox has "
-                          "its own access token");
-                break;
-            }
-        } else if (strcmp(k, "autoPause") == 0 || strcmp(k, "autoPauseMemory") == 0 ||
-                   strcmp(k, "autoResume") == 0) {
-            if (!offered(v, false) &&
-                !(json_is_object(v) && offered(json_object_get(v, "enabled"), false) &&
-                  json_object_size(v) == 1)) {
-                rc = fail(err, errsz, "\"%s\": pausing sandboxes is not offered", k);
-                break;
-            }
-        } else if (strcmp(k, "iam") == 0 || strcmp(k, "mcp") == 0 ||
-                   strcmp(k, "volumeMounts") == 0) {
-            if (!offered(v, false)) {
-                rc = fail(err, errsz, "\"%s\" is not offered by kgw", k);
-                break;
-            }
-        } else {
-            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
-            break;
-        }
-    }
-    json_decref(doc);
+    struct create_ctx c = {.out = out};
+    int rc = each_field(body, len, create_field, &c, err, errsz);
     /* E2B: all traffic is allowed unless denied (allow_internet_access false denies all);
      * allowOut wins over denyOut. kgw: an allowlist, of what the tenant may have. */
-    if (rc == 0 && (deny_all || (have_internet && !out->internet)))
-        out->egress = allow ? json_incref(allow) : json_array();
-    else if (rc == 0 && allow && json_array_size(allow))
+    if (rc == 0 && (c.deny_all || (c.have_internet && !out->internet)))
+        out->egress = c.allow ? json_incref(c.allow) : json_array();
+    else if (rc == 0 && c.allow && json_array_size(c.allow))
         rc = fail(err, errsz,
                   "\"network\": allowOut is an exception to denyOut; without denyOut all "
                   "traffic (0.0.0.0/0) the sandbox has its tenant's egress policy: give both, "
                   "or neither");
-    json_decref(allow);
+    json_decref(c.allow);
     if (rc < 0)
         e2bwire_create_fini(out);
     return rc;
@@ -291,32 +306,23 @@ void e2bwire_create_fini(struct e2bwire_create *c)
     c->env = c->metadata = c->egress = NULL;
 }
 
+static int timeout_field(void *ctx, const char *k, json_t *v, char *err, size_t errsz)
+{
+    if (strcmp(k, "timeout") == 0)
+        return seconds(v, k, ctx, err, errsz);
+    if (strcmp(k, "memory") == 0 || strcmp(k, "autoPause") == 0) {
+        if (!json_is_null(v) && !json_is_boolean(v))
+            return fail(err, errsz, "\"%s\" must be a boolean", k);
+        return 0;
+    }
+    return unknown_field(k, err, errsz);
+}
+
 int e2bwire_timeout_parse(
     const char *body, size_t len, bool required, long long *ret_timeout, char *err, size_t errsz)
 {
-    json_t *doc = load_object(body, len, err, errsz);
-    if (!doc)
-        return -EINVAL;
-    const char *k;
-    json_t *v;
     long long t = -1;
-    int rc = 0;
-    json_object_foreach(doc, k, v)
-    {
-        if (strcmp(k, "timeout") == 0) {
-            if ((rc = seconds(v, k, &t, err, errsz)) < 0)
-                break;
-        } else if (strcmp(k, "memory") == 0 || strcmp(k, "autoPause") == 0) {
-            if (!json_is_null(v) && !json_is_boolean(v)) {
-                rc = fail(err, errsz, "\"%s\" must be a boolean", k);
-                break;
-            }
-        } else {
-            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
-            break;
-        }
-    }
-    json_decref(doc);
+    int rc = each_field(body, len, timeout_field, &t, err, errsz);
     if (rc == 0 && required && t < 0)
         rc = fail(err, errsz, "\"timeout\" (seconds) is required");
     if (rc == 0)
@@ -324,66 +330,51 @@ int e2bwire_timeout_parse(
     return rc;
 }
 
+static int exec_field(void *ctx, const char *k, json_t *v, char *err, size_t errsz)
+{
+    struct e2bwire_exec *out = ctx;
+    int rc;
+    if (strcmp(k, "code") == 0) {
+        if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v)))
+            return fail(err, errsz, "\"code\" must be a string");
+        free(out->code);
+        if (!(out->code = strdup(json_string_value(v))))
+            return fail(err, errsz, "out of memory");
+    } else if (strcmp(k, "context_id") == 0) {
+        if (json_is_null(v))
+            return 0;
+        if (!json_is_string(v) || json_string_length(v) == 0 ||
+            json_string_length(v) >= sizeof(out->context_id) ||
+            !util_printable(json_string_value(v), json_string_length(v)))
+            return fail(err, errsz, "\"context_id\" must be a context id");
+        memcpy(out->context_id, json_string_value(v), json_string_length(v) + 1);
+    } else if (strcmp(k, "language") == 0) {
+        if (!json_is_null(v) &&
+            !(json_is_string(v) &&
+              (strcmp(json_string_value(v), "python") == 0 || json_string_length(v) == 0)))
+            return fail(err, errsz, "only the language \"python\" is offered");
+    } else if (strcmp(k, "env_vars") == 0) {
+        json_decref(out->env);
+        if ((rc = string_map(v, k, &out->env, err, errsz)) < 0)
+            return rc;
+        const char *name;
+        json_t *val;
+        json_object_foreach(out->env, name, val)
+        {
+            if (!e2bwire_env_name_ok(name))
+                return fail(err, errsz, "\"env_vars\": %.64s is not a variable name", name);
+        }
+    } else {
+        return unknown_field(k, err, errsz);
+    }
+    return 0;
+}
+
 int e2bwire_exec_parse(
     const char *body, size_t len, struct e2bwire_exec *out, char *err, size_t errsz)
 {
     memset(out, 0, sizeof(*out));
-    json_t *doc = load_object(body, len, err, errsz);
-    if (!doc)
-        return -EINVAL;
-    const char *k;
-    json_t *v;
-    int rc = 0;
-    json_object_foreach(doc, k, v)
-    {
-        if (strcmp(k, "code") == 0) {
-            if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v))) {
-                rc = fail(err, errsz, "\"code\" must be a string");
-                break;
-            }
-            free(out->code);
-            if (!(out->code = strdup(json_string_value(v)))) {
-                rc = fail(err, errsz, "out of memory");
-                break;
-            }
-        } else if (strcmp(k, "context_id") == 0) {
-            if (json_is_null(v))
-                continue;
-            if (!json_is_string(v) || json_string_length(v) == 0 ||
-                json_string_length(v) >= sizeof(out->context_id) ||
-                !util_printable(json_string_value(v), json_string_length(v))) {
-                rc = fail(err, errsz, "\"context_id\" must be a context id");
-                break;
-            }
-            memcpy(out->context_id, json_string_value(v), json_string_length(v) + 1);
-        } else if (strcmp(k, "language") == 0) {
-            if (!json_is_null(v) &&
-                !(json_is_string(v) &&
-                  (strcmp(json_string_value(v), "python") == 0 || json_string_length(v) == 0))) {
-                rc = fail(err, errsz, "only the language \"python\" is offered");
-                break;
-            }
-        } else if (strcmp(k, "env_vars") == 0) {
-            json_decref(out->env);
-            if ((rc = string_map(v, k, &out->env, err, errsz)) < 0)
-                break;
-            const char *name;
-            json_t *val;
-            json_object_foreach(out->env, name, val)
-            {
-                if (!e2bwire_env_name_ok(name)) {
-                    rc = fail(err, errsz, "\"env_vars\": %.64s is not a variable name", name);
-                    break;
-                }
-            }
-            if (rc < 0)
-                break;
-        } else {
-            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
-            break;
-        }
-    }
-    json_decref(doc);
+    int rc = each_field(body, len, exec_field, out, err, errsz);
     if (rc == 0 && !out->code)
         rc = fail(err, errsz, "\"code\" is required");
     if (rc < 0)
@@ -469,48 +460,50 @@ static int fs_path(json_t *v, const char *field, char *out, char *err, size_t er
     return 0;
 }
 
-int e2bwire_fsreq_parse(const char *method,
-                        const char *body,
-                        size_t len,
-                        struct e2bwire_fsreq *out,
-                        char *err,
-                        size_t errsz)
+/* e2bwire_fsreq_parse's fields: which call, which paths were given. */
+struct fsreq_ctx {
+    struct e2bwire_fsreq *out;
+    bool move, list;
+    unsigned have; /* 1 path or source, 2 destination */
+};
+
+static int fsreq_field(void *ctx, const char *k, json_t *v, char *err, size_t errsz)
+{
+    struct fsreq_ctx *c = ctx;
+    if (!c->move && strcmp(k, "path") == 0) {
+        c->have |= 1;
+        return fs_path(v, k, c->out->path, err, errsz);
+    }
+    if (c->move && strcmp(k, "source") == 0) {
+        c->have |= 1;
+        return fs_path(v, k, c->out->path, err, errsz);
+    }
+    if (c->move && strcmp(k, "destination") == 0) {
+        c->have |= 2;
+        return fs_path(v, k, c->out->path2, err, errsz);
+    }
+    if (c->list && strcmp(k, "depth") == 0) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 8)
+            return fail(err, errsz, "\"depth\" must be 1 to 8");
+        if (json_integer_value(v) > 0)
+            c->out->depth = (unsigned)json_integer_value(v);
+        return 0;
+    }
+    return unknown_field(k, err, errsz);
+}
+
+int e2bwire_fsreq_parse(const char *method, const char *body, size_t len,
+                        struct e2bwire_fsreq *out, char *err, size_t errsz)
 {
     memset(out, 0, sizeof(*out));
-    bool move = strcmp(method, "Move") == 0, list = strcmp(method, "ListDir") == 0;
-    json_t *doc = load_object(body, len, err, errsz);
-    if (!doc)
-        return -EINVAL;
-    const char *k;
-    json_t *v;
-    int rc = 0, have = 0;
     out->depth = 1;
-    json_object_foreach(doc, k, v)
-    {
-        if (!move && strcmp(k, "path") == 0) {
-            rc = fs_path(v, k, out->path, err, errsz);
-            have |= 1;
-        } else if (move && strcmp(k, "source") == 0) {
-            rc = fs_path(v, k, out->path, err, errsz);
-            have |= 1;
-        } else if (move && strcmp(k, "destination") == 0) {
-            rc = fs_path(v, k, out->path2, err, errsz);
-            have |= 2;
-        } else if (list && strcmp(k, "depth") == 0) {
-            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 8)
-                rc = fail(err, errsz, "\"depth\" must be 1 to 8");
-            else if (json_integer_value(v) > 0)
-                out->depth = (unsigned)json_integer_value(v);
-        } else {
-            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
-        }
-        if (rc < 0)
-            break;
-    }
-    json_decref(doc);
-    if (rc == 0 && !(have & 1))
-        rc = fail(err, errsz, "\"%s\" is required", move ? "source" : "path");
-    if (rc == 0 && move && !(have & 2))
+    struct fsreq_ctx c = {.out = out,
+                          .move = strcmp(method, "Move") == 0,
+                          .list = strcmp(method, "ListDir") == 0};
+    int rc = each_field(body, len, fsreq_field, &c, err, errsz);
+    if (rc == 0 && !(c.have & 1))
+        rc = fail(err, errsz, "\"%s\" is required", c.move ? "source" : "path");
+    if (rc == 0 && c.move && !(c.have & 2))
         rc = fail(err, errsz, "\"destination\" is required");
     return rc;
 }
@@ -529,43 +522,45 @@ static bool put_str(
     return true;
 }
 
+/* e2bwire_start_parse's top-level fields; the process object is taken (a reference) for
+ * after them. */
+struct start_ctx {
+    struct e2bwire_start *out;
+    json_t *proc;
+};
+
+static int start_field(void *ctx, const char *k, json_t *v, char *err, size_t errsz)
+{
+    struct start_ctx *c = ctx;
+    if (strcmp(k, "process") == 0) {
+        c->proc = json_incref(v);
+    } else if (strcmp(k, "pty") == 0) {
+        if (!json_is_null(v)) {
+            snprintf(err, errsz, "a PTY is not offered by kgw");
+            return -ENOSYS;
+        }
+    } else if (strcmp(k, "stdin") == 0) {
+        if (!json_is_boolean(v) && !json_is_null(v))
+            return fail(err, errsz, "\"stdin\" must be a boolean");
+        c->out->stdin_open = json_is_true(v);
+    } else if (strcmp(k, "tag") == 0) {
+        if (!json_is_string(v) && !json_is_null(v))
+            return fail(err, errsz, "\"tag\" must be a string");
+    } else {
+        return unknown_field(k, err, errsz);
+    }
+    return 0;
+}
+
 int e2bwire_start_parse(
     const char *body, size_t len, struct e2bwire_start *out, char *err, size_t errsz)
 {
     memset(out, 0, sizeof(*out));
-    json_t *doc = load_object(body, len, err, errsz);
-    if (!doc)
-        return -EINVAL;
-    int rc = 0;
+    struct start_ctx sc = {.out = out};
+    int rc = each_field(body, len, start_field, &sc, err, errsz);
     size_t off = 0, na = 0, ne = 0;
     const char *k;
-    json_t *v, *proc = NULL;
-    json_object_foreach(doc, k, v)
-    {
-        if (strcmp(k, "process") == 0) {
-            proc = v;
-        } else if (strcmp(k, "pty") == 0) {
-            if (!json_is_null(v)) {
-                rc = -ENOSYS;
-                snprintf(err, errsz, "a PTY is not offered by kgw");
-                break;
-            }
-        } else if (strcmp(k, "stdin") == 0) {
-            if (!json_is_boolean(v) && !json_is_null(v)) {
-                rc = fail(err, errsz, "\"stdin\" must be a boolean");
-                break;
-            }
-            out->stdin_open = json_is_true(v);
-        } else if (strcmp(k, "tag") == 0) {
-            if (!json_is_string(v) && !json_is_null(v)) {
-                rc = fail(err, errsz, "\"tag\" must be a string");
-                break;
-            }
-        } else {
-            rc = fail(err, errsz, "unknown field \"%.64s\"", k);
-            break;
-        }
-    }
+    json_t *v, *proc = sc.proc;
     if (rc == 0 && !json_is_object(proc))
         rc = fail(err, errsz, "\"process\" (an object with \"cmd\") is required");
     if (rc == 0 && !(out->strs = malloc(E2BWIRE_ARGV_BYTES)))
@@ -647,7 +642,7 @@ int e2bwire_start_parse(
         if (rc < 0)
             break;
     }
-    json_decref(doc);
+    json_decref(proc);
     if (rc < 0)
         e2bwire_start_fini(out);
     return rc;
@@ -731,13 +726,8 @@ int e2bwire_input_parse(const char *body, size_t len, unsigned *ret_pid, uint8_t
     return rc;
 }
 
-int e2bwire_envelope_parse(const uint8_t *in,
-                           size_t len,
-                           size_t max,
-                           uint8_t *ret_flags,
-                           size_t *ret_off,
-                           size_t *ret_n,
-                           size_t *ret_used)
+int e2bwire_envelope_parse(const uint8_t *in, size_t len, size_t max, uint8_t *ret_flags,
+                           size_t *ret_off, size_t *ret_n, size_t *ret_used)
 {
     if (len < 5)
         return -EAGAIN;

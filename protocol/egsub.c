@@ -29,13 +29,8 @@ static size_t next_ph(const char *p, size_t n)
     return n;
 }
 
-int egsub_apply(const char *head,
-                size_t len,
-                egsub_resolve_fn resolve,
-                void *ctx,
-                char **ret,
-                size_t *ret_len,
-                const char **why)
+int egsub_apply(const char *head, size_t len, egsub_resolve_fn resolve, void *ctx, char **ret,
+                size_t *ret_len, const char **why)
 {
     struct {
         size_t at;

@@ -128,11 +128,7 @@ size_t kcallmsg_dec_mem(const kcallmsg_dec_t *d)
 
 int kcallmsg_err_set(kcallmsg_err_t *e, const char *type, const char *fmt, ...)
 {
-    va_list ap;
-    e->type = type;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
-    va_end(ap);
+    UTIL_ERROR_SET(e, type, fmt);
     return -EINVAL;
 }
 

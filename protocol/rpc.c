@@ -157,11 +157,7 @@ static const rpc_spec_t *lookup(enum rpc_obj obj, const char *name)
 
 int rpc_error_set(rpc_error_t *e, enum rpc_err type, const char *fmt, ...)
 {
-    va_list ap;
-    e->type = type;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
-    va_end(ap);
+    UTIL_ERROR_SET(e, type, fmt);
     return -EINVAL;
 }
 

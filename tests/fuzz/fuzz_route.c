@@ -11,41 +11,36 @@
 
 #include "common/ident.h"
 #include "gateway/route.h"
+#include "gateway/routes.h"
 
 
 
-/* How each route is spelled, from its pattern in the table (route_at): "%I" an id argument,
- * "%N" a name argument, "%P" the rest of the path (any bytes, at least one). Made from the
- * table so that a route added there is checked here too; what a match must be is worked out
- * below, apart from route_match's own walk. */
-static const char *shape_of(enum route_id id)
+/* How a route is spelled, from its pattern in the table (gateway/routes.c): "%I" an id
+ * argument, "%N" a name argument, "%P" the rest of the path (any bytes, at least one). Made
+ * from the table so that a route added there is checked here too; what a match must be is
+ * worked out below, apart from route_match's own walk. */
+static const char *shape_of(const struct route_def *d)
 {
     static char shape[256];
-    for (size_t i = 0; i < route_count(); i++) {
-        const struct route_def *d = route_at(i);
-        if (d->id != id)
-            continue;
-        size_t o = 0;
-        for (const char *p = d->pattern; *p && o + 3 < sizeof(shape);) {
-            const char *close = p[0] == '{' ? strchr(p, '}') : NULL;
-            if (close) {
-                shape[o++] = '%';
-                shape[o++] = p[1] == 'i' ? 'I' : p[1] == 'n' ? 'N' : 'P';
-                p = close + 1;
-            } else {
-                shape[o++] = *p++;
-            }
+    size_t o = 0;
+    for (const char *p = d->pattern; *p && o + 3 < sizeof(shape);) {
+        const char *close = p[0] == '{' ? strchr(p, '}') : NULL;
+        if (close) {
+            shape[o++] = '%';
+            shape[o++] = p[1] == 'i' ? 'I' : p[1] == 'n' ? 'N' : 'P';
+            p = close + 1;
+        } else {
+            shape[o++] = *p++;
         }
-        shape[o] = '\0';
-        return shape;
     }
-    return "";
+    shape[o] = '\0';
+    return shape;
 }
 
 /* Rebuilds the path of a matched route into out; returns its length or -1. */
 static int rebuild(const struct route *r, const char *path, size_t len, char *out, size_t outsz)
 {
-    const char *shape = shape_of(r->id);
+    const char *shape = shape_of(r->def);
     if (shape[0]) {
         size_t o = 0;
         int arg = 0;
@@ -81,24 +76,29 @@ static int rebuild(const struct route *r, const char *path, size_t len, char *ou
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *path = (const char *)data;
-    struct route r;
+    struct route r, earlier;
     char buf[ROUTE_MAX_PATH + 1];
+    size_t n_rows;
+    const struct route_def *table = routes_table(&n_rows);
 
-    int rc = route_match(path, size, &r);
+    int rc = route_match(table, n_rows, path, size, &r);
     FUZZ_CHECK(rc == 0 || rc == -ENOENT);
     if (rc == 0) {
-        FUZZ_CHECK(r.id != ROUTE_NONE && r.methods != 0);
+        FUZZ_CHECK(r.def >= table && r.def < table + n_rows && r.def->methods != 0);
         FUZZ_CHECK(size <= ROUTE_MAX_PATH && !memchr(path, '\0', size));
+        /* the first row that matches: none before it does */
+        FUZZ_CHECK(route_match(table, (size_t)(r.def - table), path, size, &earlier) ==
+                   -ENOENT);
         for (int i = 0; i < 2; i++)
             FUZZ_CHECK(memchr(r.arg[i], '\0', sizeof(r.arg[i])) != NULL);
-        if (!strstr(shape_of(r.id), "%P"))
+        if (!strstr(shape_of(r.def), "%P"))
             FUZZ_CHECK(r.rest_off == 0 && r.rest_len == 0);
         int n = rebuild(&r, path, size, buf, sizeof(buf));
         FUZZ_CHECK(n > 0);
         FUZZ_CHECK(((size_t)n == size || ((size_t)n + 1 == size && path[n] == '/')) &&
                    memcmp(buf, path, (size_t)n) == 0);
     } else {
-        FUZZ_CHECK(r.id == ROUTE_NONE && r.arg[0][0] == '\0' && r.arg[1][0] == '\0' &&
+        FUZZ_CHECK(r.def == NULL && r.arg[0][0] == '\0' && r.arg[1][0] == '\0' &&
                    r.rest_len == 0);
     }
     return 0;
