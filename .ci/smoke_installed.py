@@ -60,6 +60,7 @@ def main():
     for f in ("usr/bin/kgw", "usr/libexec/kgw/kgw-sandbox-init", "usr/libexec/kgw/kgw-zygote",
               "usr/share/kgw/python/kgw_tools.py", "usr/share/kgw/python/kgw_ckpt.py",
               "usr/share/kgw/python/kgw_keeper.py", "usr/share/kgw/python/kgw_frame.py",
+              "usr/share/kgw/python/kgw_e2b.py",
               "usr/share/man/man1/kgw.1.gz",
               "lib/systemd/system/kgw.service", "etc/default/kgw"):
         if not os.path.exists(os.path.join(root, f)):

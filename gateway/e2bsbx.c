@@ -106,9 +106,11 @@ static int silent_run(gw_t *g, const struct gw_caller *who, kernel_t *k, char *c
 /* The sandbox's set-up, a silent execution queued first on each of its kernels: envVars into
  * the kernel's os.environ (and so every subprocess's; the kernel's own environment takes only
  * KERNEL_* variables of a request, docs/security.md, while an E2B sandbox's variables are any
- * the client names, in its own sandbox, as its code could set them); and the working
+ * the client names, in its own sandbox, as its code could set them); the working
  * directory where E2B's SDKs name the workspace, /home/user (a sandboxed kernel starts in
- * /mnt/data, the same directory). 0 or -errno. */
+ * /mnt/data, the same directory); and E2B's display formatters (python/kgw_e2b.py: charts
+ * and dataframes in display data, for result_line; a kernel without the gateway's Python
+ * modules, or without IPython, goes without). 0 or -errno. */
 int e2b__sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *s, kernel_t *k)
 {
     char *text = s->env ? json_dumps(s->env, JSON_COMPACT) : strdup("{}");
@@ -144,6 +146,11 @@ int e2b__sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *s,
         "            os.environ['PWD'] = cwd\n"
         "        except OSError as e:\n"
         "            print('context cwd %%s: %%s' %% (cwd, e), file=__import__('sys').stderr)\n"
+        "    try:\n"
+        "        import kgw_e2b\n"
+        "        kgw_e2b.install()\n"
+        "    except Exception:\n"
+        "        pass\n"
         "__kgw_e2b_setup()\n"
         "del __kgw_e2b_setup\n";
     char *code = NULL;
@@ -156,13 +163,15 @@ int e2b__sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *s,
 /* ---- the sandbox plane: /execute ---- */
 
 /* The MIME types the code interpreter gives fields of their own (the others go
- * to "extra"). */
+ * to "extra"); e2b/chart and e2b/data are what its IPython formatters add (in kgw's,
+ * python/kgw_e2b.py, installed by the set-up above). */
 static const char *const mime_fields[][2] = {
     {"text/plain", "text"},        {"text/html", "html"},
     {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
     {"image/png", "png"},          {"image/jpeg", "jpeg"},
     {"application/pdf", "pdf"},    {"text/latex", "latex"},
     {"application/json", "json"},  {"application/javascript", "javascript"},
+    {"e2b/chart", "chart"},        {"e2b/data", "data"},
 };
 
 static json_t *result_line(json_t *data, bool main_result)

@@ -25,6 +25,175 @@ async function expectReject(p, check, what) {
   return err
 }
 
+// The first result's chart of code that shows one figure (no error, one result).
+async function chartOf(run, code) {
+  const ex = await run(code)
+  assert.equal(ex.error, undefined, ex.error && ex.error.traceback)
+  assert.equal(ex.results.length, 1, JSON.stringify(ex.results.map((r) => r.formats())))
+  assert.ok(ex.results[0].png, 'the figure still comes as a PNG')
+  assert.ok(ex.results[0].chart, 'a chart: ' + JSON.stringify(ex.results[0].formats()))
+  return ex.results[0].chart
+}
+
+// (in a context of its own, whose kernel has the set-up too: the code's names stay out of
+// the sandbox's default context)
+async function chartsAndData(sbx) {
+  const ctx = await sbx.createCodeContext()
+  const run = (code) => sbx.runCode(code, { context: ctx })
+  // a line chart over dates, with units in its labels
+  let chart = await chartOf(run, `
+import numpy as np
+import matplotlib.pyplot as plt
+import datetime
+dates = [datetime.date(2023, 9, 1) + datetime.timedelta(days=i) for i in range(100)]
+t = np.linspace(0, 2*np.pi, 100)
+plt.figure(figsize=(10, 6))
+plt.plot(dates, np.sin(t), label='sin(x)')
+plt.plot(dates, np.cos(t), label='cos(x)')
+plt.xlabel("Time (s)")
+plt.ylabel("Amplitude (Hz)")
+plt.title('Plot of sin(x) and cos(x)')
+plt.show()
+`)
+  assert.equal(chart.type, 'line')
+  assert.equal(chart.title, 'Plot of sin(x) and cos(x)')
+  assert.deepEqual([chart.x_label, chart.y_label, chart.x_unit, chart.y_unit],
+    ['Time (s)', 'Amplitude (Hz)', 's', 'Hz'])
+  assert.deepEqual([chart.x_scale, chart.y_scale], ['datetime', 'linear'])
+  assert.ok(chart.x_ticks.length > 0 && chart.x_ticks.every((t) => typeof t === 'string'))
+  assert.ok(!Number.isNaN(new Date(chart.x_ticks[0]).getTime()), chart.x_ticks[0])
+  assert.ok(chart.y_ticks.every((t) => typeof t === 'number'))
+  assert.ok(chart.x_tick_labels.every((t) => typeof t === 'string'))
+  assert.deepEqual(chart.elements.map((e) => [e.label, e.points.length]),
+    [['sin(x)', 100], ['cos(x)', 100]])
+  const [sin] = chart.elements
+  assert.ok(sin.points.every(([px, py]) => typeof px === 'string' && typeof py === 'number'))
+  assert.equal(new Date(sin.points[0][0]).getTime(), Date.UTC(2023, 8, 1))
+  assert.equal(new Date(sin.points[99][0]).getTime(), Date.UTC(2023, 8, 1) + 99 * 86400e3)
+  assert.ok(Math.abs(sin.points[25][1] - Math.sin((25 * 2 * Math.PI) / 99)) < 1e-9)
+  assert.equal(chart.truncated, undefined)
+
+  // a bar chart
+  chart = await chartOf(run, `
+import matplotlib.pyplot as plt
+authors = ['Author A', 'Author B', 'Author C', 'Author D']
+sales = [100, 200, 300, 400]
+plt.figure(figsize=(10, 6))
+plt.bar(authors, sales, label='Books Sold', color='blue')
+plt.xlabel('Authors')
+plt.ylabel('Number of Books Sold')
+plt.title('Book Sales by Authors')
+plt.tight_layout()
+plt.show()
+`)
+  assert.equal(chart.type, 'bar')
+  assert.equal(chart.title, 'Book Sales by Authors')
+  assert.deepEqual([chart.x_label, chart.y_label, chart.x_unit, chart.y_unit],
+    ['Authors', 'Number of Books Sold', null, null])
+  assert.deepEqual(chart.elements.map((b) => [b.label, b.group, b.value]), [
+    ['Author A', 'Books Sold', 100], ['Author B', 'Books Sold', 200],
+    ['Author C', 'Books Sold', 300], ['Author D', 'Books Sold', 400]])
+
+  // a pie
+  chart = await chartOf(run, `
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(8, 8))
+ax.pie([90, 10], labels=["No", "No, in blue"], autopct='%1.1f%%', startangle=90)
+ax.axis('equal')
+plt.title('Will I wake up early tomorrow?')
+plt.show()
+`)
+  assert.equal(chart.type, 'pie')
+  assert.equal(chart.title, 'Will I wake up early tomorrow?')
+  assert.deepEqual(chart.elements, [{ label: 'No', angle: 324, radius: 1 },
+    { label: 'No, in blue', angle: 36, radius: 1 }])
+
+  // a box-and-whisker chart
+  chart = await chartOf(run, `
+import matplotlib.pyplot as plt
+data = {'Class A': [85, 90, 78, 92, 88], 'Class B': [95, 89, 76, 91, 84, 87],
+        'Class C': [75, 82, 88, 79, 86]}
+fig, ax = plt.subplots(figsize=(10, 6))
+ax.set_title('Exam Scores Distribution')
+ax.set_xlabel('Class')
+ax.set_ylabel('Score')
+ax.boxplot(data.values(), labels=data.keys(), patch_artist=True)
+plt.show()
+`)
+  assert.equal(chart.type, 'box_and_whisker')
+  assert.deepEqual(chart.elements.map((b) => [b.label, b.min, b.first_quartile, b.median,
+    b.third_quartile, b.max, b.outliers]), [['Class A', 78, 85, 88, 90, 92, []],
+    ['Class B', 84, 84.75, 88, 90.5, 95, [76]], ['Class C', 75, 79, 82, 86, 88, []]])
+
+  // a superchart: a line and a scatter side by side
+  chart = await chartOf(run, `
+import matplotlib.pyplot as plt
+import numpy as np
+x1 = np.linspace(0, 10, 100)
+fig, axs = plt.subplots(1, 2, figsize=(10, 8))
+fig.suptitle('Multiple Charts Example', fontsize=16)
+axs[0].plot(x1, np.sin(x1), 'r')
+axs[0].set_title('Sine Wave')
+axs[0].grid(True)
+axs[1].scatter(np.random.rand(5), np.random.rand(5), c='blue', label='Dataset 1')
+axs[1].set_xlabel('X')
+axs[1].set_ylabel('Y')
+axs[1].set_title('Scatter Plot')
+axs[1].grid(True)
+plt.show()
+`)
+  assert.equal(chart.type, 'superchart')
+  assert.equal(chart.title, 'Multiple Charts Example')
+  const [line, scatter] = chart.elements
+  assert.deepEqual([chart.elements.length, line.type, line.title, line.x_label, line.y_label],
+    [2, 'line', 'Sine Wave', null, null])
+  assert.deepEqual(line.elements.map((e) => e.points.length), [100])
+  assert.deepEqual([scatter.type, scatter.title, scatter.x_label, scatter.y_label],
+    ['scatter', 'Scatter Plot', 'X', 'Y'])
+  assert.deepEqual(scatter.elements.map((e) => [e.label, e.points.length]), [['Dataset 1', 5]])
+
+  // an unknown figure; a blank one gives no chart
+  chart = await chartOf(run, `
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots()
+ax.add_artist(plt.Circle((0, 0), 1, color='blue', fill=False))
+plt.title('Two Concentric Circles')
+plt.show()
+`)
+  assert.deepEqual(chart, { type: 'unknown', title: 'Two Concentric Circles', elements: [] })
+  let ex = await run('import matplotlib.pyplot as plt\nplt.subplots()\nplt.show()')
+  assert.ok(ex.results.length >= 1 && ex.results.every((r) => r.chart === undefined))
+
+  // a million points: sampled evenly, and said so
+  chart = await chartOf(run, `
+import matplotlib.pyplot as plt
+import numpy as np
+plt.plot(np.arange(1_000_000), np.arange(1_000_000) * 2.0, label='big')
+plt.show()
+`)
+  assert.equal(chart.truncated, true)
+  const big = chart.elements[0]
+  assert.equal(big.total_points, 1_000_000)
+  assert.equal(big.points.length, 10_000)
+  assert.deepEqual([big.points[0], big.points[9999]], [[0, 0], [999_999, 1_999_998]])
+
+  // a DataFrame's columns; a large one cut, and said so (extra['kgw/truncated'])
+  ex = await run('import pandas as pd\npd.DataFrame({"a": [1, 2, 3], "b": ["x", None, "z"]})')
+  assert.deepEqual(ex.results[0].data, { a: [1, 2, 3], b: ['x', null, 'z'] })
+  assert.ok(ex.results[0].html, 'the HTML table too')
+  assert.equal(ex.results[0].chart, undefined)
+  assert.equal(ex.results[0].extra['kgw/truncated'], undefined)
+  ex = await run('pd.DataFrame({"n": range(250_000)})')
+  assert.equal(ex.results[0].data.n.length, 100_000)
+  assert.deepEqual(ex.results[0].data.n.slice(0, 3), [0, 1, 2])
+  assert.deepEqual(ex.results[0].extra['kgw/truncated'],
+    { data: { rows: 100_000, total_rows: 250_000, columns: 1, total_columns: 1 } })
+  // other values: no chart, no data
+  ex = await run('[1, 2]')
+  assert.deepEqual([ex.results[0].chart, ex.results[0].data], [undefined, undefined])
+  await sbx.removeCodeContext(ctx)
+}
+
 async function main() {
   // ---- create (the current SDKs: POST /v2/sandboxes) ----
   const sbx = await Sandbox.create({
@@ -92,6 +261,10 @@ async function main() {
   assert.equal(ex.results[1].html, '<b>b</b>')
   assert.equal(ex.results[1].isMainResult, true)
   step('rich results')
+
+  // ---- charts (e2b/chart) and dataframes (e2b/data), as E2B's own tests run them ----
+  await chartsAndData(sbx)
+  step('charts and dataframes')
 
   // ---- files: write, read, list; the kernel sees the same files at the same paths ----
   const info = await sbx.files.write('/home/user/data/hello.txt', 'hello e2b')

@@ -2,7 +2,7 @@
 
 tests/e2b/e2b_client.mjs runs @e2b/code-interpreter 2.8.0, e2b 2.51.0 and e2b 2.50.0 (an npm
 alias) with only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY set: create, runCode (state,
-streamed stdout, an error, a matplotlib PNG), files, contexts, commands.run and kill
+streamed stdout, an error, a matplotlib PNG; charts and dataframes, python/kgw_e2b.py), files, contexts, commands.run and kill
 (process.Start, SendSignal), setTimeout,
 connect, kill, tenancy and expiry. The wire details the SDKs depend on (chunked request bodies,
 Connect's unimplemented, tokens) are also checked here with raw HTTP.
@@ -602,3 +602,46 @@ def test_lifetime_from_ready_and_a_kernel_ended_elsewhere(tmp_path):
         assert request(gw, "GET", "/e2b/api/v2/sandboxes", headers=key)[1] == []
     finally:
         stop_gateway(gw)
+
+
+PLOT = ("import matplotlib.pyplot as plt, numpy as np\n"
+        "plt.plot(np.arange(1_000_000), np.arange(1_000_000) * 2.0, label='big')\n"
+        "plt.title('T')\nplt.show()\n")
+
+
+def test_charts_only_for_e2b_kernels_and_bounded(gw2):
+    """A figure's chart (e2b/chart, python/kgw_e2b.py) comes in an E2B sandbox's result line,
+    sampled to a bounded size (a million points: one line well under a MiB beside its PNG);
+    a kernel of kgw's own API shows the same figure as Jupyter's display data, unchanged."""
+    gw, keys = gw2
+    status, m, _ = create(gw, keys["alice"], {"templateID": "base"})
+    assert status == 201, m
+    h = {**sbx_headers(m), "Content-Type": "application/json"}
+    try:
+        status, raw, _ = request(gw, "POST", "/e2b/sbx/execute", {"code": PLOT}, h)
+        assert status == 200, raw
+        lines = [json.loads(x) for x in raw.decode().splitlines()]
+        results = [x for x in lines if x.get("type") == "result"]
+        assert len(results) == 1, lines
+        r = results[0]
+        assert set(r) >= {"png", "text", "chart"} and "e2b/chart" not in r, sorted(r)
+        assert r["chart"]["type"] == "line" and r["chart"]["title"] == "T"
+        assert r["chart"]["truncated"] is True
+        assert r["chart"]["elements"][0]["total_points"] == 1_000_000
+        assert len(json.dumps(r["chart"])) < 1024 * 1024
+    finally:
+        request(gw, "DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}",
+                headers={"X-API-KEY": keys["alice"]})
+    auth = {"Authorization": f"token {keys['alice']}", "Content-Type": "application/json"}
+    status, k, _ = request(gw, "POST", "/api/kernels", {}, auth)
+    assert status == 201, k
+    try:
+        status, raw, _ = request(gw, "POST", f"/api/kernels/{k['id']}/execute",
+                                 {"code": PLOT}, auth)
+        assert status == 201, raw
+        events = [json.loads(x) for x in raw.decode().splitlines()]
+        shown = [e for e in events if e.get("type") == "display"]
+        assert len(shown) == 1, events
+        assert set(shown[0]["data"]) == {"image/png", "text/plain"}, sorted(shown[0]["data"])
+    finally:
+        request(gw, "DELETE", f"/api/kernels/{k['id']}", headers=auth)

@@ -328,12 +328,12 @@ R["found_names"], R["found_content"] = found_names, found_content
     assert r["home"] == ["sandbox", "user"] and r["rootdir"] == [] and r["mnt"] == ["data"], r
     assert r["run"] == ["kernel"], r["run"]
     # /opt is not the host's: only the gateway's python directory (bound read-only), when it
-    # has it: kgw_tools, the kernel side of checkpoints (with its keeper and frames), and the
-    # egress CA bundle for kernels with secrets
+    # has it: kgw_tools, the kernel side of checkpoints (with its keeper and frames), E2B's
+    # charts and dataframes, and the egress CA bundle for kernels with secrets
     assert r["opt"] in (None, ["kgw"]) and r["opt_kgw"] in (None, ["python"]), r
     assert r["opt_kgw_python"] is None or \
         set(r["opt_kgw_python"]) <= {"kgw_tools.py", "kgw_ckpt.py", "kgw_keeper.py",
-                                     "kgw_frame.py", "kgw-ca-bundle.pem"}, \
+                                     "kgw_frame.py", "kgw_e2b.py", "kgw-ca-bundle.pem"}, \
         r["opt_kgw_python"]
     assert r["passwd_users"] == ["root", "sandbox", "nobody"], r["passwd_users"]
     leaked = [p for p, there in r["exists"].items() if there]
