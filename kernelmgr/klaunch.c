@@ -329,13 +329,6 @@ int klaunch__start(kernel_t *k, char *msg, size_t msgsz)
     }
     if (k->m->o.sandbox)
         k->cgroup_used = true;
-    k->got_reply = k->got_iopub = k->got_starting = false;
-    k->hb_outstanding = false;
-    k->hb_missed = 0;
-    k->exit_status = 0;
-    k->hb_killed = false;
-    k->stop_stage = 0;
-    k->stop_end = NULL;
     log_debug("kernel=%s: spawned pid %d", k->id, (int)k->pid);
     return 0;
 }
