@@ -184,14 +184,9 @@ kernel_t *kinstance__build(kmgr_t *m, const kspec_t *spec, json_t *env,
     }
     if (!(k->envp = klaunch__env(k, env)))
         goto fail;
-    if ((r = klaunch__conn_file(k)) < 0) {
+    if ((r = klaunch__conn_file(k, k->conn_file, m->o.sandbox ? SBX_RUNTIME_PATH : k->dir)) < 0) {
         errno = -r;
         goto fail;
-    }
-    if (m->o.sandbox) {
-        uid_t uid = ws->uid;
-        if (chown(k->conn_file, uid, uid) < 0)
-            goto fail;
     }
     if (!(k->calls = kcall__new(k)))
         goto fail;
