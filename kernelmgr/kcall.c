@@ -22,6 +22,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "kernelmgr/kexec_int.h"
 #include "kernelmgr/kzsock_int.h"
 #include "kernelmgr/private.h"
 #include "protocol/kcallmsg.h"
@@ -279,22 +280,23 @@ static size_t buffered(const kcall_t *kc)
 static bool settled(const struct kcall_conn *c)
 {
     const kernel_t *k = c->kc->k;
-    return !c->req.parent[0] || !strcmp(c->req.parent, k->exec_id) ||
-           !strcmp(c->req.parent, k->exec_last);
+    return !c->req.parent[0] || !strcmp(c->req.parent, kexec__running(k)) ||
+           !strcmp(c->req.parent, kexec__last(k));
 }
 
 static void dispatch(struct kcall_conn *c)
 {
     kcall_t *kc = c->kc;
     kernel_t *k = kc->k;
+    const char *exec = kexec__running(k);
     c->st = CS_CALLING;
     c->call_id = ++k->m->next_call_id;
     kc->evl->timer_arm(kc->evl, c->timer, (uint64_t)opts(kc)->callback_timeout_ms);
     log_debug("kernel=%s: callback %s (call %llu, execution %s)", k->id, c->req.name,
-              (unsigned long long)c->call_id, k->exec_id[0] ? k->exec_id : "none");
+              (unsigned long long)c->call_id, exec[0] ? exec : "none");
     /* may answer (and even close c) before it returns; c stays allocated until the reap */
     k->m->call_fn(k->m->call_user, k, c->call_id, c->req.name, c->req.args, c->req.kwargs,
-                 k->exec_id);
+                 exec);
     kcallmsg_req_fini(&c->req);
 }
 

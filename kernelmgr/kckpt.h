@@ -44,13 +44,8 @@ typedef void (*kckpt_cb)(void *data, kernel_t *k, int status, json_t *reply);
 /* Queues a request (content: its content, borrowed) that must end within timeout_ms; cb runs
  * once, from the loop, never inside this call. 0 and *ret (for kckpt_cancel; NULL ret: not
  * wanted), -EBUSY when the kernel is not running, -ENOMEM. */
-int kckpt_send(kernel_t *k,
-               enum kckpt_op op,
-               json_t *content,
-               int timeout_ms,
-               kckpt_cb cb,
-               void *data,
-               kckpt_req_t **ret);
+int kckpt_send(kernel_t *k, enum kckpt_op op, json_t *content, int timeout_ms, kckpt_cb cb,
+               void *data, kckpt_req_t **ret);
 /* The live interpreter of k died (not by a rollback, nor as asked): o and cause (one line)
  * say how, as for a kernel's death. The keeper (python/kgw_ckpt.py) is reviving it from the
  * newest checkpoint; the requests in flight are the callee's to fail (kernel_fail_pending),

@@ -25,9 +25,20 @@
 #include "sandbox/sbxcmd.h"
 #include "sandbox/spawn.h"
 
+/* A kernel's commands (k->cmds): the gateway's end of its sandbox init's command socket, its
+ * watch, the commands running. Allocated by the first start that needs it (a sandboxed process's
+ * socket, an unsandboxed kernel's first command), kept with the kernel (kcmd__free). */
+struct kcmds {
+    int fd; /* -1: none */
+    evl_io_t *io;
+    struct list list; /* struct kcmd.link */
+    int n;
+    uint32_t next_id;
+};
+
 struct kcmd {
     kernel_t *k;      /* NULL once off its kernel (ended, or its kernel's process gone) */
-    struct list link; /* on k->cmds while k is set */
+    struct list link; /* on k->cmds->list while k is set */
     evl_t *evl;
     uint32_t id;
     struct kcmd_cbs cb;
@@ -82,6 +93,28 @@ static void close_fd(kcmd_t *c, int i)
     c->fd[i] = -1;
 }
 
+/* k's commands, allocated on first use (NULL: no memory). */
+static struct kcmds *cmds(kernel_t *k)
+{
+    struct kcmds *s = k->cmds;
+    if (s)
+        return s;
+    if (!(s = calloc(1, sizeof(*s))))
+        return NULL;
+    s->fd = -1;
+    list_init(&s->list);
+    k->cmds = s;
+    return s;
+}
+
+/* c leaves its kernel's list. */
+static void off_kernel(kcmd_t *c)
+{
+    list_remove(&c->link);
+    c->k->cmds->n--;
+    c->k = NULL;
+}
+
 static void cmd_free(kcmd_t *c)
 {
     for (int i = 0; i < 3; i++)
@@ -90,10 +123,8 @@ static void cmd_free(kcmd_t *c)
     if (c->pidfd >= 0)
         close(c->pidfd);
     evl_timer_destroy(c->evl, &c->timer);
-    if (c->k) {
-        list_remove(&c->link);
-        c->k->ncmds--;
-    }
+    if (c->k)
+        off_kernel(c);
     free(c);
 }
 
@@ -107,10 +138,10 @@ static int send_signal(kcmd_t *c, int sig)
             return -errno;
         return 0;
     }
-    if (!c->k || c->k->cmd_fd < 0)
+    if (!c->k || c->k->cmds->fd < 0)
         return -ESRCH;
     struct sbxcmd_head h = {.magic = SBXCMD_MAGIC, .op = SBXCMD_SIGNAL, .id = c->id, .sig = sig};
-    if (send(c->k->cmd_fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(h))
+    if (send(c->k->cmds->fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(h))
         return -errno;
     return 0;
 }
@@ -145,11 +176,8 @@ static void end(kcmd_t *c)
         close_fd(c, i);
     evl_io_destroy(c->evl, &c->pid_io);
     evl_timer_destroy(c->evl, &c->timer);
-    if (c->k) {
-        list_remove(&c->link);
-        c->k->ncmds--;
-        c->k = NULL;
-    }
+    if (c->k)
+        off_kernel(c);
     e.duration_us = (int64_t)(util_now_us() - c->start_us);
     if (c->kernel_gone && !c->exited) {
         e.status = KCMD_KERNEL_GONE;
@@ -334,7 +362,7 @@ static void on_pidfd(void *data)
 static kcmd_t *find(kernel_t *k, uint32_t id)
 {
     kcmd_t *c;
-    list_for_each(c, &k->cmds, link) if (c->id == id) return c;
+    list_for_each(c, &k->cmds->list, link) if (c->id == id) return c;
     return NULL;
 }
 
@@ -342,9 +370,9 @@ static kcmd_t *find(kernel_t *k, uint32_t id)
 static void on_ctl(void *data)
 {
     kernel_t *k = data;
-    for (int i = 0; i < 64 && k->cmd_fd >= 0; i++) {
+    for (int i = 0; i < 64 && k->cmds->fd >= 0; i++) {
         struct sbxcmd_event e;
-        ssize_t n = recv(k->cmd_fd, &e, sizeof(e), MSG_DONTWAIT);
+        ssize_t n = recv(k->cmds->fd, &e, sizeof(e), MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
@@ -374,41 +402,52 @@ static void on_ctl(void *data)
 int kcmd__open(kernel_t *k, int *ret_init)
 {
     int sv[2];
+    struct kcmds *s;
     kcmd__detach(k);
+    if (!(s = cmds(k)))
+        return -ENOMEM;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return -errno;
     fcntl(sv[0], F_SETFL, O_NONBLOCK);
-    if (!(k->cmd_io = k->m->evl->io_add(k->m->evl, sv[0], on_ctl, k))) {
+    if (!(s->io = k->m->evl->io_add(k->m->evl, sv[0], on_ctl, k))) {
         int r = -errno;
         close(sv[0]);
         close(sv[1]);
         return r;
     }
-    k->cmd_fd = sv[0];
+    s->fd = sv[0];
     *ret_init = sv[1];
     return 0;
 }
 
 void kcmd__detach(kernel_t *k)
 {
-    evl_io_destroy(k->m->evl, &k->cmd_io);
-    if (k->cmd_fd >= 0)
-        close(k->cmd_fd);
-    k->cmd_fd = -1;
+    struct kcmds *s = k->cmds;
+    if (!s)
+        return;
+    evl_io_destroy(k->m->evl, &s->io);
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
     kcmd_t *c, *tmp;
-    list_for_each_safe(c, tmp, &k->cmds, link)
+    list_for_each_safe(c, tmp, &s->list, link)
     {
         c->kernel_gone = true;
         if (!c->sandboxed) {
             /* killed; it ends when reaped (its pidfd), off its kernel now */
             stop(c, KCMD_KERNEL_GONE);
-            list_remove(&c->link);
-            k->ncmds--;
-            c->k = NULL;
+            off_kernel(c);
             continue;
         }
         end(c);
     }
+}
+
+void kcmd__free(kernel_t *k)
+{
+    kcmd__detach(k);
+    free(k->cmds);
+    k->cmds = NULL;
 }
 
 /* envp with env's variables set over it: a new vector of borrowed strings. */
@@ -481,7 +520,7 @@ static int start_sandboxed(kcmd_t *c, kernel_t *k, const struct kcmd_opts *o, co
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN((size_t)nchild * sizeof(int));
     memcpy(CMSG_DATA(cm), child, (size_t)nchild * sizeof(int));
-    ssize_t n = sendmsg(k->cmd_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n = sendmsg(k->cmds->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
     r = n == (ssize_t)len ? 0 : n < 0 ? (errno == EAGAIN ? -EAGAIN : -errno) : -EIO;
     explicit_bzero(msg, len);
     free(msg);
@@ -533,10 +572,13 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     if (!o->argv || !o->argv[0] || !o->argv[0][0])
         return -EINVAL;
     if (!k->pid || k->state == KERNEL_DEAD || k->state == KERNEL_TERMINATING ||
-        (sandboxed && k->cmd_fd < 0))
+        (sandboxed && (!k->cmds || k->cmds->fd < 0)))
         return -ESRCH;
+    struct kcmds *s = cmds(k);
+    if (!s)
+        return -ENOMEM;
     int max = k->m->o.max_commands > 0 ? k->m->o.max_commands : KCMD_PER_KERNEL_MAX;
-    if (k->ncmds >= (max < SBXCMD_CMDS_MAX ? max : SBXCMD_CMDS_MAX))
+    if (s->n >= (max < SBXCMD_CMDS_MAX ? max : SBXCMD_CMDS_MAX))
         return -EAGAIN;
     kcmd_t *c = calloc(1, sizeof(*c));
     const char **env = merge_env(k->envp, o->env, &r);
@@ -576,7 +618,7 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     }
     snprintf(c->kernel, sizeof(c->kernel), "%s", k->id);
     do
-        c->id = ++k->cmd_next_id;
+        c->id = ++s->next_id;
     while (!c->id || c->id == 0xffffffffU || find(k, c->id));
     for (int i = o->stdin_open ? 0 : 1; i < 3; i++)
         if (pipe2(p[i], O_CLOEXEC) < 0) {
@@ -611,8 +653,8 @@ int kcmd_start(kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb
     audit_event("command_start", "s:s, s:s, s:o, s:s", "tenant", c->tenant, "kernel", c->kernel,
                 "program", audit_str(c->what, strlen(c->what)), "command_sha256", c->sha);
     c->k = k;
-    list_append(&k->cmds, &c->link);
-    k->ncmds++;
+    list_append(&s->list, &c->link);
+    s->n++;
     *ret = c;
     return 0;
 kill:
@@ -688,7 +730,7 @@ int kcmd_pid(const kcmd_t *c)
 
 int kcmd_running(const kernel_t *k)
 {
-    return k->ncmds;
+    return k->cmds ? k->cmds->n : 0;
 }
 
 bool kcmd_ended(const kcmd_t *c)

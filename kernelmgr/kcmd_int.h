@@ -11,5 +11,9 @@ int kcmd__open(kernel_t *k, int *ret_init);
 /* k's process ended (or never started, or k is freed): its commands end (KCMD_KERNEL_GONE;
  * unsandboxed ones are killed and end when reaped) and its socket is closed. */
 void kcmd__detach(kernel_t *k);
+/* k's commands (k->cmds, kcmd.c: allocated by kcmd__open or the first kcmd_start) are freed
+ * with the kernel, after kcmd__detach's effects. */
+struct kcmds;
+void kcmd__free(kernel_t *k);
 
 #endif

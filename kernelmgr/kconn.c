@@ -25,8 +25,9 @@ static void on_reply(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
      * what answers none (a late reply, one the kernel made up) counts as output: dropped
      * while the kernel is over its share of the output buffer. stdin is the kernel's own
      * requests (input_request): they pass. */
-    if (!kexec__answered(c, &m, &h) && chan != JCHAN_STDIN && c->k->out_share &&
-        !obudget_share_admit(c->k->out_share, kwire__bytes(&m))) {
+    obudget_share_t *share = kernel_out_share(c->k);
+    if (!kexec__answered(c, &m, &h) && chan != JCHAN_STDIN && share &&
+        !obudget_share_admit(share, kwire__bytes(&m))) {
         log_debug("kernel=%s: %s %s answering no request dropped: over its output share", c->k->id,
                   jchan_name(chan), h.msg_type);
         return;

@@ -21,7 +21,15 @@
 #include "kernelmgr/kwire_int.h"
 #include "kernelmgr/private.h"
 
-char *kenv__code_new(json_t *req_env)
+/* A pooled kernel's request environment (k->env). */
+struct kenv {
+    char *code;               /* the code that applies it (NULL: applied, or given up) */
+    char id[JMSG_MSG_ID_MAX]; /* the msg_id of the execution that runs it */
+    bool replied, idle;       /* its answers so far */
+};
+
+/* The code that sets req_env's KERNEL_* variables (NULL: none, errno 0; or NULL + errno). */
+static char *code_new(json_t *req_env)
 {
     static const char pre[] = "__import__('os').environ.update(__import__('json').loads("
                               "bytes.fromhex('";
@@ -62,23 +70,59 @@ static void env_fail(kernel_t *k, const char *why)
 {
     log_warn("kernel=%s: cannot apply the request's environment (%s); restarting it cold",
              k->id, why);
-    free(k->env_code);
-    k->env_code = NULL;
+    free(k->env->code);
+    k->env->code = NULL;
     k->req_pool = false; /* the client's start goes the cold way now */
     k->state = KERNEL_RESTARTING;
     k->stop_stage = 1; /* on exit: start again */
     klaunch__signal(k, SIGKILL);
 }
 
+struct kenv *kenv__new(json_t *req_env)
+{
+    struct kenv *e;
+    errno = 0;
+    char *code = code_new(req_env);
+    if (!code)
+        return NULL;
+    if (!(e = calloc(1, sizeof(*e)))) {
+        free(code);
+        errno = ENOMEM;
+        return NULL;
+    }
+    e->code = code;
+    return e;
+}
+
+void kenv__free(kernel_t *k)
+{
+    if (!k->env)
+        return;
+    free(k->env->code);
+    free(k->env);
+    k->env = NULL;
+}
+
+bool kenv__due(const kernel_t *k)
+{
+    return k->env && k->env->code;
+}
+
+const char *kenv__id(const kernel_t *k)
+{
+    return k->env ? k->env->id : "";
+}
+
 void kenv__send(kernel_t *k)
 {
-    json_t *c = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", k->env_code, "silent", 1,
+    struct kenv *e = k->env;
+    json_t *c = json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", e->code, "silent", 1,
                           "store_history", 0, "user_expressions", "allow_stdin", 0,
                           "stop_on_error", 0);
     char *content = c ? json_dumps(c, JSON_COMPACT) : NULL;
     json_decref(c);
-    k->env_replied = k->env_idle = false;
-    int r = content ? kwire__send_own_id(k, &k->shell, "execute_request", content, k->env_id)
+    e->replied = e->idle = false;
+    int r = content ? kwire__send_own_id(k, &k->shell, "execute_request", content, e->id)
                     : -ENOMEM;
     free(content);
     if (r < 0) {
@@ -90,18 +134,19 @@ void kenv__send(kernel_t *k)
 
 bool kenv__step(kernel_t *k, bool replied_ok, bool replied_err, bool idle)
 {
-    if (!k->env_code || k->state != KERNEL_STARTING)
+    struct kenv *e = k->env;
+    if (!kenv__due(k) || k->state != KERNEL_STARTING)
         return false;
     if (replied_err) {
         env_fail(k, "the execution failed");
         return false;
     }
-    k->env_replied |= replied_ok;
-    k->env_idle |= idle;
-    if (!k->env_replied || !k->env_idle)
+    e->replied |= replied_ok;
+    e->idle |= idle;
+    if (!e->replied || !e->idle)
         return false;
-    free(k->env_code);
-    k->env_code = NULL;
+    free(e->code);
+    e->code = NULL;
     log_info("kernel=%s: ready (pid %d, from the pool, environment applied)", k->id,
              (int)k->pid);
     return true;
@@ -110,7 +155,6 @@ bool kenv__step(kernel_t *k, bool replied_ok, bool replied_err, bool idle)
 /* Messages of that execution are the gateway's own: no client sees them. */
 bool kenv__parent(const kernel_t *k, const jmsg_t *m)
 {
-    return k->env_id[0] &&
-           memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->env_id,
-                  strlen(k->env_id)) != NULL;
+    const char *id = kenv__id(k);
+    return id[0] && memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, id, strlen(id));
 }

@@ -91,7 +91,7 @@ void kernel_touch(kernel_t *k)
 
 struct obudget_share *kernel_out_share(const kernel_t *k)
 {
-    return k->out_share;
+    return kout__share(k);
 }
 
 void kernel_connections(kernel_t *k, int delta)
@@ -272,7 +272,7 @@ static void check_ready(kernel_t *k)
         return;
     k->m->evl->timer_disarm(k->m->evl, k->nudge);
     klaunch__setup_end(k);
-    if (k->env_code && k->state == KERNEL_STARTING) {
+    if (kenv__due(k) && k->state == KERNEL_STARTING) {
         kernel__own_shell(k);
         kenv__send(k); /* a pooled kernel handed out while it was starting */
         return;
@@ -321,7 +321,7 @@ static void on_iopub(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
         return;
     }
     if (!strcmp(h.msg_type, "status"))
-        kexec__status(k, &m);
+        kexec__status(k, &m, kenv__id(k));
     else
         kexec__track(k, &m, &h);
     if (!proven && start_proven(k))
@@ -454,7 +454,7 @@ static void on_exit_io(void *data)
         snprintf(k->last_cause, sizeof(k->last_cause), "%s", cause);
     }
     kernel_fail_pending(k, o, asked ? k->stop_cause : cause);
-    kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
+    kexec__abort(k);
     kexec__forget_sent(k); /* what the process had been sent died with it */
     kcall__reset(k->calls); /* calls in progress are gone; a reply gets -ENOENT */
     kckpt__reset(k);        /* checkpoint requests too (-ECHILD) */
@@ -497,6 +497,17 @@ static void on_exit_io(void *data)
     }
 }
 
+/* A new process (launched, or a fork adopted): nothing proven, missed or asked of it yet. */
+static void began(kernel_t *k)
+{
+    k->got_reply = k->got_iopub = k->got_starting = false;
+    kwatchdog__reset(k);
+    k->exit_status = 0;
+    k->hb_killed = false;
+    k->stop_stage = 0;
+    k->stop_end = NULL;
+}
+
 /* Starts the kernel's process (klaunch.c) and watches it: its end, the start's proofs and
  * deadline. A failure sets the kernel dead. */
 void kernel__launch(kernel_t *k)
@@ -517,6 +528,7 @@ void kernel__launch(kernel_t *k)
         set_dead(k, why, KMGR_FAIL_SPAWN);
         return;
     }
+    began(k);
     if (k->pidfd >= 0)
         k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k);
     nudge(k);
@@ -570,13 +582,7 @@ void kernel__adopt(kernel_t *k, pid_t pid, int pidfd)
     k->pid = pid;
     k->pidfd = pidfd;
     k->spawn_us = util_now_us();
-    k->got_reply = k->got_iopub = k->got_starting = false;
-    k->hb_outstanding = false;
-    k->hb_missed = 0;
-    k->exit_status = 0;
-    k->hb_killed = false;
-    k->stop_stage = 0;
-    k->stop_end = NULL;
+    began(k);
     if (!(k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k)))
         log_warn("kernel=%s: cannot watch its process: %s", k->id, strerror(errno));
     nudge(k);
@@ -716,10 +722,16 @@ static void on_linger(void *data)
     k->own->gone(k); /* frees k */
 }
 
-/* What the execution watch (kexec.c) asks of the kernel. */
+static void exec_changed(kernel_t *k)
+{
+    kcall__exec_changed(k->calls);
+}
+
+/* What the execution watch (kexec.c) asks of the kernel, and tells it. */
 static const struct kexec_ops exec_ops = {
     .interrupt = kernel_interrupt,
     .restart = restart_process,
+    .changed = exec_changed,
 };
 
 /* A message over --max-kernel-message-bytes reset one of the gateway's own sockets. */
@@ -737,15 +749,14 @@ static void on_oversize(void *data, kzsock_t *z)
 int kernel__watch(kernel_t *k)
 {
     evl_t *l = k->m->evl;
+    int r;
     k->exec_ops = &exec_ops;
-    if (k->m->o.out_budget && !(k->out_share = obudget_share_new(k->m->o.out_budget)))
-        return -ENOMEM;
+    if ((r = kout__new(k)) < 0 || (r = kwatchdog__new(k)) < 0)
+        return r;
     if (!(k->nudge = l->timer_new(l, nudge, k)) ||
         !(k->deadline = l->timer_new(l, kwatchdog__on_deadline, k)) ||
         !(k->linger = l->timer_new(l, on_linger, k)) ||
-        !(k->fire = l->timer_new(l, on_fire, k)) ||
-        !(k->exec_timer = l->timer_new(l, kexec__on_timer, k)) ||
-        !(k->idle_timer = l->timer_new(l, kexec__on_idle_late, k)))
+        !(k->fire = l->timer_new(l, on_fire, k)))
         return errno ? -errno : -ENOMEM;
     return open_watch_sockets(k);
 }
@@ -778,7 +789,6 @@ void kernel__unwatch(kernel_t *k)
     evl_timer_destroy(l, &k->deadline);
     evl_timer_destroy(l, &k->linger);
     evl_timer_destroy(l, &k->fire);
-    evl_timer_destroy(l, &k->exec_timer);
-    evl_timer_destroy(l, &k->idle_timer);
-    obudget_share_unref(&k->out_share); /* buffers still charged to it hold references */
+    kout__free(k); /* buffers still charged to its share hold references */
+    kwatchdog__free(k);
 }

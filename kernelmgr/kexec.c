@@ -15,7 +15,6 @@
 #include "common/audit.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "kernelmgr/kcall_int.h"
 #include "kernelmgr/kzsock_int.h"
 #include "kernelmgr/private.h"
 #include "protocol/jcap.h"
@@ -23,6 +22,39 @@
 
 #define EXEC_INTERRUPT_GRACE_MS 5000 /* after a wall-time interrupt, before restarting */
 #define IDLE_AFTER_REPLY_MS     2000 /* an execution's idle after its reply and a quiet iopub */
+
+/* A kernel's requests in flight and execution watch (k->exec). */
+struct kexec {
+    /* the execution in progress (from iopub status busy/idle of an execute_request) */
+    char id[JMSG_MSG_ID_MAX];
+    char last[JMSG_MSG_ID_MAX]; /* the execution that ended last */
+    char *parent;               /* its header, for notices */
+    bool own;                   /* the gateway's own (kexec__status: own_id): not counted */
+    long long bytes;
+    bool capped;
+    bool cap_stopped; /* interrupted for printing on past its output cap */
+    int stage;        /* 0 running, 1 interrupted for exceeding its wall time */
+    int64_t start_us;
+    bool error;       /* an error message came */
+    char sha[65];     /* sha256 of its code (hex), for the audit log */
+    long long cpu0;   /* the cgroup's CPU time when it began (-1: unknown) */
+    long long pids0;  /* ... and its forks refused at the pids limit */
+    /* its egress receipt, for the execution receipt_id (exec_audit, then announce_end) */
+    json_t *receipt;
+    char receipt_id[JMSG_MSG_ID_MAX];
+    /* execute_requests clients sent whose iopub status "idle" has not come yet (the drain
+     * waits for them); beyond KERNEL_SENT_MAX only the one running is known. Allocated while
+     * there are any (kexec__track_sent), grown as needed */
+    char (*sent)[JMSG_MSG_ID_MAX];
+    size_t nsent, capsent;
+    evl_timer_t *timer; /* wall time (created by the first execution, as is idle_timer) */
+    /* the last execute_reply seen, and the wait for its idle (on_idle_late) */
+    char replied[JMSG_MSG_ID_MAX];
+    evl_timer_t *idle_timer;
+    uint64_t iopub_us;          /* when the last iopub message came */
+    struct list failing;        /* kexec__fail_all: requests being answered */
+    struct kpending *failing_now;
+};
 
 /* A request a client sent on shell or control that the kernel has not answered yet. */
 struct kpending {
@@ -69,6 +101,49 @@ static void pending_free(struct kpending *p)
     free(p);
 }
 
+/* k's state, allocated on first use (NULL: no memory, logged). */
+static struct kexec *state(kernel_t *k)
+{
+    struct kexec *x = k->exec;
+    if (x)
+        return x;
+    if (!(x = calloc(1, sizeof(*x)))) {
+        log_warn("kernel=%s: no memory to track its requests and executions", k->id);
+        return NULL;
+    }
+    x->cpu0 = -1;
+    x->iopub_us = util_now_us();
+    list_init(&x->failing);
+    k->exec = x;
+    return x;
+}
+
+void kexec__free(kernel_t *k)
+{
+    struct kexec *x = k->exec;
+    if (!x)
+        return;
+    while (!list_empty(&x->failing))
+        pending_free(list_first(&x->failing, struct kpending, link));
+    evl_timer_destroy(k->m->evl, &x->timer);
+    evl_timer_destroy(k->m->evl, &x->idle_timer);
+    free(x->parent);
+    free(x->sent);
+    json_decref(x->receipt);
+    free(x);
+    k->exec = NULL;
+}
+
+const char *kexec__running(const kernel_t *k)
+{
+    return k->exec ? k->exec->id : "";
+}
+
+const char *kexec__last(const kernel_t *k)
+{
+    return k->exec ? k->exec->last : "";
+}
+
 /* A Jupyter request, which its reply names as parent; comm_open, comm_msg and comm_close
  * are answered by nothing. */
 static bool is_request(const char *msg_type)
@@ -80,6 +155,8 @@ static bool is_request(const char *msg_type)
 void kexec__sent(kconn_t *c, enum jchan chan, const jmsg_t *m, const jhdr_t *h)
 {
     if ((chan != JCHAN_SHELL && chan != JCHAN_CONTROL) || !is_request(h->msg_type))
+        return;
+    if (!state(c->k)) /* not remembered: it gets no answer if the kernel dies */
         return;
     if (c->npending == KCONN_PENDING_MAX) { /* the oldest is forgotten: it gets no answer */
         log_debug("kernel=%s: %d requests in flight on one session; forgetting the oldest",
@@ -122,12 +199,15 @@ static bool is_reply(const char *msg_type)
 /* An execution's reply came: its idle should follow on iopub at once. A kernel's PUB socket
  * drops what its queue cannot hold when the gateway's I/O thread falls behind (a loaded host),
  * and a lost idle would leave the execution, and the kernel's state, busy for good: the idle is
- * waited for IDLE_AFTER_REPLY_MS, then made (kexec__on_idle_late). */
+ * waited for IDLE_AFTER_REPLY_MS, then made (on_idle_late). */
 static void replied(kernel_t *k, const char *msg_id)
 {
-    snprintf(k->exec_replied, sizeof(k->exec_replied), "%s", msg_id);
-    if (!strcmp(msg_id, k->exec_id))
-        k->m->evl->timer_arm(k->m->evl, k->idle_timer, IDLE_AFTER_REPLY_MS);
+    struct kexec *x = state(k);
+    if (!x)
+        return;
+    snprintf(x->replied, sizeof(x->replied), "%s", msg_id);
+    if (!strcmp(msg_id, x->id) && x->idle_timer)
+        k->m->evl->timer_arm(k->m->evl, x->idle_timer, IDLE_AFTER_REPLY_MS);
 }
 
 bool kexec__answered(kconn_t *c, const jmsg_t *m, const jhdr_t *h)
@@ -156,19 +236,22 @@ void kexec__forget(kconn_t *c)
     while (!list_empty(&c->pending))
         pending_free(list_first(&c->pending, struct kpending, link));
     c->npending = 0;
-    list_for_each_safe(p, tmp, &c->k->failing, link) /* kexec__fail_all is answering them */
+    struct kexec *x = c->k->exec;
+    if (!x)
+        return;
+    list_for_each_safe(p, tmp, &x->failing, link) /* kexec__fail_all is answering them */
     {
         if (p->c == c)
             pending_free(p);
     }
-    if (c->k->failing_now && c->k->failing_now->c == c)
-        c->k->failing_now->c = NULL;
+    if (x->failing_now && x->failing_now->c == c)
+        x->failing_now->c = NULL;
 }
 
 /* ---- the end of an execution ---- */
 
 /* An execution began running: its cgroup's CPU time and peak memory are measured from here. */
-static void usage_begin(kernel_t *k)
+static void usage_begin(kernel_t *k, struct kexec *x)
 {
     struct sbx_cgroup_usage u = {.cpu_ns = -1};
     struct sbx_cgroup_events ev = {0};
@@ -177,12 +260,12 @@ static void usage_begin(kernel_t *k)
         sbx_cgroup_peak(k->cgroup, true);
         sbx_cgroup_events(k->cgroup, &ev);
     }
-    k->exec_cpu0 = u.cpu_ns;
-    k->exec_pids0 = ev.pids_max;
+    x->cpu0 = u.cpu_ns;
+    x->pids0 = ev.pids_max;
 }
 
 /* An execution is over: listeners hear of it (duration_us 0: it never ran). */
-static void announce_end(kernel_t *k, const char *msg_id, enum kernel_outcome o,
+static void announce_end(kernel_t *k, struct kexec *x, const char *msg_id, enum kernel_outcome o,
                          const char *cause, int64_t duration_us)
 {
     struct kernel_exec_end e = {.msg_id = msg_id,
@@ -191,20 +274,19 @@ static void announce_end(kernel_t *k, const char *msg_id, enum kernel_outcome o,
                                 .duration_us = duration_us,
                                 .cpu_ns = -1,
                                 .peak_mem_bytes = -1,
-                                .egress = !strcmp(msg_id, k->exec_receipt_id) ? k->exec_receipt
-                                                                              : NULL};
+                                .egress = !strcmp(msg_id, x->receipt_id) ? x->receipt : NULL};
     if (duration_us > 0 && k->cgroup) { /* it ran: what its cgroup spent meanwhile */
         struct sbx_cgroup_usage u;
         sbx_cgroup_usage(k->cgroup, &u);
-        if (u.cpu_ns >= 0 && k->exec_cpu0 >= 0 && u.cpu_ns >= k->exec_cpu0)
-            e.cpu_ns = u.cpu_ns - k->exec_cpu0;
+        if (u.cpu_ns >= 0 && x->cpu0 >= 0 && u.cpu_ns >= x->cpu0)
+            e.cpu_ns = u.cpu_ns - x->cpu0;
         e.peak_mem_bytes = sbx_cgroup_peak(k->cgroup, false);
     }
     k->own->exec_end(k, &e);
     if (e.egress) {
-        json_decref(k->exec_receipt);
-        k->exec_receipt = NULL;
-        k->exec_receipt_id[0] = '\0';
+        json_decref(x->receipt);
+        x->receipt = NULL;
+        x->receipt_id[0] = '\0';
     }
 }
 
@@ -238,7 +320,8 @@ static void reply_type(const char *req, char *out, size_t outsz)
 /* Answers one request the kernel never will: for an execution, its error and idle on iopub
  * (before the reply, as a kernel sends them), then the reply. The session may be closed by a
  * listener meanwhile: kexec__forget clears p->c then. */
-static void fail_one(kernel_t *k, struct kpending *p, enum kernel_outcome o, const char *cause)
+static void fail_one(kernel_t *k, struct kexec *x, struct kpending *p, enum kernel_outcome o,
+                     const char *cause)
 {
     const char *ename = kernel_outcome_ename(o);
     char rtype[JMSG_MSG_TYPE_MAX + 8], line[640];
@@ -264,8 +347,8 @@ static void fail_one(kernel_t *k, struct kpending *p, enum kernel_outcome o, con
     else
         json_decref(content);
     if (exec) {
-        bool ran = !strcmp(p->msg_id, k->exec_id);
-        announce_end(k, p->msg_id, o, cause, ran ? util_now_us() - k->exec_start_us : 0);
+        bool ran = !strcmp(p->msg_id, x->id);
+        announce_end(k, x, p->msg_id, o, cause, ran ? util_now_us() - x->start_us : 0);
     }
 }
 
@@ -279,6 +362,11 @@ void kexec__fail_all(kernel_t *k, enum kernel_outcome o, const char *cause)
         kz_drain_now(&c->z[JCHAN_SHELL]);
         kz_drain_now(&c->z[JCHAN_CONTROL]);
     }
+    /* requests in flight were remembered in k's state, and an execution needs it too: none,
+     * nothing to answer (the drains above may have made it) */
+    struct kexec *x = k->exec;
+    if (!x)
+        return;
     /* An answer may close a session (its owner destroys it, and kexec__forget takes its
      * requests off this list): every request is moved here first, then answered in order. */
     bool running_pending = false;
@@ -288,36 +376,36 @@ void kexec__fail_all(kernel_t *k, enum kernel_outcome o, const char *cause)
         list_for_each_safe(p, tmp, &c->pending, link)
         {
             list_remove(&p->link);
-            list_append(&k->failing, &p->link);
-            running_pending |= !strcmp(p->msg_id, k->exec_id);
+            list_append(&x->failing, &p->link);
+            running_pending |= !strcmp(p->msg_id, x->id);
         }
         c->npending = 0;
     }
     size_t n = 0;
-    while (!list_empty(&k->failing)) {
-        struct kpending *p = list_first(&k->failing, struct kpending, link);
+    while (!list_empty(&x->failing)) {
+        struct kpending *p = list_first(&x->failing, struct kpending, link);
         list_remove(&p->link);
-        k->failing_now = p;
-        fail_one(k, p, o, cause);
-        k->failing_now = NULL;
+        x->failing_now = p;
+        fail_one(k, x, p, o, cause);
+        x->failing_now = NULL;
         free(p->header);
         free(p);
         n++;
     }
     /* an execution no session waits for (its reply came, its idle did not) still ends, and
      * its listeners hear how: its error, then its idle */
-    if (k->exec_id[0] && !running_pending && strcmp(k->exec_id, k->env_id) != 0) {
+    if (x->id[0] && !running_pending && !x->own) {
         const char *ename = kernel_outcome_ename(o);
         char line[400];
         snprintf(line, sizeof(line), "%s: %s", ename, cause);
-        if (k->exec_parent && ename)
-            send_made(k, NULL, JCHAN_IOPUB, "error", k->exec_parent,
+        if (x->parent && ename)
+            send_made(k, NULL, JCHAN_IOPUB, "error", x->parent,
                       json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", cause,
                                 "traceback", line));
-        if (k->exec_parent)
-            send_made(k, NULL, JCHAN_IOPUB, "status", k->exec_parent,
+        if (x->parent)
+            send_made(k, NULL, JCHAN_IOPUB, "status", x->parent,
                       json_pack("{s:s}", "execution_state", "idle"));
-        announce_end(k, k->exec_id, o, cause, util_now_us() - k->exec_start_us);
+        announce_end(k, x, x->id, o, cause, util_now_us() - x->start_us);
         n++;
     }
     if (n)
@@ -337,121 +425,141 @@ static void notice(kernel_t *k, const char *fmt, ...)
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     log_info("kernel=%s: %s", k->id, text);
-    if (k->exec_parent)
-        k->own->notice(k, (jspan_t){k->exec_parent, strlen(k->exec_parent)}, text);
+    if (k->exec && k->exec->parent)
+        k->own->notice(k, (jspan_t){k->exec->parent, strlen(k->exec->parent)}, text);
 }
 
 /* The audit event of an execution that ended (idle, or the kernel was restarted). */
 static void exec_audit(kernel_t *k, const char *status)
 {
-    if (!k->exec_id[0])
+    struct kexec *x = k->exec;
+    if (!x || !x->id[0])
         return;
     /* what its egress proxy let through meanwhile (null: no egress policy): for this event
      * and the execution's end (announce_end) */
-    json_decref(k->exec_receipt);
-    k->exec_receipt = !k->egpol   ? NULL
-                      : k->egress ? kegress_receipt_take(k->egress)
-                                  : json_pack("{s:[], s:b, s:[]}", "hosts", "more_hosts", 0,
-                                              "secrets");
-    snprintf(k->exec_receipt_id, sizeof(k->exec_receipt_id), "%s", k->exec_id);
+    json_decref(x->receipt);
+    x->receipt = !k->egpol   ? NULL
+                 : k->egress ? kegress_receipt_take(k->egress)
+                             : json_pack("{s:[], s:b, s:[]}", "hosts", "more_hosts", 0, "secrets");
+    snprintf(x->receipt_id, sizeof(x->receipt_id), "%s", x->id);
     if (!audit_enabled())
         return;
-    double ms = (double)(util_now_us() - k->exec_start_us) / 1000.0;
+    double ms = (double)(util_now_us() - x->start_us) / 1000.0;
     json_t *hosts = json_null(), *h, *secrets = json_null();
     size_t i;
-    if (k->exec_receipt) { /* egress_hosts: "host:port" strings, as before the receipt */
+    if (x->receipt) { /* egress_hosts: "host:port" strings, as before the receipt */
         hosts = json_array();
-        json_array_foreach(json_object_get(k->exec_receipt, "hosts"), i, h)
+        json_array_foreach(json_object_get(x->receipt, "hosts"), i, h)
             json_array_append(hosts, json_object_get(h, "host"));
-        if (json_is_true(json_object_get(k->exec_receipt, "more_hosts")))
+        if (json_is_true(json_object_get(x->receipt, "more_hosts")))
             json_array_append_new(hosts, json_string("..."));
-        secrets = json_incref(json_object_get(k->exec_receipt, "secrets"));
+        secrets = json_incref(json_object_get(x->receipt, "secrets"));
     }
     audit_event("execution", "s:s, s:s, s:o, s:s, s:f, s:s, s:o, s:o, s:O", "tenant",
                 k->ws->tenant,
                 "kernel",
-                k->id, "msg_id", audit_str(k->exec_id, strlen(k->exec_id)), "code_sha256",
-                k->exec_sha, "duration_ms", ms, "status",
-                status            ? status
-                : k->exec_stage   ? "timeout" /* interrupted for its wall time */
-                : k->exec_error   ? "error"
-                                  : "ok",
+                k->id, "msg_id", audit_str(x->id, strlen(x->id)), "code_sha256",
+                x->sha, "duration_ms", ms, "status",
+                status      ? status
+                : x->stage  ? "timeout" /* interrupted for its wall time */
+                : x->error  ? "error"
+                            : "ok",
                 "egress_hosts", hosts ? hosts : json_null(), "egress_secrets",
                 secrets ? secrets : json_null(), "egress",
-                k->exec_receipt ? k->exec_receipt : json_null());
+                x->receipt ? x->receipt : json_null());
 }
 
 /* The execution in progress, if any, is over (how: its status in the statistics; the gateway's
  * own execution of a pooled kernel's environment is not counted). */
-void kexec__finish(kernel_t *k, enum kmgr_exec how)
+static void finish(kernel_t *k, enum kmgr_exec how)
 {
-    if (k->exec_id[0] && strcmp(k->exec_id, k->env_id) != 0) {
+    struct kexec *x = k->exec;
+    if (!x)
+        return;
+    if (x->id[0] && !x->own) {
         k->stats->executions[how]++;
-        hist_observe(&k->stats->exec_seconds,
-                     (double)(util_now_us() - k->exec_start_us) / 1e6);
+        hist_observe(&k->stats->exec_seconds, (double)(util_now_us() - x->start_us) / 1e6);
     }
-    k->m->evl->timer_disarm(k->m->evl, k->exec_timer);
-    k->m->evl->timer_disarm(k->m->evl, k->idle_timer);
-    if (k->exec_id[0])
-        memcpy(k->exec_last, k->exec_id, sizeof(k->exec_last));
-    k->exec_id[0] = '\0';
-    free(k->exec_parent);
-    k->exec_parent = NULL;
-    k->exec_bytes = 0;
-    k->exec_capped = false;
-    k->exec_cap_stopped = false;
-    k->exec_stage = 0;
-    k->exec_error = false;
-    k->exec_sha[0] = '\0';
+    if (x->timer)
+        k->m->evl->timer_disarm(k->m->evl, x->timer);
+    if (x->idle_timer)
+        k->m->evl->timer_disarm(k->m->evl, x->idle_timer);
+    if (x->id[0])
+        memcpy(x->last, x->id, sizeof(x->last));
+    x->id[0] = '\0';
+    free(x->parent);
+    x->parent = NULL;
+    x->own = false;
+    x->bytes = 0;
+    x->capped = false;
+    x->cap_stopped = false;
+    x->stage = 0;
+    x->error = false;
+    x->sha[0] = '\0';
+}
+
+void kexec__abort(kernel_t *k)
+{
+    finish(k, k->exec && k->exec->stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
 }
 
 /* Whether the execution in progress met its cgroup's pids limit. */
-static bool forks_refused(kernel_t *k)
+static bool forks_refused(kernel_t *k, const struct kexec *x)
 {
     struct sbx_cgroup_events ev;
     if (!k->cgroup)
         return false;
     sbx_cgroup_events(k->cgroup, &ev);
-    return ev.pids_max > k->exec_pids0;
+    return ev.pids_max > x->pids0;
 }
 
 /* The execution in progress reached its idle: listeners hear how it went. */
-static void exec_outcome(kernel_t *k)
+static void exec_outcome(kernel_t *k, struct kexec *x)
 {
     char cause[160] = "";
-    enum kernel_outcome o = k->exec_error ? KERNEL_OUT_ERROR : KERNEL_OUT_OK;
-    if (!strcmp(k->exec_id, k->env_id))
+    enum kernel_outcome o = x->error ? KERNEL_OUT_ERROR : KERNEL_OUT_OK;
+    if (x->own)
         return;
-    if (k->exec_stage) {
+    if (x->stage) {
         o = KERNEL_OUT_TIMEOUT;
         snprintf(cause, sizeof(cause), "the execution exceeded its wall-time limit of %d s and "
                  "was interrupted", k->exec_timeout_ms / 1000);
-    } else if (k->exec_error && forks_refused(k)) {
+    } else if (x->error && forks_refused(k, x)) {
         o = KERNEL_OUT_PIDS_LIMIT;
         snprintf(cause, sizeof(cause), "forks were refused at the kernel's process limit (%lld)",
                  k->lim.pids);
-    } else if (k->exec_capped) {
+    } else if (x->capped) {
         o = KERNEL_OUT_OUTPUT_LIMIT;
         snprintf(cause, sizeof(cause), "the execution's output exceeded its limit of %lld "
                  "bytes: the rest was discarded", k->output_cap);
     }
-    announce_end(k, k->exec_id, o, cause, util_now_us() - k->exec_start_us);
+    announce_end(k, x, x->id, o, cause, util_now_us() - x->start_us);
 }
 
-static void exec_begin(kernel_t *k, const char *msg_id, jspan_t parent)
+static void on_timer(void *data);
+static void on_idle_late(void *data);
+
+static void exec_begin(kernel_t *k, struct kexec *x, const char *msg_id, jspan_t parent, bool own)
 {
-    kexec__finish(k, KMGR_EXEC_ABORTED); /* its idle never came */
-    snprintf(k->exec_id, sizeof(k->exec_id), "%s", msg_id);
-    k->exec_parent = strndup(parent.p, parent.n);
-    k->exec_start_us = util_now_us();
-    usage_begin(k);
+    evl_t *l = k->m->evl;
+    finish(k, KMGR_EXEC_ABORTED); /* its idle never came */
+    snprintf(x->id, sizeof(x->id), "%s", msg_id);
+    x->parent = strndup(parent.p, parent.n);
+    x->own = own;
+    x->start_us = util_now_us();
+    usage_begin(k, x);
     /* its egress receipt is what the proxy let through since the last one was taken (when the
      * execution before ended): the kernel's code may reach hosts before the gateway sees its
      * status busy, and nothing it did is lost */
-    if (k->exec_timeout_ms > 0)
-        k->m->evl->timer_arm(k->m->evl, k->exec_timer, (uint64_t)k->exec_timeout_ms);
-    if (!strcmp(msg_id, k->exec_replied)) /* its reply came first (shell before iopub) */
-        k->m->evl->timer_arm(k->m->evl, k->idle_timer, IDLE_AFTER_REPLY_MS);
+    if ((!x->timer && !(x->timer = l->timer_new(l, on_timer, k))) ||
+        (!x->idle_timer && !(x->idle_timer = l->timer_new(l, on_idle_late, k))))
+        log_warn("kernel=%s: no timers for its executions (%s): no wall-time limit, no wait for a "
+                 "lost idle",
+                 k->id, strerror(errno));
+    if (k->exec_timeout_ms > 0 && x->timer)
+        l->timer_arm(l, x->timer, (uint64_t)k->exec_timeout_ms);
+    if (!strcmp(msg_id, x->replied) && x->idle_timer) /* its reply came first (shell, iopub) */
+        l->timer_arm(l, x->idle_timer, IDLE_AFTER_REPLY_MS);
 }
 
 void kexec__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
@@ -469,21 +577,22 @@ void kernel_fail_pending(kernel_t *k, enum kernel_outcome o, const char *cause)
         return;
     kexec__fail_all(k, o, cause);
     /* the execution running is over for its clients: a late idle of it is not tracked */
-    kexec__finish(k, k->exec_stage ? KMGR_EXEC_TIMEOUT : KMGR_EXEC_ABORTED);
+    kexec__abort(k);
 }
 
 /* Wall time per execution: interrupt first; a kernel that ignores SIGINT is restarted. */
-void kexec__on_timer(void *data)
+static void on_timer(void *data)
 {
     kernel_t *k = data;
-    if (!k->exec_id[0] || k->state != KERNEL_RUNNING)
+    struct kexec *x = k->exec;
+    if (!x->id[0] || k->state != KERNEL_RUNNING)
         return;
-    if (k->exec_stage == 0) {
+    if (x->stage == 0) {
         notice(k, "execution exceeded the wall-time limit of %d s: interrupting it",
                k->exec_timeout_ms / 1000);
         k->exec_ops->interrupt(k);
-        k->exec_stage = 1;
-        k->m->evl->timer_arm(k->m->evl, k->exec_timer, EXEC_INTERRUPT_GRACE_MS);
+        x->stage = 1;
+        k->m->evl->timer_arm(k->m->evl, x->timer, EXEC_INTERRUPT_GRACE_MS);
         return;
     }
     notice(k, "the kernel ignored the interrupt: restarting it");
@@ -528,55 +637,61 @@ void kexec__oversize(kernel_t *k, const char *chan)
 
 void kexec__track_sent(kernel_t *k, const char *msg_id)
 {
-    if (k->nsent == k->capsent) {
-        size_t cap = k->capsent ? 2 * k->capsent : 4;
-        void *p =
-            cap <= KERNEL_SENT_MAX ? realloc(k->sent_exec, cap * sizeof(k->sent_exec[0])) : NULL;
+    struct kexec *x = state(k);
+    if (!x)
+        return;
+    if (x->nsent == x->capsent) {
+        size_t cap = x->capsent ? 2 * x->capsent : 4;
+        void *p = cap <= KERNEL_SENT_MAX ? realloc(x->sent, cap * sizeof(x->sent[0])) : NULL;
         if (!p) {
             log_debug("kernel=%s: %zu execute_requests in flight; not tracking more", k->id,
-                      k->nsent);
+                      x->nsent);
             return;
         }
-        k->sent_exec = p;
-        k->capsent = cap;
+        x->sent = p;
+        x->capsent = cap;
     }
-    snprintf(k->sent_exec[k->nsent++], sizeof(k->sent_exec[0]), "%s", msg_id);
+    snprintf(x->sent[x->nsent++], sizeof(x->sent[0]), "%s", msg_id);
 }
 
 void kexec__forget_sent(kernel_t *k)
 {
-    free(k->sent_exec);
-    k->sent_exec = NULL;
-    k->nsent = k->capsent = 0;
+    struct kexec *x = k->exec;
+    if (!x)
+        return;
+    free(x->sent);
+    x->sent = NULL;
+    x->nsent = x->capsent = 0;
 }
 
 static void sent_forget(kernel_t *k, const char *msg_id)
 {
-    for (size_t i = 0; i < k->nsent; i++)
-        if (!strcmp(k->sent_exec[i], msg_id)) {
-            k->nsent--;
-            if (i < k->nsent)
-                memcpy(k->sent_exec[i], k->sent_exec[k->nsent], sizeof(k->sent_exec[0]));
-            else if (!k->nsent)
+    struct kexec *x = k->exec;
+    for (size_t i = 0; x && i < x->nsent; i++)
+        if (!strcmp(x->sent[i], msg_id)) {
+            x->nsent--;
+            if (i < x->nsent)
+                memcpy(x->sent[i], x->sent[x->nsent], sizeof(x->sent[0]));
+            else if (!x->nsent)
                 kexec__forget_sent(k); /* idle: the memory goes back */
             return;
         }
 }
 
 /* The execution in progress reached its idle: its audit event, outcome and statistics. */
-static void exec_idle(kernel_t *k)
+static void exec_idle(kernel_t *k, struct kexec *x)
 {
     exec_audit(k, NULL);
-    exec_outcome(k);
-    kexec__finish(k, k->exec_stage   ? KMGR_EXEC_TIMEOUT
-                     : k->exec_error ? KMGR_EXEC_ERROR
-                                     : KMGR_EXEC_OK);
+    exec_outcome(k, x);
+    finish(k, x->stage ? KMGR_EXEC_TIMEOUT : x->error ? KMGR_EXEC_ERROR : KMGR_EXEC_OK);
 }
 
-void kexec__status(kernel_t *k, const jmsg_t *m)
+void kexec__status(kernel_t *k, const jmsg_t *m, const char *own_id)
 {
     json_error_t err;
-    k->iopub_us = util_now_us();
+    struct kexec *x = k->exec;
+    if (x)
+        x->iopub_us = util_now_us();
     json_t *c = json_loadb(m->part[JPART_CONTENT].p, m->part[JPART_CONTENT].n, 0, &err);
     const char *st = json_string_value(json_object_get(c, "execution_state"));
     if (st && (!strcmp(st, "busy") || !strcmp(st, "idle") || !strcmp(st, "starting")))
@@ -589,43 +704,46 @@ void kexec__status(kernel_t *k, const jmsg_t *m)
             bool changed = true;
             if (!strcmp(st, "idle"))
                 sent_forget(k, ph.msg_id); /* its output and reply have been sent */
-            if (!strcmp(st, "busy") && !strcmp(ph.msg_type, "execute_request"))
-                exec_begin(k, ph.msg_id, m->part[JPART_PARENT]);
-            else if (!strcmp(st, "idle") && !strcmp(ph.msg_id, k->exec_id)) {
-                exec_idle(k);
+            if (!strcmp(st, "busy") && !strcmp(ph.msg_type, "execute_request")) {
+                if ((changed = (x = state(k)) != NULL))
+                    exec_begin(k, x, ph.msg_id, m->part[JPART_PARENT],
+                               own_id[0] && !strcmp(ph.msg_id, own_id));
+            } else if (!strcmp(st, "idle") && x && !strcmp(ph.msg_id, x->id)) {
+                exec_idle(k, x);
                 changed = true;
             } else {
                 changed = false;
             }
             if (changed) /* callbacks waiting for iopub to reach their execution */
-                kcall__exec_changed(k->calls);
+                k->exec_ops->changed(k);
         }
     }
     json_decref(c);
 }
 
-void kexec__on_idle_late(void *data)
+/* The wait for an execution's idle after its reply (data: the kernel). */
+static void on_idle_late(void *data)
 {
     kernel_t *k = data;
-    if (!k->exec_id[0] || strcmp(k->exec_id, k->exec_replied) != 0 || !k->exec_parent ||
-        k->state != KERNEL_RUNNING)
+    struct kexec *x = k->exec;
+    if (!x->id[0] || strcmp(x->id, x->replied) != 0 || !x->parent || k->state != KERNEL_RUNNING)
         return;
     /* iopub still bringing output (a backlog the loop drains in turns): its idle may be on
      * its way; only a quiet iopub lost it */
-    uint64_t quiet_ms = (util_now_us() - k->iopub_us) / 1000;
+    uint64_t quiet_ms = (util_now_us() - x->iopub_us) / 1000;
     if (quiet_ms < IDLE_AFTER_REPLY_MS) {
-        k->m->evl->timer_arm(k->m->evl, k->idle_timer, IDLE_AFTER_REPLY_MS - quiet_ms);
+        k->m->evl->timer_arm(k->m->evl, x->idle_timer, IDLE_AFTER_REPLY_MS - quiet_ms);
         return;
     }
     notice(k, "the kernel's idle status did not follow its reply within %d ms (a loaded host: "
               "its iopub queue may have dropped messages, output too); the execution is over",
            IDLE_AFTER_REPLY_MS);
     snprintf(k->exec_state, sizeof(k->exec_state), "idle");
-    sent_forget(k, k->exec_id);
-    send_made(k, NULL, JCHAN_IOPUB, "status", k->exec_parent,
+    sent_forget(k, x->id);
+    send_made(k, NULL, JCHAN_IOPUB, "status", x->parent,
               json_pack("{s:s}", "execution_state", "idle"));
-    exec_idle(k);
-    kcall__exec_changed(k->calls);
+    exec_idle(k, x);
+    k->exec_ops->changed(k);
 }
 
 /* Whether the execution in progress failed (error), for the statistics and the audit log, and
@@ -633,13 +751,16 @@ void kexec__on_idle_late(void *data)
 void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
     jhdr_t ph;
-    k->iopub_us = util_now_us();
+    struct kexec *x = k->exec;
+    if (!x)
+        return; /* no execution runs */
+    x->iopub_us = util_now_us();
     bool error = !strcmp(h->msg_type, "error");
-    if (!k->exec_id[0] || (!error && (!audit_enabled() || strcmp(h->msg_type, "execute_input"))) ||
-        jhdr_parse(m->part[JPART_PARENT], &ph) < 0 || strcmp(ph.msg_id, k->exec_id) != 0)
+    if (!x->id[0] || (!error && (!audit_enabled() || strcmp(h->msg_type, "execute_input"))) ||
+        jhdr_parse(m->part[JPART_PARENT], &ph) < 0 || strcmp(ph.msg_id, x->id) != 0)
         return;
     if (error) {
-        k->exec_error = true;
+        x->error = true;
         return;
     }
     json_t *c = json_loadb(m->part[JPART_CONTENT].p, m->part[JPART_CONTENT].n, 0, NULL);
@@ -647,7 +768,7 @@ void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
     if (code) {
         unsigned char d[crypto_hash_sha256_BYTES];
         crypto_hash_sha256(d, (const unsigned char *)code, json_string_length(json_object_get(c, "code")));
-        sodium_bin2hex(k->exec_sha, sizeof(k->exec_sha), d, sizeof(d));
+        sodium_bin2hex(x->sha, sizeof(x->sha), d, sizeof(d));
     }
     json_decref(c);
 }
@@ -659,30 +780,30 @@ void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
                                char **ret_content)
 {
-    if (k->output_cap <= 0 || !k->exec_id[0] || !jcap_is_output(h->msg_type))
+    struct kexec *x = k->exec;
+    if (k->output_cap <= 0 || !x || !x->id[0] || !jcap_is_output(h->msg_type))
         return KEXEC_CAP_PASS;
-    if (!memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, k->exec_id,
-                strlen(k->exec_id)))
+    if (!memmem(m->part[JPART_PARENT].p, m->part[JPART_PARENT].n, x->id, strlen(x->id)))
         return KEXEC_CAP_PASS;
     long long n = (long long)m->part[JPART_CONTENT].n;
     for (size_t i = 0; i < m->nbuf; i++)
         n += (long long)m->buf[i].n;
-    long long before = k->exec_bytes;
-    k->exec_bytes += n;
-    if (k->exec_bytes <= k->output_cap)
+    long long before = x->bytes;
+    x->bytes += n;
+    if (x->bytes <= k->output_cap)
         return KEXEC_CAP_PASS;
-    if (k->exec_capped) {
+    if (x->capped) {
         /* it prints on past the cap: what it prints is thrown away, and the gateway would
          * only spend its CPU receiving it. Interrupted then, not at the crossing message,
          * which may be its last (a late SIGINT would hit the next execution). A kernel that
          * ignores the interrupt still meets its wall-time limit. */
-        if (!k->exec_cap_stopped) {
-            k->exec_cap_stopped = true;
+        if (!x->cap_stopped) {
+            x->cap_stopped = true;
             k->exec_ops->interrupt(k);
         }
         return KEXEC_CAP_DROP;
     }
-    k->exec_capped = true;
+    x->capped = true;
     notice(k, "output limit of %lld bytes for this execution reached: further output is "
               "discarded and the execution is interrupted",
            k->output_cap);
@@ -698,11 +819,14 @@ enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
 
 size_t kernel_executions(const kernel_t *k)
 {
-    size_t n = k->nsent;
-    if (k->exec_id[0]) {
+    const struct kexec *x = k->exec;
+    if (!x)
+        return 0;
+    size_t n = x->nsent;
+    if (x->id[0]) {
         bool known = false;
-        for (size_t i = 0; i < k->nsent && !known; i++)
-            known = !strcmp(k->sent_exec[i], k->exec_id);
+        for (size_t i = 0; i < x->nsent && !known; i++)
+            known = !strcmp(x->sent[i], x->id);
         n += !known;
     }
     return n;

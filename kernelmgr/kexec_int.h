@@ -21,11 +21,22 @@ void kexec__forget(kconn_t *c);
 void kexec__fail_all(kernel_t *k, enum kernel_outcome o, const char *cause);
 
 /* What the execution watch asks of the kernel (kernel.c hands it, k->exec_ops): an interrupt
- * (kernel_interrupt) and a restart without event or statistics; 0 or -errno. */
+ * (kernel_interrupt) and a restart without event or statistics, 0 or -errno; and what it tells
+ * it: the execution in progress changed (iopub busy/idle: callbacks waiting for iopub to reach
+ * theirs, kcall.c). */
 struct kexec_ops {
     int (*interrupt)(kernel_t *k);
     int (*restart)(kernel_t *k);
+    void (*changed)(kernel_t *k);
 };
+/* k's requests in flight and execution watch (k->exec, kexec.c): allocated by the first
+ * request a client sends or execution seen (an idle kernel nobody used holds none), kept until
+ * the kernel is freed (kexec__free, after its sessions). */
+struct kexec;
+void kexec__free(kernel_t *k);
+/* The execution in progress ("": none) and the one that ended last ("": none yet). */
+const char *kexec__running(const kernel_t *k);
+const char *kexec__last(const kernel_t *k);
 /* Why the process is being stopped: what requests in flight are told when it ends. */
 void kexec__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -34,12 +45,14 @@ void kexec__track_sent(kernel_t *k, const char *msg_id);
 /* Forgets every execute_request tracked (the process that was sent them ended, or none is
  * left), and frees their memory. */
 void kexec__forget_sent(kernel_t *k);
-/* iopub: a status message; another message (error, execute_input); what the execution's
- * output cap makes of an output message: relayed as it is, dropped (the cap was reached
- * before), or relayed with *ret_content (to free()) instead of its content and buffers (the
- * message that crosses the cap, cut to it: protocol/jcap.h). */
+/* iopub: a status message (own_id: the msg_id of the gateway's own execution in the kernel,
+ * a pooled kernel's environment (kenv.c), not counted as a client's; "": none); another
+ * message (error, execute_input); what the execution's output cap makes of an output message:
+ * relayed as it is, dropped (the cap was reached before), or relayed with *ret_content (to
+ * free()) instead of its content and buffers (the message that crosses the cap, cut to it:
+ * protocol/jcap.h). */
 enum kexec_cap { KEXEC_CAP_PASS, KEXEC_CAP_DROP, KEXEC_CAP_CUT };
-void kexec__status(kernel_t *k, const jmsg_t *m);
+void kexec__status(kernel_t *k, const jmsg_t *m, const char *own_id);
 void kexec__track(kernel_t *k, const jmsg_t *m, const jhdr_t *h);
 enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
                                char **ret_content);
@@ -47,11 +60,8 @@ enum kexec_cap kexec__over_cap(kernel_t *k, const jmsg_t *m, const jhdr_t *h,
  * the socket was reset): the requests in flight end with output_limit and the kernel restarts
  * (what it sent meanwhile is lost, so its later messages cannot be trusted to come). */
 void kexec__oversize(kernel_t *k, const char *chan);
-/* The execution in progress, if any, is over (how: its status in the statistics). */
-void kexec__finish(kernel_t *k, enum kmgr_exec how);
-/* The wall-time timer (data: the kernel). */
-void kexec__on_timer(void *data);
-/* The wait for an execution's idle after its reply (data: the kernel). */
-void kexec__on_idle_late(void *data);
+/* The execution in progress, if any, is over unfinished (its process ended or is being let
+ * go): timed out if it was interrupted for its wall time, else aborted. */
+void kexec__abort(kernel_t *k);
 
 #endif

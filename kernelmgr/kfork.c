@@ -164,36 +164,6 @@ static void on_reply(void *data, kernel_t *parent, int status, json_t *c)
     kernel__adopt(k, pid, pidfd);
 }
 
-/* The fork's connection file, at path, naming its endpoints as the parent's sandbox sees them
- * (view). 0 or -errno. */
-static int write_conn(const kernel_t *k, const char *path, const char *view)
-{
-    char ip[PATH_MAX];
-    snprintf(ip, sizeof(ip), "%s/k", view);
-    json_t *c =
-        json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}", "shell_port", KPORT_SHELL,
-                  "iopub_port", KPORT_IOPUB, "stdin_port", KPORT_STDIN, "control_port",
-                  KPORT_CONTROL, "hb_port", KPORT_HB, "ip", ip, "key", k->key, "transport", "ipc",
-                  "signature_scheme", "hmac-sha256", "kernel_name", k->spec->name);
-    char *s = c ? json_dumps(c, 0) : NULL;
-    json_decref(c);
-    if (!s)
-        return -ENOMEM;
-    int r = 0, fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        r = -errno;
-    else {
-        size_t len = strlen(s);
-        if (write(fd, s, len) != (ssize_t)len)
-            r = -EIO;
-        if (r == 0 && k->m->o.sandbox && fchown(fd, k->ws->uid, k->ws->uid) < 0)
-            r = -errno;
-        close(fd);
-    }
-    free(s);
-    return r;
-}
-
 /* The fork's endpoints' directory in the parent's runtime directory: made, with its
  * connection file. 0 or -errno. */
 static int make_ipc_dir(kernel_t *owner, kernel_t *k)
@@ -225,7 +195,8 @@ static int make_ipc_dir(kernel_t *owner, kernel_t *k)
         return -ENOMEM;
     }
     snprintf(cf, sizeof(cf), "%s/connection.json", dir);
-    if ((r = write_conn(k, cf, view)) < 0)
+    /* its endpoints as the parent's sandbox sees them */
+    if ((r = klaunch__conn_file(k, cf, view)) < 0)
         return r; /* the directory goes with k (kernel__drop_ipc_dir) */
     return kernel__rewatch(k);
 }

@@ -24,6 +24,7 @@
 #include "kernelmgr/kcmd_int.h"
 #include "kernelmgr/kenv_int.h"
 #include "kernelmgr/kernel_int.h"
+#include "kernelmgr/kexec_int.h"
 #include "kernelmgr/klaunch_int.h"
 #include "kernelmgr/kstderr_int.h"
 #include "kernelmgr/private.h"
@@ -51,9 +52,8 @@ int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim)
     char **envp = klaunch__env(k, env);
     if (!envp)
         return -ENOMEM;
-    errno = 0;
-    char *code = kenv__code_new(env);
-    if (!code && errno) {
+    struct kenv *e = kenv__new(env);
+    if (!e && errno) {
         klaunch__free_strv(envp);
         return -ENOMEM;
     }
@@ -63,8 +63,9 @@ int kinstance__adopt(kernel_t *k, json_t *env, const struct kmgr_limits *lim)
     k->pool = NULL;
     k->ws->pooled = false;
     kernel_touch(k);
-    k->env_code = code;
-    if (code && k->state == KERNEL_RUNNING) {
+    kenv__free(k);
+    k->env = e;
+    if (kenv__due(k) && k->state == KERNEL_RUNNING) {
         k->state = KERNEL_STARTING;
         snprintf(k->exec_state, sizeof(k->exec_state), "starting");
         kernel__own_shell(k);
@@ -116,10 +117,6 @@ kernel_t *kinstance__build(kmgr_t *m, const kspec_t *spec, json_t *env,
     if (!k)
         return NULL;
     list_init(&k->conns);
-    list_init(&k->cmds);
-    k->cmd_fd = -1;
-    list_init(&k->failing);
-    k->exec_cpu0 = -1;
     list_init(&k->waiters);
     list_init(&k->fired);
     k->m = m;
@@ -128,7 +125,6 @@ kernel_t *kinstance__build(kmgr_t *m, const kspec_t *spec, json_t *env,
     k->spec = spec;
     k->pidfd = -1;
     k->setup_fd = -1;
-    k->err_fd = -1;
     k->ws = ws;
     wspace__attach(ws);
     k->exec_timeout_ms = m->o.exec_timeout_ms;
@@ -188,14 +184,9 @@ kernel_t *kinstance__build(kmgr_t *m, const kspec_t *spec, json_t *env,
     }
     if (!(k->envp = klaunch__env(k, env)))
         goto fail;
-    if ((r = klaunch__conn_file(k)) < 0) {
+    if ((r = klaunch__conn_file(k, k->conn_file, m->o.sandbox ? SBX_RUNTIME_PATH : k->dir)) < 0) {
         errno = -r;
         goto fail;
-    }
-    if (m->o.sandbox) {
-        uid_t uid = ws->uid;
-        if (chown(k->conn_file, uid, uid) < 0)
-            goto fail;
     }
     if (!(k->calls = kcall__new(k)))
         goto fail;
@@ -243,16 +234,15 @@ void kinstance__free(kernel_t *k)
     kegress_destroy(&k->egress);
     free(k->egpol);
     ksecret_destroy(&k->secrets);
-    json_decref(k->exec_receipt);
     if (k->pidfd >= 0)
         close(k->pidfd);
     klaunch__setup_end(k);
-    kcmd__detach(k);
+    kcmd__free(k);
     kstderr__free(k);
     kernel__unwatch(k);
     kcall__destroy(&k->calls);
-    free(k->exec_parent);
-    free(k->env_code);
+    kexec__free(k); /* after its sessions (kexec__forget) and sockets */
+    kenv__free(k);
     jsign_destroy(&k->sign);
     klaunch__free_strv(k->envp);
     if (k->dir) {
@@ -272,7 +262,6 @@ void kinstance__free(kernel_t *k)
     free(k->dir);
     free(k->conn_file);
     free(k->root_dir);
-    free(k->sent_exec);
     if (k->cgroup) { /* what it used stays in the CPU time of all kernels (kmgr_usage) */
         struct sbx_cgroup_usage u;
         sbx_cgroup_usage(k->cgroup, &u);

@@ -100,29 +100,29 @@ char **klaunch__env(const kernel_t *k, json_t *req_env)
     return envp;
 }
 
-int klaunch__conn_file(kernel_t *k)
+int klaunch__conn_file(const kernel_t *k, const char *path, const char *view)
 {
     char ip[PATH_MAX + 8];
-    snprintf(ip, sizeof(ip), "%s/k", k->m->o.sandbox ? SBX_RUNTIME_PATH : k->dir);
+    snprintf(ip, sizeof(ip), "%s/k", view);
     json_t *c = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}", "shell_port",
                           KPORT_SHELL, "iopub_port", KPORT_IOPUB, "stdin_port", KPORT_STDIN,
                           "control_port", KPORT_CONTROL, "hb_port", KPORT_HB, "ip", ip, "key",
                           k->key, "transport", "ipc", "signature_scheme", "hmac-sha256",
                           "kernel_name", k->spec->name);
-    if (!c)
-        return -ENOMEM;
-    char *s = json_dumps(c, JSON_INDENT(1));
+    char *s = c ? json_dumps(c, JSON_INDENT(1)) : NULL;
     json_decref(c);
     if (!s)
         return -ENOMEM;
-    int fd = open(k->conn_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    int r = 0;
+    /* a new file, never through a symlink: the directory is the kernel's (or its parent's) */
+    int r = 0, fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         r = -errno;
     else {
         size_t len = strlen(s);
         if (write(fd, s, len) != (ssize_t)len)
             r = -EIO;
+        if (r == 0 && k->m->o.sandbox && fchown(fd, k->ws->uid, k->ws->uid) < 0)
+            r = -errno;
         close(fd);
     }
     free(s);
@@ -329,13 +329,6 @@ int klaunch__start(kernel_t *k, char *msg, size_t msgsz)
     }
     if (k->m->o.sandbox)
         k->cgroup_used = true;
-    k->got_reply = k->got_iopub = k->got_starting = false;
-    k->hb_outstanding = false;
-    k->hb_missed = 0;
-    k->exit_status = 0;
-    k->hb_killed = false;
-    k->stop_stage = 0;
-    k->stop_end = NULL;
     log_debug("kernel=%s: spawned pid %d", k->id, (int)k->pid);
     return 0;
 }

@@ -11,8 +11,10 @@ int klaunch__start(kernel_t *k, char *msg, size_t msgsz);
 /* k's process environment (req_env: the request's, KERNEL_* taken), NULL-terminated. */
 char **klaunch__env(const kernel_t *k, json_t *req_env);
 void klaunch__free_strv(char **v);
-/* Writes k's connection file. 0 or -errno. */
-int klaunch__conn_file(kernel_t *k);
+/* Writes a connection file for k's process at path, a new file (not through a symlink), naming
+ * its endpoints in the directory view as the process sees it; the kernel's uid owns it when
+ * sandboxed. 0 or -errno. */
+int klaunch__conn_file(const kernel_t *k, const char *path, const char *view);
 /* The sandbox's set-up report is moot (closed); an exec'd start's pending part is dropped. */
 void klaunch__setup_end(kernel_t *k);
 void klaunch__abandon(kernel_t *k);

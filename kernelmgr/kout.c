@@ -19,15 +19,60 @@
  * keeps up. */
 #include "kernelmgr/kout_int.h"
 
+#include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
-#include "common/obudget.h"
+#include "kernelmgr/kexec_int.h"
 #include "kernelmgr/kwire_int.h"
 
+/* A kernel's output against its share (k->out). */
+struct kout {
+    obudget_share_t *share;
+    /* whether output is being dropped (from the first drop until it is under half its share
+     * again), and in which execution (a hash of its msg_id: the next one's drops get a notice
+     * of their own) */
+    bool dropping;
+    unsigned char drop_exec[16];
+    /* the last iopub message relayed, when a status or clear_output: a hash of its type,
+     * parent and content (a repeat of it is coalesced while over the share) */
+    bool last_idem;
+    unsigned char last[16];
+};
+
 enum kout_kind { KOUT_OUTPUT, KOUT_KEPT, KOUT_IDEM };
+
+int kout__new(kernel_t *k)
+{
+    struct kout *o;
+    if (!k->m->o.out_budget)
+        return 0;
+    if (!(o = calloc(1, sizeof(*o))))
+        return -ENOMEM;
+    if (!(o->share = obudget_share_new(k->m->o.out_budget))) {
+        free(o);
+        return -ENOMEM;
+    }
+    k->out = o;
+    return 0;
+}
+
+void kout__free(kernel_t *k)
+{
+    if (!k->out)
+        return;
+    obudget_share_unref(&k->out->share);
+    free(k->out);
+    k->out = NULL;
+}
+
+obudget_share_t *kout__share(const kernel_t *k)
+{
+    return k->out ? k->out->share : NULL;
+}
 
 static enum kout_kind kind(const char *msg_type)
 {
@@ -62,11 +107,15 @@ static void idem_hash(const jmsg_t *m, const jhdr_t *h, unsigned char out[16])
 
 static void notice_drop(kernel_t *k, const jmsg_t *m, size_t held, size_t share)
 {
-    if (k->out_dropping && !strcmp(k->out_drop_exec, k->exec_id))
+    struct kout *o = k->out;
+    const char *exec = kexec__running(k);
+    unsigned char in[sizeof(o->drop_exec)];
+    crypto_generichash(in, sizeof(in), (const unsigned char *)exec, strlen(exec), NULL, 0);
+    if (o->dropping && !memcmp(o->drop_exec, in, sizeof(in)))
         return;
     char text[512];
-    k->out_dropping = true;
-    memcpy(k->out_drop_exec, k->exec_id, sizeof(k->out_drop_exec));
+    o->dropping = true;
+    memcpy(o->drop_exec, in, sizeof(in));
     snprintf(text, sizeof(text),
              /* under 290 bytes: the execute API's notice event keeps 300 */
              "Output buffer limit exceeded.\n"
@@ -92,9 +141,9 @@ static bool admit_kept(kernel_t *k,
                        const unsigned char *hash,
                        size_t n)
 {
-    obudget_share_t *s = k->out_share;
+    obudget_share_t *s = k->out->share;
     obudget_t *b = k->m->o.out_budget;
-    if (kd == KOUT_IDEM && k->out_last_idem && !memcmp(hash, k->out_last, sizeof(k->out_last))) {
+    if (kd == KOUT_IDEM && k->out->last_idem && !memcmp(hash, k->out->last, sizeof(k->out->last))) {
         b->coalesced++;
         return false;
     }
@@ -125,29 +174,30 @@ static bool admit_kept(kernel_t *k,
 
 bool kout__admit(kernel_t *k, const jmsg_t *m, const jhdr_t *h)
 {
-    if (!k->out_share)
+    struct kout *o = k->out;
+    if (!o || !o->share)
         return true;
     enum kout_kind kd = kind(h->msg_type);
     unsigned char hash[16];
     size_t n = kwire__bytes(m);
-    size_t held = obudget_share_held(k->out_share), share = obudget_share_limit(k->out_share);
+    size_t held = obudget_share_held(o->share), share = obudget_share_limit(o->share);
     if (kd == KOUT_IDEM)
         idem_hash(m, h, hash);
     if (kd == KOUT_OUTPUT) {
-        if (!obudget_share_admit(k->out_share, n)) {
+        if (!obudget_share_admit(o->share, n)) {
             notice_drop(k, m, held, share);
             return false;
         }
-        if (k->out_dropping && held <= share / 2) {
-            k->out_dropping = false;
+        if (o->dropping && held <= share / 2) {
+            o->dropping = false;
             log_info("kernel=%s: output resumed (%zu bytes held for its clients)", k->id, held);
         }
-    } else if (obudget_share_ceiling(k->out_share) > 0 /* 0: no budget */ && held + n > share &&
+    } else if (obudget_share_ceiling(o->share) > 0 /* 0: no budget */ && held + n > share &&
                !admit_kept(k, m, h, kd, hash, n)) {
         return false;
     }
-    k->out_last_idem = kd == KOUT_IDEM;
-    if (k->out_last_idem)
-        memcpy(k->out_last, hash, sizeof(k->out_last));
+    o->last_idem = kd == KOUT_IDEM;
+    if (o->last_idem)
+        memcpy(o->last, hash, sizeof(o->last));
     return true;
 }

@@ -45,14 +45,7 @@ bool ksecret_wants(const ksecret_t *ks, const char *host, int port);
 /* For placeholder ph (EGSUB_PH_LEN bytes) on a request to host:port: 0 with the value (valid
  * until the table is reloaded) and the secret's index; or -EPERM with why (into whybuf) and
  * the index (-1: not one of this kernel's placeholders). Counts the injection or refusal. */
-int ksecret_resolve(ksecret_t *ks,
-                    const char *ph,
-                    const char *host,
-                    int port,
-                    const char **val,
-                    size_t *vlen,
-                    int *ret_idx,
-                    char *whybuf,
-                    size_t whysz);
+int ksecret_resolve(ksecret_t *ks, const char *ph, const char *host, int port, const char **val,
+                    size_t *vlen, int *ret_idx, char *whybuf, size_t whysz);
 
 #endif

@@ -30,58 +30,76 @@
 #define KSTDERR_EARLY_MAX 2048
 _Static_assert(KSTDERR_EARLY_MAX <= TAILBUF_SIZE, "the early bytes fit in the ring");
 
+/* A kernel's stderr (k->err): allocated when its first process starts, kept with the kernel
+ * (its last words outlive the process). */
+struct kstderr {
+    int fd;                 /* the pipe's read end (-1: none) */
+    evl_io_t *io;           /* NULL while paused */
+    evl_timer_t *pause;     /* the end of a pause (created by the first) */
+    uint64_t window_ms;     /* the pacing window: since when, bytes read in it */
+    size_t window_bytes;
+    /* its newest bytes: the first KSTDERR_EARLY_MAX in early, sized to them (most kernels
+     * write a few lines at start, then nothing); past that a ring (NULL until then) */
+    struct tailbuf *tail;
+    char *early;
+    size_t early_len;
+};
+
 static void on_readable(void *data);
 
 static void close_pipe(kernel_t *k)
 {
-    evl_io_destroy(k->m->evl, &k->err_io);
-    if (k->err_pause)
-        k->m->evl->timer_disarm(k->m->evl, k->err_pause);
-    if (k->err_fd >= 0)
-        close(k->err_fd);
-    k->err_fd = -1;
+    struct kstderr *e = k->err;
+    if (!e)
+        return;
+    evl_io_destroy(k->m->evl, &e->io);
+    if (e->pause)
+        k->m->evl->timer_disarm(k->m->evl, e->pause);
+    if (e->fd >= 0)
+        close(e->fd);
+    e->fd = -1;
 }
 
 /* Bytes written so far by the process. */
-static uint64_t total(const kernel_t *k)
+static uint64_t total(const struct kstderr *e)
 {
-    return k->err_tail ? k->err_tail->total : k->err_early_len;
+    return e->tail ? e->tail->total : e->early_len;
 }
 
-/* Keeps n more bytes: in err_early, sized to them, while they are few; then in the ring. Bytes
+/* Keeps n more bytes: in early, sized to them, while they are few; then in the ring. Bytes
  * that find no memory are lost (an excerpt is a courtesy, the kernel goes on). */
-static void keep(kernel_t *k, const char *p, size_t n)
+static void keep(struct kstderr *e, const char *p, size_t n)
 {
-    if (!k->err_tail && k->err_early_len + n <= KSTDERR_EARLY_MAX) {
-        char *e = realloc(k->err_early, k->err_early_len + n);
-        if (e) {
-            memcpy(e + k->err_early_len, p, n);
-            k->err_early = e;
-            k->err_early_len += n;
+    if (!e->tail && e->early_len + n <= KSTDERR_EARLY_MAX) {
+        char *b = realloc(e->early, e->early_len + n);
+        if (b) {
+            memcpy(b + e->early_len, p, n);
+            e->early = b;
+            e->early_len += n;
         }
         return;
     }
-    if (!k->err_tail) {
-        if (!(k->err_tail = malloc(sizeof(*k->err_tail))))
+    if (!e->tail) {
+        if (!(e->tail = malloc(sizeof(*e->tail))))
             return;
-        tailbuf_init(k->err_tail);
-        if (k->err_early_len)
-            tailbuf_append(k->err_tail, k->err_early, k->err_early_len);
-        free(k->err_early);
-        k->err_early = NULL;
-        k->err_early_len = 0;
+        tailbuf_init(e->tail);
+        if (e->early_len)
+            tailbuf_append(e->tail, e->early, e->early_len);
+        free(e->early);
+        e->early = NULL;
+        e->early_len = 0;
     }
-    tailbuf_append(k->err_tail, p, n);
+    tailbuf_append(e->tail, p, n);
 }
 
 /* Forgets what was kept (a new process: its own last words). */
-static void forget(kernel_t *k)
+static void forget(struct kstderr *e)
 {
-    free(k->err_tail);
-    k->err_tail = NULL;
-    free(k->err_early);
-    k->err_early = NULL;
-    k->err_early_len = 0;
+    free(e->tail);
+    e->tail = NULL;
+    free(e->early);
+    e->early = NULL;
+    e->early_len = 0;
 }
 
 /* Reads up to max bytes; false at EOF or an error (the pipe is closed then). */
@@ -89,7 +107,7 @@ static bool read_some(kernel_t *k, size_t max)
 {
     char buf[READ_CHUNK];
     for (size_t got = 0; got < max;) {
-        ssize_t n = read(k->err_fd, buf, sizeof(buf));
+        ssize_t n = read(k->err->fd, buf, sizeof(buf));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
@@ -98,76 +116,91 @@ static bool read_some(kernel_t *k, size_t max)
             close_pipe(k);
             return false;
         }
-        keep(k, buf, (size_t)n);
+        keep(k->err, buf, (size_t)n);
         got += (size_t)n;
     }
     return true;
 }
 
+static void on_pause_over(void *data);
+
 static void on_readable(void *data)
 {
     kernel_t *k = data;
+    struct kstderr *e = k->err;
     evl_t *l = k->m->evl;
     uint64_t now = util_now_ms();
-    if (now - k->err_window_ms >= RATE_WINDOW_MS) {
-        k->err_window_ms = now;
-        k->err_window_bytes = 0;
+    if (now - e->window_ms >= RATE_WINDOW_MS) {
+        e->window_ms = now;
+        e->window_bytes = 0;
     }
-    uint64_t before = total(k);
-    if (!read_some(k, RATE_BYTES - k->err_window_bytes))
+    uint64_t before = total(e);
+    if (!read_some(k, RATE_BYTES - e->window_bytes))
         return; /* EOF: closed */
-    k->err_window_bytes += (size_t)(total(k) - before);
-    if (k->err_window_bytes >= RATE_BYTES && k->err_pause) {
-        /* its share of this window is read: not watched until the next one */
-        evl_io_destroy(l, &k->err_io);
-        l->timer_arm(l, k->err_pause, k->err_window_ms + RATE_WINDOW_MS - now);
+    e->window_bytes += (size_t)(total(e) - before);
+    if (e->window_bytes >= RATE_BYTES &&
+        (e->pause || (e->pause = l->timer_new(l, on_pause_over, k)))) {
+        /* its share of this window is read: not watched until the next one (a pause that
+         * finds no memory for its timer is not made: reading goes on) */
+        evl_io_destroy(l, &e->io);
+        l->timer_arm(l, e->pause, e->window_ms + RATE_WINDOW_MS - now);
     }
 }
 
 static void on_pause_over(void *data)
 {
     kernel_t *k = data;
-    if (k->err_fd < 0 || k->err_io)
+    struct kstderr *e = k->err;
+    if (e->fd < 0 || e->io)
         return;
-    if (!(k->err_io = k->m->evl->io_add(k->m->evl, k->err_fd, on_readable, k)))
+    if (!(e->io = k->m->evl->io_add(k->m->evl, e->fd, on_readable, k)))
         close_pipe(k); /* cannot watch it: the kernel's writes fail from now on */
 }
 
 int kstderr__open(kernel_t *k, int *ret_wfd)
 {
     int p[2];
+    struct kstderr *e = k->err;
     close_pipe(k);
-    forget(k); /* a new process: its own last words */
-    if (!k->err_pause && !(k->err_pause = k->m->evl->timer_new(k->m->evl, on_pause_over, k)))
-        return errno ? -errno : -ENOMEM;
-    k->err_window_ms = 0;
-    k->err_window_bytes = 0;
+    if (!e) {
+        if (!(e = calloc(1, sizeof(*e))))
+            return -ENOMEM;
+        e->fd = -1;
+        k->err = e;
+    }
+    forget(e); /* a new process: its own last words */
+    e->window_ms = 0;
+    e->window_bytes = 0;
     if (pipe2(p, O_CLOEXEC) < 0)
         return -errno;
     if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0 ||
-        !(k->err_io = k->m->evl->io_add(k->m->evl, p[0], on_readable, k))) {
+        !(e->io = k->m->evl->io_add(k->m->evl, p[0], on_readable, k))) {
         int r = errno ? -errno : -ENOMEM;
         close(p[0]);
         close(p[1]);
         return r;
     }
-    k->err_fd = p[0];
+    e->fd = p[0];
     *ret_wfd = p[1];
     return 0;
 }
 
 void kstderr__drain(kernel_t *k)
 {
-    if (k->err_fd >= 0)
+    if (k->err && k->err->fd >= 0)
         read_some(k, DRAIN_MAX);
     close_pipe(k);
 }
 
 void kstderr__free(kernel_t *k)
 {
+    if (!k->err)
+        return;
     close_pipe(k);
-    evl_timer_destroy(k->m->evl, &k->err_pause);
-    forget(k);
+    evl_timer_destroy(k->m->evl, &k->err->pause);
+    forget(k->err);
+    free(k->err);
+    k->err = NULL;
 }
 
 /* Environment variables whose values are not secrets and help to read an error. */
@@ -184,11 +217,12 @@ static bool harmless(const char *name, size_t n)
 /* The tail, oldest first, with the kernel's secrets blotted out; its length. */
 static size_t tail_copy(const kernel_t *k, char out[TAILBUF_SIZE])
 {
-    size_t n = k->err_early_len;
-    if (k->err_tail)
-        n = tailbuf_copy(k->err_tail, out, TAILBUF_SIZE);
+    const struct kstderr *e = k->err;
+    size_t n = e ? e->early_len : 0;
+    if (e && e->tail)
+        n = tailbuf_copy(e->tail, out, TAILBUF_SIZE);
     else if (n)
-        memcpy(out, k->err_early, n);
+        memcpy(out, e->early, n);
     else
         return 0;
     tailbuf_redact(out, n, k->key, strlen(k->key));
@@ -225,7 +259,7 @@ void kstderr__log(const kernel_t *k)
     if (lines > LOG_LINES)
         start++;
     log_warn("kernel=%s: the end of its stderr (%llu bytes in all):", k->id,
-             (unsigned long long)total(k));
+             (unsigned long long)total(k->err));
     for (size_t i = start; i < n;) {
         const char *nl = memchr(t + i, '\n', n - i);
         size_t len = nl ? (size_t)(nl - (t + i)) : n - i;

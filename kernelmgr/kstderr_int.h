@@ -4,11 +4,13 @@
 
 #include "kernelmgr/private.h"
 
-/* A kernel process's stderr, its newest TAILBUF_SIZE bytes kept.
+/* A kernel process's stderr, its newest TAILBUF_SIZE bytes kept (k->err: struct kstderr,
+ * allocated by the first open, freed with the kernel by kstderr__free).
  * open: a new pipe for the process about to start (the tail starts empty); ret_wfd is its write
  * end, for the process (the caller closes it once the process has it). drain: what is left,
  * once the process has ended; the pipe is closed. excerpt: its last lines, short and printable,
  * secrets blotted out (tailbuf_excerpt); log: its last lines to the log, as warnings. */
+struct kstderr;
 int kstderr__open(kernel_t *k, int *ret_wfd);
 void kstderr__drain(kernel_t *k);
 void kstderr__free(kernel_t *k);

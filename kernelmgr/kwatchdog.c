@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -23,11 +24,35 @@
  * holds one chunk each way. docs/operations.md "Capacity". */
 #define HB_RENEW     200
 
+/* A kernel's heartbeats (k->wd). */
+struct kwatchdog {
+    int missed;       /* in a row */
+    bool outstanding; /* a ping is unanswered */
+    unsigned sent;    /* pings sent on the heartbeat socket since it was opened */
+};
+
+int kwatchdog__new(kernel_t *k)
+{
+    if (!(k->wd = calloc(1, sizeof(*k->wd))))
+        return -ENOMEM;
+    return 0;
+}
+
+void kwatchdog__free(kernel_t *k)
+{
+    free(k->wd);
+    k->wd = NULL;
+}
+
+void kwatchdog__reset(kernel_t *k)
+{
+    k->wd->outstanding = false;
+    k->wd->missed = 0;
+}
+
 void kwatchdog__on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n)
 {
-    kernel_t *k = data;
-    k->hb_outstanding = false;
-    k->hb_missed = 0;
+    kwatchdog__reset(data);
 }
 
 void kwatchdog__on_deadline(void *data)
@@ -59,21 +84,22 @@ void kwatchdog__on_deadline(void *data)
 
 bool kwatchdog__beat(kernel_t *k)
 {
+    struct kwatchdog *w = k->wd;
     bool renewed = false;
     if (k->state != KERNEL_RUNNING || k->stop_stage > 0)
         return false;
-    if (k->hb_outstanding && ++k->hb_missed >= k->m->o.hb_misses) {
-        log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, k->hb_missed);
+    if (w->outstanding && ++w->missed >= k->m->o.hb_misses) {
+        log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, w->missed);
         k->exit_status = -ETIMEDOUT;
         k->hb_killed = true;
         klaunch__signal(k, SIGKILL);
         return false;
     }
-    if (!k->hb.s || (k->hb_sent >= HB_RENEW && !k->hb_outstanding)) {
+    if (!k->hb.s || (w->sent >= HB_RENEW && !w->outstanding)) {
         int r = kz_reopen(&k->hb);
         if (r == 0) {
-            log_debug("kernel=%s: heartbeat socket opened anew after %u pings", k->id, k->hb_sent);
-            k->hb_sent = 0;
+            log_debug("kernel=%s: heartbeat socket opened anew after %u pings", k->id, w->sent);
+            w->sent = 0;
             renewed = true;
         } else if (r != -EBUSY) { /* the gateway's trouble (descriptors, memory), not the
                                      kernel's: no ping, no miss */
@@ -83,7 +109,7 @@ bool kwatchdog__beat(kernel_t *k)
     }
     jspan_t ping = {"ping", 4};
     kz_send(&k->hb, &ping, 1);
-    k->hb_sent++;
-    k->hb_outstanding = true;
+    w->sent++;
+    w->outstanding = true;
     return renewed;
 }

@@ -4,6 +4,13 @@
 
 #include "kernelmgr/private.h"
 
+/* k's heartbeat state (k->wd, kwatchdog.c): made with the kernel's watch (0 or -ENOMEM), freed
+ * at its teardown; reset for a new process (no ping outstanding, none missed). */
+struct kwatchdog;
+int kwatchdog__new(kernel_t *k);
+void kwatchdog__free(kernel_t *k);
+void kwatchdog__reset(kernel_t *k);
+
 /* The heartbeat socket's callback, and the deadline timer (data: the kernel; armed by
  * kernel.c). */
 void kwatchdog__on_hb(void *data, kzsock_t *z, zmq_msg_t *frames, size_t n);

@@ -18,12 +18,7 @@ int kwire__send_own_id(kernel_t *k, kzsock_t *z, const char *msg_type, const cha
                        char ret_msg_id[40]);
 /* As kwire__send_own_id, in the session given (kckpt.c: a session of its own); counted in the
  * kernel's message metrics when count. */
-int kwire__send_in(kernel_t *k,
-                   kzsock_t *z,
-                   const char *session,
-                   bool count,
-                   const char *msg_type,
-                   const char *content,
-                   char ret_msg_id[40]);
+int kwire__send_in(kernel_t *k, kzsock_t *z, const char *session, bool count, const char *msg_type,
+                   const char *content, char ret_msg_id[40]);
 
 #endif

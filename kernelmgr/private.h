@@ -4,9 +4,10 @@
  *
  * Floors (a file calls only files on lower floors, or earlier on its own; what it tells or
  * asks a higher one goes through an ops struct or callback the higher one hands it):
- *   1  kzsock, kspec, kstderr, ksecret, kegress, kcapacity, wspace (-> kmgr: wspace_ops), kcall,
+ *   1  kzsock, kspec, kstderr, ksecret, kegress, kcapacity, wspace (-> kmgr: wspace_ops),
  *      kwire, kzygote (-> kmgr: the on_ready callback), kcmd (-> its client: kcmd_cbs)
- *   2  kexec (-> kernel: kexec_ops), klaunch (-> owner: kernel_owner_ops, its outcome returned)
+ *   2  kexec (-> kernel: kexec_ops), kout (-> owner: kernel_owner_ops), kcall (asks kexec which
+ *      execution runs), klaunch (-> owner: kernel_owner_ops, its outcome returned)
  *   3  kenv (returns whether the kernel is ready), kwatchdog (only signals the process), kckpt
  *   4  kernel (-> owner: kernel_owner_ops)
  *   5  kconn (-> its client: kconn_ops)
@@ -14,6 +15,10 @@
  *   7  kpool (-> kmgr: kpool_ops), kfork (a kernel forked from another: kinstance, kckpt,
  *      kernel, klaunch)
  *   8  kmgr: provides every ops struct above
+ * A kernel's subsystems keep their state behind one pointer each in struct kernel, the type
+ * defined in the subsystem's own file (k->exec, k->out, k->err, k->cmds, k->env, k->wd, k->ckpt),
+ * allocated when the subsystem first has work unless every kernel needs it, freed with the
+ * kernel: an idle kernel holds only what it uses.
  * docs/architecture.md tells the story. */
 #ifndef KGW_KERNELMGR_PRIVATE_H
 #define KGW_KERNELMGR_PRIVATE_H
@@ -178,37 +183,9 @@ struct kernel {
     struct sbx_limits lim;   /* this kernel's sandbox limits */
     int exec_timeout_ms;
     long long output_cap;
-    /* the execution in progress (from iopub status busy/idle of an execute_request) */
-    char exec_id[JMSG_MSG_ID_MAX];
-    char exec_last[JMSG_MSG_ID_MAX]; /* the execution that ended last */
-    char *exec_parent;       /* its header, for notices */
-    long long exec_bytes;
-    bool exec_capped;
-    bool exec_cap_stopped;      /* interrupted for printing on past its output cap */
-    int exec_stage;          /* 0 running, 1 interrupted for exceeding its wall time */
-    int64_t exec_start_us;
-    bool exec_error;         /* an error message came */
-    char exec_sha[65];       /* sha256 of its code (hex), for the audit log */
-    /* execute_requests clients sent whose iopub status "idle" has not come yet (the drain
-     * waits for them); beyond KERNEL_SENT_MAX only the one running is known. Allocated while
-     * there are any (kexec__track_sent), grown as needed: an idle kernel holds none */
-    char (*sent_exec)[JMSG_MSG_ID_MAX];
-    size_t nsent, capsent;
-    evl_timer_t *exec_timer;
-    /* the last execute_reply seen, and the wait for its idle (kexec__on_idle_late) */
-    char exec_replied[JMSG_MSG_ID_MAX];
-    evl_timer_t *idle_timer;
-    uint64_t iopub_us; /* when the last iopub message came */
-    /* its share of the output buffer budget (kout.c), and whether output is
-     * being dropped for it (from the first drop until it is under half its share again), in
-     * which execution (exec_id then: the next one's drops get a notice of their own) */
-    struct obudget_share *out_share;
-    bool out_dropping;
-    char out_drop_exec[JMSG_MSG_ID_MAX];
-    /* the last iopub message relayed, when a status or clear_output: a hash of its type,
-     * parent and content (kout.c: a repeat of it is coalesced while over the share) */
-    bool out_last_idem;
-    unsigned char out_last[16];
+    /* requests in flight and the execution watch (kexec.c; NULL: none yet) */
+    struct kexec *exec;
+    struct kout *out; /* its share of the output buffer budget (kout.c; NULL: no budget) */
     const struct kexec_ops *exec_ops; /* set by kernel__watch */
     wspace_t *ws;        /* bound at /mnt/data; its uid slot is the kernel's */
     char *root_dir;      /* where its sandbox's root is mounted ("": unsandboxed) */
@@ -219,16 +196,7 @@ struct kernel {
     sbx_pending_t *pending; /* an exec'd start whose proxy the gateway has not let go yet */
     evl_io_t *pending_io;
     int setup_fd;        /* the sandbox's set-up report (-1: none) */
-    int err_fd;          /* the read end of the process's stderr (kstderr.c; -1: none) */
-    evl_io_t *err_io;    /* NULL while paused (err_pause armed) */
-    evl_timer_t *err_pause;
-    uint64_t err_window_ms; /* the pacing window: since when, bytes read in it */
-    size_t err_window_bytes;
-    /* its newest bytes: the first KSTDERR_EARLY_MAX in err_early, sized to them (most kernels
-     * write a few lines at start, then nothing); past that a ring (NULL until then) */
-    struct tailbuf *err_tail;
-    char *err_early;
-    size_t err_early_len;
+    struct kstderr *err; /* its process's stderr (kstderr.c; NULL: no process started yet) */
     char last_cause[512]; /* why the process ended unasked, for clients (kernel_last_cause) */
     uint64_t spawn_us;
     char setup_why[256]; /* why the sandbox's set-up failed */
@@ -258,39 +226,25 @@ struct kernel {
     const char *stop_end; /* the gateway ended the process at once: why (its shutdown_reply
                              came, or it had not finished its start); NULL: not */
     uint64_t stop_us;     /* when it was sent */
-    int hb_missed, restarts;
-    bool hb_outstanding;
-    unsigned hb_sent; /* pings sent on the heartbeat socket since it was opened (kwatchdog.c) */
+    int restarts;
+    struct kwatchdog *wd; /* its heartbeats (kwatchdog.c) */
 
     struct list conns;   /* kconn_t.link, newest first */
-    struct list failing; /* kexec__fail_all: requests being answered */
-    struct kpending *failing_now;
-    long long exec_cpu0;  /* the cgroup's CPU time when the execution began (-1: unknown) */
-    long long exec_pids0; /* ... and its forks refused at the pids limit */
     enum kernel_outcome stop_outcome; /* why the process is being stopped (kexec__stop_why) */
     char stop_cause[512];
     struct list waiters; /* kwait_t.link, newest first */
     struct list fired;   /* kwait_t.link: completed, their callbacks due (kernel.c complete) */
     struct kcall *calls; /* callbacks (kcall.c) */
-    /* commands (kcmd.c): the gateway's end of init's command socket (-1: none), its watch,
-     * the commands running (struct kcmd.link) */
-    int cmd_fd;
-    evl_io_t *cmd_io;
-    struct list cmds;
-    int ncmds;
-    uint32_t cmd_next_id;
+    struct kcmds *cmds;  /* commands and their socket (kcmd.c; NULL: none yet) */
     struct kckpt *ckpt;  /* the gateway's checkpoint requests (kckpt.c; NULL: none yet) */
 
     struct kpool *pool;  /* while it waits in the warm pool (no hooks run): its pool */
-    /* the request's KERNEL_* variables, applied to a pooled kernel by a silent execution */
-    char *env_code;
+    /* the request's KERNEL_* variables, applied to a pooled kernel by a silent execution
+     * (kenv.c; NULL: none) */
+    struct kenv *env;
     egpol_t *egpol;      /* its egress policy (NULL: no network at all) */
     kegress_t *egress;   /* its egress proxy, while its process runs */
     ksecret_t *secrets;  /* its secrets' placeholders (NULL: none) */
-    json_t *exec_receipt; /* its egress receipt for the execution exec_receipt_id (exec_audit) */
-    char exec_receipt_id[JMSG_MSG_ID_MAX];
-    char env_id[JMSG_MSG_ID_MAX]; /* that execution's msg_id */
-    bool env_replied, env_idle;
 };
 
 /* One kernelspec's warm pool (kpool.c). */

@@ -29,11 +29,11 @@ static void on_notice(kernel_t *k, jspan_t parent, const char *text)
 
 static unsigned on_overflow(kernel_t *k, size_t min)
 {
-    size_t r =
-        H.release < obudget_share_held(k->out_share) ? H.release : obudget_share_held(k->out_share);
+    obudget_share_t *s = kout__share(k);
+    size_t r = H.release < obudget_share_held(s) ? H.release : obudget_share_held(s);
     H.overflows++;
     H.last_min = min;
-    obudget_share_release(k->out_share, r);
+    obudget_share_release(s, r);
     return r > 0;
 }
 
@@ -55,7 +55,7 @@ static bool offer(kernel_t *k, const char *type, const char *parent, const char 
     m.part[JPART_CONTENT] = (jspan_t){content, strlen(content)};
     bool ok = kout__admit(k, &m, &h);
     if (ok)
-        obudget_share_charge(k->out_share, kwire__bytes(&m));
+        obudget_share_charge(kout__share(k), kwire__bytes(&m));
     return ok;
 }
 
@@ -69,8 +69,8 @@ int main(void)
     k->m = &m;
     k->own = &own;
     snprintf(k->id, sizeof(k->id), "k1");
-    snprintf(k->exec_id, sizeof(k->exec_id), "e1");
-    k->out_share = obudget_share_new(&b);
+    CHECK(kout__new(k) == 0);
+    obudget_share_t *share = kout__share(k);
     char big[1200];
     memset(big, 'r', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
@@ -84,13 +84,13 @@ int main(void)
     CHECK_INT(b.coalesced, 0);
 
     CHECK_CASE("over the share: output dropped with one notice, results pass");
-    while (obudget_share_held(k->out_share) < b.limit - 200)
+    while (obudget_share_held(share) < b.limit - 200)
         CHECK(offer(k, "stream", "e1", "{\"text\":\"0123456789012345678901234567890123\"}"));
     CHECK(!offer(k, "stream", "e1", result));
     CHECK(!offer(k, "stream", "e1", result));
     CHECK_INT(H.notices, 1);
     CHECK(offer(k, "execute_result", "e1", result));
-    CHECK(obudget_share_held(k->out_share) > b.limit);
+    CHECK(obudget_share_held(share) > b.limit);
 
     CHECK_CASE("over the share a repeated clear_output or status is coalesced");
     CHECK(offer(k, "clear_output", "e1", "{\"wait\":true}"));
@@ -109,9 +109,9 @@ int main(void)
     CHECK_INT(H.overflows, 0);
 
     CHECK_CASE("past the ceiling the clients holding most are ended, then the result passes");
-    size_t ceiling = obudget_share_ceiling(k->out_share);
+    size_t ceiling = obudget_share_ceiling(share);
     CHECK_INT(ceiling, 2 * b.limit);
-    while (obudget_share_held(k->out_share) + strlen(result) + 100 <= ceiling)
+    while (obudget_share_held(share) + strlen(result) + 100 <= ceiling)
         CHECK(offer(k, "execute_result", "e2", result));
     CHECK_INT(H.overflows, 0);
     H.release = (size_t)-1; /* the one client that held it all */
@@ -119,10 +119,10 @@ int main(void)
     CHECK_INT(H.overflows, 1);
     CHECK_INT(H.last_min, b.limit / 4);
     CHECK_INT(b.ended, 1);
-    CHECK(obudget_share_held(k->out_share) <= ceiling);
+    CHECK(obudget_share_held(share) <= ceiling);
 
     CHECK_CASE("if the clients left still hold too much, all holding any are ended");
-    while (obudget_share_held(k->out_share) + strlen(result) + 100 <= ceiling)
+    while (obudget_share_held(share) + strlen(result) + 100 <= ceiling)
         CHECK(offer(k, "error", "e2", result));
     H.release = 0; /* the first round ends nobody */
     H.overflows = 0;
@@ -137,13 +137,13 @@ int main(void)
     CHECK_INT(H.overflows, 1);
 
     CHECK_CASE("no budget: everything passes");
-    obudget_share_release(k->out_share, obudget_share_held(k->out_share));
+    obudget_share_release(share, obudget_share_held(share));
     b.limit = 0;
     for (int i = 0; i < 3; i++)
         CHECK(offer(k, "clear_output", "e3", "{\"wait\":true}"));
 
-    obudget_share_release(k->out_share, obudget_share_held(k->out_share));
-    obudget_share_unref(&k->out_share);
+    obudget_share_release(share, obudget_share_held(share));
+    kout__free(k);
     free(k);
     CHECK_DONE();
 }
