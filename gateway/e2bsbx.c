@@ -537,7 +537,7 @@ static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
         if (req && s->env)
             json_object_set(req, "env", s->env);
         kernel_t *k;
-        struct kops_error kerr;
+        struct kerr kerr;
         int rc = req ? kops_start(g, &r->caller, req, &k, &kerr) : -ENOMEM;
         json_decref(req);
         if (rc < 0)
@@ -563,7 +563,7 @@ static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
     kernel_t *k = i < s->nkernels ? gw_kernel(g, id, s->tenant) : NULL;
     if (!k)
         return e2b__api_error(r, 404, "context %s not found", id);
-    struct kops_error kerr;
+    struct kerr kerr;
     if (!tail[0] && r->method == HTTP_M_DELETE) {
         if (i == 0)
             return e2b__api_error(r, 400, "the default context ends with the sandbox");
@@ -943,7 +943,7 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
         json_array_append_new(args, json_string(st.argv[i]));
     p->config = json_pack("{s:s, s:o, s:{}, s:s}", "cmd", st.argv[0], "args", args, "envs",
                           "cwd", cwd);
-    struct kops_error kerr;
+    struct kerr kerr;
     rc = kops_command_start(g, k, &o, &cb, &p->cmd, &kerr);
     e2bwire_start_fini(&st);
     for (size_t i = 0; i < nb; i++)
@@ -1038,7 +1038,7 @@ static void proc_signal(struct gw_req *r, struct e2bsbx *s)
     {
         if (q->kind == E2BREQ_PROC && q->proc->handle == pid &&
             strcmp(q->proc->sbx_id, s->id) == 0 && !q->proc->ended) {
-            struct kops_error kerr;
+            struct kerr kerr;
             int rc = kops_command_signal(r->g, q->proc->cmd, sig, &kerr);
             if (rc < 0 && rc != -ESRCH)
                 return connect_error(r, e2bwire_code_name(rc), kerr.message);

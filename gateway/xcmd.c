@@ -314,7 +314,7 @@ xcmd_run_t *xcmd_run_start(gw_t *g, kernel_t *k, const struct xcmd_spec *s, size
     run->ud = ud;
     struct kcmd_cbs cb = {.output = run_output, .end = run_end, .ud = run};
     struct kcmd_opts o = xcmd_spec_opts(s);
-    struct kops_error kerr;
+    struct kerr kerr;
     if (kops_command_start(g, k, &o, &cb, &run->cmd, &kerr) < 0) {
         snprintf(err, errsz, "%s", kerr.message);
         xcmd_run_free(&run);
@@ -341,7 +341,7 @@ json_t *xcmd_run_end(const xcmd_run_t *run)
 
 void xcmd_run_cancel(gw_t *g, xcmd_run_t *run)
 {
-    struct kops_error kerr;
+    struct kerr kerr;
     if (run->cmd)
         kops_command_signal(g, run->cmd, SIGKILL, &kerr);
 }

@@ -170,7 +170,7 @@ void xcmdapi_post(struct gw_req *r)
     struct kcmd_cbs cb = stream_cbs_proto;
     cb.ud = st;
     struct kcmd_opts o = xcmd_spec_opts(&s);
-    struct kops_error kerr;
+    struct kerr kerr;
     if ((rc = kops_command_start(r->g, k, &o, &cb, &st->cmd, &kerr)) < 0) {
         xcmd_spec_fini(&s);
         stream_free(st);
@@ -199,7 +199,7 @@ void xcmdapi_delete(struct gw_req *r)
     {
         if (!strcmp(st->id, r->route.arg[1]) && !strcmp(st->kernel_id, kernel_id(k)) &&
             !strcmp(st->tenant, r->caller.tenant)) {
-            struct kops_error kerr;
+            struct kerr kerr;
             bool running = !st->ended && st->cmd &&
                            kops_command_signal(r->g, st->cmd, SIGKILL, &kerr) == 0;
             return req_reply(r, 202,
