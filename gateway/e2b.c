@@ -121,7 +121,7 @@ static void on_tick(void *data)
     list_for_each(q, &e->runs, link)
     {
         if (q->kind == E2BREQ_PROC) {
-            if (!q->proc->ended && mono - q->last_ms >= q->proc->keepalive_ms)
+            if (!xcmd_stream_ended(q->proc->cmd) && mono - q->last_ms >= q->proc->keepalive_ms)
                 e2b__proc_send(q, "{\"event\":{\"keepalive\":{}}}", 0);
             continue;
         }
