@@ -19,11 +19,11 @@ static void on_kernel_done(void *data, kernel_t *k, int status)
 {
     chcall_t *call = data;
     chconn_t *c = call->c;
-    struct kops_error err;
+    struct kerr err;
     int rc = kops_waited(c->g, k, status);
     call->wait = NULL;
     if (rc < 0 && !call->ignore_fail) {
-        kops_waited_error(c->g, k, call->reply_id ? KOPS_START : KOPS_RESTART, rc, &err);
+        kops_waited_error(c->g, k, call->reply_id ? KERR_START : KERR_RESTART, rc, &err);
         chconn_reply_error(c, call->rid, err.exc, "%s", err.message);
     } else if (call->reply_id) {
         chconn_reply_value(c, call->rid, json_string(call->kernel_id));
@@ -47,7 +47,7 @@ static void await_kernel(const struct chrpc_call *x, kernel_t *k, bool reply_id,
         on_kernel_done(call, k, 0);
 }
 
-static void reply_kops(const struct chrpc_call *x, const struct kops_error *err)
+static void reply_kops(const struct chrpc_call *x, const struct kerr *err)
 {
     chconn_reply_error(x->c, x->rc->request_id, err->exc, "%s", err->message);
 }
@@ -86,7 +86,7 @@ static void start_kernel(const struct chrpc_call *x)
     struct gw_caller who;
     snprintf(who.tenant, sizeof(who.tenant), "%s", c->wc.tenant);
     snprintf(who.addr, sizeof(who.addr), "%s", c->addr);
-    struct kops_error err;
+    struct kerr err;
     kernel_t *k;
     int r = kops_start(c->g, &who, req, &k, &err);
     json_decref(req);
@@ -107,7 +107,7 @@ static void get_kernel(const struct chrpc_call *x)
 
 static void interrupt_kernel(const struct chrpc_call *x)
 {
-    struct kops_error err;
+    struct kerr err;
     if (kops_interrupt(x->c->g, x->k, &err) < 0)
         return reply_kops(x, &err);
     chconn_reply_value(x->c, x->rc->request_id, json_null());
@@ -116,7 +116,7 @@ static void interrupt_kernel(const struct chrpc_call *x)
 /* restart_kernel; and shutdown_kernel(restart=True), answered None however it ends */
 static void restart(const struct chrpc_call *x, bool ignore_fail)
 {
-    struct kops_error err;
+    struct kerr err;
     if (kops_restart(x->c->g, x->k, &err) < 0)
         return reply_kops(x, &err);
     await_kernel(x, x->k, false, ignore_fail);
@@ -130,7 +130,7 @@ static void restart_kernel(const struct chrpc_call *x)
 static void shutdown_kernel(const struct chrpc_call *x)
 {
     const rpc_val_t *again = rpc_args_get(x->a, "restart");
-    struct kops_error err;
+    struct kerr err;
     if (again && again->b)
         return restart(x, true);
     if (kops_shutdown(x->c->g, x->k, &err) < 0)

@@ -54,12 +54,10 @@ struct kck {
     struct ckpt_op *reviving; /* the revival after such a death, until the new process answers */
 };
 
-enum op_kind { OP_TAKE, OP_ROLLBACK, OP_DROP, OP_REVIVE };
-
 struct ckpt_op {
     gw_t *g;
     kernel_t *k;
-    enum op_kind kind;
+    enum kerr_op kind; /* KERR_CHECKPOINT, KERR_ROLLBACK, KERR_REVIVE or KERR_DROP */
     kckpt_req_t *req;
     char id[CKPT_ID_MAX];
     bool files;
@@ -194,83 +192,94 @@ int ckpt_listen(gw_t *g)
 
 /* ---- operations ---- */
 
-static void audit(ckpt_op_t *op, const char *event, const char *result)
+/* Each operation's audit event, and what its log lines say before the checkpoint's id. */
+static const struct {
+    const char *event, *log;
+} names[] = {
+    [KERR_CHECKPOINT] = {"checkpoint", "checkpoint"},
+    [KERR_ROLLBACK] = {"rollback", "rollback to"},
+    [KERR_REVIVE] = {"revive", "revival from"},
+    [KERR_DROP] = {"checkpoint_drop", "drop of checkpoint"},
+};
+
+static void audit(ckpt_op_t *op, const char *result)
 {
     if (!audit_enabled())
         return;
-    audit_event(event, "s:s, s:s, s:s, s:s, s:s, s:o", "tenant", op->who.tenant, "addr",
-                op->who.addr, "kernel", kernel_id(op->k), "checkpoint", op->id, "result", result,
-                "cause", op->cause[0] ? audit_str(op->cause, strlen(op->cause)) : json_null());
+    audit_event(names[op->kind].event, "s:s, s:s, s:s, s:s, s:s, s:o", "tenant", op->who.tenant,
+                "addr", op->who.addr, "kernel", kernel_id(op->k), "checkpoint", op->id, "result",
+                result, "cause",
+                op->cause[0] ? audit_str(op->cause, strlen(op->cause)) : json_null());
 }
 
-/* A kernel's failed answer as an HTTP status and a message. */
-static int failure(const gw_t *g,
-                   kernel_t *k,
-                   int status,
-                   json_t *reply,
-                   const char *what,
-                   char *msg,
-                   size_t msgsz)
+/* What the error table's messages name of k, its checkpoint cp (or NULL) and the kernel's
+ * answer reply (or NULL). */
+static struct kerr_context context(gw_t *g, kernel_t *k, const char *cp, json_t *reply)
 {
-    const char *ename = json_string_value(json_object_get(reply, "ename"));
-    const char *evalue = json_string_value(json_object_get(reply, "evalue"));
-    switch (status) {
-    case -EREMOTEIO:
-        if (ename && (!strcmp(ename, "ForkError") || !strcmp(ename, "MemoryError") ||
-                      (evalue && (strstr(evalue, "fork") || strstr(evalue, "emory"))))) {
-            snprintf(msg, msgsz,
-                     "cannot %s: the kernel is at its memory or process limit (%.64s: %.200s); "
-                     "nothing was changed",
-                     what, ename, evalue ? evalue : "");
-            return 507;
-        }
-        snprintf(msg, msgsz, "cannot %s: %.64s: %.200s", what, ename ? ename : "error",
-                 evalue ? evalue : "");
-        return 409;
-    case -ENOTSUP: /* its ipykernel lacks what checkpoints rely on: not offered there */
-        snprintf(msg, msgsz, "cannot %s: %.340s", what,
-                 evalue ? evalue : "this kernel does not support checkpoints");
-        return 501;
-    case -EMLINK: /* at kgw_ckpt.MAX_GENERATIONS: a restart of the kernel starts again */
-        snprintf(msg, msgsz, "cannot %s: %.340s", what,
-                 evalue ? evalue : "the kernel is at its generation limit; restart it");
-        return 409;
-    case -ETIMEDOUT:
-        snprintf(msg, msgsz,
-                 "cannot %s: the kernel did not answer within %d s (a cell may still be running)",
-                 what, timeout_ms(g) / 1000);
-        return 504;
-    case -ECHILD:
-        snprintf(msg, msgsz, "cannot %s: the kernel's process ended meanwhile%s%.300s", what,
-                 kernel_last_cause(k)[0] ? ": " : "", kernel_last_cause(k));
-        return 409;
-    case -EBUSY:
-        snprintf(msg, msgsz, "cannot %s: the kernel is not running (it is %s)", what,
-                 kernel_execution_state(k));
-        return 409;
-    case -EAGAIN:
-        snprintf(msg, msgsz, "cannot %s: too many checkpoint requests queued for this kernel",
-                 what);
-        return 429;
-    default:
-        snprintf(msg, msgsz, "cannot %s: %s", what, strerror(-status));
-        return 500;
-    }
+    struct kck *c = kck_of(g, k, false);
+    return (struct kerr_context){
+        .kernel_id = kernel_id(k),
+        .kernel_state = kernel_execution_state(k),
+        .checkpoint = cp,
+        .cause = kernel_last_cause(k),
+        .ename = json_string_value(json_object_get(reply, "ename")),
+        .evalue = json_string_value(json_object_get(reply, "evalue")),
+        .timeout_s = timeout_ms(g) / 1000,
+        .held = c ? c->n + c->taking : 0,
+        .max_checkpoints = g->cfg.max_checkpoints,
+    };
 }
 
-static void op_end(ckpt_op_t *op, int status, int http, const char *msg, json_t *rec)
+/* An operation of k refused before it was sent: NULL, with err filled. */
+static ckpt_op_t *refuse(
+    gw_t *g, kernel_t *k, enum kerr_op kind, int code, const char *cp, struct kerr *err)
 {
+    struct kerr_context ctx = context(g, k, cp, NULL);
+    kerr_make(kind, code, &ctx, err);
+    return NULL;
+}
+
+/* op's end: its caller told (err NULL: done, with rec's record), op freed. */
+static void op_end(ckpt_op_t *op, const struct kerr *err, struct ckrec *rec)
+{
+    json_t *model = op->done && !err && rec ? rec_model(op->k, rec) : NULL;
     if (op->done)
-        op->done(op->data, status, http, msg, rec);
+        op->done(op->data, err, model);
+    json_decref(model);
     free(op);
 }
 
-static ckpt_op_t *op_new(gw_t *g,
-                         kernel_t *k,
-                         const struct gw_caller *who,
-                         enum op_kind kind,
-                         ckpt_done_cb done,
-                         void *data)
+/* op failed with code (reply: the kernel's answer, or NULL), or timed out and its kernel was
+ * restarted for it (restarted: the table's message says so): logged, audited (unless it is a
+ * checkpoint's, audited once taken) and ended. */
+static void op_fail(ckpt_op_t *op, int code, json_t *reply, bool restarted)
+{
+    struct kerr err;
+    struct kerr_context ctx = context(op->g, op->k, op->id, reply);
+    ctx.restarted = restarted;
+    kerr_make(op->kind, code, &ctx, &err);
+    if (restarted)
+        log_warn("kernel=%s: checkpoint %s: %s", kernel_id(op->k), op->id, err.message);
+    else
+        log_info("kernel=%s: %s %s: %s", kernel_id(op->k), names[op->kind].log, op->id,
+                 err.message);
+    if (!restarted || op->kind != KERR_CHECKPOINT)
+        audit(op, "failed");
+    op_end(op, &err, NULL);
+}
+
+/* The operation a kernel's answer is for (its request is over), and the kernel's checkpoints
+ * and the record of the operation's (NULL: none). */
+static ckpt_op_t *answered(void *data, struct kck **ret_c, struct ckrec **ret_rec)
+{
+    ckpt_op_t *op = data;
+    op->req = NULL;
+    *ret_c = kck_of(op->g, op->k, false);
+    *ret_rec = rec_find(*ret_c, op->id);
+    return op;
+}
+
+static ckpt_op_t *op_new(gw_t *g, kernel_t *k, const struct ckpt_asker *a, enum kerr_op kind)
 {
     ckpt_op_t *op = calloc(1, sizeof(*op));
     if (!op)
@@ -278,37 +287,26 @@ static ckpt_op_t *op_new(gw_t *g,
     op->g = g;
     op->k = k;
     op->kind = kind;
-    op->done = done;
-    op->data = data;
-    if (who)
-        op->who = *who;
+    if (a) {
+        op->done = a->done;
+        op->data = a->data;
+        if (a->who)
+            op->who = *a->who;
+        snprintf(op->cause, sizeof(op->cause), "%s", a->cause ? a->cause : "");
+    }
     return op;
 }
 
 /* A rollback or revival that timed out with no cell to blame (busy_ok: whether one may be) means
  * the new process did not come, and a kernel in an unknown state is worth less than a fresh one:
- * the kernel is restarted, and op ends with 504 saying so (audited as event, when not NULL).
- * false when that is not the case (op is still the caller's). from: what it did not come back
- * from. */
-static bool end_restarted(ckpt_op_t *op,
-                          kernel_t *k,
-                          int status,
-                          bool busy_ok,
-                          const char *prefix,
-                          const char *from,
-                          const char *event)
+ * the kernel is restarted, and op ends with 504 saying so. false when that is not the case (op
+ * is still the caller's). */
+static bool end_restarted(ckpt_op_t *op, int status, bool busy_ok)
 {
-    char msg[400];
-    if (status != -ETIMEDOUT || (!busy_ok && kernel_executions(k) > 0) || kernel_restart(k) != 0)
+    if (status != -ETIMEDOUT || (!busy_ok && kernel_executions(op->k) > 0) ||
+        kernel_restart(op->k) != 0)
         return false;
-    snprintf(msg, sizeof(msg),
-             "%sthe kernel did not come back from %s within %d s and was restarted (its "
-             "variables and checkpoints are lost)",
-             prefix, from, timeout_ms(op->g) / 1000);
-    log_warn("kernel=%s: checkpoint %s: %s", kernel_id(k), op->id, msg);
-    if (event)
-        audit(op, event, "failed");
-    op_end(op, status, 504, msg, NULL);
+    op_fail(op, status, NULL, true);
     return true;
 }
 
@@ -318,11 +316,9 @@ static bool end_restarted(ckpt_op_t *op,
  * the checkpoints outlive (docs/checkpoints.md, "A kernel that dies"). */
 static void on_kept(void *data, kernel_t *k, int status, json_t *reply)
 {
-    ckpt_op_t *op = data;
-    struct kck *c = kck_of(op->g, k, false);
-    struct ckrec *rec = rec_find(c, op->id);
-    char msg[400];
-    op->req = NULL;
+    struct kck *c;
+    struct ckrec *rec;
+    ckpt_op_t *op = answered(data, &c, &rec);
     if (status == 0 && c) {
         c->keeper = true;
         log_info("kernel=%s: its first process is now the keeper of its checkpoints", kernel_id(k));
@@ -330,8 +326,7 @@ static void on_kept(void *data, kernel_t *k, int status, json_t *reply)
         kernel_fail_pending(k, KERNEL_OUT_RESTARTED,
                             "the kernel's process was replaced by one revived from its first "
                             "checkpoint before it ran this");
-    } else if (end_restarted(op, k, status, false, "", "the revival its first checkpoint makes",
-                             NULL)) {
+    } else if (end_restarted(op, status, false)) {
         return;
     } else if (status != -ECHILD) {
         log_warn("kernel=%s: its first process could not become the keeper of its checkpoints "
@@ -339,12 +334,11 @@ static void on_kept(void *data, kernel_t *k, int status, json_t *reply)
                  kernel_id(k), strerror(-status));
     }
     if (!rec) {
-        failure(op->g, k, -ECHILD, NULL, "take a checkpoint", msg, sizeof(msg));
-        return op_end(op, -ECHILD, 409, msg, NULL);
+        struct kerr err;
+        refuse(op->g, k, KERR_CHECKPOINT, -ECHILD, op->id, &err);
+        return op_end(op, &err, NULL);
     }
-    json_t *model = rec_model(k, rec);
-    op_end(op, 0, 201, "", model);
-    json_decref(model);
+    op_end(op, NULL, rec);
 }
 
 static int keep(ckpt_op_t *op, kernel_t *k)
@@ -360,21 +354,16 @@ static int keep(ckpt_op_t *op, kernel_t *k)
 
 static void on_taken(void *data, kernel_t *k, int status, json_t *reply)
 {
-    ckpt_op_t *op = data;
-    struct kck *c = kck_of(op->g, k, false);
-    char msg[400];
-    op->req = NULL;
+    struct kck *c;
+    struct ckrec *rec;
+    ckpt_op_t *op = answered(data, &c, &rec);
     if (c)
         c->taking--;
-    struct ckrec *rec = status == 0 && c ? calloc(1, sizeof(*rec)) : NULL;
+    rec = status == 0 && c ? calloc(1, sizeof(*rec)) : NULL;
     if (status == 0 && !rec)
         status = -ENOMEM;
-    if (status < 0) {
-        int http = failure(op->g, k, status, reply, "take a checkpoint", msg, sizeof(msg));
-        log_info("kernel=%s: checkpoint %s: %s", kernel_id(k), op->id, msg);
-        audit(op, "checkpoint", "failed");
-        return op_end(op, status, http, msg, NULL);
-    }
+    if (status < 0)
+        return op_fail(op, status, reply, false);
     snprintf(rec->id, sizeof(rec->id), "%s", op->id);
     rec->created_us = util_wall_us();
     rec->exec_count = json_integer_value(json_object_get(reply, "execution_count"));
@@ -385,92 +374,60 @@ static void on_taken(void *data, kernel_t *k, int status, json_t *reply)
     c->n++;
     log_info("kernel=%s: checkpoint %s taken (execution_count %lld, %lld file bytes)", kernel_id(k),
              rec->id, rec->exec_count, rec->files_bytes);
-    audit(op, "checkpoint", "ok");
+    audit(op, "ok");
     if (!op->done) { /* its caller went away: nobody would learn its id, nor drop it */
-        int http;
+        struct kerr err;
+        const struct ckpt_asker a = {.who = &op->who};
         log_info("kernel=%s: checkpoint %s: its caller went away; dropped", kernel_id(k),
                  rec->id);
-        ckpt_drop(op->g, k, &op->who, rec->id, NULL, NULL, NULL, &http, msg, sizeof(msg));
-        return op_end(op, 0, 201, "", NULL);
+        ckpt_drop(op->g, k, &a, rec->id, &err);
+        return op_end(op, NULL, NULL);
     }
     /* not while other executions wait in the kernel's queue: the revival would run after
      * them and silently undo what they did (the next checkpoint makes the keeper then) */
     if (!c->keeper && kernel_executions(k) == 0 && keep(op, k) == 0)
         return; /* answered once the kernel's first process is its keeper */
-    json_t *model = rec_model(k, rec);
-    op_end(op, 0, 201, "", model);
-    json_decref(model);
+    op_end(op, NULL, rec);
 }
 
-/* Sends op's request (content is consumed) for a REST or execute-API caller: 0 with *ret set,
- * or -errno with *http and msg saying why (op freed). what: "take a checkpoint", ... */
-static int op_send(ckpt_op_t *op,
-                   enum kckpt_op kop,
-                   json_t *content,
-                   kckpt_cb cb,
-                   const char *what,
-                   ckpt_op_t **ret,
-                   int *http,
-                   char *msg,
-                   size_t msgsz)
+/* Sends op's request (content is consumed): op, or NULL with err saying why (op freed). */
+static ckpt_op_t *op_send(
+    ckpt_op_t *op, enum kckpt_op kop, json_t *content, kckpt_cb cb, struct kerr *err)
 {
     int r = kckpt_send(op->k, kop, content, timeout_ms(op->g), cb, op, &op->req);
     json_decref(content);
     if (r < 0) {
-        *http = failure(op->g, op->k, r, NULL, what, msg, msgsz);
+        refuse(op->g, op->k, op->kind, r, op->id, err);
         free(op);
-        return r;
+        return NULL;
     }
-    if (ret)
-        *ret = op;
-    return 0;
+    return op;
 }
 
-int ckpt_take(gw_t *g,
-              kernel_t *k,
-              const struct gw_caller *who,
-              bool files,
-              ckpt_done_cb done,
-              void *data,
-              ckpt_op_t **ret,
-              int *http,
-              char *msg,
-              size_t msgsz)
+ckpt_op_t *ckpt_take(
+    gw_t *g, kernel_t *k, const struct ckpt_asker *a, bool files, struct kerr *err)
 {
     struct kck *c = kck_of(g, k, true);
-    if (!c) {
-        *http = failure(g, k, -ENOMEM, NULL, "take a checkpoint", msg, msgsz);
-        return -ENOMEM;
-    }
-    if (kernel_state(k) != KERNEL_RUNNING) {
-        *http = failure(g, k, -EBUSY, NULL, "take a checkpoint", msg, msgsz);
-        return -EBUSY;
-    }
-    if (c->n + c->taking >= g->cfg.max_checkpoints) {
-        snprintf(msg, msgsz,
-                 "checkpoint limit reached: the kernel holds %d (--max-checkpoints=%lld); "
-                 "DELETE one first",
-                 c->n + c->taking, g->cfg.max_checkpoints);
-        *http = 409;
-        return -ENOSPC;
-    }
-    ckpt_op_t *op = op_new(g, k, who, OP_TAKE, done, data);
+    if (!c)
+        return refuse(g, k, KERR_CHECKPOINT, -ENOMEM, NULL, err);
+    if (kernel_state(k) != KERNEL_RUNNING)
+        return refuse(g, k, KERR_CHECKPOINT, -EBUSY, NULL, err);
+    if (c->n + c->taking >= g->cfg.max_checkpoints)
+        return refuse(g, k, KERR_CHECKPOINT, -ENOSPC, NULL, err);
+    ckpt_op_t *op = op_new(g, k, a, KERR_CHECKPOINT);
     json_t *content = op ? json_object() : NULL;
     if (!content) {
         free(op);
-        *http = failure(g, k, -ENOMEM, NULL, "take a checkpoint", msg, msgsz);
-        return -ENOMEM;
+        return refuse(g, k, KERR_CHECKPOINT, -ENOMEM, NULL, err);
     }
     util_uuid(op->id);
     op->files = files;
     json_object_set_new(content, "id", json_string(op->id));
     json_object_set_new(content, "files_dir",
                         files ? json_string(kckpt_files_dir(k)) : json_null());
-    int r = op_send(op, KCKPT_CHECKPOINT, content, on_taken, "take a checkpoint", ret, http, msg,
-                    msgsz);
-    if (r == 0)
+    if ((op = op_send(op, KCKPT_CHECKPOINT, content, on_taken, err)))
         c->taking++;
-    return r;
+    return op;
 }
 
 /* The rollback's clients: a status sequence a Jupyter front end takes as a restart it asked
@@ -504,106 +461,72 @@ static void tell_clients(ckpt_op_t *op, const struct ckrec *rec)
 
 static void on_rolled(void *data, kernel_t *k, int status, json_t *reply)
 {
-    ckpt_op_t *op = data;
-    struct kck *c = kck_of(op->g, k, false);
-    struct ckrec *rec = rec_find(c, op->id);
-    char msg[400];
-    op->req = NULL;
+    struct kck *c;
+    struct ckrec *rec;
+    ckpt_op_t *op = answered(data, &c, &rec);
+    char msg[200];
     if (rec)
         rec->rolling--;
     if (status == 0 && !rec) /* cannot be: its records end with the process, -ECHILD first */
         status = -ENOENT;
-    if (end_restarted(op, k, status, false, "cannot roll back: ", "the rollback", "rollback"))
+    if (end_restarted(op, status, false))
         return;
-    if (status < 0) {
-        int http = failure(op->g, k, status, reply, "roll back", msg, sizeof(msg));
-        log_info("kernel=%s: rollback to %s: %s", kernel_id(k), op->id, msg);
-        audit(op, "rollback", "failed");
-        return op_end(op, status, http, msg, NULL);
-    }
+    if (status < 0)
+        return op_fail(op, status, reply, false);
     c->keeper = true; /* the first process exec'd the keeper (or already was it) */
     log_info("kernel=%s: rolled back to checkpoint %s%s%s", kernel_id(k), rec->id,
              op->cause[0] ? ": " : "", op->cause);
-    audit(op, "rollback", "ok");
+    audit(op, "ok");
     /* requests the old process had queued behind the rollback went with it */
     snprintf(msg, sizeof(msg), "the kernel was rolled back to checkpoint %s before it ran this",
              rec->id);
     kernel_fail_pending(k, KERNEL_OUT_RESTARTED, msg);
     tell_clients(op, rec);
-    json_t *model = rec_model(k, rec);
-    op_end(op, 0, 200, "", model);
-    json_decref(model);
+    op_end(op, NULL, rec);
 }
 
-int ckpt_rollback(gw_t *g,
-                  kernel_t *k,
-                  const struct gw_caller *who,
-                  const char *cp,
-                  const char *cause,
-                  ckpt_done_cb done,
-                  void *data,
-                  ckpt_op_t **ret,
-                  int *http,
-                  char *msg,
-                  size_t msgsz)
+ckpt_op_t *ckpt_rollback(
+    gw_t *g, kernel_t *k, const struct ckpt_asker *a, const char *cp, struct kerr *err)
 {
     struct ckrec *rec = rec_find(kck_of(g, k, false), cp);
-    if (!rec) {
-        snprintf(msg, msgsz, "no checkpoint %.64s on kernel %s", cp, kernel_id(k));
-        *http = 404;
-        return -ENOENT;
-    }
-    if (kernel_state(k) != KERNEL_RUNNING) {
-        *http = failure(g, k, -EBUSY, NULL, "roll back", msg, msgsz);
-        return -EBUSY;
-    }
-    ckpt_op_t *op = op_new(g, k, who, OP_ROLLBACK, done, data);
+    if (!rec)
+        return refuse(g, k, KERR_ROLLBACK, -ENOENT, cp, err);
+    if (kernel_state(k) != KERNEL_RUNNING)
+        return refuse(g, k, KERR_ROLLBACK, -EBUSY, cp, err);
+    ckpt_op_t *op = op_new(g, k, a, KERR_ROLLBACK);
     json_t *content = op ? json_pack("{s:s, s:b, s:I}", "id", rec->id, "files", rec->files,
                                      "expires", expiry(g))
                          : NULL;
     if (!content) {
         free(op);
-        *http = failure(g, k, -ENOMEM, NULL, "roll back", msg, msgsz);
-        return -ENOMEM;
+        return refuse(g, k, KERR_ROLLBACK, -ENOMEM, cp, err);
     }
     snprintf(op->id, sizeof(op->id), "%s", rec->id);
-    snprintf(op->cause, sizeof(op->cause), "%s", cause ? cause : "");
-    int r = op_send(op, KCKPT_ROLLBACK, content, on_rolled, "roll back", ret, http, msg, msgsz);
-    if (r == 0)
+    if ((op = op_send(op, KCKPT_ROLLBACK, content, on_rolled, err)))
         rec->rolling++;
-    return r;
+    return op;
 }
 
 /* ---- a death of the live interpreter: the kernel comes back from its newest checkpoint ---- */
 
 static void on_revived(void *data, kernel_t *k, int status, json_t *reply)
 {
-    ckpt_op_t *op = data;
-    struct kck *c = kck_of(op->g, k, false);
-    struct ckrec *rec = rec_find(c, op->id);
-    char msg[400];
-    op->req = NULL;
+    struct kck *c;
+    struct ckrec *rec;
+    ckpt_op_t *op = answered(data, &c, &rec);
     if (c && c->reviving == op)
         c->reviving = NULL;
     if (status == 0 && !rec)
         status = -ENOENT;
-    char from[CKPT_ID_MAX + 20];
-    snprintf(from, sizeof(from), "its checkpoint %s", op->id);
-    if (end_restarted(op, k, status, true, "", from, "revive"))
+    if (end_restarted(op, status, true))
         return;
-    if (status < 0) {
-        int http = failure(op->g, k, status, reply, "revive the kernel", msg, sizeof(msg));
-        log_info("kernel=%s: revival from %s: %s", kernel_id(k), op->id, msg);
-        audit(op, "revive", "failed");
-        return op_end(op, status, http, msg, NULL);
-    }
+    if (status < 0)
+        return op_fail(op, status, reply, false);
     log_warn("kernel=%s: came back from checkpoint %s after its process died", kernel_id(k),
              rec->id);
-    audit(op, "revive", "ok");
+    audit(op, "ok");
     tell_clients(op, rec);
-    json_t *model = rec_model(k, rec);
-    op_end(op, 0, 200, "", model);
-    json_decref(model);
+    op_end(op, NULL, rec);
 }
 
 static void on_death(void *data, kernel_t *k, enum kernel_outcome o, const char *cause)
@@ -612,7 +535,7 @@ static void on_death(void *data, kernel_t *k, enum kernel_outcome o, const char 
     struct kck *c = kck_of(g, k, false);
     struct ckrec *rec =
         c && !list_empty(&c->recs) ? list_entry(c->recs.prev, struct ckrec, link) : NULL;
-    ckpt_op_t *op = rec ? op_new(g, k, NULL, OP_REVIVE, NULL, NULL) : NULL;
+    ckpt_op_t *op = rec ? op_new(g, k, NULL, KERR_REVIVE) : NULL;
     json_t *content = op ? json_pack("{s:s}", "id", rec->id) : NULL;
     if (op) {
         snprintf(op->id, sizeof(op->id), "%s", rec->id);
@@ -632,67 +555,50 @@ static void on_death(void *data, kernel_t *k, enum kernel_outcome o, const char 
     kernel_fail_pending(k, o, cause);
 }
 
-int ckpt_revival_join(
-    gw_t *g, kernel_t *k, const char *cp, ckpt_done_cb done, void *data, ckpt_op_t **ret)
+ckpt_op_t *ckpt_revival_join(gw_t *g, kernel_t *k, const char *cp, const struct ckpt_asker *a)
 {
     struct kck *c = kck_of(g, k, false);
     if (!c || !c->reviving || strcmp(c->reviving->id, cp) != 0 || c->reviving->done)
-        return -ENOENT;
-    c->reviving->done = done;
-    c->reviving->data = data;
-    *ret = c->reviving;
-    return 0;
+        return NULL;
+    c->reviving->done = a->done;
+    c->reviving->data = a->data;
+    return c->reviving;
 }
 
 static void on_dropped(void *data, kernel_t *k, int status, json_t *reply)
 {
     ckpt_op_t *op = data;
-    char msg[400] = "";
     op->req = NULL;
     /* the record is gone already: a checkpoint whose process is gone is dropped too */
-    if (status < 0 && status != -EREMOTEIO)
-        log_info("kernel=%s: drop of checkpoint %s: %s", kernel_id(k), op->id,
-                 (failure(op->g, k, status, reply, "drop", msg, sizeof(msg)), msg));
-    audit(op, "checkpoint_drop", status == 0 ? "ok" : "gone");
-    op_end(op, 0, 204, "", NULL);
+    if (status < 0 && status != -EREMOTEIO) {
+        struct kerr err;
+        struct kerr_context ctx = context(op->g, k, op->id, reply);
+        kerr_make(KERR_DROP, status, &ctx, &err);
+        log_info("kernel=%s: drop of checkpoint %s: %s", kernel_id(k), op->id, err.message);
+    }
+    audit(op, status == 0 ? "ok" : "gone");
+    op_end(op, NULL, NULL);
 }
 
-int ckpt_drop(gw_t *g,
-              kernel_t *k,
-              const struct gw_caller *who,
-              const char *cp,
-              ckpt_done_cb done,
-              void *data,
-              ckpt_op_t **ret,
-              int *http,
-              char *msg,
-              size_t msgsz)
+ckpt_op_t *ckpt_drop(
+    gw_t *g, kernel_t *k, const struct ckpt_asker *a, const char *cp, struct kerr *err)
 {
     struct kck *c = kck_of(g, k, false);
     struct ckrec *rec = rec_find(c, cp);
-    if (!rec) {
-        snprintf(msg, msgsz, "no checkpoint %.64s on kernel %s", cp, kernel_id(k));
-        *http = 404;
-        return -ENOENT;
-    }
-    if (rec->rolling) { /* the rollback would find no record: its clients never told */
-        snprintf(msg, msgsz, "checkpoint %s: a rollback to it is in progress; drop it after",
-                 rec->id);
-        *http = 409;
-        return -EBUSY;
-    }
-    ckpt_op_t *op = op_new(g, k, who, OP_DROP, done, data);
+    if (!rec)
+        return refuse(g, k, KERR_DROP, -ENOENT, cp, err);
+    if (rec->rolling) /* the rollback would find no record: its clients never told */
+        return refuse(g, k, KERR_DROP, -EINPROGRESS, cp, err);
+    ckpt_op_t *op = op_new(g, k, a, KERR_DROP);
     json_t *content = op ? json_pack("{s:s}", "id", rec->id) : NULL;
     if (!content) {
         free(op);
-        *http = failure(g, k, -ENOMEM, NULL, "drop", msg, msgsz);
-        return -ENOMEM;
+        return refuse(g, k, KERR_DROP, -ENOMEM, cp, err);
     }
     snprintf(op->id, sizeof(op->id), "%s", rec->id);
-    int r = op_send(op, KCKPT_DROP, content, on_dropped, "drop", ret, http, msg, msgsz);
-    if (r == 0)
+    if ((op = op_send(op, KCKPT_DROP, content, on_dropped, err)))
         rec_remove(c, rec); /* no rollback to it from now on */
-    return r;
+    return op;
 }
 
 void ckpt_op_cancel(ckpt_op_t **pop)

@@ -18,30 +18,45 @@ static kernel_t *req_kernel(struct gw_req *r)
     return k;
 }
 
-static void rest_done(void *data, int status, int http, const char *message, json_t *rec)
+/* An operation's end: the error, or status with the record (201: at its Location). */
+static void answer(struct gw_req *r, const struct kerr *err, int status, json_t *rec)
 {
-    struct gw_req *r = data;
     r->face = NULL; /* the operation, ended */
-    if (status < 0)
-        return req_error(r, http, "%s", message);
-    if (http == 201)
+    if (err)
+        return req_error_retry(r, err->status, err->retry_after, "%s", err->message);
+    if (status == 201)
         snprintf(r->location, sizeof(r->location), "/api/kernels/%s/checkpoints/%s",
                  r->route.arg[0], json_string_value(json_object_get(rec, "id")));
-    req_reply(r, http, rec ? json_incref(rec) : NULL);
+    req_reply(r, status, rec ? json_incref(rec) : NULL);
 }
 
-/* An operation asked for: the request waits for it (its face), or is refused now. */
-static void started(struct gw_req *r, int rc, ckpt_op_t *op, int http, const char *msg)
+static void taken(void *data, const struct kerr *err, json_t *rec)
 {
-    if (rc < 0)
-        return req_error(r, http, "%s", msg);
+    answer(data, err, 201, rec);
+}
+
+static void rolled_back(void *data, const struct kerr *err, json_t *rec)
+{
+    answer(data, err, 200, rec);
+}
+
+static void dropped(void *data, const struct kerr *err, json_t *rec)
+{
+    answer(data, err, 204, NULL);
+}
+
+/* An operation asked for (op, or NULL: refused for err): the request waits for it (its face),
+ * or is answered now. */
+static void started(struct gw_req *r, ckpt_op_t *op, const struct kerr *err)
+{
+    if (!op)
+        return answer(r, err, 0, NULL);
     r->face = op;
 }
 
 void ckptapi_list(struct gw_req *r)
 {
-    char msg[400];
-    int http;
+    struct kerr err;
     kernel_t *k = req_kernel(r);
     if (!k)
         return;
@@ -57,15 +72,13 @@ void ckptapi_list(struct gw_req *r)
     }
     bool with_files = !files || json_is_true(files);
     json_decref(body);
-    ckpt_op_t *op = NULL;
-    int rc = ckpt_take(r->g, k, &r->caller, with_files, rest_done, r, &op, &http, msg, sizeof(msg));
-    started(r, rc, op, http, msg);
+    const struct ckpt_asker a = {.who = &r->caller, .done = taken, .data = r};
+    started(r, ckpt_take(r->g, k, &a, with_files, &err), &err);
 }
 
 void ckptapi_one(struct gw_req *r)
 {
-    char msg[400];
-    int http;
+    struct kerr err;
     kernel_t *k = req_kernel(r);
     if (!k)
         return;
@@ -76,16 +89,13 @@ void ckptapi_one(struct gw_req *r)
                              kernel_id(k));
         return req_reply(r, 200, rec);
     }
-    ckpt_op_t *op = NULL;
-    int rc = ckpt_drop(r->g, k, &r->caller, r->route.arg[1], rest_done, r, &op, &http, msg,
-                       sizeof(msg));
-    started(r, rc, op, http, msg);
+    const struct ckpt_asker a = {.who = &r->caller, .done = dropped, .data = r};
+    started(r, ckpt_drop(r->g, k, &a, r->route.arg[1], &err), &err);
 }
 
 void ckptapi_rollback(struct gw_req *r)
 {
-    char msg[400];
-    int http;
+    struct kerr err;
     kernel_t *k = req_kernel(r);
     if (!k)
         return;
@@ -98,11 +108,10 @@ void ckptapi_rollback(struct gw_req *r)
         json_decref(body);
         return req_error(r, 400, "\"checkpoint\" must be a checkpoint id");
     }
-    ckpt_op_t *op = NULL;
-    int rc = ckpt_rollback(r->g, k, &r->caller, json_string_value(cp), NULL, rest_done, r, &op,
-                           &http, msg, sizeof(msg));
+    const struct ckpt_asker a = {.who = &r->caller, .done = rolled_back, .data = r};
+    ckpt_op_t *op = ckpt_rollback(r->g, k, &a, json_string_value(cp), &err);
     json_decref(body);
-    started(r, rc, op, http, msg);
+    started(r, op, &err);
 }
 
 void ckptapi_req_fini(struct gw_req *r)

@@ -62,7 +62,7 @@ static void sbx_kill(struct e2b *e, struct e2bsbx *s, const char *why)
     }
     for (size_t i = 0; i < s->nkernels; i++) {
         kernel_t *k = gw_kernel(e->g, s->kernels[i], s->tenant);
-        struct kops_error err;
+        struct kerr err;
         if (k && kernel_state(k) != KERNEL_TERMINATING && kernel_state(k) != KERNEL_DEAD)
             kops_shutdown(e->g, k, &err);
     }
@@ -121,7 +121,7 @@ static void on_tick(void *data)
     list_for_each(q, &e->runs, link)
     {
         if (q->kind == E2BREQ_PROC) {
-            if (!q->proc->ended && mono - q->last_ms >= q->proc->keepalive_ms)
+            if (!xcmd_stream_ended(q->proc->cmd) && mono - q->last_ms >= q->proc->keepalive_ms)
                 e2b__proc_send(q, "{\"event\":{\"keepalive\":{}}}", 0);
             continue;
         }
@@ -407,7 +407,7 @@ static void api_create(struct gw_req *r)
         free(eg);
     }
     kernel_t *k;
-    struct kops_error kerr;
+    struct kerr kerr;
     int rc = kops_start(r->g, &r->caller, req, &k, &kerr);
     json_decref(req);
     if (rc < 0) {

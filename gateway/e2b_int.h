@@ -13,6 +13,7 @@
 #include "gateway/files.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
+#include "gateway/xcmd.h"
 #include "gateway/xexec.h"
 #include "kernelmgr/kcmd.h"
 #include "kernelmgr/wspace.h"
@@ -22,7 +23,6 @@
 #define E2B_ENVD_VERSION    "0.5.6" /* what the SDKs are told envd is (docs/e2b.md) */
 #define E2B_CONTEXTS_MAX    8       /* kernels (code contexts) of one sandbox */
 #define E2B_CWD_MAX         256     /* bytes of a context's working directory */
-#define E2B_STDIN_MAX       (1 << 20) /* a command's stdin waiting to be read */
 #define E2B_SAMPLES         60      /* metrics kept per sandbox (the last 5 minutes) */
 #define E2B_SAMPLE_MS       5000    /* between two, as E2B samples */
 #define E2B_TOKEN_BYTES     24      /* random bytes of an access token (hex: twice) */
@@ -32,7 +32,6 @@
 #define E2B_UPLOAD_FILES    64  /* files of one POST /files */
 #define E2B_DEFAULT_TIMEOUT 300 /* seconds, when a create names none */
 #define E2B_TEMPLATES_MAX   32
-#define E2B_PROC_HELD       (256 * 1024) /* a command's output held before it is paused */
 /* bytes of a file GET /files answers: it is read whole (on the loop) and held until sent, so
  * far less than --max-download-bytes (kgw's streamed GET /download is not) */
 #define E2B_READ_MAX (32 * 1024 * 1024)
@@ -102,14 +101,11 @@ struct e2breq {
 };
 
 struct e2bproc {
-    kcmd_t *cmd;
-    unsigned handle; /* the "pid" the client sees (kgw's handle of the command) */
+    xcmd_stream_t *cmd; /* its envelopes queued within the kernel's output budget; its stdin
+                           ("stdin": true: SendInput's bytes) */
+    unsigned handle;    /* the "pid" the client sees (kgw's handle of the command) */
     char sbx_id[UTIL_UUID_LEN + 1];
-    buf_t pend;      /* enveloped messages not yet written */
-    size_t pend_off; /* bytes of pend written */
-    bool ended, paused;
     uint64_t keepalive_ms; /* the client's Keepalive-Ping-Interval */
-    struct xcmd_stdin *in; /* "stdin": true: SendInput's bytes (NULL: /dev/null) */
     json_t *config;        /* process.List's ProcessConfig: {"cmd", "args", "envs", "cwd"} */
 };
 

@@ -2,7 +2,8 @@
  * E2b-Sandbox-Id, with its access token, answers /health, /execute and /contexts (the code
  * interpreter's, on the execute API's executions, gateway/xexec.c), /files (the workspace
  * files, gateway/files.c) and the Connect-RPC calls of filesystem.Filesystem
- * (gateway/e2bfs.c) and process.Process (kernelmgr/kcmd.h). Also what the control plane
+ * (gateway/e2bfs.c) and process.Process (the command streams of gateway/xcmd.c, as the
+ * commands API's: within the kernel's output budget). Also what the control plane
  * (e2b.c) shares with it (e2b_int.h): the E2B error answer, finding a sandbox, a kernel's
  * set-up. */
 #include "gateway/e2bsbx.h"
@@ -546,7 +547,7 @@ static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
         if (req && s->env)
             json_object_set(req, "env", s->env);
         kernel_t *k;
-        struct kops_error kerr;
+        struct kerr kerr;
         int rc = req ? kops_start(g, &r->caller, req, &k, &kerr) : -ENOMEM;
         json_decref(req);
         if (rc < 0)
@@ -572,7 +573,7 @@ static void sbx_contexts(struct gw_req *r, struct e2bsbx *s, const char *rest)
     kernel_t *k = i < s->nkernels ? gw_kernel(g, id, s->tenant) : NULL;
     if (!k)
         return e2b__api_error(r, 404, "context %s not found", id);
-    struct kops_error kerr;
+    struct kerr kerr;
     if (!tail[0] && r->method == HTTP_M_DELETE) {
         if (i == 0)
             return e2b__api_error(r, 400, "the default context ends with the sandbox");
@@ -794,7 +795,7 @@ static void connect_stream_error(struct gw_req *r, const char *code, const char 
     req_reply_data(r, "application/connect+json", b.data, b.len); /* takes b's data */
 }
 
-/* ---- the sandbox plane: process.Process on kernelmgr/kcmd.h ---- */
+/* ---- the sandbox plane: process.Process on the command streams of xcmd.h ---- */
 
 static bool header(struct lws *wsi, const char *name, char *out, size_t outsz);
 
@@ -802,10 +803,13 @@ static bool header(struct lws *wsi, const char *name, char *out, size_t outsz);
 void e2b__proc_send(struct e2breq *q, const char *json, uint8_t flags)
 {
     struct e2bproc *p = q->proc;
-    if (e2bwire_envelope_write(&p->pend, flags, json, strlen(json)) < 0)
+    buf_t b;
+    buf_init(&b, SIZE_MAX);
+    if (e2bwire_envelope_write(&b, flags, json, strlen(json)) < 0 ||
+        xcmd_stream_send(p->cmd, b.data, b.len) < 0)
         log_warn("e2b: command %u: out of memory for its events", p->handle);
+    buf_fini(&b);
     q->last_ms = util_now_ms();
-    lws_callback_on_writable(q->r->wsi);
 }
 
 static void proc_output(void *ud, int fd, const void *buf, size_t n)
@@ -827,10 +831,6 @@ static void proc_output(void *ud, int fd, const void *buf, size_t n)
     memcpy(msg + strlen(msg), "\"}}}", 5);
     e2b__proc_send(q, msg, 0);
     free(msg);
-    if (!p->paused && p->pend.len - p->pend_off > E2B_PROC_HELD) {
-        p->paused = true; /* the reader is slow: the command waits on its full pipe */
-        kcmd_pause(p->cmd, true);
-    }
 }
 
 static void proc_end(void *ud, const struct kcmd_end *e)
@@ -856,9 +856,17 @@ static void proc_end(void *ud, const struct kcmd_end *e)
         e2b__proc_send(q, s, 0);
     free(s);
     e2b__proc_send(q, "{}", E2BWIRE_ENV_END);
-    q->proc->ended = true;
     log_info("e2b: command %u: %s", q->proc->handle, status);
 }
+
+static void proc_wake(void *ud)
+{
+    struct e2breq *q = ud;
+    lws_callback_on_writable(q->r->wsi);
+}
+
+static const struct xcmd_stream_ops proc_ops = {
+    .output = proc_output, .end = proc_end, .wake = proc_wake};
 
 static unsigned proc_handles = 1000;
 
@@ -931,7 +939,6 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
     q->r = r;
     q->proc = p;
     list_init(&q->link);
-    buf_init(&p->pend, SIZE_MAX);
     p->handle = proc_handles++;
     snprintf(p->sbx_id, sizeof(p->sbx_id), "%s", s->id);
     snprintf(q->sbx_id, sizeof(q->sbx_id), "%s", s->id);
@@ -943,46 +950,30 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
             p->keepalive_ms = (uint64_t)v * 1000;
     }
     struct kcmd_opts o = {.argv = st.argv, .cwd = cwd, .env = env, .stdin_open = st.stdin_open};
-    struct kcmd_cbs cb = {.output = proc_output, .end = proc_end, .ud = q};
-    /* the request holds the stream before the command can say anything */
-    r->face = q;
-    list_append(&g->e2b->runs, &q->link);
     json_t *args = json_array();
     for (size_t i = 1; st.argv[i]; i++)
         json_array_append_new(args, json_string(st.argv[i]));
     p->config = json_pack("{s:s, s:o, s:{}, s:s}", "cmd", st.argv[0], "args", args, "envs",
                           "cwd", cwd);
-    struct kops_error kerr;
-    rc = kops_command_start(g, k, &o, &cb, &p->cmd, &kerr);
+    struct kerr kerr;
+    p->cmd = xcmd_stream_start(g, k, &o, &proc_ops, q, &kerr);
     e2bwire_start_fini(&st);
     for (size_t i = 0; i < nb; i++)
         free(envbuf[i]);
-    if (rc < 0) {
-        list_remove(&q->link);
-        r->face = NULL;
-        buf_fini(&p->pend);
+    if (!p->cmd) {
         json_decref(p->config);
         free(p);
         free(q);
-        return connect_stream_error(r, rc == -EAGAIN ? "resource_exhausted" : e2bwire_code_name(rc),
-                                    kerr.message);
+        return connect_stream_error(
+            r, kerr.code == -EAGAIN ? "resource_exhausted" : e2bwire_code_name(kerr.code),
+            kerr.message);
     }
-    if (o.stdin_open && !(p->in = xcmd_stdin_new(&g->loop.evl, &p->cmd, E2B_STDIN_MAX)))
-        kcmd_close_stdin(p->cmd); /* no memory to feed it: EOF now, SendInput refused */
+    /* the request holds the stream (the command says nothing before the loop's next turn) */
+    r->face = q;
+    list_append(&g->e2b->runs, &q->link);
     log_info("e2b: sandbox=%s: command %u started", s->id, p->handle);
     snprintf(msg, sizeof(msg), "{\"event\":{\"start\":{\"pid\":%u}}}", p->handle);
-    /* first, before any output the start may already have queued */
-    buf_t first;
-    buf_init(&first, SIZE_MAX);
-    if (e2bwire_envelope_write(&first, 0, msg, strlen(msg)) == 0 &&
-        buf_append(&first, p->pend.data ? p->pend.data : "", p->pend.len) == 0) {
-        buf_fini(&p->pend);
-        p->pend = first;
-    } else {
-        buf_fini(&first);
-    }
-    q->last_ms = util_now_ms();
-    lws_callback_on_writable(r->wsi);
+    e2b__proc_send(q, msg, 0);
 }
 
 static int proc_write(struct gw_req *r, struct e2breq *q)
@@ -995,9 +986,11 @@ static int proc_write(struct gw_req *r, struct e2breq *q)
     }
     while (!lws_send_pipe_choked(r->wsi)) {
         static const char room[LWS_PRE + 24];
-        size_t left = p->pend.len - p->pend_off;
+        const char *pend;
+        bool ended = xcmd_stream_ended(p->cmd);
+        size_t left = xcmd_stream_pending(p->cmd, &pend);
         size_t take = left < E2B_BATCH_BYTES ? left : E2B_BATCH_BYTES;
-        bool last = p->ended && take == left;
+        bool last = ended && take == left;
         if (take == 0 && !last)
             break;
         if (take == 0) { /* only the last chunk */
@@ -1008,24 +1001,17 @@ static int proc_write(struct gw_req *r, struct e2breq *q)
         buf_t b;
         buf_init(&b, SIZE_MAX);
         int rc = buf_append(&b, room, sizeof(room));
-        rc |= buf_append(&b, p->pend.data + p->pend_off, take);
+        rc |= buf_append(&b, pend, take);
         rc = rc < 0 ? rc : write_chunk(r->wsi, &b, sizeof(room), last);
         buf_fini(&b);
         if (rc < 0)
             return -1;
-        p->pend_off += take;
-        if (p->pend_off == p->pend.len) {
-            buf_reset(&p->pend);
-            p->pend_off = 0;
-        }
+        xcmd_stream_taken(p->cmd, take);
         if (last)
             return 1;
     }
-    if (p->paused && p->pend.len - p->pend_off <= E2B_PROC_HELD / 2) {
-        p->paused = false;
-        kcmd_pause(p->cmd, false);
-    }
-    if (p->pend.len > p->pend_off || lws_partial_buffered(r->wsi)) {
+    const char *pend;
+    if (xcmd_stream_pending(p->cmd, &pend) || lws_partial_buffered(r->wsi)) {
         lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, (int)r->g->cfg.stall_timeout);
         lws_callback_on_writable(r->wsi);
     } else {
@@ -1046,9 +1032,9 @@ static void proc_signal(struct gw_req *r, struct e2bsbx *s)
     list_for_each(q, &r->g->e2b->runs, link)
     {
         if (q->kind == E2BREQ_PROC && q->proc->handle == pid &&
-            strcmp(q->proc->sbx_id, s->id) == 0 && !q->proc->ended) {
-            struct kops_error kerr;
-            int rc = kops_command_signal(r->g, q->proc->cmd, sig, &kerr);
+            strcmp(q->proc->sbx_id, s->id) == 0 && !xcmd_stream_ended(q->proc->cmd)) {
+            struct kerr kerr;
+            int rc = xcmd_stream_signal(q->proc->cmd, sig, &kerr);
             if (rc < 0 && rc != -ESRCH)
                 return connect_error(r, e2bwire_code_name(rc), kerr.message);
             return req_reply(r, 200, json_object());
@@ -1065,7 +1051,8 @@ static void proc_list(struct gw_req *r, struct e2bsbx *s)
     struct e2breq *q;
     list_for_each(q, &r->g->e2b->runs, link)
     {
-        if (q->kind != E2BREQ_PROC || q->proc->ended || strcmp(q->proc->sbx_id, s->id) != 0)
+        if (q->kind != E2BREQ_PROC || xcmd_stream_ended(q->proc->cmd) ||
+            strcmp(q->proc->sbx_id, s->id) != 0)
             continue;
         json_t *p = json_pack("{s:I}", "pid", (json_int_t)q->proc->handle);
         if (p && q->proc->config)
@@ -1090,15 +1077,10 @@ static void proc_input(struct gw_req *r, struct e2bsbx *s, bool close)
     list_for_each(q, &r->g->e2b->runs, link)
     {
         if (q->kind != E2BREQ_PROC || q->proc->handle != pid ||
-            strcmp(q->proc->sbx_id, s->id) != 0 || q->proc->ended)
+            strcmp(q->proc->sbx_id, s->id) != 0 || xcmd_stream_ended(q->proc->cmd))
             continue;
-        int rc = 0;
-        if (!q->proc->in)
-            rc = -EBADF;
-        else if (close)
-            xcmd_stdin_close(q->proc->in);
-        else
-            rc = xcmd_stdin_write(q->proc->in, data, n);
+        int rc = close ? xcmd_stream_close_input(q->proc->cmd)
+                       : xcmd_stream_input(q->proc->cmd, data, n);
         free(data);
         if (rc == -EBADF)
             return connect_error(r, "failed_precondition",
@@ -1261,11 +1243,9 @@ void e2bsbx_req_fini(struct gw_req *r)
         }
         list_remove(&q->link);
     } else if (q->kind == E2BREQ_PROC) {
-        if (!q->proc->ended)
+        if (!xcmd_stream_ended(q->proc->cmd))
             log_info("e2b: command %u: the client went away; killed", q->proc->handle);
-        xcmd_stdin_free(&q->proc->in);
-        kcmd_release(&q->proc->cmd); /* kills it if it still runs; no callback after */
-        buf_fini(&q->proc->pend);
+        xcmd_stream_free(&q->proc->cmd); /* kills it if it still runs; no callback after */
         json_decref(q->proc->config);
         free(q->proc);
         list_remove(&q->link);

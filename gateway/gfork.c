@@ -20,7 +20,7 @@ static void on_forked(struct gw_req *r, kernel_t *k, int status)
 {
     int rc = kops_waited(r->g, k, status);
     if (rc < 0) {
-        struct kops_error err;
+        struct kerr err;
         kops_fork_failed(r->g, k, rc, &err);
         if (rc == -ESHUTDOWN)
             req_error_draining(r);
@@ -57,7 +57,7 @@ void gfork_kernel(struct gw_req *r)
         json_decref(body);
         return req_error(r, 400, "checkpoint must be a checkpoint id");
     }
-    struct kops_error err;
+    struct kerr err;
     int rc = kops_fork(g, &r->caller, parent, cp, &k, &err);
     json_decref(body);
     if (rc < 0)

@@ -59,7 +59,7 @@ static void session_end(struct mcp *m, struct mcp_session *s, const char *why)
         c->s = NULL;
     }
     kernel_t *k = s->kernel_id[0] ? gw_kernel(m->g, s->kernel_id, s->tenant) : NULL;
-    struct kops_error err;
+    struct kerr err;
     if (k && kernel_state(k) != KERNEL_TERMINATING && kernel_state(k) != KERNEL_DEAD)
         kops_shutdown(m->g, k, &err);
     if (s->named) /* its kernel stays for the name's next session */
@@ -220,10 +220,10 @@ static void kernel_ready(struct gw_req *r, kernel_t *k, int status)
     struct mcp_call *c = r->face;
     if (c->cancelled) /* while its kernel started */
         return mcp__reply_empty(c, 202);
-    struct kops_error err;
+    struct kerr err;
     int rc = kops_waited(r->g, k, status);
     if (rc < 0) { /* shut down meanwhile (the session's end, a DELETE), or it failed */
-        kops_waited_error(r->g, k, KOPS_START, rc, &err);
+        kops_waited_error(r->g, k, KERR_START, rc, &err);
         return mcp__tool_fail(c, "the session's kernel could not be used: %s", err.message);
     }
     if (kernel_state(k) != KERNEL_RUNNING)
@@ -238,7 +238,7 @@ static int named_start(struct mcp_call *c, kernel_t **ret_k)
 {
     gw_t *g = c->r->g;
     struct mcpnamed_entry *e = c->s->named;
-    struct kops_error err;
+    struct kerr err;
     kernel_t *k;
     bool again = e->starts > 0, same_ws = false;
     int rc = -ESRCH;
@@ -317,7 +317,7 @@ static void m_tools_call(struct mcp_call *c, json_t *params)
         if (named_start(c, &k) < 0)
             return;
     } else if (!k) {
-        struct kops_error err;
+        struct kerr err;
         json_t *req = json_object();
         int rc = kops_start(g, &c->r->caller, req, &k, &err);
         json_decref(req);

@@ -158,7 +158,7 @@ void mcpnamed_sweep(mcpnamed_t *n, uint64_t idle_ms)
         kernel_t *k = live_kernel(n, e);
         if (k && xexec_waiting(n->g, k) == 0 && kcmd_running(k) == 0 &&
             e->last_ms + idle_ms <= now) {
-            struct kops_error err;
+            struct kerr err;
             log_info("mcp: named kernel '%s' of tenant=%s kernel=%s: idle, shut down", e->name,
                      e->tenant, e->kernel_id);
             if (audit_enabled())

@@ -909,10 +909,10 @@ static void run_write_file(struct mcp_call *c, kernel_t *k)
 static void restarted(struct gw_req *r, kernel_t *k, int status)
 {
     struct mcp_call *c = r->face;
-    struct kops_error err;
+    struct kerr err;
     int rc = kops_waited(r->g, k, status);
     if (rc < 0) { /* shut down meanwhile (the session's end, a DELETE), or it failed */
-        kops_waited_error(r->g, k, KOPS_RESTART, rc, &err);
+        kops_waited_error(r->g, k, KERR_RESTART, rc, &err);
         return mcp__tool_fail(c, "%s", err.message);
     }
     if (kernel_state(k) != KERNEL_RUNNING)
@@ -923,20 +923,20 @@ static void restarted(struct gw_req *r, kernel_t *k, int status)
 
 static void run_restart(struct mcp_call *c, kernel_t *k)
 {
-    struct kops_error err;
+    struct kerr err;
     if (kops_restart(c->r->g, k, &err) < 0 && err.status)
         return mcp__tool_fail(c, "%s", err.message);
     if (req_wait_kernel(c->r, k, restarted) < 0)
         restarted(c->r, k, 0);
 }
 
-static void rolled_back(void *data, int status, int http, const char *message, json_t *rec)
+static void rolled_back(void *data, const struct kerr *err, json_t *rec)
 {
     struct gw_req *r = data;
     struct mcp_call *c = r->face;
     c->ck = NULL;
-    if (status < 0)
-        return mcp__tool_fail(c, "%s", message);
+    if (err)
+        return mcp__tool_fail(c, "%s", err->message);
     c->structured = json_pack("{s:O, s:O, s:O, s:O}", "id", json_object_get(rec, "id"),
                               "kernel_id", json_object_get(rec, "kernel_id"), "execution_count",
                               json_object_get(rec, "execution_count"), "files",
@@ -946,14 +946,13 @@ static void rolled_back(void *data, int status, int http, const char *message, j
 
 static void run_rollback(struct mcp_call *c, kernel_t *k)
 {
-    char msg[400];
-    int http;
+    struct kerr err;
     const char *cp = json_string_value(json_object_get(c->args, "checkpoint"));
     if (!ident_str_ok(cp, IDENT_UUIDISH))
         return mcp__tool_fail(c, "'checkpoint' is not a checkpoint id");
-    if (ckpt_rollback(c->r->g, k, &c->r->caller, cp, NULL, rolled_back, c->r, &c->ck, &http,
-                      msg, sizeof(msg)) < 0)
-        mcp__tool_fail(c, "%s", msg);
+    const struct ckpt_asker a = {.who = &c->r->caller, .done = rolled_back, .data = c->r};
+    if (!(c->ck = ckpt_rollback(c->r->g, k, &a, cp, &err)))
+        mcp__tool_fail(c, "%s", err.message);
 }
 
 static void forked(struct gw_req *r, kernel_t *k, int status)
@@ -961,7 +960,7 @@ static void forked(struct gw_req *r, kernel_t *k, int status)
     struct mcp_call *c = r->face;
     int rc = kops_waited(r->g, k, status);
     if (rc < 0) {
-        struct kops_error err;
+        struct kerr err;
         kops_fork_failed(r->g, k, rc, &err);
         kernel_shutdown(k, NULL);
         return mcp__tool_fail(c, "%s", err.message);
@@ -1007,7 +1006,7 @@ static void run_fork(struct mcp_call *c, kernel_t *k)
     if (rc < 0)
         return mcp__tool_fail(c, "out of memory");
     kernel_t *fk;
-    struct kops_error err;
+    struct kerr err;
     rc = kops_fork(g, &c->r->caller, k, cp, &fk, &err);
     if (rc == 0)
         mcpnamed_set_kernel(e, fk);

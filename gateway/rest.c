@@ -204,8 +204,8 @@ static void reply_model(struct gw_req *r, kernel_t *k, int status)
 
 void rest_start_failed(struct gw_req *r, kernel_t *k, int code)
 {
-    struct kops_error err;
-    kops_waited_error(r->g, k, KOPS_START, code, &err);
+    struct kerr err;
+    kops_waited_error(r->g, k, KERR_START, code, &err);
     req_error_retry(r, err.status, err.retry_after, "%s", err.message);
     kernel_shutdown(k, NULL);
 }
@@ -221,7 +221,7 @@ static void on_started(struct gw_req *r, kernel_t *k, int status)
 int rest_start_kernel(struct gw_req *r, json_t *body,
                       void (*done)(struct gw_req *, kernel_t *, int))
 {
-    struct kops_error err;
+    struct kerr err;
     kernel_t *k;
     int rc = kops_start(r->g, &r->caller, body, &k, &err);
     if (rc < 0) {
@@ -259,10 +259,10 @@ static void on_deleted(struct gw_req *r, kernel_t *k, int status)
 
 static void on_restarted(struct gw_req *r, kernel_t *k, int status)
 {
-    struct kops_error err;
+    struct kerr err;
     int rc = kops_waited(r->g, k, status);
     if (rc < 0) {
-        kops_waited_error(r->g, k, KOPS_RESTART, rc, &err);
+        kops_waited_error(r->g, k, KERR_RESTART, rc, &err);
         return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
     }
     reply_model(r, k, 200);
@@ -282,7 +282,7 @@ static kernel_t *req_kernel(struct gw_req *r, bool terminating_ok)
 
 void rest_kernel(struct gw_req *r)
 {
-    struct kops_error err;
+    struct kerr err;
     kernel_t *k = req_kernel(r, true);
     if (!k)
         return;
@@ -298,9 +298,9 @@ void rest_kernel(struct gw_req *r)
 
 /* Runs op (kops_interrupt, kops_restart) on the request's kernel: the kernel, or NULL after
  * replying (no such kernel, or op's error). */
-static kernel_t *kernel_op(struct gw_req *r, int (*op)(gw_t *, kernel_t *, struct kops_error *))
+static kernel_t *kernel_op(struct gw_req *r, int (*op)(gw_t *, kernel_t *, struct kerr *))
 {
-    struct kops_error err;
+    struct kerr err;
     kernel_t *k = req_kernel(r, false);
     if (k && op(r->g, k, &err) < 0 && err.status) {
         req_error_retry(r, err.status, err.retry_after, "%s", err.message);

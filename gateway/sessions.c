@@ -284,7 +284,7 @@ void sessions_one(struct gw_req *r)
     } else { /* DELETE: the session's kernel goes with it, as in jupyter_server */
         kernel_t *k = kmgr_find(g->km, s->kernel_id);
         unlink_free(g, s);
-        struct kops_error err;
+        struct kerr err;
         if (k)
             kops_shutdown(g, k, &err); /* answered 204 whatever it says, as DELETE /api/kernels */
         req_reply(r, 204, NULL);

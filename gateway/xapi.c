@@ -440,7 +440,7 @@ void xapi_oneshot(struct gw_req *r)
     char key[XEXEC_KEY_MAX + 1];
     unsigned char hash[crypto_hash_sha256_BYTES];
     struct xreq q;
-    struct kops_error err;
+    struct kerr err;
     kernel_t *k;
     if (!idem_begin(r, NULL, key, hash))
         return;

@@ -1,6 +1,7 @@
 /* Commands in a kernel's sandbox for the faces (xcmd.h): a client's command spec read and
- * checked, its stdin bytes fed as the pipe takes them, and a run whose output is collected
- * (MCP's run_command). The HTTP routes that stream a command's events are xcmdapi.c's. */
+ * checked, its stdin bytes fed as the pipe takes them, a command streamed to a client within
+ * the kernel's output budget (the commands API's routes, xcmdapi.c, and E2B's processes frame
+ * its events), and a run whose output is collected (MCP's run_command). */
 #include "gateway/xcmd.h"
 
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/obudget.h"
 #include "common/util.h"
 #include "gateway/kops.h"
 #include "protocol/fpath.h"
@@ -263,6 +265,145 @@ json_t *xcmd_end_json(const struct kcmd_end *e)
     return j;
 }
 
+/* ---- a command streamed to a client, within the kernel's output budget ---- */
+
+struct xcmd_stream {
+    gw_t *g;
+    kcmd_t *cmd;
+    struct xcmd_stdin *in; /* NULL: no stdin (or no memory to feed it: it got EOF) */
+    const struct xcmd_stream_ops *ops;
+    void *ud;
+    buf_t q; /* framed events not written yet, from q_off */
+    size_t q_off;
+    obudget_share_t *share; /* the kernel's share of the output budget, charged what q holds */
+    size_t charged;
+    bool ended, paused;
+};
+
+static bool over_budget(const xcmd_stream_t *s)
+{
+    return s->q.len - s->q_off > XCMD_QUEUE_MAX ||
+           (s->share && obudget_share_limit(s->share) &&
+            obudget_share_held(s->share) > obudget_share_limit(s->share));
+}
+
+int xcmd_stream_send(xcmd_stream_t *s, const void *framed, size_t n)
+{
+    if (buf_append(&s->q, framed, n) < 0)
+        return -ENOMEM;
+    if (s->share && n) {
+        obudget_share_charge(s->share, n);
+        s->charged += n;
+    }
+    s->ops->wake(s->ud);
+    return 0;
+}
+
+static void stream_output(void *ud, int fd, const void *buf, size_t n)
+{
+    xcmd_stream_t *s = ud;
+    s->ops->output(s->ud, fd, buf, n);
+    if (!s->paused && over_budget(s)) {
+        s->paused = true; /* the client is slow: the command waits on its full pipe */
+        kcmd_pause(s->cmd, true);
+    }
+}
+
+static void stream_end(void *ud, const struct kcmd_end *e)
+{
+    xcmd_stream_t *s = ud;
+    s->ops->end(s->ud, e);
+    s->ended = true;
+    xcmd_stdin_free(&s->in);
+}
+
+xcmd_stream_t *xcmd_stream_start(
+    gw_t *g, kernel_t *k, const struct kcmd_opts *o, const struct xcmd_stream_ops *ops, void *ud,
+    struct kerr *err)
+{
+    xcmd_stream_t *s = calloc(1, sizeof(*s));
+    if (!s) {
+        kerr_make(KERR_COMMAND_START, -ENOMEM, NULL, err);
+        return NULL;
+    }
+    s->g = g;
+    s->ops = ops;
+    s->ud = ud;
+    buf_init(&s->q, SIZE_MAX);
+    if (kernel_out_share(k))
+        s->share = obudget_share_ref(kernel_out_share(k));
+    struct kcmd_cbs cb = {.output = stream_output, .end = stream_end, .ud = s};
+    if (kops_command_start(g, k, o, &cb, &s->cmd, err) < 0) {
+        xcmd_stream_free(&s);
+        return NULL;
+    }
+    if (o->stdin_open && !(s->in = xcmd_stdin_new(&g->loop.evl, &s->cmd, XCMD_STDIN_MAX)))
+        kcmd_close_stdin(s->cmd); /* no memory to feed it: EOF now, its input refused */
+    return s;
+}
+
+size_t xcmd_stream_pending(const xcmd_stream_t *s, const char **ret)
+{
+    *ret = s->q.data ? s->q.data + s->q_off : "";
+    return s->q.len - s->q_off;
+}
+
+void xcmd_stream_taken(xcmd_stream_t *s, size_t n)
+{
+    s->q_off += n;
+    if (s->share) {
+        obudget_share_release(s->share, n);
+        s->charged -= n;
+    }
+    if (s->q_off == s->q.len) {
+        buf_reset(&s->q);
+        s->q_off = 0;
+    }
+    if (s->paused && !over_budget(s)) {
+        s->paused = false;
+        kcmd_pause(s->cmd, false); /* (may queue more, and the end) */
+    }
+}
+
+bool xcmd_stream_ended(const xcmd_stream_t *s)
+{
+    return s->ended;
+}
+
+int xcmd_stream_signal(xcmd_stream_t *s, int sig, struct kerr *err)
+{
+    return kops_command_signal(s->g, s->cmd, sig, err);
+}
+
+int xcmd_stream_input(xcmd_stream_t *s, const void *buf, size_t n)
+{
+    return s->in ? xcmd_stdin_write(s->in, buf, n) : -EBADF;
+}
+
+int xcmd_stream_close_input(xcmd_stream_t *s)
+{
+    if (!s->in)
+        return -EBADF;
+    xcmd_stdin_close(s->in);
+    return 0;
+}
+
+void xcmd_stream_free(xcmd_stream_t **p)
+{
+    xcmd_stream_t *s = *p;
+    if (!s)
+        return;
+    xcmd_stdin_free(&s->in);
+    kcmd_release(&s->cmd);
+    if (s->share) {
+        obudget_share_release(s->share, s->charged);
+        obudget_share_unref(&s->share);
+    }
+    buf_fini(&s->q);
+    free(s);
+    *p = NULL;
+}
+
 /* ---- a collected run (MCP) ---- */
 
 struct xcmd_run {
@@ -314,7 +455,7 @@ xcmd_run_t *xcmd_run_start(gw_t *g, kernel_t *k, const struct xcmd_spec *s, size
     run->ud = ud;
     struct kcmd_cbs cb = {.output = run_output, .end = run_end, .ud = run};
     struct kcmd_opts o = xcmd_spec_opts(s);
-    struct kops_error kerr;
+    struct kerr kerr;
     if (kops_command_start(g, k, &o, &cb, &run->cmd, &kerr) < 0) {
         snprintf(err, errsz, "%s", kerr.message);
         xcmd_run_free(&run);
@@ -341,7 +482,7 @@ json_t *xcmd_run_end(const xcmd_run_t *run)
 
 void xcmd_run_cancel(gw_t *g, xcmd_run_t *run)
 {
-    struct kops_error kerr;
+    struct kerr kerr;
     if (run->cmd)
         kops_command_signal(g, run->cmd, SIGKILL, &kerr);
 }

@@ -1,6 +1,7 @@
 /* xcmd.c: commands in a kernel's sandbox (kernelmgr/kcmd.h) for the faces (docs/commands.md):
- * a command as a client asks for it, its stdin fed to its pipe, and a run that collects a
- * command's output for MCP's run_command. The REST routes are xcmdapi.h's. */
+ * a command as a client asks for it, its stdin fed to its pipe, a command streamed to a
+ * client within the kernel's output budget (the commands API, xcmdapi.h; E2B's processes,
+ * e2bsbx.c), and a run that collects a command's output for MCP's run_command. */
 #ifndef KGW_GATEWAY_XCMD_H
 #define KGW_GATEWAY_XCMD_H
 
@@ -8,11 +9,13 @@
 
 #include "common/buf.h"
 #include "gateway/gw.h"
+#include "gateway/kerr.h"
 #include "kernelmgr/kcmd.h"
 
 #define XCMD_COMMAND_MAX (64 * 1024) /* bytes of "command" */
 #define XCMD_STDIN_MAX   (1 << 20)   /* bytes of "stdin" */
 #define XCMD_ENV_MAX     256         /* entries of "env" */
+#define XCMD_QUEUE_MAX   (256 * 1024) /* bytes queued for a client before its command pauses */
 
 /* A command as a client asks for it: {"command": "..."} (run by /bin/bash -l -c) or
  * {"argv": [...]}, and "cwd", "env" {NAME: VALUE}, "timeout" (seconds), "stdin". */
@@ -49,6 +52,44 @@ void xcmd_stdin_close(struct xcmd_stdin *in);
 /* A command's end as the faces tell it: {"status", "exit_code", "signal", "duration_ms",
  * "message"}, new reference. */
 json_t *xcmd_end_json(const struct kcmd_end *e);
+
+/* A command streamed to a client. Its events, framed by the face (ops), wait in the stream's
+ * queue, charged to the kernel's share of the output budget (common/obudget.h) until the face
+ * has written them; past XCMD_QUEUE_MAX queued, or with the share over its limit, the
+ * command's output is no longer read (kcmd_pause) until the client takes what is queued: the
+ * command then waits on its pipe, and the gateway holds a bounded amount for a slow client. */
+typedef struct xcmd_stream xcmd_stream_t;
+struct xcmd_stream_ops {
+    /* n bytes (at most KCMD_READ_MAX) of its stdout (fd 1) or stderr (fd 2), to frame and
+     * queue with xcmd_stream_send */
+    void (*output)(void *ud, int fd, const void *buf, size_t n);
+    /* its end, once, last: the same */
+    void (*end)(void *ud, const struct kcmd_end *e);
+    /* bytes were queued: the client's connection may write them */
+    void (*wake)(void *ud);
+};
+/* Starts the command o in k for ops (kops_command_start: its refusals in err): the stream, or
+ * NULL. With o->stdin_open its stdin is a pipe fed by xcmd_stream_input (at most
+ * XCMD_STDIN_MAX bytes waiting). The callbacks run from the loop, never inside this call. */
+xcmd_stream_t *xcmd_stream_start(
+    gw_t *g, kernel_t *k, const struct kcmd_opts *o, const struct xcmd_stream_ops *ops, void *ud,
+    struct kerr *err);
+/* Queues n framed bytes for the client (wakes it): 0, or -ENOMEM (they are lost). */
+int xcmd_stream_send(xcmd_stream_t *s, const void *framed, size_t n);
+/* The bytes queued and not yet written (*ret: where they start). */
+size_t xcmd_stream_pending(const xcmd_stream_t *s, const char **ret);
+/* n of them were written: released, and the command read again if it waited for them. */
+void xcmd_stream_taken(xcmd_stream_t *s, size_t n);
+/* Whether its end was framed (nothing is queued after). */
+bool xcmd_stream_ended(const xcmd_stream_t *s);
+/* kops_command_signal: -ESRCH once it ended (404). */
+int xcmd_stream_signal(xcmd_stream_t *s, int sig, struct kerr *err);
+/* Bytes for its stdin (xcmd_stdin_write's codes), or its end; -EBADF: started without stdin,
+ * or no memory to feed it (it got EOF). */
+int xcmd_stream_input(xcmd_stream_t *s, const void *buf, size_t n);
+int xcmd_stream_close_input(xcmd_stream_t *s);
+/* A command still running is killed (no callback after); what is queued goes. NULL is fine. */
+void xcmd_stream_free(xcmd_stream_t **s);
 
 /* A command whose output is collected (MCP): stdout and stderr up to max bytes together (the
  * rest is counted, not kept), then done(ud) once it ended. */

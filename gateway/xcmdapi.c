@@ -1,7 +1,6 @@
-/* Commands over HTTP (xcmdapi.h). A command's events are framed as they come and queued for
- * the response; when the queue (or the kernel's share of the output budget) is full, the
- * command's output is no longer read (kcmd_pause) until the client takes what is queued: the
- * command then waits on its pipe, the gateway holds a bounded amount. */
+/* Commands over HTTP (xcmdapi.h). A command's events are framed as they come onto its stream
+ * (xcmd.h: bounded by the queue and the kernel's share of the output budget, the command
+ * paused while the client does not take what is queued) and written as the response. */
 #include "gateway/xcmdapi.h"
 
 #include <signal.h>
@@ -11,34 +10,27 @@
 
 #include "common/list.h"
 #include "common/log.h"
-#include "common/obudget.h"
 #include "common/util.h"
 #include "gateway/kops.h"
 #include "gateway/xcmd.h"
-#include "kernelmgr/kcmd.h"
 #include "protocol/u8fix.h"
 #include "protocol/xevent.h"
 #include "protocol/xreq.h"
 
-#define XCMD_QUEUE_MAX   (256 * 1024) /* bytes queued for a client before its command pauses */
-#define XCMD_WRITE_BYTES (64 * 1024)  /* bytes per lws_write */
+#define XCMD_WRITE_BYTES (64 * 1024) /* bytes per lws_write */
+
 struct xcmdapi_stream {
     struct list link; /* on the commands list (DELETE finds them) */
     struct gw_req *r;
     gw_t *g;
-    kcmd_t *cmd;
-    struct xcmd_stdin *in;
+    xcmd_stream_t *cmd;
     char id[UTIL_UUID_LEN + 1];
     char kernel_id[40];
     char tenant[KEYFILE_TENANT_MAX + 1];
     enum xreq_format fmt;
     uint64_t seq;
-    buf_t q; /* framed events not written yet, from q_off */
-    size_t q_off;
     struct u8fix u8[3];
-    obudget_share_t *share; /* the kernel's share of the output budget, charged what q holds */
-    size_t charged;
-    bool headers_sent, ended, paused;
+    bool headers_sent;
 };
 
 static struct list streams = {&streams, &streams};
@@ -49,18 +41,14 @@ static void queue_event(struct xcmdapi_stream *st, const char *type, json_t *ev)
         ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(ev);
     enum xreq_format f = st->fmt == XREQ_SSE ? XREQ_SSE : XREQ_NDJSON;
-    size_t before = st->q.len;
-    if (!t || xevent_frame(f, st->seq, type, t, strlen(t), &st->q) < 0)
+    buf_t b;
+    buf_init(&b, SIZE_MAX);
+    if (!t || xevent_frame(f, st->seq, type, t, strlen(t), &b) < 0 ||
+        xcmd_stream_send(st->cmd, b.data, b.len) < 0)
         log_warn("xcmd: command=%s: an event was lost (out of memory)", st->id);
+    buf_fini(&b);
     free(t);
     st->seq++;
-    size_t added = st->q.len - before;
-    if (st->share && added) {
-        obudget_share_charge(st->share, added);
-        st->charged += added;
-    }
-    if (st->r)
-        lws_callback_on_writable(st->r->wsi);
 }
 
 static void queue_text(struct xcmdapi_stream *st, int fd, const void *buf, size_t n, bool final)
@@ -77,21 +65,9 @@ static void queue_text(struct xcmdapi_stream *st, int fd, const void *buf, size_
     buf_fini(&t);
 }
 
-static bool over_budget(const struct xcmdapi_stream *st)
-{
-    return st->q.len - st->q_off > XCMD_QUEUE_MAX ||
-           (st->share && obudget_share_limit(st->share) &&
-            obudget_share_held(st->share) > obudget_share_limit(st->share));
-}
-
 static void on_output(void *ud, int fd, const void *buf, size_t n)
 {
-    struct xcmdapi_stream *st = ud;
-    queue_text(st, fd, buf, n, false);
-    if (!st->paused && over_budget(st)) {
-        st->paused = true;
-        kcmd_pause(st->cmd, true);
-    }
+    queue_text(ud, fd, buf, n, false);
 }
 
 static void on_end(void *ud, const struct kcmd_end *e)
@@ -105,24 +81,24 @@ static void on_end(void *ud, const struct kcmd_end *e)
         json_object_update(ev, end);
     json_decref(end);
     queue_event(st, "end", ev);
-    st->ended = true;
-    xcmd_stdin_free(&st->in);
     log_info("xcmd: command=%s kernel=%s: %s (exit %d, signal %d)", st->id, st->kernel_id,
              kcmd_status_name(e->status), e->exit_code, e->signal);
 }
 
-static const struct kcmd_cbs stream_cbs_proto = {.output = on_output, .end = on_end};
+static void on_wake(void *ud)
+{
+    struct xcmdapi_stream *st = ud;
+    if (st->r)
+        lws_callback_on_writable(st->r->wsi);
+}
+
+static const struct xcmd_stream_ops stream_ops = {
+    .output = on_output, .end = on_end, .wake = on_wake};
 
 static void stream_free(struct xcmdapi_stream *st)
 {
-    xcmd_stdin_free(&st->in);
-    kcmd_release(&st->cmd); /* a command still running is killed: its client went away */
+    xcmd_stream_free(&st->cmd); /* a command still running is killed: its client went away */
     list_remove(&st->link);
-    if (st->share) {
-        obudget_share_release(st->share, st->charged);
-        obudget_share_unref(&st->share);
-    }
-    buf_fini(&st->q);
     free(st);
 }
 
@@ -159,24 +135,22 @@ void xcmdapi_post(struct gw_req *r)
         return req_error(r, 500, "out of memory");
     }
     list_init(&st->link);
-    buf_init(&st->q, SIZE_MAX);
     st->g = r->g;
     st->fmt = http_accept_format(r->wsi);
     util_uuid(st->id);
     snprintf(st->kernel_id, sizeof(st->kernel_id), "%s", kernel_id(k));
     snprintf(st->tenant, sizeof(st->tenant), "%s", r->caller.tenant);
-    if (kernel_out_share(k))
-        st->share = obudget_share_ref(kernel_out_share(k));
-    struct kcmd_cbs cb = stream_cbs_proto;
-    cb.ud = st;
     struct kcmd_opts o = xcmd_spec_opts(&s);
-    struct kops_error kerr;
-    if ((rc = kops_command_start(r->g, k, &o, &cb, &st->cmd, &kerr)) < 0) {
+    struct kerr kerr;
+    if (!(st->cmd = xcmd_stream_start(r->g, k, &o, &stream_ops, st, &kerr))) {
         xcmd_spec_fini(&s);
         stream_free(st);
         return req_error_retry(r, kerr.status, kerr.retry_after, "%s", kerr.message);
     }
-    st->in = xcmd_stdin_start(&r->g->loop.evl, &st->cmd, &s);
+    if (s.stdin_data) { /* its bytes, then the end */
+        xcmd_stream_input(st->cmd, s.stdin_data, s.stdin_len);
+        xcmd_stream_close_input(st->cmd);
+    }
     xcmd_spec_fini(&s);
     list_append(&streams, &st->link);
     st->r = r;
@@ -199,9 +173,9 @@ void xcmdapi_delete(struct gw_req *r)
     {
         if (!strcmp(st->id, r->route.arg[1]) && !strcmp(st->kernel_id, kernel_id(k)) &&
             !strcmp(st->tenant, r->caller.tenant)) {
-            struct kops_error kerr;
-            bool running = !st->ended && st->cmd &&
-                           kops_command_signal(r->g, st->cmd, SIGKILL, &kerr) == 0;
+            struct kerr kerr;
+            bool running = !xcmd_stream_ended(st->cmd) &&
+                           xcmd_stream_signal(st->cmd, SIGKILL, &kerr) == 0;
             return req_reply(r, 202,
                              json_pack("{s:s, s:s}", "command_id", st->id, "state",
                                        running ? "cancelling" : "ended"));
@@ -240,35 +214,27 @@ int xcmdapi_write(struct gw_req *r)
         st->headers_sent = true;
     }
     while (!lws_send_pipe_choked(r->wsi)) {
-        size_t left = st->q.len - st->q_off;
-        if (left == 0 && !st->ended)
+        const char *p;
+        bool ended = xcmd_stream_ended(st->cmd);
+        size_t left = xcmd_stream_pending(st->cmd, &p);
+        if (left == 0 && !ended)
             break;
         size_t n = left < XCMD_WRITE_BYTES ? left : XCMD_WRITE_BYTES;
-        bool last = st->ended && n == left;
+        bool last = ended && n == left;
         if (n == 0) { /* only the end of the chunked body */
             static unsigned char fin[LWS_PRE + 5];
             memcpy(fin + LWS_PRE, "0\r\n\r\n", 5);
             return lws_write(r->wsi, fin + LWS_PRE, 5, LWS_WRITE_HTTP_FINAL) < 0 ? -1 : 1;
         }
-        if (write_chunk(r->wsi, st->q.data + st->q_off, n, last) < 0)
+        if (write_chunk(r->wsi, p, n, last) < 0)
             return -1;
-        st->q_off += n;
-        if (st->share) {
-            obudget_share_release(st->share, n);
-            st->charged -= n;
-        }
-        if (st->q_off == st->q.len) {
-            buf_reset(&st->q);
-            st->q_off = 0;
-        }
+        xcmd_stream_taken(st->cmd, n);
         if (last)
             return 1;
     }
-    if (st->paused && !over_budget(st)) {
-        st->paused = false;
-        kcmd_pause(st->cmd, false); /* (may queue more, and the end) */
-    }
-    if (st->q.len > st->q_off || st->ended || lws_partial_buffered(r->wsi)) {
+    const char *p;
+    if (xcmd_stream_pending(st->cmd, &p) || xcmd_stream_ended(st->cmd) ||
+        lws_partial_buffered(r->wsi)) {
         lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, (int)r->g->cfg.stall_timeout);
         lws_callback_on_writable(r->wsi);
     } else {

@@ -464,7 +464,7 @@ static int send_execute(struct xkern *xk, xexec_t *x)
 static void send_now(struct xkern *xk, xexec_t *x);
 
 /* "checkpoint": taken; the code goes now. */
-static void on_ckpt_taken(void *data, int status, int http, const char *message, json_t *rec)
+static void on_ckpt_taken(void *data, const struct kerr *err, json_t *rec)
 {
     xexec_t *x = data;
     struct xkern *xk = x->xk;
@@ -473,8 +473,8 @@ static void on_ckpt_taken(void *data, int status, int http, const char *message,
     x->ckpting = false;
     if (xk && xk->running == x)
         xk->running = NULL;
-    if (status < 0) {
-        snprintf(cause, sizeof(cause), "the code did not run: %s", message);
+    if (err) {
+        snprintf(cause, sizeof(cause), "the code did not run: %s", err->message);
         return finish(x, "checkpoint_failed", cause, NULL);
     }
     snprintf(x->ckpt_id, sizeof(x->ckpt_id), "%s", json_string_value(json_object_get(rec, "id")));
@@ -492,17 +492,16 @@ static void start_next(struct xkern *xk)
     if ((x->req.checkpoint || x->req.rollback_on_error) && !x->ckpt_id[0]) {
         gw_t *g = x->xa->g;
         struct gw_caller who = {0};
-        char msg[400];
-        int http;
+        struct kerr err;
+        const struct ckpt_asker a = {.who = &who, .done = on_ckpt_taken, .data = x};
         snprintf(who.tenant, sizeof(who.tenant), "%s", x->tn->name);
         xk->running = x; /* the queue waits for it */
         x->ckpting = true;
-        if (ckpt_take(g, xk->k, &who, true, on_ckpt_taken, x, &x->ckop, &http, msg,
-                      sizeof(msg)) < 0) {
+        if (!(x->ckop = ckpt_take(g, xk->k, &a, true, &err))) {
             char cause[512];
             x->ckpting = false;
             xk->running = NULL;
-            snprintf(cause, sizeof(cause), "the code did not run: %s", msg);
+            snprintf(cause, sizeof(cause), "the code did not run: %s", err.message);
             finish(x, "checkpoint_failed", cause, NULL);
         }
         return;
@@ -737,7 +736,7 @@ static const struct kmgr_listener_ops listener_ops = {
 static void interrupt_now(xexec_t *x)
 {
     gw_t *g = x->xa->g;
-    struct kops_error err;
+    struct kerr err;
     kernel_t *k = kmgr_find(g->km, x->kernel_id);
     if (x->state != X_RUNNING)
         return;
@@ -765,7 +764,7 @@ static void on_timeout(void *data)
     }
     gw_t *g = x->xa->g;
     kernel_t *k = kmgr_find(g->km, x->kernel_id);
-    struct kops_error err;
+    struct kerr err;
     if (k && x->timed_out && !x->cancelled && !x->restarted &&
         x->interrupts >= XEXEC_RESTART_AFTER) {
         /* as the gateway's own wall-time limit: a kernel that ignores SIGINT is restarted */
@@ -785,7 +784,7 @@ static void on_after(void *data)
     xexec_t *x = data;
     gw_t *g = x->xa->g;
     x->after_due = false;
-    struct kops_error err;
+    struct kerr err;
     kernel_t *k = x->gone ? NULL : kmgr_find(g->km, x->kernel_id);
     if (k && kernel_state(k) != KERNEL_TERMINATING)
         kops_shutdown(g, k, &err);
@@ -805,14 +804,14 @@ static bool rollback_impossible(const char *status)
            !strcmp(status, "kernel_died");
 }
 
-static void on_rolled_back(void *data, int status, int http, const char *message, json_t *rec)
+static void on_rolled_back(void *data, const struct kerr *err, json_t *rec)
 {
     xexec_t *x = data;
     x->ckop = NULL;
     x->rolling = false;
-    x->rolled_back = status == 0;
-    if (status < 0)
-        snprintf(x->rb_error, sizeof(x->rb_error), "%s", message);
+    x->rolled_back = !err;
+    if (err)
+        snprintf(x->rb_error, sizeof(x->rb_error), "%s", err->message);
     finish_end(x, x->held_status, x->held_cause, x->held_has_e ? &x->held_e : NULL);
 }
 
@@ -854,7 +853,8 @@ static void finish(xexec_t *x, const char *status, const char *cause,
     if (rollback_impossible(st)) {
         /* the live interpreter died: the kernel comes back from its newest checkpoint, this
          * execution's when nothing took one since (docs/checkpoints.md) */
-        if (!k || ckpt_revival_join(g, k, x->ckpt_id, on_rolled_back, x, &x->ckop) < 0) {
+        const struct ckpt_asker joiner = {.done = on_rolled_back, .data = x};
+        if (!k || !(x->ckop = ckpt_revival_join(g, k, x->ckpt_id, &joiner))) {
             snprintf(x->rb_error, sizeof(x->rb_error),
                      "the kernel's process ended, and its checkpoints with it (or it came "
                      "back from a newer checkpoint than this execution's)");
@@ -871,14 +871,14 @@ static void finish(xexec_t *x, const char *status, const char *cause,
     if (!rollback_wanted(st) || x->restarted)
         return finish_end(x, status, cause, e);
     struct gw_caller who = {0};
-    char msg[400], why[300];
-    int http;
+    struct kerr err;
+    char why[300];
+    const struct ckpt_asker a = {.who = &who, .cause = why, .done = on_rolled_back, .data = x};
     hold(x, status, cause, e);
     snprintf(who.tenant, sizeof(who.tenant), "%s", x->tn->name);
     snprintf(why, sizeof(why), "rollback_on_error: execution %s ended %s", x->id, st);
-    if (!k || ckpt_rollback(g, k, &who, x->ckpt_id, why, on_rolled_back, x, &x->ckop, &http,
-                            msg, sizeof(msg)) < 0) {
-        snprintf(x->rb_error, sizeof(x->rb_error), "%s", k ? msg : "the kernel is gone");
+    if (!k || !(x->ckop = ckpt_rollback(g, k, &a, x->ckpt_id, &err))) {
+        snprintf(x->rb_error, sizeof(x->rb_error), "%s", k ? err.message : "the kernel is gone");
         return finish_end(x, x->held_status, x->held_cause, x->held_has_e ? &x->held_e : NULL);
     }
     x->rolling = true;
@@ -969,11 +969,11 @@ static void finish_end(xexec_t *x, const char *status, const char *cause,
     if (x->ckpt_id[0] && !x->req.checkpoint) { /* rollback_on_error's own: over */
         kernel_t *k = kmgr_find(g->km, x->kernel_id);
         struct gw_caller who = {0};
-        char msg[400];
-        int http;
+        struct kerr err;
+        const struct ckpt_asker a = {.who = &who};
         snprintf(who.tenant, sizeof(who.tenant), "%s", x->tn->name);
         if (k)
-            ckpt_drop(g, k, &who, x->ckpt_id, NULL, NULL, NULL, &http, msg, sizeof(msg));
+            ckpt_drop(g, k, &a, x->ckpt_id, &err);
     }
     if (xk)
         pump_soon(xk);

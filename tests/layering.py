@@ -42,6 +42,7 @@ GATEWAY = {
     "glisten.c": (SERVICE, None, "listening sockets, accepted on the loop and handed to lws"),
     "gw.c": (SERVICE, None, "the server object: kernels by id, refusals"),
     "http.c": (SERVICE, None, "the HTTP transport: requests, bodies, replies"),
+    "kerr.c": (SERVICE, None, "the one table of kernel operations' errors (a pure table)"),
     "kops.c": (SERVICE, None, "kernel operations and their audit, for every face"),
     "lwsloop.c": (SERVICE, None, "libwebsockets on the event loop"),
     "ratelimit.c": (SERVICE, None, "rate limits of connections, headers and auth failures"),

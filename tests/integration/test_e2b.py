@@ -10,11 +10,15 @@ Connect's unimplemented, tokens) are also checked here with raw HTTP.
 Needs `node` (>= 20) and `npm ci` run in tests/e2b (scripts/test.sh does that) for the SDK run;
 the raw checks always run.
 """
+import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import time
 
@@ -645,3 +649,106 @@ def test_charts_only_for_e2b_kernels_and_bounded(gw2):
         assert set(shown[0]["data"]) == {"image/png", "text/plain"}, sorted(shown[0]["data"])
     finally:
         request(gw, "DELETE", f"/api/kernels/{k['id']}", headers=auth)
+
+
+# ---- process.Process/Start within the output budget (the commands API's streams) ----
+
+BUDGET = 64 * 1024  # --output-buffer-bytes: a lone kernel's share is all of it
+FLOOD = 16 << 20    # what the command prints: far more than the budget
+# what the stream may hold at once: its share, and the one read (64 KiB of output, as framed:
+# base64 in a Connect envelope, or a JSON event) that took it over, before the command pauses
+HELD_BOUND = BUDGET + 96 * 1024
+
+
+def envelope(obj, flags=0):
+    data = json.dumps(obj).encode()
+    return bytes([flags]) + struct.pack(">I", len(data)) + data
+
+
+def output_held(gw):
+    """kgw_output_buffer_bytes: kernel output the gateway holds for clients now."""
+    _, text, _ = gw.request("GET", "/metrics")
+    text = text.decode() if isinstance(text, bytes) else text
+    return int(float(re.search(r"^kgw_output_buffer_bytes (\S+)$", text, re.M).group(1)))
+
+
+def unread_post(gw, path, body, headers):
+    """A POST whose response its client does not read yet: sent on a connection with a small
+    receive buffer (the client itself holds little), the response left for getresponse()."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+    s.settimeout(120)
+    s.connect(("127.0.0.1", gw.port))
+    c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=120)
+    c.sock = s
+    c.request("POST", path, body=body, headers=headers)
+    return c
+
+
+def held_while_unread(gw):
+    """What the gateway holds once a flooding command's unread stream stopped growing: the
+    samples of kgw_output_buffer_bytes over a second after it settled."""
+    deadline, last, same = time.monotonic() + 60, -1, 0
+    while time.monotonic() < deadline and same < 4:
+        time.sleep(0.25)
+        held = output_held(gw)
+        same = same + 1 if held == last and held > 0 else 0
+        last = held
+    return [output_held(gw) for _ in range(4)]
+
+
+def test_process_output_within_the_output_budget():
+    """process.Process/Start streams a command as the commands API does (gateway/xcmd.c): a
+    client that does not read has the command's output wait within the kernel's share of
+    --output-buffer-bytes, charged to it (kgw_output_buffer_bytes), the command paused on its
+    pipe meanwhile; read later, the output is whole. The same command through
+    POST /api/kernels/{id}/commands is held alike. (Before: an E2B process queued up to 256 KiB
+    beside the budget, which never counted it.)"""
+    from conftest import start_gateway, stop_gateway
+    gw = start_gateway(["--output-buffer-bytes", str(BUDGET), "--pool", "python3=0"])
+    cmd = f"head -c {FLOOD} /dev/zero | tr '\\0' x"
+    try:
+        status, m, _ = create(gw, gw.token, {"templateID": "base", "timeout": 600})
+        assert status == 201, m
+        kid = gw.request("GET", "/api/kernels")[1][0]["id"]
+        assert output_held(gw) == 0
+
+        # E2B: Connect envelopes, base64 data events
+        c = unread_post(gw, "/e2b/sbx/process.Process/Start",
+                        envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}}),
+                        {**sbx_headers(m), "Content-Type": "application/connect+json"})
+        held = held_while_unread(gw)
+        assert 0 < min(held) and max(held) <= HELD_BOUND, held
+        r = c.getresponse()
+        assert r.status == 200
+        out, end = 0, None
+        while True:
+            head = r.read(5)
+            if len(head) < 5:
+                break
+            msg = json.loads(r.read(struct.unpack(">I", head[1:])[0]))
+            ev = msg.get("event", {})
+            out += len(base64.b64decode(ev.get("data", {}).get("stdout", "")))
+            end = ev.get("end", end)
+        c.close()
+        assert out == FLOOD and end and end["exitCode"] == 0, (out, end)
+        e2b_held = held
+
+        # the commands API, on the sandbox's kernel: NDJSON events
+        c = unread_post(gw, f"/api/kernels/{kid}/commands", json.dumps({"command": cmd}),
+                        gw.headers())
+        held = held_while_unread(gw)
+        assert 0 < min(held) and max(held) <= HELD_BOUND, held
+        r = c.getresponse()
+        assert r.status == 201
+        evs = [json.loads(line) for line in r if line.strip()]
+        c.close()
+        out = sum(len(e["text"]) for e in evs if e["type"] == "stdout")
+        assert out == FLOOD and evs[-1]["status"] == "ok", (out, evs[-1])
+        print(f"held while unread: E2B {e2b_held}, commands API {held} (budget {BUDGET})")
+        deadline = time.monotonic() + 10
+        while output_held(gw) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert output_held(gw) == 0  # all released once written
+    finally:
+        stop_gateway(gw)
