@@ -45,6 +45,8 @@ static const struct route_def routes[] = {
     {"/api/kernels/{id}", GET | DELETE, 0, HANDLE(rest_kernel)},
     {"/api/kernels/{id}/interrupt", POST, 0, HANDLE(rest_kernel_interrupt)},
     {"/api/kernels/{id}/restart", POST, 0, HANDLE(rest_kernel_restart)},
+    {"/api/kernels/{id}/pause", POST, 0, HANDLE(rest_kernel_pause)},
+    {"/api/kernels/{id}/resume", POST, 0, HANDLE(rest_kernel_resume)},
     {"/api/kernels/{id}/fork", POST, 0, HANDLE(gfork_kernel)},
     {"/api/kernels/{id}/execute", POST, 0, EXECUTES(xapi_kernel_execute)},
     {"/api/kernels/{id}/channels", GET, ROUTE_F_WEBSOCKET, WEBSOCKET(wschan_confirm, wschan_open)},
