@@ -703,37 +703,36 @@ int kernel_pause(kernel_t *k)
     return 0;
 }
 
-/* Thaws k if paused (before a stop: its process must read its shutdown_request). */
-static void thaw(kernel_t *k, const char *why)
+/* Thaws k if paused. why: for its stop (a shutdown or restart: its process must read its
+ * shutdown_request), which goes on whatever the thaw says; NULL: a client's resume, which a
+ * failed thaw leaves paused. 0 or -errno. */
+static int thaw(kernel_t *k, const char *why)
 {
     if (!k->paused)
-        return;
+        return 0;
     int r = freeze(k, false);
-    if (r < 0)
-        log_warn("kernel=%s: cannot resume it for its %s: %s", k->id, why, strerror(-r));
+    if (r < 0) {
+        log_warn("kernel=%s: cannot resume it%s%s: %s", k->id, why ? " for its " : "",
+                 why ? why : "", strerror(-r));
+        if (!why)
+            return r;
+    }
     k->paused = false;
     kwatchdog__reset(k);
     kexec__pause(k, false);
-    log_info("kernel=%s: resumed for its %s after %.1f s paused", k->id, why,
-             (double)(util_now_us() - k->paused_us) / 1e6);
+    log_info("kernel=%s: resumed%s%s after %.1f s paused", k->id, why ? " for its " : "",
+             why ? why : "", (double)(util_now_us() - k->paused_us) / 1e6);
+    return 0;
 }
 
 int kernel_resume(kernel_t *k)
 {
     if (!k->paused)
         return k->state == KERNEL_RUNNING ? -EALREADY : -EBUSY;
-    int r = freeze(k, false);
-    if (r < 0) {
-        log_warn("kernel=%s: cannot resume: %s", k->id, strerror(-r));
-        return r;
-    }
-    k->paused = false;
-    kwatchdog__reset(k);
-    kexec__pause(k, false);
-    kernel_touch(k); /* its idle time counts from now */
-    log_info("kernel=%s: resumed after %.1f s paused", k->id,
-             (double)(util_now_us() - k->paused_us) / 1e6);
-    return 0;
+    int r = thaw(k, NULL);
+    if (r == 0)
+        kernel_touch(k); /* its idle time counts from now */
+    return r;
 }
 
 int kernel_restart(kernel_t *k)
