@@ -2,13 +2,14 @@
 in place (this host: cgroup v1, so SIGSTOP to every process of the kernel's cgroup), its
 variables survive, a busy loop makes no progress while paused, missed heartbeats do not kill it,
 and new executions are refused (409) until it is resumed. Real sandboxed ipykernels."""
-import json
+import asyncio
 import os
 import time
 
 import pytest
 
 import sbxutil as S
+from test_channel import connect, ready_client, raises
 from test_execute import call, check_stream, execute
 
 pytestmark = [pytest.mark.kgw_only, pytest.mark.needs_sandbox]
@@ -69,8 +70,18 @@ def post(gw, kid, action):
     return call(gw, "POST", f"/api/kernels/{kid}/{action}")
 
 
+def refused_by_rpc(gw, kid, client):
+    """The /channel RPC's execute of a paused kernel: its error message."""
+    async def go():
+        return str(await raises(client[0].execute("1"), "RuntimeError"))
+    return client[1].run_until_complete(go())
+
+
 def test_pause_freezes_and_resume_goes_on(pgw):
     kid = S.new_kernel(pgw)
+    loop = asyncio.new_event_loop()
+    ch = loop.run_until_complete(connect(pgw))
+    client = (loop.run_until_complete(ready_client(ch, kid))[1], loop)
     try:
         run(pgw, kid, "x = 41\nimport threading\nn = 0\n"
                       "def spin():\n    global n\n    while True:\n        n += 1\n"
@@ -103,6 +114,9 @@ def test_pause_freezes_and_resume_goes_on(pgw):
         assert status == 409 and "paused" in body["message"], (status, body)
         status, body, _ = post(pgw, kid, "pause")
         assert status == 409 and "paused already" in body["message"], body
+        status, body, _ = post(pgw, kid, "interrupt")
+        assert status == 409 and "paused" in body["message"], body
+        assert "paused" in refused_by_rpc(pgw, kid, client)
 
         status, model, _ = post(pgw, kid, "resume")
         assert status == 200 and model["paused"] is False, model
@@ -117,6 +131,8 @@ def test_pause_freezes_and_resume_goes_on(pgw):
         status, model, _ = call(pgw, "GET", f"/api/kernels/{kid}")
         assert model["execution_state"] in ("idle", "busy") and model["paused"] is False
     finally:
+        loop.run_until_complete(ch.close())
+        loop.close()
         pgw.delete_kernel(kid)
 
 
