@@ -233,6 +233,9 @@ static void request(const struct chrpc_call *x)
 static void execute(const struct chrpc_call *x)
 {
     char id[37];
+    struct kerr err;
+    if (kops_executable(x->c->g, x->k, &err) < 0) /* paused: refused, not queued */
+        return reply_kops(x, &err);
     if (send_request(x, id) < 0)
         return;
     chclient_note_exec(x->cl, id);

@@ -412,6 +412,8 @@ ckpt_op_t *ckpt_take(
         return refuse(g, k, KERR_CHECKPOINT, -ENOMEM, NULL, err);
     if (kernel_state(k) != KERNEL_RUNNING)
         return refuse(g, k, KERR_CHECKPOINT, -EBUSY, NULL, err);
+    if (kernel_paused(k)) /* it would not answer before its resume */
+        return refuse(g, k, KERR_CHECKPOINT, -EHOSTDOWN, NULL, err);
     if (c->n + c->taking >= g->cfg.max_checkpoints)
         return refuse(g, k, KERR_CHECKPOINT, -ENOSPC, NULL, err);
     ckpt_op_t *op = op_new(g, k, a, KERR_CHECKPOINT);
@@ -493,6 +495,8 @@ ckpt_op_t *ckpt_rollback(
         return refuse(g, k, KERR_ROLLBACK, -ENOENT, cp, err);
     if (kernel_state(k) != KERNEL_RUNNING)
         return refuse(g, k, KERR_ROLLBACK, -EBUSY, cp, err);
+    if (kernel_paused(k))
+        return refuse(g, k, KERR_ROLLBACK, -EHOSTDOWN, cp, err);
     ckpt_op_t *op = op_new(g, k, a, KERR_ROLLBACK);
     json_t *content = op ? json_pack("{s:s, s:b, s:I}", "id", rec->id, "files", rec->files,
                                      "expires", expiry(g))

@@ -103,6 +103,57 @@ static void sbx_sample(struct e2b *e, struct e2bsbx *s)
     s->sampled_ms = util_now_ms();
 }
 
+/* Pauses (on) or resumes every kernel of the sandbox (kops_pause: its processes frozen in
+ * place, memory kept), for who (NULL: its autoPause). 0, or the first refusal's -errno with err
+ * filled (what was paused of it is resumed again). */
+static int sbx_freeze(struct e2b *e, struct e2bsbx *s, bool on, const struct gw_caller *who,
+                      struct kerr *err)
+{
+    struct kerr mine;
+    struct kerr *ke = err ? err : &mine;
+    int rc = 0;
+    size_t i;
+    for (i = 0; i < s->nkernels && rc == 0; i++) {
+        kernel_t *k = gw_kernel(e->g, s->kernels[i], s->tenant);
+        if (k && kernel_paused(k) != on)
+            rc = (on ? kops_pause : kops_resume)(e->g, who, k, ke);
+    }
+    if (rc < 0 && on) /* all or none */
+        while (i-- > 0) {
+            kernel_t *k = gw_kernel(e->g, s->kernels[i], s->tenant);
+            if (k && kernel_paused(k))
+                kops_resume(e->g, who, k, &mine);
+        }
+    if (rc == 0) {
+        s->paused = on;
+        log_info("e2b: sandbox=%s tenant=%s: %s%s", s->id, s->tenant, on ? "paused" : "resumed",
+                 who ? "" : " at its timeout (autoPause)");
+    } else {
+        log_warn("e2b: sandbox=%s: cannot %s: %s", s->id, on ? "pause" : "resume", ke->message);
+    }
+    return rc;
+}
+
+static int sbx_pause(struct e2b *e, struct e2bsbx *s, const struct gw_caller *who,
+                     struct kerr *err)
+{
+    return sbx_freeze(e, s, true, who, err);
+}
+
+/* Resumes it, with a new lifetime: t seconds (<= 0: its own) from now. */
+static int sbx_resume(struct e2b *e, struct e2bsbx *s, long long t, const struct gw_caller *who,
+                      struct kerr *err)
+{
+    int rc = sbx_freeze(e, s, false, who, err);
+    if (rc == 0) {
+        if (t > 0)
+            s->life_s = t;
+        s->end_us = util_wall_us() + s->life_s * 1000000LL;
+        s->sampled_ms = 0;
+    }
+    return rc;
+}
+
 static void on_tick(void *data)
 {
     struct e2b *e = data;
@@ -112,7 +163,9 @@ static void on_tick(void *data)
     while (it != &e->sbxs) {
         struct e2bsbx *s = list_entry(it, struct e2bsbx, link);
         it = it->next;
-        if (s->ready && now >= s->end_us)
+        if (s->paused) /* kept while paused (as E2B keeps them); no samples */
+            continue;
+        if (s->ready && now >= s->end_us && (!s->auto_pause || sbx_pause(e, s, NULL, NULL) < 0))
             sbx_kill(e, s, "timeout");
         else if (s->ready && mono - s->sampled_ms >= E2B_SAMPLE_MS)
             sbx_sample(e, s);
@@ -256,7 +309,7 @@ static json_t *sbx_detail(struct e2b *e, const struct e2bsbx *s)
                      s->template_id, "alias", s->template_id, "sandboxID", s->id, "clientID", "kgw",
                      "startedAt", started, "endAt", end, "envdVersion", E2B_ENVD_VERSION,
                      "cpuCount", 1, "memoryMB", 0, "diskSizeMB", (json_int_t)disk, "metadata",
-                     s->metadata, "state", "running");
+                     s->metadata, "state", s->paused ? "paused" : "running");
 }
 
 static const struct e2b_template *template_of(struct e2b *e, const char *id)
@@ -429,6 +482,7 @@ static void api_create(struct gw_req *r)
     s->started_us = util_wall_us();
     s->life_s = c.timeout > 0 ? c.timeout : E2B_DEFAULT_TIMEOUT;
     s->end_us = s->started_us + s->life_s * 1000000LL;
+    s->auto_pause = c.auto_pause;
     list_append(&e->sbxs, &s->link);
     log_info("e2b: sandbox=%s tenant=%s template=%s kernel=%s: created", s->id, s->tenant,
              s->template_id, s->kernels[0]);
@@ -441,7 +495,7 @@ static void api_create(struct gw_req *r)
 /* Whether the sandbox passes the listing's filters (not its page). */
 static bool list_match(const struct e2bsbx *s, const struct e2bwire_list *l)
 {
-    if (!(l->states & E2BWIRE_STATE_RUNNING)) /* kgw's sandboxes all run */
+    if (!(l->states & (s->paused ? E2BWIRE_STATE_PAUSED : E2BWIRE_STATE_RUNNING)))
         return false;
     if (l->template_id[0] && strcmp(l->template_id, s->template_id) != 0)
         return false;
@@ -501,7 +555,7 @@ static void api_list(struct gw_req *r)
                               UTIL_ARRAY_SIZE(args));
     if (e2bwire_list_parse(args, (size_t)n, &l, err, sizeof(err)) < 0)
         return e2b__api_error(r, 400, "%s", err);
-    size_t count = 0, total = 0;
+    size_t count = 0, total = 0, running = 0;
     struct e2bsbx *s;
     list_for_each(s, &e->sbxs, link)
     {
@@ -518,8 +572,10 @@ static void api_list(struct gw_req *r)
     list_for_each(s, &e->sbxs, link)
     {
         if (strcmp(s->tenant, r->caller.tenant) == 0 && list_match(s, &l) &&
-            !(s->ready && e2b__sbx_kernel_ended(e, s)))
+            !(s->ready && e2b__sbx_kernel_ended(e, s))) {
+            running += !s->paused;
             v[total++] = s;
+        }
     }
     qsort_r(v, total, sizeof(*v), list_cmp, &l);
     size_t i = 0, taken = 0;
@@ -535,7 +591,7 @@ static void api_list(struct gw_req *r)
     }
     if (l.states & E2BWIRE_STATE_RUNNING) { /* E2B: only when running ones were asked for */
         char num[32];
-        snprintf(num, sizeof(num), "%zu", total);
+        snprintf(num, sizeof(num), "%zu", running);
         req_add_header(r, "x-total-running:", num);
     }
     free(v);
@@ -605,6 +661,12 @@ static void api_connect(struct gw_req *r, int status)
     struct e2bsbx *s = route_sandbox_timeout(r, false, &t);
     if (!s)
         return;
+    if (s->paused) { /* resumed: 201 */
+        struct kerr err;
+        if (sbx_resume(r->g->e2b, s, t, &r->caller, &err) < 0)
+            return e2b__api_error(r, err.status ? err.status : 500, "%s", err.message);
+        return req_reply(r, 201, sbx_model(s));
+    }
     if (t > 0 && util_wall_us() + t * 1000000LL > s->end_us)
         s->end_us = util_wall_us() + t * 1000000LL;
     if (t > s->life_s && !s->ready)
@@ -622,12 +684,46 @@ void e2b_connect_v2(struct gw_req *r)
     api_connect(r, 201);
 }
 
+/* POST /sandboxes/{id}/pause: 204; 409 when paused already (the SDKs' "was already paused"),
+ * or when it cannot be (still starting, a kernel restarting). */
+void e2b_pause(struct gw_req *r)
+{
+    char err[E2BWIRE_ERR_MAX];
+    struct kerr kerr;
+    struct e2bsbx *s = route_sandbox(r);
+    if (!s)
+        return;
+    if (e2bwire_pause_parse(r->body.data ? r->body.data : "", r->body.len, err, sizeof(err)) < 0)
+        return e2b__api_error(r, 400, "%s", err);
+    if (s->paused)
+        return e2b__api_error(r, 409, "sandbox %s is already paused", s->id);
+    if (!s->ready)
+        return e2b__api_error(r, 409, "sandbox %s is still starting", s->id);
+    if (sbx_pause(r->g->e2b, s, &r->caller, &kerr) < 0)
+        return e2b__api_error(r, kerr.status ? kerr.status : 500, "%s", kerr.message);
+    req_reply(r, 204, NULL);
+}
+
+/* POST /sandboxes/{id}/resume (deprecated for connect): 201 the Sandbox; 409 when it runs. */
+void e2b_resume(struct gw_req *r)
+{
+    long long t;
+    struct kerr err;
+    struct e2bsbx *s = route_sandbox_timeout(r, false, &t);
+    if (!s)
+        return;
+    if (!s->paused)
+        return e2b__api_error(r, 409, "sandbox %s is already running", s->id);
+    if (sbx_resume(r->g->e2b, s, t, &r->caller, &err) < 0)
+        return e2b__api_error(r, err.status ? err.status : 500, "%s", err.message);
+    req_reply(r, 201, sbx_model(s));
+}
+
 /* What E2B's API offers under a sandbox that kgw does not, by the path's last part. */
 static const struct {
     const char *action;
     const char *what;
 } not_offered[] = {
-    {"pause", "pausing a sandbox"},       {"resume", "resuming a paused sandbox"},
     {"refreshes", "refreshes"},
     {"logs", "sandbox logs"},             {"snapshots", "snapshots"},
     {"network", "network updates"},

@@ -30,6 +30,9 @@ void e2b_sandbox(struct gw_req *r);
 void e2b_timeout(struct gw_req *r);
 void e2b_connect(struct gw_req *r);
 void e2b_connect_v2(struct gw_req *r);
+/* POST /sandboxes/{id}/pause, POST /sandboxes/{id}/resume (connect resumes too) */
+void e2b_pause(struct gw_req *r);
+void e2b_resume(struct gw_req *r);
 void e2b_api_other(struct gw_req *r);
 
 #endif

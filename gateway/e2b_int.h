@@ -66,6 +66,8 @@ struct e2bsbx {
     int64_t end_us;   /* wall clock: expiry (while it starts: if it were ready now) */
     long long life_s; /* its lifetime, counted from when it is ready (the create's answer) */
     bool ready;     /* its first kernel answered */
+    bool paused;    /* its kernels are paused (POST .../pause, or autoPause at its timeout) */
+    bool auto_pause; /* at its timeout: paused, not killed */
     struct e2bsample samples[E2B_SAMPLES]; /* a ring, oldest at samples[first] */
     size_t nsamples, first;
     uint64_t sampled_ms; /* monotonic: the last sample */

@@ -1183,6 +1183,8 @@ void e2bsbx_handle(struct gw_req *r)
         s = NULL;
     if (!s || !s->ready)
         return e2b__api_error(r, 502, "sandbox %s is not running", s ? s->id : "(unknown)");
+    if (s->paused) /* as E2B's proxy: not running (its /health too); connect resumes it */
+        return e2b__api_error(r, 502, "sandbox %s is paused", s->id);
     bool authed =
         (header(r->wsi, "x-access-token:", tok, sizeof(tok)) && token_ok(tok, s->envd_token)) ||
         (header(r->wsi, "e2b-traffic-access-token:", tok, sizeof(tok)) &&

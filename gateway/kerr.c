@@ -40,6 +40,8 @@ struct kerr_row {
 #define KERR_STR_(x) #x
 #define KERR_STR(x)  KERR_STR_(x)
 #define LOST         "(its variables and checkpoints are lost)"
+/* a paused kernel's refusal of new work (kernel_pause) */
+#define PAUSED       "kernel {kernel} is paused: resume it first"
 
 /* One row per (operation, error); each operation ends with its catch-all row (a fork's other
  * refusals are a start's; a checkpoint operation's, the KERR_CKPT rows'). */
@@ -64,6 +66,7 @@ static const struct kerr_row rows[] = {
     {KERR_START, -ECHILD, 500, RPC_ERR_RUNTIME, 0, "kernel {kernel} failed to start{: cause}"},
     {KERR_START, 0, 500, RPC_ERR_RUNTIME, 0, "cannot start a kernel: {errno}"},
     {KERR_INTERRUPT, -EAGAIN, 0, RPC_ERR_RUNTIME, 0, "cannot interrupt: the kernel is not running"},
+    {KERR_INTERRUPT, -EHOSTDOWN, 409, RPC_ERR_RUNTIME, 0, PAUSED},
     {KERR_INTERRUPT, 0, 500, RPC_ERR_RUNTIME, 0, "cannot interrupt: {errno}"},
     {KERR_RESTART, -EBUSY, 0, RPC_ERR_RUNTIME, 0,
      "cannot restart: another restart or shutdown is in progress"},
@@ -86,6 +89,7 @@ static const struct kerr_row rows[] = {
      "kernel {kernel} is not running: it ended before the fork", WHEN_PARENT_GONE},
     {KERR_FORK, -ECHILD, 500, RPC_ERR_RUNTIME, 0, "kernel {kernel} failed to fork{: cause}"},
     /* (other codes: kmgr_fork refuses as a start does) */
+    {KERR_COMMAND_START, -EHOSTDOWN, 409, RPC_ERR_RUNTIME, 0, PAUSED},
     {KERR_COMMAND_START, -ESRCH, 409, RPC_ERR_RUNTIME, 0,
      "kernel {kernel} has no running process (starting, restarting or gone)"},
     {KERR_COMMAND_START, -EAGAIN, 429, RPC_ERR_RUNTIME, 1,
@@ -97,6 +101,19 @@ static const struct kerr_row rows[] = {
     {KERR_COMMAND_START, 0, 500, RPC_ERR_RUNTIME, 0, "the command could not be started: {errno}"},
     {KERR_COMMAND_SIGNAL, -ESRCH, 404, RPC_ERR_KEY, 0, "the command has ended"},
     {KERR_COMMAND_SIGNAL, 0, 500, RPC_ERR_RUNTIME, 0, "cannot signal the command: {errno}"},
+    /* pause and resume (kernel_pause, kernel_resume) */
+    {KERR_PAUSE, -EALREADY, 409, RPC_ERR_RUNTIME, 0, "kernel {kernel} is paused already"},
+    {KERR_PAUSE, -EBUSY, 409, RPC_ERR_RUNTIME, 0,
+     "kernel {kernel} is {state}: only a running kernel can be paused"},
+    {KERR_PAUSE, -ENOTSUP, 409, RPC_ERR_RUNTIME, 0,
+     "kernel {kernel} shares its sandbox with a fork (or is one): it cannot be paused alone"},
+    {KERR_PAUSE, 0, 500, RPC_ERR_RUNTIME, 0, "cannot pause: {errno}"},
+    {KERR_RESUME, -EALREADY, 409, RPC_ERR_RUNTIME, 0, "kernel {kernel} is not paused"},
+    {KERR_RESUME, -EBUSY, 409, RPC_ERR_RUNTIME, 0,
+     "kernel {kernel} is {state}: only a paused kernel can be resumed"},
+    {KERR_RESUME, 0, 500, RPC_ERR_RUNTIME, 0, "cannot resume: {errno}"},
+    {KERR_EXECUTE, -EHOSTDOWN, 409, RPC_ERR_RUNTIME, 0, PAUSED},
+    {KERR_EXECUTE, 0, 500, RPC_ERR_RUNTIME, 0, "cannot execute: {errno}"},
     /* checkpoints (docs/checkpoints.md): each operation's own rows */
     {KERR_CHECKPOINT, -ENOSPC, 409, RPC_ERR_RUNTIME, 0,
      "checkpoint limit reached: the kernel holds {held} (--max-checkpoints={max_checkpoints}); "
@@ -133,6 +150,7 @@ static const struct kerr_row rows[] = {
      "cannot {verb}: the kernel did not answer within {timeout} s (a cell may still be running)"},
     {KERR_CKPT, -ECHILD, 409, RPC_ERR_RUNTIME, 0,
      "cannot {verb}: the kernel's process ended meanwhile{: cause:300}"},
+    {KERR_CKPT, -EHOSTDOWN, 409, RPC_ERR_RUNTIME, 0, "cannot {verb}: " PAUSED},
     {KERR_CKPT, -EBUSY, 409, RPC_ERR_RUNTIME, 0,
      "cannot {verb}: the kernel is not running (it is {state})"},
     {KERR_CKPT, -EAGAIN, 429, RPC_ERR_RUNTIME, 0,

@@ -24,6 +24,9 @@ enum kerr_op {
     KERR_ROLLBACK,
     KERR_REVIVE, /* the kernel back from its newest checkpoint after a death */
     KERR_DROP,
+    KERR_PAUSE, /* freeze a kernel's processes in place (kernel_pause) */
+    KERR_RESUME,
+    KERR_EXECUTE, /* a new execution (the execute API): refused while the kernel is paused */
 };
 
 /* Why an operation failed, for every face. */

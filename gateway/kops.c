@@ -208,7 +208,35 @@ int kops_start(gw_t *g, const struct gw_caller *who, json_t *req, kernel_t **ret
 int kops_interrupt(gw_t *g, kernel_t *k, struct kerr *err)
 {
     int rc = kernel_interrupt(k);
-    return rc < 0 ? fail(g, KERR_INTERRUPT, rc, NULL, err) : 0;
+    return rc < 0 ? fail_on(g, KERR_INTERRUPT, rc, k, NULL, NULL, err) : 0;
+}
+
+static void audit_pause(gw_t *g, const struct gw_caller *who, kernel_t *k, const char *what,
+                        int rc)
+{
+    if (audit_enabled())
+        audit_event(what, "s:s, s:s, s:s, s:s", "tenant", who ? who->tenant : "", "addr",
+                    who ? who->addr : "", "kernel", kernel_id(k), "result",
+                    rc == 0 ? "ok" : strerror(-rc));
+}
+
+int kops_pause(gw_t *g, const struct gw_caller *who, kernel_t *k, struct kerr *err)
+{
+    int rc = kernel_pause(k);
+    audit_pause(g, who, k, "kernel_pause", rc);
+    return rc < 0 ? fail_on(g, KERR_PAUSE, rc, k, NULL, NULL, err) : 0;
+}
+
+int kops_resume(gw_t *g, const struct gw_caller *who, kernel_t *k, struct kerr *err)
+{
+    int rc = kernel_resume(k);
+    audit_pause(g, who, k, "kernel_resume", rc);
+    return rc < 0 ? fail_on(g, KERR_RESUME, rc, k, NULL, NULL, err) : 0;
+}
+
+int kops_executable(gw_t *g, kernel_t *k, struct kerr *err)
+{
+    return kernel_paused(k) ? fail_on(g, KERR_EXECUTE, -EHOSTDOWN, k, NULL, NULL, err) : 0;
 }
 
 int kops_restart(gw_t *g, kernel_t *k, struct kerr *err)
@@ -277,7 +305,7 @@ void kops_fork_failed(gw_t *g, kernel_t *k, int code, struct kerr *err)
 int kops_command_start(gw_t *g, kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb,
                        kcmd_t **ret, struct kerr *err)
 {
-    int rc = kcmd_start(k, o, cb, ret);
+    int rc = kernel_paused(k) ? -EHOSTDOWN : kcmd_start(k, o, cb, ret);
     return rc < 0 ? fail_on(g, KERR_COMMAND_START, rc, k, NULL, NULL, err) : 0;
 }
 

@@ -20,6 +20,14 @@ int kops_start(gw_t *g, const struct gw_caller *who, json_t *req, kernel_t **ret
                struct kerr *err);
 /* -EAGAIN: not running (err->status 0). */
 int kops_interrupt(gw_t *g, kernel_t *k, struct kerr *err);
+/* Pauses (kernel_pause: its processes frozen in place) or resumes the kernel, audited as
+ * kernel_pause / kernel_resume for who (NULL: the gateway's own, an E2B sandbox's timeout).
+ * -EALREADY: paused already / not paused (409), -EBUSY: not running (409), -ENOTSUP: a fork,
+ * or a kernel with forks (409). */
+int kops_pause(gw_t *g, const struct gw_caller *who, kernel_t *k, struct kerr *err);
+int kops_resume(gw_t *g, const struct gw_caller *who, kernel_t *k, struct kerr *err);
+/* Whether a new execution may go to k now: 0, or -EHOSTDOWN (409) while it is paused. */
+int kops_executable(gw_t *g, kernel_t *k, struct kerr *err);
 /* Tells the kernel's websockets it is restarting; -EBUSY while another restart or shutdown
  * runs (err->status 0). */
 int kops_restart(gw_t *g, kernel_t *k, struct kerr *err);
@@ -34,8 +42,8 @@ int kops_fork(gw_t *g, const struct gw_caller *who, kernel_t *parent, const char
               kernel_t **ret_k, struct kerr *err);
 /* Why the fork k did not become ready: code, kops_waited's (< 0). */
 void kops_fork_failed(gw_t *g, kernel_t *k, int code, struct kerr *err);
-/* kcmd_start (kernelmgr/kcmd.h) with its refusals in the table: -ESRCH no running process
- * (409), -EAGAIN at --max-commands-per-kernel (429), -E2BIG (413), -EINVAL (400). */
+/* kcmd_start (kernelmgr/kcmd.h) with its refusals in the table: -EHOSTDOWN paused (409),
+ * -ESRCH no running process (409), -EAGAIN at --max-commands-per-kernel (429), -E2BIG (413), -EINVAL (400). */
 int kops_command_start(gw_t *g, kernel_t *k, const struct kcmd_opts *o, const struct kcmd_cbs *cb,
                        kcmd_t **ret, struct kerr *err);
 /* kcmd_signal: -ESRCH when it has ended (404). */

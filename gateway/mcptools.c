@@ -703,6 +703,9 @@ static void run_execute(struct mcp_call *c, kernel_t *k)
                      .checkpoint = json_is_true(json_object_get(c->args, "checkpoint")),
                      .rollback_on_error =
                          json_is_true(json_object_get(c->args, "rollback_on_error"))};
+    struct kerr ke;
+    if (kops_executable(g, k, &ke) < 0) /* paused: refused, not queued */
+        return mcp__tool_fail(c, "%s", ke.message);
     if ((long long)xexec_waiting(g, k) >= g->cfg.max_queued_executions)
         return mcp__tool_fail(c,
                          "the session's kernel has %lld executions queued or running (the "

@@ -321,3 +321,25 @@ void rest_kernel_restart(struct gw_req *r)
     if (k && req_wait_kernel(r, k, on_restarted) < 0)
         reply_model(r, k, 200);
 }
+
+/* POST /api/kernels/{id}/pause and /resume: the kernel's model (200), or 409. */
+static void pause_op(struct gw_req *r, bool on)
+{
+    struct kerr err;
+    kernel_t *k = req_kernel(r, false);
+    if (!k)
+        return;
+    if ((on ? kops_pause : kops_resume)(r->g, &r->caller, k, &err) < 0)
+        return req_error_retry(r, err.status, err.retry_after, "%s", err.message);
+    reply_model(r, k, 200);
+}
+
+void rest_kernel_pause(struct gw_req *r)
+{
+    pause_op(r, true);
+}
+
+void rest_kernel_resume(struct gw_req *r)
+{
+    pause_op(r, false);
+}

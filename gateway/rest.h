@@ -28,6 +28,9 @@ void rest_kspec_resource(struct gw_req *r);
 void rest_kernels(struct gw_req *r);
 void rest_kernel(struct gw_req *r);
 void rest_kernel_interrupt(struct gw_req *r);
+/* POST /api/kernels/{id}/pause, /resume (kernel_pause) */
+void rest_kernel_pause(struct gw_req *r);
+void rest_kernel_resume(struct gw_req *r);
 void rest_kernel_restart(struct gw_req *r);
 /* Starts a kernel from a request body {"name", "env"} (kops_start); calls done when its start
  * ended (done asks kops_waited how, and replies with rest_start_failed when it is not up).

@@ -45,6 +45,8 @@ static const struct route_def routes[] = {
     {"/api/kernels/{id}", GET | DELETE, 0, HANDLE(rest_kernel)},
     {"/api/kernels/{id}/interrupt", POST, 0, HANDLE(rest_kernel_interrupt)},
     {"/api/kernels/{id}/restart", POST, 0, HANDLE(rest_kernel_restart)},
+    {"/api/kernels/{id}/pause", POST, 0, HANDLE(rest_kernel_pause)},
+    {"/api/kernels/{id}/resume", POST, 0, HANDLE(rest_kernel_resume)},
     {"/api/kernels/{id}/fork", POST, 0, HANDLE(gfork_kernel)},
     {"/api/kernels/{id}/execute", POST, 0, EXECUTES(xapi_kernel_execute)},
     {"/api/kernels/{id}/channels", GET, ROUTE_F_WEBSOCKET, WEBSOCKET(wschan_confirm, wschan_open)},
@@ -82,6 +84,8 @@ static const struct route_def routes[] = {
     {"/e2b/api/sandboxes/{id}/timeout", POST, 0, HANDLE(e2b_timeout)},
     {"/e2b/api/sandboxes/{id}/connect", POST, 0, HANDLE(e2b_connect)},
     {"/e2b/api/v2/sandboxes/{id}/connect", POST, 0, HANDLE(e2b_connect_v2)},
+    {"/e2b/api/sandboxes/{id}/pause", POST, 0, HANDLE(e2b_pause)},
+    {"/e2b/api/sandboxes/{id}/resume", POST, 0, HANDLE(e2b_resume)},
     {"/e2b/api/{path}", GET | POST | DELETE | PUT | PATCH, 0, HANDLE(e2b_api_other)},
     /* its sandbox plane, authenticated by the sandbox's own access token (e2bsbx.c), never the
      * API key */

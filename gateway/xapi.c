@@ -412,6 +412,9 @@ void xapi_kernel_execute(struct gw_req *r)
     kernel_t *k = gw_kernel(g, r->route.arg[0], r->caller.tenant);
     if (!k || kernel_state(k) == KERNEL_TERMINATING || kernel_state(k) == KERNEL_DEAD)
         return req_error(r, 404, "Kernel does not exist: %s", r->route.arg[0]);
+    struct kerr err;
+    if (kops_executable(g, k, &err) < 0) /* paused: refused, never queued for its resume */
+        return req_error(r, err.status, "%s", err.message);
     if (!idem_begin(r, kernel_id(k), key, hash))
         return;
     if (!parse_body(r, false, &q))

@@ -120,9 +120,9 @@ json_t *kernel_model(const kernel_t *k)
     char ts[40];
     const char *st = kernel_execution_state(k);
     util_iso_time(ts, sizeof(ts), k->last_activity_us);
-    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:s}", "id", k->id, "name", k->spec->name,
+    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "id", k->id, "name", k->spec->name,
                      "last_activity", ts, "execution_state", st, "connections", k->connections,
-                     "workspace", k->ws->id);
+                     "workspace", k->ws->id, "paused", k->paused);
 }
 
 struct wspace *kernel_workspace(const kernel_t *k)
@@ -439,6 +439,7 @@ static void on_exit_io(void *data)
     char why[300], cause[sizeof(k->stop_cause)];
     if (klaunch__reap(k, &st) < 0)
         return;
+    k->paused = false; /* it ended frozen (killed): nothing is left to thaw */
     kz_close(&k->control); /* what they said to the process is moot; the next opens anew */
     kz_close(&k->shell);
     l->timer_disarm(l, k->nudge);
@@ -651,10 +652,94 @@ static int restart_process(kernel_t *k)
     return 0;
 }
 
+/* ---- pause and resume ---- */
+
+bool kernel_paused(const kernel_t *k)
+{
+    return k->paused;
+}
+
+/* Freezes (on) or thaws its processes: its cgroup's, or (none: unsandboxed) its process
+ * group's. 0 or -errno. */
+static int freeze(kernel_t *k, bool on)
+{
+    if (k->cgroup && k->cgroup_used)
+        return sbx_cgroup_freeze(k->cgroup, on);
+    klaunch__signal(k, on ? SIGSTOP : SIGCONT);
+    return 0;
+}
+
+/* Whether forks of k live in its sandbox (their endpoints are under its runtime directory). */
+static bool has_forks(const kernel_t *k)
+{
+    size_t len = k->dir ? strlen(k->dir) : 0;
+    for (size_t i = 0; len && i < k->m->n; i++)
+        if (k->m->v[i]->ipc_dir && !strncmp(k->m->v[i]->ipc_dir, k->dir, len) &&
+            k->m->v[i]->ipc_dir[len] == '/')
+            return true;
+    return false;
+}
+
+int kernel_pause(kernel_t *k)
+{
+    int r;
+    if (k->paused)
+        return -EALREADY;
+    if (k->state != KERNEL_RUNNING || k->stop_stage > 0 || k->pid <= 0)
+        return -EBUSY;
+    if (k->adopted || k->ipc_dir || has_forks(k))
+        return -ENOTSUP;
+    uint64_t t0 = util_now_us();
+    if ((r = freeze(k, true)) < 0) {
+        log_warn("kernel=%s: cannot pause: %s", k->id, strerror(-r));
+        freeze(k, false); /* what a partial freeze stopped */
+        return r;
+    }
+    k->paused = true;
+    k->paused_us = t0;
+    kwatchdog__reset(k); /* a ping in flight is not a miss */
+    kexec__pause(k, true);
+    log_info("kernel=%s: paused (%.1f ms)", k->id, (double)(util_now_us() - t0) / 1000.0);
+    return 0;
+}
+
+/* Thaws k if paused. why: for its stop (a shutdown or restart: its process must read its
+ * shutdown_request), which goes on whatever the thaw says; NULL: a client's resume, which a
+ * failed thaw leaves paused. 0 or -errno. */
+static int thaw(kernel_t *k, const char *why)
+{
+    if (!k->paused)
+        return 0;
+    int r = freeze(k, false);
+    if (r < 0) {
+        log_warn("kernel=%s: cannot resume it%s%s: %s", k->id, why ? " for its " : "",
+                 why ? why : "", strerror(-r));
+        if (!why)
+            return r;
+    }
+    k->paused = false;
+    kwatchdog__reset(k);
+    kexec__pause(k, false);
+    log_info("kernel=%s: resumed%s%s after %.1f s paused", k->id, why ? " for its " : "",
+             why ? why : "", (double)(util_now_us() - k->paused_us) / 1e6);
+    return 0;
+}
+
+int kernel_resume(kernel_t *k)
+{
+    if (!k->paused)
+        return k->state == KERNEL_RUNNING ? -EALREADY : -EBUSY;
+    int r = thaw(k, NULL);
+    if (r == 0)
+        kernel_touch(k); /* its idle time counts from now */
+    return r;
+}
+
 int kernel_restart(kernel_t *k)
 {
     if (k->state == KERNEL_TERMINATING || k->state == KERNEL_RESTARTING)
         return -EBUSY;
+    thaw(k, "restart");
     kexec__stop_why(k, KERNEL_OUT_RESTARTED, "the kernel was restarted by a client");
     kernel_fail_pending(k, k->stop_outcome, k->stop_cause);
     int r = restart_process(k);
@@ -669,6 +754,7 @@ int kernel_shutdown(kernel_t *k, const char *cause)
 {
     if (k->state == KERNEL_TERMINATING)
         return -EALREADY;
+    thaw(k, "shutdown"); /* it answers its shutdown_request, or ends at its signal */
     k->req_us = 0; /* a client's start in progress: cancelled, neither ready nor failed */
     k->state = KERNEL_TERMINATING;
     kexec__stop_why(k, KERNEL_OUT_SHUTDOWN, "%s", cause ? cause : "the kernel was shut down");
@@ -694,6 +780,8 @@ int kernel_interrupt(kernel_t *k)
 {
     if (k->state != KERNEL_RUNNING)
         return -EAGAIN;
+    if (k->paused) /* the signal would wait for its resume */
+        return -EHOSTDOWN;
     if (kernel_executions(k) == 0 && kckpt__in_flight(k)) {
         /* no client's execution runs: the interrupt would only cut the gateway's own checkpoint
          * request short (its install's silent execution, or ipykernel's handling around it),

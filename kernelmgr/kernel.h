@@ -72,8 +72,8 @@ void kernel_usage(kernel_t *k, struct kernel_usage *ret);
  * 0 when none. */
 pid_t kernel_pid(const kernel_t *k);
 enum kernel_state kernel_state(const kernel_t *k);
-/* {"id", "name", "last_activity", "execution_state", "connections", "workspace"}. New
- * reference. */
+/* {"id", "name", "last_activity", "execution_state", "connections", "workspace", "paused"}.
+ * New reference. */
 json_t *kernel_model(const kernel_t *k);
 /* Its Jupyter execution_state as the model shows it: "starting", "idle", "busy",
  * "restarting" or "dead". */
@@ -110,6 +110,17 @@ size_t kernel_executions(const kernel_t *k);
  * their clients too. */
 void kernel_fail_pending(kernel_t *k, enum kernel_outcome o, const char *cause);
 
+/* Freezes every process of the kernel's sandbox in place, its memory kept (its cgroup's
+ * freezer on cgroup v2, SIGSTOP on v1 or without a cgroup), in milliseconds; resume thaws it.
+ * While paused its heartbeats are not counted, culling passes it by, its execution's wall
+ * time stands still, and faces refuse new executions and commands (-EHOSTDOWN from those that
+ * check kernel_paused); a shutdown or restart thaws it first. pause: 0, -EBUSY when not
+ * running (starting, restarting, stopping, dead), -EALREADY when paused, -ENOTSUP for a fork
+ * or a kernel with live forks (they share one sandbox), or the freeze's -errno. resume: 0,
+ * -EALREADY when running and not paused, -EBUSY when not running, or -errno. */
+int kernel_pause(kernel_t *k);
+int kernel_resume(kernel_t *k);
+bool kernel_paused(const kernel_t *k);
 /* SIGINT to the kernel's process group, or interrupt_request for interrupt_mode "message". */
 int kernel_interrupt(kernel_t *k);
 /* Shutdown with restart; clients stay attached. -EBUSY while another transition runs. */

@@ -580,12 +580,36 @@ void kernel_fail_pending(kernel_t *k, enum kernel_outcome o, const char *cause)
     kexec__abort(k);
 }
 
+void kexec__pause(kernel_t *k, bool on)
+{
+    struct kexec *x = k->exec;
+    evl_t *l = k->m->evl;
+    if (!x || !x->id[0])
+        return;
+    if (on) {
+        if (x->timer)
+            l->timer_disarm(l, x->timer);
+        if (x->idle_timer)
+            l->timer_disarm(l, x->idle_timer);
+        return;
+    }
+    x->start_us += util_now_us() - k->paused_us; /* the pause is not its time */
+    int64_t ran_ms = (int64_t)(util_now_us() - x->start_us) / 1000;
+    if (k->exec_timeout_ms > 0 && x->timer)
+        l->timer_arm(l, x->timer,
+                     x->stage ? EXEC_INTERRUPT_GRACE_MS
+                              : (uint64_t)(ran_ms < k->exec_timeout_ms ? k->exec_timeout_ms - ran_ms
+                                                                       : 1));
+    if (!strcmp(x->id, x->replied) && x->idle_timer)
+        l->timer_arm(l, x->idle_timer, IDLE_AFTER_REPLY_MS);
+}
+
 /* Wall time per execution: interrupt first; a kernel that ignores SIGINT is restarted. */
 static void on_timer(void *data)
 {
     kernel_t *k = data;
     struct kexec *x = k->exec;
-    if (!x->id[0] || k->state != KERNEL_RUNNING)
+    if (!x->id[0] || k->state != KERNEL_RUNNING || k->paused)
         return;
     if (x->stage == 0) {
         notice(k, "execution exceeded the wall-time limit of %d s: interrupting it",

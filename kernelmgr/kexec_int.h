@@ -40,6 +40,9 @@ const char *kexec__last(const kernel_t *k);
 /* Why the process is being stopped: what requests in flight are told when it ends. */
 void kexec__stop_why(kernel_t *k, enum kernel_outcome o, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The kernel was paused (on) or resumed: the execution's wall time and the wait for its idle
+ * stand still meanwhile (its duration leaves the pause out). */
+void kexec__pause(kernel_t *k, bool on);
 /* A client's execute_request was sent to the kernel (kconn_send). */
 void kexec__track_sent(kernel_t *k, const char *msg_id);
 /* Forgets every execute_request tracked (the process that was sent them ended, or none is

@@ -49,7 +49,7 @@ static void on_cull(void *data)
     int64_t idle_us = (int64_t)m->o.cull_idle_timeout_s * 1000000;
     for (size_t i = 0; i < m->n; i++) {
         kernel_t *k = m->v[i];
-        if (k->state != KERNEL_RUNNING || strcmp(k->exec_state, "idle") != 0)
+        if (k->state != KERNEL_RUNNING || strcmp(k->exec_state, "idle") != 0 || k->paused)
             continue;
         if (k->connections > 0 && !m->o.cull_connected)
             continue;

@@ -86,7 +86,7 @@ bool kwatchdog__beat(kernel_t *k)
 {
     struct kwatchdog *w = k->wd;
     bool renewed = false;
-    if (k->state != KERNEL_RUNNING || k->stop_stage > 0)
+    if (k->state != KERNEL_RUNNING || k->stop_stage > 0 || k->paused) /* a frozen kernel */
         return false;
     if (w->outstanding && ++w->missed >= k->m->o.hb_misses) {
         log_warn("kernel=%s: %d heartbeats missed; treating it as hung", k->id, w->missed);

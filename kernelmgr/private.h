@@ -228,6 +228,8 @@ struct kernel {
     uint64_t stop_us;     /* when it was sent */
     int restarts;
     struct kwatchdog *wd; /* its heartbeats (kwatchdog.c) */
+    bool paused;          /* its processes are frozen in place (kernel_pause) */
+    uint64_t paused_us;   /* since when (monotonic) */
 
     struct list conns;   /* kconn_t.link, newest first */
     enum kernel_outcome stop_outcome; /* why the process is being stopped (kexec__stop_why) */

@@ -260,12 +260,22 @@ static int create_field(void *ctx, const char *k, json_t *v, char *err, size_t e
             return fail(err, errsz,
                         "\"secure\": false is not offered: every kgw sandbox has "
                         "its own access token");
-    } else if (strcmp(k, "autoPause") == 0 || strcmp(k, "autoPauseMemory") == 0 ||
-               strcmp(k, "autoResume") == 0) {
+    } else if (strcmp(k, "autoPause") == 0) { /* paused, not killed, at its timeout */
+        if (!json_is_null(v) && !json_is_boolean(v))
+            return fail(err, errsz, "\"autoPause\" must be a boolean");
+        out->auto_pause = json_is_true(v);
+    } else if (strcmp(k, "autoPauseMemory") == 0) { /* kgw's pause always keeps memory */
+        if (!offered(v, true))
+            return fail(err, errsz,
+                        "\"autoPauseMemory\": false (a filesystem-only pause) is not offered: "
+                        "kgw's pause keeps the sandbox's memory");
+    } else if (strcmp(k, "autoResume") == 0) {
         if (!offered(v, false) &&
             !(json_is_object(v) && offered(json_object_get(v, "enabled"), false) &&
               json_object_size(v) == 1))
-            return fail(err, errsz, "\"%s\": pausing sandboxes is not offered", k);
+            return fail(err, errsz,
+                        "\"autoResume\": resuming a sandbox by its traffic is not offered "
+                        "(connect resumes it)");
     } else if (strcmp(k, "iam") == 0 || strcmp(k, "mcp") == 0 ||
                strcmp(k, "volumeMounts") == 0) {
         if (!offered(v, false))
@@ -304,6 +314,24 @@ void e2bwire_create_fini(struct e2bwire_create *c)
     json_decref(c->metadata);
     json_decref(c->egress);
     c->env = c->metadata = c->egress = NULL;
+}
+
+static int pause_field(void *ctx, const char *k, json_t *v, char *err, size_t errsz)
+{
+    if (strcmp(k, "memory") != 0)
+        return unknown_field(k, err, errsz);
+    if (!json_is_null(v) && !json_is_boolean(v))
+        return fail(err, errsz, "\"memory\" must be a boolean");
+    if (json_is_false(v))
+        return fail(err, errsz,
+                    "\"memory\": false (a filesystem-only pause) is not offered: kgw's pause "
+                    "keeps the sandbox's memory");
+    return 0;
+}
+
+int e2bwire_pause_parse(const char *body, size_t len, char *err, size_t errsz)
+{
+    return each_field(body, len, pause_field, NULL, err, errsz);
 }
 
 static int timeout_field(void *ctx, const char *k, json_t *v, char *err, size_t errsz)

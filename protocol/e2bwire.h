@@ -37,6 +37,7 @@ struct e2bwire_create {
      * tenant's policy entries for it. */
     json_t *egress;
     bool internet; /* allow_internet_access: true */
+    bool auto_pause; /* autoPause: paused, not killed, at its timeout */
 };
 
 /* Parses a create body (len bytes): a JSON object of the fields the SDKs send.
@@ -44,7 +45,7 @@ struct e2bwire_create {
  * What kgw does not offer is refused, not ignored: secure false, network's
  * egressProxy, rules, httpsPorts, maskRequestHost and allowPublicTraffic true, a denyOut
  * other than all traffic (kgw's egress is an allowlist), CIDR ranges, iam or mcp or
- * volumeMounts with content, autoPause
+ * volumeMounts with content, autoPauseMemory false (a pause keeps memory)
  * or autoResume on; any other field is refused too. 0 with out filled (release
  * with e2bwire_create_fini), or -EINVAL with a one-line message in err. */
 int e2bwire_create_parse(
@@ -54,6 +55,10 @@ void e2bwire_create_fini(struct e2bwire_create *c);
 /* An environment variable's name on the E2B face (envVars, env_vars, a command's envs): the
  * gateway's one rule (util_env_name_ok), at most E2BWIRE_KEY_MAX bytes. */
 bool e2bwire_env_name_ok(const char *name);
+
+/* The body of POST /sandboxes/{id}/pause ({"memory": bool}, optional; false, a
+ * filesystem-only pause, is refused): 0, or -EINVAL with a one-line message in err. */
+int e2bwire_pause_parse(const char *body, size_t len, char *err, size_t errsz);
 
 /* The body of POST /sandboxes/{id}/timeout ({"timeout": seconds}, required) and
  * of POST [/v2]/sandboxes/{id}/connect ({"timeout"} optional, -1 when absent).

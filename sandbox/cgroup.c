@@ -870,6 +870,52 @@ void sbx_cgroup_explain(sbx_cgroup_t *cg, char *out, size_t outsz)
                  pidmax > 1 ? "s" : "");
 }
 
+#define FREEZE_PASSES 8 /* v1: passes over cgroup.procs until none is new */
+#define FREEZE_PIDS   4096
+
+/* v1: sig to every process of the cgroup (but the kept one); the number signalled now that
+ * were not in seen (which grows, up to FREEZE_PIDS), or -errno. */
+static int signal_procs(const sbx_cgroup_t *cg, int sig, pid_t *seen, size_t *nseen)
+{
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/cgroup.procs", cg->path[0]);
+    FILE *f = fopen(p, "re");
+    if (!f)
+        return -errno;
+    int fresh = 0, pid;
+    while (fscanf(f, "%d", &pid) == 1) {
+        if (pid <= 1 || pid == cg->cgs->keep)
+            continue;
+        bool known = false;
+        for (size_t i = 0; i < *nseen && !known; i++)
+            known = seen[i] == pid;
+        if (known)
+            continue;
+        if (kill(pid, sig) == 0 || errno != ESRCH)
+            fresh++;
+        if (*nseen < FREEZE_PIDS)
+            seen[(*nseen)++] = pid;
+    }
+    fclose(f);
+    return fresh;
+}
+
+int sbx_cgroup_freeze(sbx_cgroup_t *cg, bool on)
+{
+    if (cg->cgs->version != 1)
+        return write_file(cg->path[0], "cgroup.freeze", on ? "1" : "0");
+    pid_t *seen = malloc(FREEZE_PIDS * sizeof(*seen));
+    size_t nseen = 0;
+    int r = 0;
+    if (!seen)
+        return -ENOMEM;
+    for (int pass = 0; pass < (on ? FREEZE_PASSES : 1); pass++)
+        if ((r = signal_procs(cg, on ? SIGSTOP : SIGCONT, seen, &nseen)) <= 0)
+            break;
+    free(seen);
+    return r < 0 ? r : 0;
+}
+
 void sbx_cgroup_destroy(sbx_cgroup_t **pcg)
 {
     sbx_cgroup_t *cg = *pcg;

@@ -94,6 +94,11 @@ int sbx_cgroup_run_start(sbx_cgroup_t *cg, long long need, int (*fn)(void *arg),
 int sbx_cgroup_charge_end(struct sbx_cgroup_charge *c);
 /* Kills and reaps a child still running (the caller stops waiting for it). */
 void sbx_cgroup_charge_abort(struct sbx_cgroup_charge *c);
+/* Freezes (on) or thaws every process in the cgroup in place, their memory kept: cgroup v2's
+ * cgroup.freeze; v1 (kgw uses no freezer hierarchy) SIGSTOP, or SIGCONT, to every process its
+ * cgroup.procs lists (again until a pass finds none new, for the forks made meanwhile). 0 or
+ * -errno. */
+int sbx_cgroup_freeze(sbx_cgroup_t *cg, bool on);
 /* Kills anything left and removes the cgroup. */
 void sbx_cgroup_destroy(sbx_cgroup_t **cg);
 

@@ -388,6 +388,38 @@ async function main() {
   assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId))
   step('connect')
 
+  // ---- pause: frozen in place, listed as paused, its plane 502; connect resumes it ----
+  await sbx.runCode('import time\nt_paused = time.time()')
+  assert.equal(await sbx.betaPause(), true)
+  assert.equal(await sbx.pause(), false) // 409: already paused
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+  const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems()
+  assert.deepEqual(paused.map((s) => s.sandboxId), [sbx.sandboxId])
+  assert.equal(paused[0].state, 'paused')
+  const runningOnly = await Sandbox.list({ query: { state: ['running'] } }).nextItems()
+  assert.ok(!runningOnly.some((s) => s.sandboxId === sbx.sandboxId))
+  assert.equal(await sbx.isRunning(), false) // as E2B's: its envd is not reachable
+  await expectReject(sbx.runCode('1'), /paused|502|timeout|not running/i, 'runCode while paused')
+  await sleep(1500)
+  const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
+  assert.equal(await resumed.isRunning(), true)
+  ex = await resumed.runCode('x')
+  assert.equal(ex.text, '41') // its state kept
+  // frozen, not sleeping: the kernel's clock went on, its code did not run meanwhile
+  ex = await resumed.runCode('time.time() - t_paused >= 1.4')
+  assert.equal(ex.text, 'True')
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running')
+  const endAt = (await Sandbox.getInfo(sbx.sandboxId)).endAt.getTime() - Date.now()
+  assert.ok(endAt > 100_000 && endAt <= 125_000, `endAt in ${endAt} ms after the resume`)
+  // the deprecated resume: 409 for a running sandbox
+  const rs = await fetch(`${process.env.E2B_API_URL}/sandboxes/${sbx.sandboxId}/resume`, {
+    method: 'POST',
+    headers: { 'X-API-KEY': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+    body: '{}',
+  })
+  assert.equal(rs.status, 409)
+  step('pause and connect')
+
   // ---- tenancy: another tenant's key, a wrong token ----
   await expectReject(Sandbox.connect(sbx.sandboxId, { apiKey: otherKey }), /not found/i,
     'another tenant connects')
@@ -460,9 +492,30 @@ async function main() {
   await expectReject(CoreSandbox.create('base', { allowInternetAccess: true }), /internet/i,
     'internet access')
   await expectReject(CoreSandbox.create('no-such-template'), /not offered/i, 'a template')
-  await expectReject(CoreSandbox.create('base', { lifecycle: { onTimeout: 'pause' } }),
-    /paus/i, 'autoPause')
+  await expectReject(CoreSandbox.create('base',
+    { lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }), /memory/i,
+  'a filesystem-only autoPause')
+  await expectReject(CoreSandbox.create('base',
+    { lifecycle: { onTimeout: 'pause', autoResume: true } }), /autoResume/i, 'autoResume')
   step('refusals')
+
+  // ---- autoPause: paused, not killed, at its timeout; connect resumes it ----
+  const napper = await CoreSandbox.create('base', { timeoutMs: 3_000, allowInternetAccess: false,
+    lifecycle: { onTimeout: 'pause' } })
+  await napper.files.write('/home/user/nap.txt', 'kept')
+  const napEnd = Date.now() + 60_000
+  let napped = false
+  while (Date.now() < napEnd && !napped) {
+    await sleep(500)
+    napped = (await CoreSandbox.getInfo(napper.sandboxId)).state === 'paused'
+  }
+  assert.ok(napped, 'the sandbox was paused at its timeout')
+  await sleep(1500) // still there, still paused
+  assert.equal((await CoreSandbox.getInfo(napper.sandboxId)).state, 'paused')
+  const woken = await CoreSandbox.connect(napper.sandboxId, { timeoutMs: 60_000 })
+  assert.equal(await woken.files.read('/home/user/nap.txt'), 'kept')
+  await woken.kill()
+  step('autoPause')
 
   // ---- expiry at the timeout ----
   const short = await Sandbox.create({ timeoutMs: 3_000 })

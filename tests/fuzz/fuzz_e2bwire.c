@@ -118,6 +118,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         long long t = -2;
         if (e2bwire_timeout_parse(copy, n, data[0] & 0x10, &t, err, sizeof(err)) == 0)
             FUZZ_CHECK(t >= -1 && t <= E2BWIRE_TIMEOUT_MAX);
+        if (e2bwire_pause_parse(copy, n, err, sizeof(err)) < 0) /* the same shape of body */
+            FUZZ_CHECK(memchr(err, '\0', sizeof(err)) && err[0]);
         break;
     }
     case 2: {

@@ -2,12 +2,15 @@
 
 Each step is one operation on the control or sandbox plane (create, delete, set timeout,
 connect, get, list, health, execute, a wrong tenant's view, a wait for an expiry, the
-sandbox's kernel shut down through kgw's own API); an explicit Python model predicts the
+sandbox's kernel shut down through kgw's own API, a pause, a connect that resumes); an explicit Python model predicts the
 status and, where there is one, the answer (the listing's ids, endAt, metadata, envVars seen by
 the code, the tokens a connect gives back). Around a sandbox's timeout (it takes effect at the
 gateway's next tick, once a second; the lifetime counts from the create's answer) the model
 allows both answers, and what the gateway says then settles it: a sandbox seen gone is never
-seen again. A sandbox whose kernel was shut down through another face is gone at once.
+seen again. A sandbox whose kernel was shut down through another face is gone at once. A
+paused sandbox is kept (its timeout does not run), its plane answers 502 without it being
+gone, and a connect resumes it with its lifetime (the connect's timeout, else its own) from
+then.
 
 KGW_E2B_MODEL_SEED (printed; random when unset) fixes the walk; KGW_E2B_MODEL_STEPS (default
 80) and KGW_E2B_MODEL_SECONDS (default 60) bound it. A failure names the seed and the last
@@ -49,11 +52,15 @@ class Sbx:
         self.env = env
         self.metadata = metadata
         self.gone = False
+        self.paused = False
+        self.life = None            # its lifetime in seconds (a resume starts it again)
 
     def state(self, now):
         """'alive', 'gone' or 'either' (near its end: the tick decides)."""
         if self.gone:
             return "gone"
+        if self.paused:
+            return "alive"
         if self.lo > now + SURE_ALIVE_S:
             return "alive"
         if self.hi < now - SURE_GONE_S:
@@ -137,7 +144,8 @@ class Walk:
         body = {"templateID": self.rng.choice(["base", "code-interpreter-v1"])}
         if r < 0.15:   # refused, field by field (docs/e2b.md)
             bad = self.rng.choice([{"timeout": 0}, {"templateID": "nope"},
-                                   {"allow_internet_access": True}, {"autoPause": True},
+                                   {"allow_internet_access": True},
+                                   {"autoPause": True, "autoPauseMemory": False},
                                    {"unknownField": 1}, {"timeout": TIMEOUT_MAX + 1}])
             body.update(bad)
             status, m = self.api("POST", "/v2/sandboxes", body, tenant)
@@ -167,6 +175,7 @@ class Walk:
             self.fail(f"create: answer {m}")
         # the lifetime counts from when it is ready: the create's answer (docs/e2b.md)
         s = Sbx(m, tenant, t0 + (timeout or 300), t1 + (timeout or 300), env, meta)
+        s.life = timeout or 300
         if m["sandboxID"] in self.sbxs:
             self.fail(f"create: sandbox id {m['sandboxID']} given twice")
         self.sbxs[s.id] = s
@@ -192,6 +201,7 @@ class Walk:
             return
         if self.expect(f"timeout {s.id} {t}", s, status, (204,), (404,)):
             s.lo, s.hi = t0 + t, t1 + t     # shorter or longer, from now
+            s.life = t
 
     def op_connect(self):
         s = self.pick()
@@ -203,11 +213,36 @@ class Walk:
         t0 = time.time()
         status, m = self.api("POST", path, {"timeout": t} if t else {}, s.tenant)
         t1 = time.time()
-        if self.expect(f"connect {s.id} {t}", s, status, (201 if v2 else 200,), (404,)):
+        resumed = s.paused and not s.gone
+        if self.expect(f"connect {s.id} {t}", s, status,
+                       (201 if v2 or resumed else 200,), (404,)):
             if (m["envdAccessToken"], m["trafficAccessToken"]) != s.tokens:
                 self.fail(f"connect {s.id}: other tokens {m}")
-            if t:                   # only ever extends
+            if resumed:             # its lifetime again, from now
+                s.paused = False
+                s.life = t or s.life
+                s.lo, s.hi = t0 + s.life, t1 + s.life
+            elif t:                 # only ever extends
                 s.lo, s.hi = max(s.lo, t0 + t), max(s.hi, t1 + t)
+
+    def op_pause(self):
+        s = self.pick()
+        if not s:
+            return
+        status, m = self.api("POST", f"/sandboxes/{s.id}/pause", {}, s.tenant)
+        if s.paused and not s.gone:  # already: 409 (the SDKs' "was already paused")
+            self.expect(f"pause {s.id} (paused)", s, status, (409,), ())
+        elif self.expect(f"pause {s.id}", s, status, (204,), (404,)):
+            s.paused = True
+
+    def plane(self, what, s, status, alive):
+        """A sandbox-plane answer: 502 for a paused sandbox, which is not gone."""
+        if s.paused and not s.gone:
+            self.history.append(f"{what} [paused] -> {status}")
+            if status != 502:
+                self.fail(f"{what}: {status}, expected 502 for a paused sandbox")
+            return False
+        return self.expect(what, s, status, alive, (502,))
 
     def op_get(self):
         s = self.pick()
@@ -224,7 +259,8 @@ class Walk:
         if not (s.lo - 0.01 <= end <= s.hi + 0.01):
             self.fail(f"sandbox {s.id}: endAt {d['endAt']} ({end - t0:.2f}s ahead), the model "
                       f"says {s.lo - t0:.2f}..{s.hi - t0:.2f}s")
-        if d["metadata"] != s.metadata or d["sandboxID"] != s.id or d["state"] != "running":
+        state = "paused" if s.paused else "running"
+        if d["metadata"] != s.metadata or d["sandboxID"] != s.id or d["state"] != state:
             self.fail(f"sandbox {s.id}: detail {d}, metadata {s.metadata}")
 
     def op_list(self):
@@ -256,7 +292,7 @@ class Walk:
         if not s:
             return
         status, _ = self.sbx(s, "GET", "/health", token="")
-        self.expect(f"health {s.id}", s, status, (204,), (502,))
+        self.plane(f"health {s.id}", s, status, (204,))
 
     def op_execute(self):
         s = self.pick()
@@ -267,9 +303,9 @@ class Walk:
                                {"code": "import os\nprint(os.environ.get('MODEL', 'none'))"},
                                token="x" * 48 if wrong else None)
         if wrong:
-            self.expect(f"execute {s.id} (a wrong token)", s, status, (401,), (502,))
+            self.plane(f"execute {s.id} (a wrong token)", s, status, (401,))
             return
-        if not self.expect(f"execute {s.id}", s, status, (200,), (502,)):
+        if not self.plane(f"execute {s.id}", s, status, (200,)):
             return
         lines = [json.loads(l) for l in raw.decode().splitlines()] if isinstance(raw, bytes) \
             else [raw]
@@ -295,7 +331,8 @@ class Walk:
         method, path, body = self.rng.choice([
             ("GET", f"/sandboxes/{s.id}", None), ("DELETE", f"/sandboxes/{s.id}", None),
             ("POST", f"/sandboxes/{s.id}/timeout", {"timeout": 5}),
-            ("POST", f"/sandboxes/{s.id}/connect", {})])
+            ("POST", f"/sandboxes/{s.id}/connect", {}),
+            ("POST", f"/sandboxes/{s.id}/pause", {})])
         status, _ = self.api(method, path, body, other)
         self.history.append(f"{method} {path} as {other} -> {status}")
         if status != 404:
@@ -304,7 +341,7 @@ class Walk:
     def op_kernel_gone(self):
         """Its default kernel shut down through kgw's own API: the sandbox ends with it, at
         once for every request ("its kernel ended"; docs/e2b.md)."""
-        live = [s for s in self.live() if s.state(time.time()) == "alive"]
+        live = [s for s in self.live() if s.state(time.time()) == "alive" and not s.paused]
         if not live:
             return
         s = self.rng.choice(sorted(live, key=lambda x: x.id))
@@ -327,7 +364,7 @@ class Walk:
     def op_wait(self):
         """Waits for the nearest end among the live sandboxes (if it is near)."""
         now = time.time()
-        ends = [s.hi for s in self.live() if s.hi < now + 4]
+        ends = [s.hi for s in self.live() if s.hi < now + 4 and not s.paused]
         if ends:
             pause = min(max(ends) + SURE_GONE_S - now, 6)
             self.history.append(f"wait {pause:.1f}s")
@@ -335,7 +372,7 @@ class Walk:
 
     OPS = [("op_create", 6), ("op_delete", 2), ("op_timeout", 3), ("op_connect", 3),
            ("op_get", 4), ("op_list", 3), ("op_health", 2), ("op_execute", 3),
-           ("op_other_tenant", 1), ("op_kernel_gone", 1), ("op_wait", 2)]
+           ("op_other_tenant", 1), ("op_kernel_gone", 1), ("op_wait", 2), ("op_pause", 2)]
 
     def run(self, steps, seconds):
         deadline = time.monotonic() + seconds

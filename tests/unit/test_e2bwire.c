@@ -54,9 +54,25 @@ int main(void)
     e2bwire_create_fini(&c);
     CHECK_INT(create("{\"allow_internet_access\":\"yes\"}", &c, err), -EINVAL);
     CHECK_INT(create("{\"secure\":false}", &c, err), -EINVAL);
-    CHECK_INT(create("{\"autoPause\":true}", &c, err), -EINVAL);
-    CHECK_INT(create("{\"autoPause\":false,\"autoResume\":{\"enabled\":false}}", &c, err), 0);
+    /* autoPause: paused at its timeout, memory kept; a filesystem-only pause, or a resume by
+     * traffic, is not offered */
+    CHECK_INT(create("{\"autoPause\":true,\"autoPauseMemory\":true}", &c, err), 0);
+    CHECK(c.auto_pause);
     e2bwire_create_fini(&c);
+    CHECK_INT(create("{\"autoPause\":\"yes\"}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"autoPause\":true,\"autoPauseMemory\":false}", &c, err), -EINVAL);
+    CHECK(strstr(err, "autoPauseMemory"));
+    CHECK_INT(create("{\"autoPause\":true,\"autoResume\":{\"enabled\":true}}", &c, err), -EINVAL);
+    CHECK_INT(create("{\"autoPause\":false,\"autoResume\":{\"enabled\":false}}", &c, err), 0);
+    CHECK(!c.auto_pause);
+    e2bwire_create_fini(&c);
+    /* a pause's body */
+    CHECK_INT(e2bwire_pause_parse("", 0, err, sizeof(err)), 0);
+    CHECK_INT(e2bwire_pause_parse("{\"memory\":true}", 15, err, sizeof(err)), 0);
+    CHECK_INT(e2bwire_pause_parse("{\"memory\":false}", 16, err, sizeof(err)), -EINVAL);
+    CHECK_INT(e2bwire_pause_parse("{\"memory\":1}", 12, err, sizeof(err)), -EINVAL);
+    CHECK_INT(e2bwire_pause_parse("{\"timeout\":1}", 13, err, sizeof(err)), -EINVAL);
+    CHECK_INT(e2bwire_pause_parse("[]", 2, err, sizeof(err)), -EINVAL);
     /* network: deny all but allowOut, as an allowlist of any port */
     CHECK_INT(create("{\"network\":{\"denyOut\":[\"0.0.0.0/0\"],\"allowOut\":[\"pypi.org\","
                      "\"1.1.1.1\",\"8.8.8.8/32\",\"*.example.com\"],\"allowPublicTraffic\":false}}",
