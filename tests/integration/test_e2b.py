@@ -873,19 +873,20 @@ def test_watch_slow_reader_stops():
         m = new_sandbox(gw, gw.token)
         st = WatchStream(gw, m, "/home/user")
         assert st.first() == (0, {"start": {}})
-        # ~75 bytes an event, 400 000 of them: far more than the socket buffers and the 1 MiB
-        # together; two names in turn (inotify merges an event with the same one queued right
-        # before it), paced so that the gateway takes them all from inotify
+        # ~75 bytes an event, 300 000 of them (22 MB): far more than the socket buffers and the
+        # 1 MiB together; two names in turn (inotify merges an event with the same one queued
+        # right before it), paced (25 000 a second) so that the gateway takes them all from
+        # inotify, whose queue would overflow otherwise (that ends the watch with data_loss)
         run_code(gw, m, "import os, time\nfor n in 'ab':\n    open('/home/user/' + n, 'w').close()\n"
-                        "for i in range(400):\n"
+                        "for i in range(300):\n"
                         "    for j in range(500):\n"
                         "        os.utime('/home/user/a')\n"
                         "        os.utime('/home/user/b')\n"
-                        "    time.sleep(0.02)\n")
+                        "    time.sleep(0.04)\n")
         end = st.end()
         assert end["error"]["code"] == "resource_exhausted", end
         assert "1 MiB" in end["error"]["message"]
-        assert len(st.events) < 400000
+        assert len(st.events) < 300000
         st.close()
         assert gw.alive()
     finally:
