@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "gateway/e2b_int.h"
+#include "gateway/e2bwatch.h"
 #include "gateway/kops.h"
 #include "gateway/xexec.h"
 #include "kernelmgr/kmgr.h"
@@ -60,6 +61,7 @@ static void sbx_kill(struct e2b *e, struct e2bsbx *s, const char *why)
             lws_callback_on_writable(q->r->wsi);
         }
     }
+    e2bwatch_sbx_end(e, s->id);
     for (size_t i = 0; i < s->nkernels; i++) {
         kernel_t *k = gw_kernel(e->g, s->kernels[i], s->tenant);
         struct kerr err;
@@ -173,6 +175,10 @@ static void on_tick(void *data)
     struct e2breq *q;
     list_for_each(q, &e->runs, link)
     {
+        if (q->kind == E2BREQ_WATCH) {
+            e2bwatch_tick(q, mono);
+            continue;
+        }
         if (q->kind == E2BREQ_PROC) {
             if (!xcmd_stream_ended(q->proc->cmd) && mono - q->last_ms >= q->proc->keepalive_ms)
                 e2b__proc_send(q, "{\"event\":{\"keepalive\":{}}}", 0);
@@ -261,6 +267,7 @@ void e2b_fini(gw_t *g)
     struct e2b *e = g->e2b;
     if (!e)
         return;
+    e2bwatch_fini(e);
     while (!list_empty(&e->runs)) { /* their requests are closed after this */
         struct e2breq *q = list_first(&e->runs, struct e2breq, link);
         list_remove(&q->link);

@@ -73,6 +73,8 @@ struct e2bsbx {
     uint64_t sampled_ms; /* monotonic: the last sample */
 };
 
+struct e2bwatches; /* e2bwatch.c: the directory watches */
+
 struct e2b {
     gw_t *g;
     struct kmgr_listener listener; /* its sandboxes end with their default kernels */
@@ -81,10 +83,11 @@ struct e2b {
     evl_timer_t *tick;
     struct e2b_template templates[E2B_TEMPLATES_MAX];
     size_t ntemplates;
+    struct e2bwatches *watches; /* made at the first watch */
 };
 
 /* What a request of this API keeps while it is answered. */
-enum e2breq_kind { E2BREQ_RUN, E2BREQ_PUT, E2BREQ_PROC };
+enum e2breq_kind { E2BREQ_RUN, E2BREQ_PUT, E2BREQ_PROC, E2BREQ_WATCH };
 struct e2breq {
     enum e2breq_kind kind;
     struct gw_req *r;
@@ -100,6 +103,8 @@ struct e2breq {
     struct e2bput *up;
     /* PROC: a process.Process/Start stream */
     struct e2bproc *proc;
+    /* WATCH: a filesystem.Filesystem/WatchDir stream (e2bwatch.c) */
+    struct e2bwatch *watch;
 };
 
 struct e2bproc {
@@ -113,11 +118,9 @@ struct e2bproc {
 
 struct e2bput {
     files_put_t *put;
-    struct files_item items[E2B_UPLOAD_FILES];
+    struct files_item items[E2B_UPLOAD_FILES]; /* their bytes: in the request's body */
     char paths[E2B_UPLOAD_FILES][FPATH_MAX + 1];
-    buf_t data[E2B_UPLOAD_FILES];
     size_t nitems;
-    bool in_file, bad;
     char qpath[FPATH_MAX + 1]; /* ?path= ("" none) */
     bool has_qpath;
 };

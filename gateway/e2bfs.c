@@ -1,6 +1,7 @@
 #include "gateway/e2bfs.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,13 +21,40 @@ static int open_root(wspace_t *w)
     return fd < 0 ? -errno : fd;
 }
 
-static void perms(mode_t m, char out[11])
+/* The permissions string as envd gives it (Go's FileMode.String() of the entry, not followed):
+ * the type and mode letters (d, L, D, p, S, u, g, c, t; '-' for none) then rwxrwxrwx. */
+static void perms(mode_t m, char out[16])
 {
     static const char rwx[] = "rwxrwxrwx";
-    out[0] = S_ISDIR(m) ? 'd' : S_ISLNK(m) ? 'L' : '-';
+    size_t o = 0;
+    const struct {
+        bool on;
+        char c;
+    } letters[] = {
+        {S_ISDIR(m), 'd'},           {S_ISLNK(m), 'L'},
+        {S_ISBLK(m) || S_ISCHR(m), 'D'}, {S_ISFIFO(m), 'p'},
+        {S_ISSOCK(m), 'S'},          {(m & S_ISUID) != 0, 'u'},
+        {(m & S_ISGID) != 0, 'g'},   {S_ISCHR(m), 'c'},
+        {(m & S_ISVTX) != 0, 't'},
+    };
+    for (size_t i = 0; i < sizeof(letters) / sizeof(letters[0]); i++)
+        if (letters[i].on)
+            out[o++] = letters[i].c;
+    if (o == 0)
+        out[o++] = '-';
     for (int i = 0; i < 9; i++)
-        out[1 + i] = (m & (1u << (8 - i))) ? rwx[i] : '-';
-    out[10] = '\0';
+        out[o++] = (m & (1u << (8 - i))) ? rwx[i] : '-';
+    out[o] = '\0';
+}
+
+/* An owner or group as envd names it: the sandbox's user for the workspace's own id, else
+ * the number (as envd shows an id without a name). */
+static const char *id_name(unsigned id, unsigned own, char out[16])
+{
+    if (id == own)
+        return "user";
+    snprintf(out, 16, "%u", id);
+    return out;
 }
 
 /* A link's target as envd gives it: absolute, a relative one taken from the link's
@@ -67,14 +95,13 @@ static void absolute_target(const char *link, const char *target, char *out, siz
     out[o] = '\0';
 }
 
-/* EntryInfo of the entry name in dir, at path (workspace-relative, "" the
- * root). */
-static json_t *entry(int dir, const char *name, const char *path)
+/* EntryInfo of the entry name in dir of w, at path (workspace-relative, "" the root). */
+static json_t *entry(const wspace_t *w, int dir, const char *name, const char *path)
 {
     struct stat st;
     if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW | (name[0] ? 0 : AT_EMPTY_PATH)) < 0)
         return NULL;
-    char full[sizeof(E2BWIRE_HOME) + FPATH_MAX + 2], when[40], pm[11], size[24];
+    char full[sizeof(E2BWIRE_HOME) + FPATH_MAX + 2], when[40], pm[16], size[24], on[16], gn[16];
     snprintf(full, sizeof(full), "%s%s%s", E2BWIRE_HOME, path[0] ? "/" : "", path);
     struct tm tm;
     gmtime_r(&st.st_mtim.tv_sec, &tm);
@@ -89,8 +116,9 @@ static json_t *entry(int dir, const char *name, const char *path)
     const char *base = strrchr(full, '/') + 1;
     json_t *e =
         json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s, s:s}", "name", base, "type", type,
-                  "path", full, "size", size, "mode", (int)(st.st_mode & 07777), "permissions", pm,
-                  "owner", "user", "group", "user", "modifiedTime", when);
+                  "path", full, "size", size, "mode", (int)(st.st_mode & 0777), "permissions", pm,
+                  "owner", id_name(st.st_uid, wspace_uid(w), on), "group",
+                  id_name(st.st_gid, wspace_gid(w), gn), "modifiedTime", when);
     if (e && S_ISLNK(st.st_mode)) {
         char target[FPATH_MAX + 1];
         ssize_t tn = readlinkat(dir, name, target, sizeof(target) - 1);
@@ -135,7 +163,7 @@ int e2bfs_stat(wspace_t *w, const char *path, json_t **ret)
     int rc = resolve(w, path, &root, &parent, &base);
     if (rc < 0)
         return rc;
-    json_t *e = entry(parent >= 0 ? parent : root, base, path);
+    json_t *e = entry(w, parent >= 0 ? parent : root, base, path);
     rc = e ? 0 : errno == 0 ? -ENOMEM : -errno;
     if (parent >= 0)
         close(parent);
@@ -201,7 +229,7 @@ static int dir_names(int dir, char ***ret_names)
 
 /* envd's order: each directory's entries by name, a directory's own entries right after it
  * (a depth-first walk), down to depth levels. */
-static int list_dir(int dir, const char *path, unsigned depth, json_t *out)
+static int list_dir(const wspace_t *w, int dir, const char *path, unsigned depth, json_t *out)
 {
     char **names = NULL;
     int n = dir_names(dir, &names);
@@ -219,7 +247,7 @@ static int list_dir(int dir, const char *path, unsigned depth, json_t *out)
         }
         char sub[FPATH_MAX + 1];
         snprintf(sub, sizeof(sub), "%s%s%s", path, pl ? "/" : "", name);
-        json_t *e = entry(dir, name, sub);
+        json_t *e = entry(w, dir, name, sub);
         if (!e)
             continue; /* gone meanwhile */
         bool isdir =
@@ -229,7 +257,7 @@ static int list_dir(int dir, const char *path, unsigned depth, json_t *out)
         if (rc == 0 && isdir && depth > 1) {
             int child = files_openat(dir, name, O_RDONLY | O_DIRECTORY, 0);
             if (child >= 0) {
-                rc = list_dir(child, sub, depth - 1, out);
+                rc = list_dir(w, child, sub, depth - 1, out);
                 close(child);
             }
         }
@@ -250,7 +278,7 @@ int e2bfs_list(wspace_t *w, const char *path, unsigned depth, json_t **ret)
     if (dir < 0)
         return dir == -1 ? -errno : dir;
     json_t *arr = json_array();
-    int rc = arr ? list_dir(dir, path, depth, arr) : -ENOMEM;
+    int rc = arr ? list_dir(w, dir, path, depth, arr) : -ENOMEM;
     close(dir);
     if (rc == -E2BIG)
         rc = 0; /* cut at E2BFS_LIST_MAX */
@@ -281,7 +309,7 @@ int e2bfs_mkdir(wspace_t *w, const char *path, json_t **ret)
         if (fd >= 0)
             close(fd);
     }
-    json_t *e = rc == 0 ? entry(parent, base, path) : NULL;
+    json_t *e = rc == 0 ? entry(w, parent, base, path) : NULL;
     close(parent);
     if (rc < 0)
         return rc;
@@ -366,7 +394,7 @@ int e2bfs_move(wspace_t *w, const char *src, const char *dst, json_t **ret)
     int rc = sp < 0 ? sp : dp < 0 ? dp : 0;
     if (rc == 0 && renameat(sp, sb, dp, db) < 0)
         rc = -errno;
-    json_t *e = rc == 0 ? entry(dp, db, dst) : NULL;
+    json_t *e = rc == 0 ? entry(w, dp, db, dst) : NULL;
     if (sp >= 0)
         close(sp);
     if (dp >= 0)

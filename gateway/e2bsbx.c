@@ -1,11 +1,11 @@
 /* The sandbox plane of the E2B-compatible API (docs/e2b.md; e2bsbx.h): the sandbox named by
  * E2b-Sandbox-Id, with its access token, answers /health, /execute and /contexts (the code
  * interpreter's, on the execute API's executions, gateway/xexec.c), /files (the workspace
- * files, gateway/files.c) and the Connect-RPC calls of filesystem.Filesystem
- * (gateway/e2bfs.c) and process.Process (the command streams of gateway/xcmd.c, as the
- * commands API's: within the kernel's output budget). Also what the control plane
- * (e2b.c) shares with it (e2b_int.h): the E2B error answer, finding a sandbox, a kernel's
- * set-up. */
+ * files, gateway/files.c; also through a signed URL, without the headers) and the Connect-RPC
+ * calls of filesystem.Filesystem (gateway/e2bfs.c; its watches: gateway/e2bwatch.c) and
+ * process.Process (the command streams of gateway/xcmd.c, as the commands API's: within the
+ * kernel's output budget). Also what the control plane (e2b.c) shares with it (e2b_int.h):
+ * the E2B error answer, finding a sandbox, a kernel's set-up. */
 #include "gateway/e2bsbx.h"
 
 #include <errno.h>
@@ -20,7 +20,9 @@
 #include "common/util.h"
 #include "gateway/auth.h"
 #include "gateway/e2b_int.h"
+#include "gateway/e2bconn.h"
 #include "gateway/e2bfs.h"
+#include "gateway/e2bwatch.h"
 #include "gateway/files.h"
 #include "gateway/kops.h"
 #include "gateway/xcmd.h"
@@ -60,8 +62,7 @@ void e2b__api_error(struct gw_req *r, int status, const char *fmt, ...)
  */
 static void connect_error(struct gw_req *r, const char *code, const char *msg)
 {
-    req_reply(r, e2bwire_code_status(code),
-              json_pack("{s:s, s:s, s:s}", "code", code, "message", msg, "reason", code));
+    e2bconn_error(r, code, msg);
 }
 
 /* ---- sandboxes ---- */
@@ -278,15 +279,7 @@ static const struct xexec_sub_ops run_ops = {.wake = run_wake};
 /* Writes b (LWS_PRE + 24 bytes of room, then the payload) as one chunk. */
 static int write_chunk(struct lws *wsi, buf_t *b, size_t room, bool last)
 {
-    char head[24];
-    size_t pay = b->len - room;
-    int hn = snprintf(head, sizeof(head), "%zx\r\n", pay);
-    if (buf_append(b, last ? "\r\n0\r\n\r\n" : "\r\n", last ? 7 : 2) < 0)
-        return -1;
-    unsigned char *start = (unsigned char *)b->data + room - (size_t)hn;
-    memcpy(start, head, (size_t)hn);
-    size_t len = (size_t)((unsigned char *)b->data + b->len - start);
-    return lws_write(wsi, start, len, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < 0 ? -1 : 0;
+    return e2bconn_chunk(wsi, b, room, last);
 }
 
 static int run_write(struct gw_req *r, struct e2breq *q)
@@ -599,8 +592,6 @@ static void put_free(struct e2breq *q)
     if (!q->up)
         return;
     files_put_cancel(&q->up->put);
-    for (size_t i = 0; i < E2B_UPLOAD_FILES; i++)
-        buf_fini(&q->up->data[i]);
     free(q->up);
     q->up = NULL;
 }
@@ -627,51 +618,16 @@ static void put_done(void *data, int rc, size_t failed)
     req_reply(r, 200, a);
 }
 
-static int spa_cb(void *data,
-                  const char *name,
-                  const char *filename,
-                  char *buf,
-                  int len,
-                  enum lws_spa_fileupload_states state)
-{
-    struct e2breq *q = data;
-    switch (state) {
-    case LWS_UFS_OPEN: {
-        const char *p = q->up->has_qpath ? "" : filename ? filename : "";
-        if (q->up->bad || strcmp(name, "file") != 0 || q->up->nitems >= E2B_UPLOAD_FILES ||
-            (q->up->has_qpath && q->up->nitems >= 1)) {
-            q->up->bad = true;
-            return 0;
-        }
-        size_t i = q->up->nitems;
-        if (q->up->has_qpath)
-            memcpy(q->up->paths[i], q->up->qpath, sizeof(q->up->qpath));
-        else if (e2bwire_path(p, strlen(p), q->up->paths[i], sizeof(q->up->paths[i])) <= 0)
-            q->up->bad = true;
-        q->up->in_file = !q->up->bad;
-        return 0;
-    }
-    case LWS_UFS_CONTENT:
-    case LWS_UFS_FINAL_CONTENT:
-        if (q->up->in_file && len > 0 && buf &&
-            buf_append(&q->up->data[q->up->nitems], buf, (size_t)len) < 0)
-            q->up->bad = true;
-        if (state == LWS_UFS_FINAL_CONTENT && q->up->in_file) {
-            q->up->in_file = false;
-            q->up->nitems++;
-        }
-        return 0;
-    default:
-        return 0;
-    }
-}
-
+/* POST /files: multipart/form-data, each "file" part a file named by its filename (a path
+ * under /home/user), or the one file of ?path= (then its filename may be missing, as a
+ * FormData string value sends it); other fields are ignored, as envd ignores them. The files'
+ * bytes stay in the request's body until they are written. */
 static void sbx_files_post(struct gw_req *r, wspace_t *w)
 {
-    char ct[200];
+    char ct[400], boundary[E2BWIRE_BOUNDARY_MAX + 1];
     if (lws_hdr_total_length(r->wsi, WSI_TOKEN_HTTP_CONTENT_TYPE) >= (int)sizeof(ct) ||
         lws_hdr_copy(r->wsi, ct, sizeof(ct), WSI_TOKEN_HTTP_CONTENT_TYPE) <= 0 ||
-        strncmp(ct, "multipart/form-data", 19) != 0 || !strstr(ct, "boundary="))
+        e2bwire_boundary(ct, boundary, sizeof(boundary)) < 0)
         return e2b__api_error(r, 415, "POST /files takes multipart/form-data (\"file\" parts)");
     struct e2breq *q = calloc(1, sizeof(*q));
     if (!q)
@@ -683,43 +639,43 @@ static void sbx_files_post(struct gw_req *r, wspace_t *w)
         free(q);
         return e2b__api_error(r, 500, "out of memory");
     }
-    for (size_t i = 0; i < E2B_UPLOAD_FILES; i++)
-        buf_init(&q->up->data[i], (size_t)r->g->cfg.max_body_bytes);
     r->face = q;
+    struct e2bput *up = q->up;
     char buf[FPATH_MAX * 3 + 1];
     const char *p = lws_get_urlarg_by_name(r->wsi, "path=", buf, sizeof(buf));
     if (p) {
-        if (e2bwire_path(p, strlen(p), q->up->qpath, sizeof(q->up->qpath)) <= 0)
+        if (e2bwire_path(p, strlen(p), up->qpath, sizeof(up->qpath)) <= 0)
             return e2b__api_error(r, 400, "path: only files under " E2BWIRE_HOME " are offered");
-        q->up->has_qpath = true;
+        up->has_qpath = true;
     }
-    static const char *const params[] = {"path"};
-    struct lwsac *ac = NULL;
-    lws_spa_create_info_t si = {.param_names = params,
-                                .count_params = 1,
-                                .max_storage = 4096,
-                                .opt_cb = spa_cb,
-                                .opt_data = q,
-                                .ac = &ac};
-    struct lws_spa *spa = lws_spa_create_via_info(r->wsi, &si);
-    if (!spa)
-        return e2b__api_error(r, 500, "out of memory");
-    int rc = r->body.len ? lws_spa_process(spa, r->body.data, (int)r->body.len) : 0;
-    lws_spa_finalize(spa);
-    lws_spa_destroy(spa);
-    if (rc < 0 || q->up->bad || q->up->in_file || q->up->nitems == 0)
+    struct e2bwire_part part;
+    size_t off = 0;
+    int rc;
+    bool bad = false;
+    while (!bad && (rc = e2bwire_part_next(r->body.data ? r->body.data : "", r->body.len,
+                                           boundary, &off, &part)) == 1) {
+        if (strcmp(part.name, "file") != 0)
+            continue;
+        size_t i = up->nitems;
+        if (i >= E2B_UPLOAD_FILES || (up->has_qpath && i >= 1))
+            bad = true;
+        else if (up->has_qpath)
+            memcpy(up->paths[i], up->qpath, sizeof(up->qpath));
+        else if (!part.has_filename || e2bwire_path(part.filename, strlen(part.filename),
+                                                    up->paths[i], sizeof(up->paths[i])) <= 0)
+            bad = true;
+        if (!bad)
+            up->items[up->nitems++] =
+                (struct files_item){.path = up->paths[i], .data = part.data, .len = part.len};
+    }
+    if (rc < 0 || bad || up->nitems == 0)
         return e2b__api_error(r, 400,
                               "a multipart/form-data body of 1 to %d \"file\" parts, each "
                               "named by a path under " E2BWIRE_HOME " (or by ?path=), is "
                               "expected",
                               E2B_UPLOAD_FILES);
-    for (size_t i = 0; i < q->up->nitems; i++)
-        q->up->items[i] =
-            (struct files_item){.path = q->up->paths[i],
-                                .data = q->up->data[i].data ? q->up->data[i].data : "",
-                                .len = q->up->data[i].len};
     size_t failed = 0;
-    rc = files_put(w, q->up->items, q->up->nitems, put_done, q, &q->up->put, &failed);
+    rc = files_put(w, up->items, up->nitems, put_done, q, &up->put, &failed);
     if (rc < 0)
         return e2b__api_error(r, rc == -ENOMEM ? 507 : 500, "cannot write the files: %s",
                               strerror(-rc));
@@ -781,18 +737,7 @@ static bool connect_streaming(struct lws *wsi)
  * holding the error (Connect's streaming protocol has no error status). */
 static void connect_stream_error(struct gw_req *r, const char *code, const char *msg)
 {
-    json_t *end = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
-    char *s = end ? json_dumps(end, JSON_COMPACT) : NULL;
-    json_decref(end);
-    buf_t b;
-    buf_init(&b, SIZE_MAX);
-    if (!s || e2bwire_envelope_write(&b, E2BWIRE_ENV_END, s, strlen(s)) < 0) {
-        free(s);
-        buf_fini(&b);
-        return e2b__api_error(r, 500, "out of memory");
-    }
-    free(s);
-    req_reply_data(r, "application/connect+json", b.data, b.len); /* takes b's data */
+    e2bconn_stream_error(r, code, msg);
 }
 
 /* ---- the sandbox plane: process.Process on the command streams of xcmd.h ---- */
@@ -1103,6 +1048,12 @@ static void sbx_rpc(struct gw_req *r, struct e2bsbx *s, const char *service, con
 {
     bool stream = connect_streaming(r->wsi);
     char msg[256];
+    if (strcmp(service, "filesystem.Filesystem") == 0 &&
+        (stream ? strcmp(method, "WatchDir") == 0
+                : strcmp(method, "CreateWatcher") == 0 ||
+                      strcmp(method, "GetWatcherEvents") == 0 ||
+                      strcmp(method, "RemoveWatcher") == 0))
+        return e2bwatch_rpc(r, s, method, stream);
     if (strcmp(service, "filesystem.Filesystem") == 0 && !stream &&
         (strcmp(method, "Stat") == 0 || strcmp(method, "ListDir") == 0 ||
          strcmp(method, "MakeDir") == 0 || strcmp(method, "Remove") == 0 ||
@@ -1158,9 +1109,7 @@ static void sbx_rpc(struct gw_req *r, struct e2bsbx *s, const char *service, con
  */
 static bool header(struct lws *wsi, const char *name, char *out, size_t outsz)
 {
-    int nl = (int)strlen(name);
-    int n = lws_hdr_custom_length(wsi, name, nl);
-    return n > 0 && n < (int)outsz && lws_hdr_custom_copy(wsi, out, (int)outsz, name, nl) >= 0;
+    return e2bconn_header(wsi, name, out, outsz);
 }
 
 static bool token_ok(const char *presented, const char *want)
@@ -1169,11 +1118,61 @@ static bool token_ok(const char *presented, const char *want)
     return strlen(presented) == n && sodium_memcmp(presented, want, n) == 0;
 }
 
+/* ---- the sandbox plane: signed file URLs ---- */
+
+/* GET or POST /files with a URL the SDKs signed with the sandbox's envdAccessToken
+ * (downloadUrl, uploadUrl: protocol/e2bwire.h), sent without the sandbox's headers, mostly to
+ * /files at the root (http.c passes those here): the sandbox is the one whose token signed it,
+ * compared in constant time. Refused as envd refuses: 401 "invalid signature", 401
+ * "signature is already expired". */
+static void sbx_signed(struct gw_req *r)
+{
+    struct e2b *e = r->g->e2b;
+    /* every argument fits every buffer below, so /files reads the path that was signed */
+    if (lws_hdr_total_length(r->wsi, WSI_TOKEN_HTTP_URI_ARGS) > FPATH_MAX * 3)
+        return e2b__api_error(r, 400, "the query is over %d bytes", FPATH_MAX * 3);
+    char path[FPATH_MAX * 3 + 1], user[FPATH_MAX * 3 + 1], sig[FPATH_MAX * 3 + 1];
+    char exps[FPATH_MAX * 3 + 1], want[E2BWIRE_SIGNATURE_LEN + 1];
+    const char *p = lws_get_urlarg_by_name(r->wsi, "path=", path, sizeof(path));
+    const char *u = lws_get_urlarg_by_name(r->wsi, "username=", user, sizeof(user));
+    const char *g = lws_get_urlarg_by_name(r->wsi, "signature=", sig, sizeof(sig));
+    const char *x = lws_get_urlarg_by_name(r->wsi, "signature_expiration=", exps, sizeof(exps));
+    long long exp = 0;
+    if (x && e2bwire_expiration_parse(x, &exp) < 0)
+        return e2b__api_error(r, 400, "signature_expiration: Unix seconds are expected");
+    char id[UTIL_UUID_LEN + 2] = "";
+    bool one = header(r->wsi, "e2b-sandbox-id:", id, sizeof(id));
+    const char *op = r->method == HTTP_M_GET ? "read" : "write";
+    struct e2bsbx *s, *found = NULL;
+    list_for_each(s, &e->sbxs, link)
+    {
+        if (found || !s->ready || (one && strcmp(s->id, id) != 0) || e2b__sbx_kernel_ended(e, s))
+            continue;
+        e2bwire_signature(p ? p : "", op, u ? u : "", s->envd_token, x ? &exp : NULL, want);
+        if (g && token_ok(g, want))
+            found = s;
+    }
+    sodium_memzero(want, sizeof(want));
+    if (!found) {
+        log_info("e2b: a file URL with a wrong signature refused");
+        return e2b__api_error(r, 401, "invalid signature");
+    }
+    if (x && exp < util_wall_us() / 1000000)
+        return e2b__api_error(r, 401, "signature is already expired");
+    snprintf(r->caller.tenant, sizeof(r->caller.tenant), "%s", found->tenant);
+    auth_peer(r->g, r->wsi, r->caller.addr);
+    sbx_files(r, found);
+}
+
 void e2bsbx_handle(struct gw_req *r)
 {
     struct e2b *e = r->g->e2b;
     char id[UTIL_UUID_LEN + 2], tok[2 * E2B_TOKEN_BYTES + 2];
     const char *path = r->fpath;
+    if (strcmp(path, "files") == 0 && http_urlarg(r->wsi, "signature=") &&
+        lws_hdr_custom_length(r->wsi, "x-access-token:", 15) <= 0 &&
+        lws_hdr_custom_length(r->wsi, "e2b-traffic-access-token:", 25) <= 0)
+        return sbx_signed(r); /* a signed URL, maybe without the sandbox's id */
     if (!header(r->wsi, "e2b-sandbox-id:", id, sizeof(id)))
         return e2b__api_error(r, 400,
                               "the E2b-Sandbox-Id header names the sandbox (set "
@@ -1225,6 +1224,8 @@ int e2bsbx_write(struct gw_req *r)
         return -1;
     if (q && q->kind == E2BREQ_PROC)
         return proc_write(r, q);
+    if (q && q->kind == E2BREQ_WATCH)
+        return e2bwatch_write(q);
     if (!q || q->kind != E2BREQ_RUN)
         return 0;
     return run_write(r, q);
@@ -1250,6 +1251,9 @@ void e2bsbx_req_fini(struct gw_req *r)
         xcmd_stream_free(&q->proc->cmd); /* kills it if it still runs; no callback after */
         json_decref(q->proc->config);
         free(q->proc);
+        list_remove(&q->link);
+    } else if (q->kind == E2BREQ_WATCH) {
+        e2bwatch_destroy(&q->watch);
         list_remove(&q->link);
     } else {
         put_free(q);

@@ -71,6 +71,8 @@ struct gw_config {
     long long stall_timeout; /* xapi.c, mcp.c, files.c: seconds a reader may take nothing */
     long long max_checkpoints;        /* ckpt.c: per kernel */
     const char *e2b_templates;        /* e2b.c: E2B template ids to kernelspecs */
+    long long e2b_watch_dirs;         /* e2bwatch.c: directories watched per E2B sandbox */
+    long long e2b_tenant_watch_dirs;  /* e2bwatch.c: the same, all of a tenant's sandboxes */
     struct kmgr_opts km;    /* its sandbox, python_dir and pool are set by main.c */
     struct kmgr_sandbox sb; /* km.sandbox unless --no-sandbox; the helpers' fds set by main.c */
     struct rl_opts rl;

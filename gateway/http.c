@@ -595,6 +595,34 @@ bool http_uri_decodable(struct lws *wsi, const char *path, size_t len)
     return ok;
 }
 
+bool http_urlarg(struct lws *wsi, const char *name)
+{
+    int total = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_URI_ARGS);
+    char *buf = total > 0 ? malloc((size_t)total + 1) : NULL; /* any argument fits */
+    bool found = buf && lws_get_urlarg_by_name(wsi, name, buf, total + 1) != NULL;
+    free(buf);
+    return found;
+}
+
+/* E2B's signed file URLs (docs/e2b.md): the SDKs build them on /files at the root, without
+ * the E2B sandbox plane's prefix, for a client that has neither a key nor the sandbox's
+ * headers. One with a signature is that plane's, which checks the signature
+ * (gateway/e2bsbx.c); kgw's own GET /files (a key's) has no such argument. */
+static void signed_url_route(gw_t *g, struct gw_req *r)
+{
+    if (strcmp(r->route.def->pattern, "/files") != 0 ||
+        !(r->method & (HTTP_M_GET | HTTP_M_POST)) || !http_urlarg(r->wsi, "signature="))
+        return;
+    for (size_t i = 0; i < g->nroutes; i++) {
+        if (strcmp(g->routes[i].pattern, "/e2b/sbx/{path}") == 0) {
+            r->route.def = &g->routes[i]; /* public: the plane checks the signature */
+            r->ops = &r->route.def->ops;
+            snprintf(r->fpath, sizeof(r->fpath), "files");
+            return;
+        }
+    }
+}
+
 static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *path, size_t len)
 {
     char q[160];
@@ -618,6 +646,8 @@ static int on_request(gw_t *g, struct lws *wsi, struct gw_pss *pss, const char *
         (metrics_only && !(r->route.def->flags & ROUTE_F_SCRAPE)))
         return answer_now(g, wsi, pss, 404, "not found");
     r->ops = &r->route.def->ops;
+    if (!metrics_only)
+        signed_url_route(g, r);
     if (r->route.def->flags & ROUTE_F_STDIN)
         r->body.max += ROUTE_STDIN_EXTRA;
     if (metrics_only && r->method != HTTP_M_GET)

@@ -108,6 +108,8 @@ enum xreq_format http_accept_format(struct lws *wsi);
  * gateway/reqguard.c marked an escape that cannot be decoded (%00, '%' without two hex
  * digits), or a control character, never valid in a URI. Such requests are answered 400. */
 bool http_uri_decodable(struct lws *wsi, const char *path, size_t len);
+/* Whether the query has an argument name (with its '=': "signature="), of any length. */
+bool http_urlarg(struct lws *wsi, const char *name);
 #define HTTP_UNDECODABLE_MESSAGE                                                                 \
     "undecodable request path or query: a '%' not followed by two hex digits, %00 or a "      \
     "control character (write a literal '%' as %25)"

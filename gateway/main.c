@@ -239,6 +239,12 @@ static const struct cfg_option options[] = {
     S("e2b-templates", e2b_templates, "base=,code-interpreter-v1=",
       "E2B template ids the E2B-compatible API (/e2b) offers, each mapped to a kernelspec: "
       "TEMPLATE=KERNELSPEC, comma-separated (an empty KERNELSPEC = --default-kernel)"),
+    I("e2b-max-watch-dirs", e2b_watch_dirs, "4096", 1, 1000000,
+      "directories the watches of one E2B sandbox (files.watchDir) hold at once, each an "
+      "inotify watch; a recursive watch holds every directory below it (more: "
+      "resource_exhausted)"),
+    I("e2b-tenant-max-watch-dirs", e2b_tenant_watch_dirs, "16384", 1, 10000000,
+      "the same, all of one tenant's E2B sandboxes together"),
     I32("max-commands-per-kernel", km.max_commands, "16", 1, 64,
         "shell commands running at once in one kernel's sandbox (more: 429; docs/commands.md)"),
     I("stall-timeout", stall_timeout, "60", 1, 86400,

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/inotify.h>
 
 #include "common/egpol.h"
 #include "common/log.h"
@@ -488,17 +490,34 @@ static int fs_path(json_t *v, const char *field, char *out, char *err, size_t er
     return 0;
 }
 
+/* A request field by its JSON name or its proto name (protobuf JSON takes either). */
+static bool field_is(const char *k, const char *json_name, const char *proto_name)
+{
+    return strcmp(k, json_name) == 0 || strcmp(k, proto_name) == 0;
+}
+
+/* A bool field of a request (null: false). */
+static int flag(json_t *v, const char *field, bool *ret, char *err, size_t errsz)
+{
+    if (!json_is_boolean(v) && !json_is_null(v))
+        return fail(err, errsz, "\"%s\" must be true or false", field);
+    *ret = json_is_true(v);
+    return 0;
+}
+
 /* e2bwire_fsreq_parse's fields: which call, which paths were given. */
 struct fsreq_ctx {
     struct e2bwire_fsreq *out;
-    bool move, list;
-    unsigned have; /* 1 path or source, 2 destination */
+    bool move, list, watch, by_id;
+    unsigned have; /* 1 path, source or watcher id, 2 destination */
 };
 
 static int fsreq_field(void *ctx, const char *k, json_t *v, char *err, size_t errsz)
 {
     struct fsreq_ctx *c = ctx;
-    if (!c->move && strcmp(k, "path") == 0) {
+    bool on = false;
+    int rc;
+    if (!c->move && !c->by_id && strcmp(k, "path") == 0) {
         c->have |= 1;
         return fs_path(v, k, c->out->path, err, errsz);
     }
@@ -517,6 +536,27 @@ static int fsreq_field(void *ctx, const char *k, json_t *v, char *err, size_t er
             c->out->depth = (unsigned)json_integer_value(v);
         return 0;
     }
+    if (c->watch && strcmp(k, "recursive") == 0)
+        return flag(v, k, &c->out->recursive, err, errsz);
+    if (c->watch && field_is(k, "includeEntry", "include_entry")) {
+        if ((rc = flag(v, k, &on, err, errsz)) < 0 || !on)
+            return rc;
+        snprintf(err, errsz, "\"includeEntry\" (envd 0.6.3's entries in watch events) "
+                             "is not offered by kgw (docs/e2b.md)");
+        return -ENOSYS;
+    }
+    if (c->watch && field_is(k, "allowNetworkMounts", "allow_network_mounts"))
+        return flag(v, k, &on, err, errsz); /* a workspace has no network mounts */
+    if (c->by_id && field_is(k, "watcherId", "watcher_id")) {
+        const char *id = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (!id || n == 0 || n > E2BWIRE_WATCHER_MAX ||
+            strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n)
+            return fail(err, errsz, "\"%s\" must be a watcher id", k);
+        memcpy(c->out->watcher, id, n + 1);
+        c->have |= 1;
+        return 0;
+    }
     return unknown_field(k, err, errsz);
 }
 
@@ -525,12 +565,16 @@ int e2bwire_fsreq_parse(const char *method, const char *body, size_t len,
 {
     memset(out, 0, sizeof(*out));
     out->depth = 1;
-    struct fsreq_ctx c = {.out = out,
-                          .move = strcmp(method, "Move") == 0,
-                          .list = strcmp(method, "ListDir") == 0};
+    struct fsreq_ctx c = {
+        .out = out,
+        .move = strcmp(method, "Move") == 0,
+        .list = strcmp(method, "ListDir") == 0,
+        .watch = strcmp(method, "WatchDir") == 0 || strcmp(method, "CreateWatcher") == 0,
+        .by_id = strcmp(method, "GetWatcherEvents") == 0 || strcmp(method, "RemoveWatcher") == 0};
     int rc = each_field(body, len, fsreq_field, &c, err, errsz);
     if (rc == 0 && !(c.have & 1))
-        rc = fail(err, errsz, "\"%s\" is required", c.move ? "source" : "path");
+        rc = fail(err, errsz, "\"%s\" is required",
+                  c.move ? "source" : c.by_id ? "watcherId" : "path");
     if (rc == 0 && c.move && !(c.have & 2))
         rc = fail(err, errsz, "\"destination\" is required");
     return rc;
@@ -780,6 +824,256 @@ int e2bwire_envelope_write(buf_t *out, uint8_t flags, const void *payload, size_
     uint8_t h[5] = {flags, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
     int rc = buf_append(out, h, sizeof(h));
     return rc < 0 ? rc : buf_append(out, payload, n);
+}
+
+size_t e2bwire_watch_types(uint32_t mask, const char *ret[E2BWIRE_WATCH_TYPES])
+{
+    static const struct {
+        uint32_t mask;
+        const char *name;
+    } map[E2BWIRE_WATCH_TYPES] = {
+        {IN_CREATE | IN_MOVED_TO, "EVENT_TYPE_CREATE"},
+        {IN_MOVED_FROM | IN_MOVE_SELF, "EVENT_TYPE_RENAME"},
+        {IN_ATTRIB, "EVENT_TYPE_CHMOD"},
+        {IN_MODIFY, "EVENT_TYPE_WRITE"},
+        {IN_DELETE | IN_DELETE_SELF, "EVENT_TYPE_REMOVE"},
+    };
+    size_t n = 0;
+    for (size_t i = 0; i < E2BWIRE_WATCH_TYPES; i++)
+        if (mask & map[i].mask)
+            ret[n++] = map[i].name;
+    return n;
+}
+
+int e2bwire_inotify_next(const uint8_t *buf, size_t len, size_t *off, int *ret_wd,
+                         uint32_t *ret_mask, const char **ret_name, size_t *ret_nlen)
+{
+    struct inotify_event ev;
+    if (*off >= len)
+        return 0;
+    if (len - *off < sizeof(ev))
+        return -EBADMSG;
+    memcpy(&ev, buf + *off, sizeof(ev)); /* (buf need not be aligned) */
+    if (ev.len > len - *off - sizeof(ev))
+        return -EBADMSG;
+    const char *name = (const char *)buf + *off + sizeof(ev);
+    *ret_wd = ev.wd;
+    *ret_mask = ev.mask;
+    *ret_name = name;
+    *ret_nlen = strnlen(name, ev.len);
+    *off += sizeof(ev) + ev.len;
+    return 1;
+}
+
+void e2bwire_signature(const char *path, const char *op, const char *user, const char *token,
+                       const long long *expiration, char out[E2BWIRE_SIGNATURE_LEN + 1])
+{
+    crypto_hash_sha256_state st;
+    unsigned char h[crypto_hash_sha256_BYTES];
+    char exp[24];
+    const char *parts[] = {path, ":", op, ":", user, ":", token};
+    crypto_hash_sha256_init(&st);
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        crypto_hash_sha256_update(&st, (const unsigned char *)parts[i], strlen(parts[i]));
+    if (expiration) {
+        int n = snprintf(exp, sizeof(exp), ":%lld", *expiration);
+        crypto_hash_sha256_update(&st, (const unsigned char *)exp, (unsigned long long)n);
+    }
+    crypto_hash_sha256_final(&st, h);
+    memcpy(out, "v1_", 3);
+    sodium_bin2base64(out + 3, E2BWIRE_SIGNATURE_LEN + 1 - 3, h, sizeof(h),
+                      sodium_base64_VARIANT_ORIGINAL_NO_PADDING);
+    sodium_memzero(&st, sizeof(st));
+}
+
+int e2bwire_expiration_parse(const char *s, long long *ret)
+{
+    const char *d = s + (s[0] == '+' || s[0] == '-');
+    size_t n = strlen(d);
+    if (n == 0 || n > 19 || strspn(d, "0123456789") != n)
+        return -EINVAL;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end)
+        return -EINVAL;
+    *ret = v;
+    return 0;
+}
+
+/* ---- multipart/form-data ---- */
+
+int e2bwire_boundary(const char *ctype, char *out, size_t outsz)
+{
+    static const char type[] = "multipart/form-data";
+    if (strncasecmp(ctype, type, sizeof(type) - 1) != 0)
+        return -EINVAL;
+    const char *p = ctype + sizeof(type) - 1;
+    while (*p) {
+        p += strspn(p, " \t");
+        if (*p != ';')
+            return -EINVAL;
+        p++;
+        p += strspn(p, " \t");
+        size_t kn = strcspn(p, "=;");
+        bool is_boundary = kn == 8 && strncasecmp(p, "boundary", 8) == 0;
+        p += kn;
+        if (*p != '=')
+            continue;
+        p++;
+        size_t vn;
+        const char *v = p;
+        if (*p == '"') {
+            v = ++p;
+            vn = strcspn(p, "\"");
+            if (p[vn] != '"')
+                return -EINVAL;
+            p += vn + 1;
+        } else {
+            vn = strcspn(p, "; \t");
+            p += vn;
+        }
+        if (!is_boundary)
+            continue;
+        if (vn == 0 || vn > E2BWIRE_BOUNDARY_MAX || vn >= outsz || !util_printable(v, vn))
+            return -EINVAL;
+        memcpy(out, v, vn);
+        out[vn] = '\0';
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* A Content-Disposition parameter's value at *pp (a quoted string, its backslash escapes
+ * undone, or a token), up to end, into out: its length; -ENAMETOOLONG when it is longer than
+ * outsz - 1 (out holds its start); -EINVAL for a NUL or a quote not closed. *pp is past it
+ * (but for -EINVAL). */
+static int disp_value(const char **pp, const char *end, char *out, size_t outsz)
+{
+    const char *p = *pp;
+    size_t o = 0;
+    bool over = false, nul = false, quoted = p < end && *p == '"';
+    for (p += quoted; p < end; p++) {
+        if (quoted ? *p == '"' : (*p == ';' || *p == ' ' || *p == '\t'))
+            break;
+        if (quoted && *p == '\\' && p + 1 < end)
+            p++;
+        nul |= *p == '\0';
+        if (o + 1 < outsz)
+            out[o++] = *p;
+        else
+            over = true;
+    }
+    if (quoted && p == end)
+        return -EINVAL;
+    out[o] = '\0';
+    *pp = p + quoted;
+    return nul ? -EINVAL : over ? -ENAMETOOLONG : (int)o;
+}
+
+/* A Content-Disposition header's value (p..end): form-data's name and filename into ret. */
+static int disposition(const char *p, const char *end, struct e2bwire_part *ret)
+{
+    static const char fd[] = "form-data";
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    if ((size_t)(end - p) < sizeof(fd) - 1 || strncasecmp(p, fd, sizeof(fd) - 1) != 0)
+        return 0; /* not a form field: no name */
+    p += sizeof(fd) - 1;
+    char name[sizeof(ret->name)], other[2];
+    bool has_name = false;
+    for (;;) {
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        if (p == end)
+            break;
+        if (*p++ != ';')
+            return -EINVAL;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        const char *k = p;
+        while (p < end && *p != '=' && *p != ';' && *p != ' ' && *p != '\t')
+            p++;
+        size_t kn = (size_t)(p - k);
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        if (p == end || *p != '=')
+            continue; /* a parameter without a value */
+        p++;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        int rc;
+        if (kn == 4 && strncasecmp(k, "name", 4) == 0) {
+            rc = disp_value(&p, end, name, sizeof(name));
+            has_name = rc >= 0; /* (a longer name is not one kgw takes: the part is ignored) */
+            rc = rc == -ENAMETOOLONG ? 0 : rc;
+        } else if (kn == 8 && strncasecmp(k, "filename", 8) == 0) {
+            rc = disp_value(&p, end, ret->filename, sizeof(ret->filename));
+            ret->has_filename = rc >= 0;
+        } else { /* another parameter: skipped */
+            rc = disp_value(&p, end, other, sizeof(other));
+            rc = rc == -ENAMETOOLONG ? 0 : rc;
+        }
+        if (rc < 0)
+            return rc;
+    }
+    if (has_name)
+        memcpy(ret->name, name, sizeof(name));
+    return 0;
+}
+
+int e2bwire_part_next(const char *body, size_t len, const char *boundary, size_t *off,
+                      struct e2bwire_part *ret)
+{
+    char delim[E2BWIRE_BOUNDARY_MAX + 5] = "\r\n--";
+    size_t bl = strlen(boundary);
+    if (bl == 0 || bl > E2BWIRE_BOUNDARY_MAX)
+        return -EINVAL;
+    memcpy(delim + 4, boundary, bl);
+    size_t dl = bl + 4;
+    if (*off == 0) { /* the first delimiter: at the start, or after a preamble's CRLF */
+        const char *d = NULL;
+        if (len >= dl - 2 && memcmp(body, delim + 2, dl - 2) == 0)
+            *off = dl - 2;
+        else if ((d = memmem(body, len, delim, dl)))
+            *off = (size_t)(d - body) + dl;
+        else
+            return -EINVAL;
+    }
+    if (*off > len)
+        return -EINVAL;
+    size_t o = *off;
+    if (len - o >= 2 && body[o] == '-' && body[o + 1] == '-')
+        return 0; /* the closing delimiter */
+    while (o < len && (body[o] == ' ' || body[o] == '\t'))
+        o++;
+    if (len - o < 2 || body[o] != '\r' || body[o + 1] != '\n')
+        return -EINVAL;
+    o += 2;
+    memset(ret, 0, sizeof(*ret));
+    size_t head = o;
+    for (;;) { /* the headers, up to an empty line */
+        const char *eol = memmem(body + o, len - o, "\r\n", 2);
+        if (!eol || (size_t)(eol - body) - head > E2BWIRE_PART_HEAD)
+            return -EINVAL;
+        const char *line = body + o;
+        o = (size_t)(eol - body) + 2;
+        if (eol == line)
+            break;
+        static const char cd[] = "content-disposition:";
+        if ((size_t)(eol - line) >= sizeof(cd) - 1 && strncasecmp(line, cd, sizeof(cd) - 1) == 0) {
+            int rc = disposition(line + sizeof(cd) - 1, eol, ret);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    const char *end = memmem(body + o, len - o, delim, dl);
+    if (!end)
+        return -EINVAL;
+    ret->data = body + o;
+    ret->len = (size_t)(end - body) - o;
+    *off = (size_t)(end - body) + dl;
+    return 1;
 }
 
 const char *e2bwire_code_name(int code)

@@ -117,16 +117,23 @@ void e2bwire_exec_fini(struct e2bwire_exec *x);
 int e2bwire_path(const char *in, size_t len, char *out, size_t outsz);
 
 /* The filesystem calls' requests (JSON codec): path, and for ListDir depth, for
- * Move source and destination (then in path and path2). Unknown fields are
- * refused, as protobuf JSON parsing does. method: "ListDir", "Stat", "MakeDir",
- * "Remove", "Move". */
+ * Move source and destination (then in path and path2); for WatchDir and CreateWatcher
+ * recursive (includeEntry, envd 0.6.3's entries in events, is not offered: -ENOSYS;
+ * allowNetworkMounts is taken, there are none), for GetWatcherEvents and RemoveWatcher
+ * watcherId. Fields go by their JSON or their proto name; unknown ones are refused, as
+ * protobuf JSON parsing does. method: "ListDir", "Stat", "MakeDir", "Remove", "Move",
+ * "WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher". */
+#define E2BWIRE_WATCHER_MAX 64 /* bytes of a watcher id ([A-Za-z0-9_-]) */
 struct e2bwire_fsreq {
     char path[FPATH_MAX + 1];
     char path2[FPATH_MAX + 1];
     unsigned depth; /* ListDir: 1 .. 8 (0 in the request means 1) */
+    bool recursive; /* WatchDir, CreateWatcher */
+    char watcher[E2BWIRE_WATCHER_MAX + 1]; /* GetWatcherEvents, RemoveWatcher */
 };
 /* 0, or -EINVAL (bad request: invalid_argument) / -EACCES (outside the
- * workspace: permission_denied) with a message in err. */
+ * workspace: permission_denied) / -ENOSYS (not offered: unimplemented) with a message in
+ * err. */
 int e2bwire_fsreq_parse(const char *method,
                         const char *body,
                         size_t len,
@@ -164,6 +171,53 @@ int e2bwire_signal_parse(
  * CloseStdin's ({"process": {"pid": N}}). -EINVAL with a message otherwise. */
 int e2bwire_input_parse(const char *body, size_t len, unsigned *ret_pid, uint8_t **ret_data,
                         size_t *ret_n, char *err, size_t errsz);
+
+/* The EventType names (EVENT_TYPE_CREATE, ...) of one inotify event's mask as envd (fsnotify)
+ * reports them, in its order: create (IN_CREATE, IN_MOVED_TO), rename (IN_MOVED_FROM,
+ * IN_MOVE_SELF), chmod (IN_ATTRIB), write (IN_MODIFY), remove (IN_DELETE, IN_DELETE_SELF).
+ * Their count (at most E2BWIRE_WATCH_TYPES). */
+#define E2BWIRE_WATCH_TYPES 5
+size_t e2bwire_watch_types(uint32_t mask, const char *ret[E2BWIRE_WATCH_TYPES]);
+/* The next record of what read() gave from an inotify descriptor (len bytes, from *off): 1
+ * with its wd, mask and name (*ret_name within buf, *ret_nlen bytes, no NUL; length 0 for
+ * none), *off past it; 0 at the end; -EBADMSG for a record that does not fit. */
+int e2bwire_inotify_next(const uint8_t *buf, size_t len, size_t *off, int *ret_wd,
+                         uint32_t *ret_mask, const char **ret_name, size_t *ret_nlen);
+
+/* Signed file URLs (the SDKs' downloadUrl and uploadUrl, /files?signature=...): envd's
+ * signature is "v1_" and the SHA-256 of "PATH:OPERATION:USER:TOKEN" (":EXPIRATION" after it
+ * when the URL has one) in base64, the standard alphabet without padding. PATH and USER are
+ * the query's path and username as given ("" when absent), OPERATION "read" (GET) or
+ * "write" (POST), TOKEN the sandbox's envdAccessToken. */
+#define E2BWIRE_SIGNATURE_LEN 46 /* "v1_" and 43 base64 characters */
+void e2bwire_signature(const char *path, const char *op, const char *user, const char *token,
+                       const long long *expiration, char out[E2BWIRE_SIGNATURE_LEN + 1]);
+/* signature_expiration (Unix seconds, a decimal integer as Go's ParseInt takes it: an
+ * optional sign, 1 to 19 digits): 0 with *ret, or -EINVAL. */
+int e2bwire_expiration_parse(const char *s, long long *ret);
+
+/* multipart/form-data bodies (POST /files): the boundary of the Content-Type, then the
+ * parts one after another. A part's name and filename come from its Content-Disposition
+ * (form-data; quoted strings with their backslash escapes, or tokens); its bytes point into
+ * the body. */
+#define E2BWIRE_BOUNDARY_MAX 200  /* bytes of a boundary */
+#define E2BWIRE_PART_HEAD    8192 /* bytes of a part's headers */
+struct e2bwire_part {
+    char name[64];              /* "" : none, not form-data, or too long */
+    char filename[FPATH_MAX + 1];
+    bool has_filename;
+    const char *data;
+    size_t len;
+};
+/* The boundary of a Content-Type "multipart/form-data; boundary=B" into out (outsz >
+ * E2BWIRE_BOUNDARY_MAX): 0, or -EINVAL (another type, no boundary, a bad one). */
+int e2bwire_boundary(const char *ctype, char *out, size_t outsz);
+/* The next part of body (len bytes) from *off (0 at first): 1 with *ret, *off past it; 0 at
+ * the closing delimiter; -EINVAL for a malformed body (no delimiter, a part not ended,
+ * headers over E2BWIRE_PART_HEAD bytes), -ENAMETOOLONG for a filename over FPATH_MAX
+ * bytes. */
+int e2bwire_part_next(const char *body, size_t len, const char *boundary, size_t *off,
+                      struct e2bwire_part *ret);
 
 /* Connect envelopes: a flags byte, a big-endian 32-bit length, the payload. */
 #define E2BWIRE_ENV_COMPRESSED 0x01

@@ -74,6 +74,8 @@ GATEWAY = {
     "e2b.c": (FACE, "e2b", "the E2B API: sandboxes, control plane"),
     "e2bsbx.c": (FACE, "e2b", "its sandbox plane"),
     "e2bfs.c": (FACE, "e2b", "its filesystem calls"),
+    "e2bwatch.c": (FACE, "e2b", "its directory watches (inotify)"),
+    "e2bconn.c": (FACE, "e2b", "its Connect-RPC errors, headers and streamed chunks"),
     "metrics.c": (FACE, "metrics", "GET /metrics"),
     "playground.c": (FACE, "playground", "the playground page"),
 }

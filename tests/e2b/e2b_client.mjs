@@ -5,7 +5,7 @@
 // Prints one "ok <step>" line per step; any failure exits non-zero with the reason.
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
-import { Sandbox as CoreSandbox } from 'e2b'
+import { Sandbox as CoreSandbox, FilesystemEventType } from 'e2b'
 import { Sandbox as OldSandbox } from 'e2b-old'
 
 const sbxUrl = process.env.E2B_SANDBOX_URL
@@ -197,6 +197,7 @@ plt.show()
 async function main() {
   // ---- create (the current SDKs: POST /v2/sandboxes) ----
   const sbx = await Sandbox.create({
+    secure: true, // (every kgw sandbox is: its envdAccessToken signs file URLs)
     timeoutMs: 600_000,
     envs: { GREETING: 'hi from envs' },
     metadata: { purpose: 'kgw-e2b-test' },
@@ -312,7 +313,110 @@ async function main() {
   await sbx.runCode('os.symlink("a/x.txt", "tree/link")')
   const link = await sbx.files.getInfo('/home/user/tree/link')
   assert.equal(link.symlinkTarget, '/home/user/tree/a/x.txt')
+  assert.equal(link.type, 'symlink')
+  assert.equal(link.permissions, 'Lrwxrwxrwx')
   step('files')
+
+  // ---- file metadata: envd's EntryInfo fields, as the SDK types them ----
+  await sbx.runCode('import os\nos.makedirs("/home/user/meta/d", exist_ok=True)\n' +
+    'open("/home/user/meta/f.txt", "w").write("12345")\nos.chmod("/home/user/meta/f.txt", 0o640)\n' +
+    'os.chmod("/home/user/meta/d", 0o1777)\nopen("/home/user/meta/s", "w").close()\n' +
+    'os.chmod("/home/user/meta/s", 0o4755)')
+  ex = await sbx.runCode('os.stat("/home/user/meta/f.txt").st_mtime_ns // 1000000')
+  const fi = await sbx.files.getInfo('/home/user/meta/f.txt')
+  assert.deepEqual({ ...fi, modifiedTime: undefined }, {
+    name: 'f.txt', type: 'file', path: '/home/user/meta/f.txt', size: 5, mode: 0o640,
+    permissions: '-rw-r-----', owner: 'user', group: 'user', modifiedTime: undefined,
+    symlinkTarget: undefined, metadata: undefined })
+  assert.ok(fi.modifiedTime instanceof Date)
+  assert.equal(fi.modifiedTime.getTime(), Number(ex.text))
+  const di = await sbx.files.getInfo('/home/user/meta/d')
+  assert.deepEqual([di.type, di.mode, di.permissions], ['dir', 0o777, 'dtrwxrwxrwx'])
+  const si = await sbx.files.getInfo('/home/user/meta/s')
+  assert.deepEqual([si.mode, si.permissions, si.size], [0o755, 'urwxr-xr-x', 0])
+  // the same fields from ListDir and Move
+  const metaList = await sbx.files.list('/home/user/meta')
+  assert.deepEqual(metaList.find((e) => e.name === 'f.txt'), fi)
+  const moved = await sbx.files.rename('/home/user/meta/f.txt', '/home/user/meta/g.txt')
+  assert.deepEqual({ ...moved, modifiedTime: fi.modifiedTime },
+    { ...fi, name: 'g.txt', path: '/home/user/meta/g.txt' })
+  step('file metadata')
+
+  // ---- watchDir: envd's events, from files.write and from code; recursive ----
+  await sbx.files.makeDir('/home/user/watched')
+  const waitEvent = async (list, name, type, what) => {
+    const t = Date.now()
+    const hit = () => list.some((e) => e.name === name && e.type === type)
+    while (!hit() && Date.now() - t < 30_000) await sleep(50)
+    assert.ok(hit(), `${what}: no ${type} of ${name} in ${JSON.stringify(list)}`)
+  }
+  const flat = []
+  const wh = await sbx.files.watchDir('/home/user/watched', (e) => flat.push(e))
+  await sbx.files.write('/home/user/watched/sdk.txt', 'x')
+  await waitEvent(flat, 'sdk.txt', FilesystemEventType.WRITE, 'files.write')
+  await sbx.runCode('open("/home/user/watched/code.txt", "w").write("y")')
+  await waitEvent(flat, 'code.txt', FilesystemEventType.CREATE, 'runCode')
+  await waitEvent(flat, 'code.txt', FilesystemEventType.WRITE, 'runCode')
+  await sbx.files.rename('/home/user/watched/sdk.txt', '/home/user/watched/sdk2.txt')
+  await waitEvent(flat, 'sdk.txt', FilesystemEventType.RENAME, 'rename')
+  await sbx.files.remove('/home/user/watched/sdk2.txt')
+  await waitEvent(flat, 'sdk2.txt', FilesystemEventType.REMOVE, 'remove')
+  await sbx.runCode('os.chmod("/home/user/watched/code.txt", 0o600)')
+  await waitEvent(flat, 'code.txt', FilesystemEventType.CHMOD, 'chmod')
+  const deep = []
+  const rh = await sbx.files.watchDir('/home/user/watched', (e) => deep.push(e),
+    { recursive: true })
+  await sbx.files.makeDir('/home/user/watched/sub')
+  await waitEvent(deep, 'sub', FilesystemEventType.CREATE, 'makeDir')
+  await sbx.files.write('/home/user/watched/sub/deep.txt', 'z')
+  await waitEvent(deep, 'sub/deep.txt', FilesystemEventType.WRITE, 'a new subdirectory')
+  await sbx.runCode('os.makedirs("/home/user/watched/a/b")\n' +
+    'open("/home/user/watched/a/b/c.txt", "w").write("c")')
+  await waitEvent(deep, 'a/b/c.txt', FilesystemEventType.CREATE, 'made with its directories')
+  await rh.stop()
+  await wh.stop()
+  assert.ok(!flat.some((e) => e.name.includes('/')), `not recursive: ${JSON.stringify(flat)}`)
+  await expectReject(sbx.files.watchDir('/home/user/watched/code.txt', () => {}),
+    /not a directory/i, 'watching a file')
+  const missing = await expectReject(sbx.files.watchDir('/home/user/nowhere', () => {}),
+    /no such directory/i, 'watching a missing directory')
+  assert.equal(missing.name, 'FileNotFoundError')
+  step('watchDir')
+
+  // ---- signed file URLs: built by the SDK, fetched without it ----
+  const dl = await sbx.downloadUrl('/home/user/data/hello.txt', { useSignatureExpiration: 600 })
+  assert.equal(new URL(dl).pathname, '/files') // the SDK drops E2B_SANDBOX_URL's path
+  let sres = await fetch(dl)
+  assert.equal(sres.status, 200)
+  assert.equal(await sres.text(), 'hello e2b')
+  sres = await fetch(await sbx.downloadUrl('data/hello.txt')) // no expiration
+  assert.equal(await sres.text(), 'hello e2b')
+  const ul = await sbx.uploadUrl('/home/user/signed/up.txt', { useSignatureExpiration: 600 })
+  const form = new FormData()
+  form.append('file', 'uploaded through a signed URL') // a part without a file name
+  sres = await fetch(ul, { method: 'POST', body: form })
+  const upBody = await sres.text()
+  assert.equal(sres.status, 200, upBody)
+  assert.deepEqual(JSON.parse(upBody),
+    [{ name: 'up.txt', type: 'file', path: '/home/user/signed/up.txt' }])
+  assert.equal(await sbx.files.read('/home/user/signed/up.txt'), 'uploaded through a signed URL')
+  const blobForm = new FormData()
+  blobForm.append('file', new Blob([new Uint8Array([0, 1, 2])]), 'ignored-name')
+  sres = await fetch(await sbx.uploadUrl('signed/bin'), { method: 'POST', body: blobForm })
+  assert.equal(sres.status, 200, await sres.text())
+  assert.deepEqual([...(await sbx.files.read('/home/user/signed/bin', { format: 'bytes' }))],
+    [0, 1, 2])
+  sres = await fetch(await sbx.downloadUrl('data/hello.txt', { useSignatureExpiration: -10 }))
+  assert.equal(sres.status, 401)
+  assert.equal((await sres.json()).message, 'signature is already expired')
+  const wrongSig = new URL(dl)
+  wrongSig.searchParams.set('signature', 'v1_' + 'A'.repeat(43))
+  sres = await fetch(wrongSig)
+  assert.equal(sres.status, 401)
+  assert.equal((await sres.json()).message, 'invalid signature')
+  sres = await fetch(dl, { method: 'POST', body: form }) // a read URL does not write
+  assert.equal(sres.status, 401)
+  step('signed URLs')
 
   // ---- contexts: another kernel in the same workspace ----
   const ctx = await sbx.createCodeContext()
@@ -365,8 +469,6 @@ async function main() {
   assert.deepEqual(mine.args, ['-l', '-c', 'sleep 30'])
   await noStdin.kill()
   step('commands stdin, list')
-  await expectReject(sbx.files.watchDir('/home/user', () => {}), /not offered|unimplemented/i,
-    'watchDir')
   await expectReject(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }),
     /not offered|unimplemented/i, 'a PTY')
   step('unimplemented calls')

@@ -2,6 +2,7 @@
  * the parser. Invariants: a path accepted is a normal workspace-relative path (fpath) or ""
  * (the workspace), never absolute, never with a "." or ".." component; parsed bodies hold only
  * bounded, checked values; an envelope parsed lies within the input and under the limit. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +63,99 @@ static void check_list(char *copy, size_t n)
     }
 }
 
+/* A signed URL's parts (lines: path, operation, user, token, expiration): the expiration is
+ * taken only as an integer; the signature is "v1_" and 43 base64 characters, the same each
+ * time. */
+static void check_signature(char *copy, size_t n)
+{
+    char *part[5] = {"", "", "", "", NULL};
+    size_t np = 0;
+    char *p = copy, *end = copy + n;
+    while (p < end && np < 5) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+            break;
+        *nl = '\0';
+        part[np++] = p;
+        p = nl + 1;
+    }
+    long long exp = 0;
+    bool has_exp = part[4] && e2bwire_expiration_parse(part[4], &exp) == 0;
+    if (has_exp) { /* digits only, after an optional sign */
+        const char *d = part[4] + (part[4][0] == '+' || part[4][0] == '-');
+        FUZZ_CHECK(d[0] && strspn(d, "0123456789") == strlen(d));
+    }
+    char a[E2BWIRE_SIGNATURE_LEN + 1], b[E2BWIRE_SIGNATURE_LEN + 1];
+    e2bwire_signature(part[0], part[1], part[2], part[3], has_exp ? &exp : NULL, a);
+    e2bwire_signature(part[0], part[1], part[2], part[3], has_exp ? &exp : NULL, b);
+    FUZZ_CHECK(strlen(a) == E2BWIRE_SIGNATURE_LEN && memcmp(a, "v1_", 3) == 0);
+    FUZZ_CHECK(strspn(a + 3, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") ==
+               E2BWIRE_SIGNATURE_LEN - 3);
+    FUZZ_CHECK(strcmp(a, b) == 0);
+}
+
+/* What read() gave from inotify: every record lies within it, and the walk ends. */
+static void check_inotify(const uint8_t *buf, size_t n)
+{
+    size_t off = 0, nl, steps = 0;
+    int wd, rc;
+    uint32_t mask;
+    const char *name;
+    while ((rc = e2bwire_inotify_next(buf, n, &off, &wd, &mask, &name, &nl)) == 1) {
+        FUZZ_CHECK(off <= n && (const uint8_t *)name >= buf && (const uint8_t *)name + nl <= buf + off);
+        FUZZ_CHECK(!memchr(name, '\0', nl));
+        const char *types[E2BWIRE_WATCH_TYPES];
+        FUZZ_CHECK(e2bwire_watch_types(mask, types) <= E2BWIRE_WATCH_TYPES);
+        FUZZ_CHECK(++steps <= n);
+    }
+    FUZZ_CHECK(rc == 0 || rc == -EBADMSG);
+}
+
+/* A Content-Type line, then a multipart/form-data body: every part lies within the body,
+ * after the one before it, with bounded names; the walk ends. */
+static void check_multipart(char *copy, size_t n)
+{
+    char *nl = memchr(copy, '\n', n);
+    if (!nl)
+        return;
+    *nl = '\0';
+    char b[E2BWIRE_BOUNDARY_MAX + 1];
+    if (e2bwire_boundary(copy, b, sizeof(b)) < 0)
+        return;
+    FUZZ_CHECK(b[0] && strlen(b) <= E2BWIRE_BOUNDARY_MAX);
+    const char *body = nl + 1;
+    size_t len = n - (size_t)(body - copy), off = 0, last_end = 0, steps = 0;
+    struct e2bwire_part part;
+    int rc;
+    while ((rc = e2bwire_part_next(body, len, b, &off, &part)) == 1) {
+        FUZZ_CHECK(part.data >= body + last_end && part.data + part.len <= body + len);
+        FUZZ_CHECK(off > (size_t)(part.data - body) + part.len && off <= len);
+        FUZZ_CHECK(strlen(part.name) < sizeof(part.name));
+        FUZZ_CHECK(strlen(part.filename) <= FPATH_MAX && (part.has_filename || !part.filename[0]));
+        last_end = (size_t)(part.data - body) + part.len;
+        FUZZ_CHECK(++steps <= len);
+    }
+    FUZZ_CHECK(rc == 0 || rc == -EINVAL || rc == -ENAMETOOLONG);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
+    if (data[0] >= 0xfa && data[0] <= 0xfc) { /* multipart, inotify records, a signed URL */
+        char *body = malloc(size - 1 ? size - 1 : 1);
+        if (body) {
+            memcpy(body, data + 1, size - 1);
+            if (data[0] == 0xfa)
+                check_multipart(body, size - 1);
+            else if (data[0] == 0xfb)
+                check_inotify((const uint8_t *)body, size - 1);
+            else
+                check_signature(body, size - 1);
+            free(body);
+        }
+        return 0;
+    }
     if (data[0] == 0xfe || data[0] == 0xfd) { /* SendInput, CloseStdin */
         char *body = malloc(size - 1 ? size - 1 : 1);
         if (body) {
@@ -100,7 +190,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(copy, in, n);
     char err[E2BWIRE_ERR_MAX];
-    static const char *const methods[] = {"ListDir", "Stat", "MakeDir", "Remove", "Move"};
+    static const char *const methods[] = {"ListDir",  "Stat",          "MakeDir",
+                                          "Remove",   "Move",          "WatchDir",
+                                          "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"};
     switch (which) {
     case 0: {
         struct e2bwire_create c;
@@ -145,11 +237,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 6:
     case 7: {
         struct e2bwire_fsreq f;
-        const char *m = methods[(data[0] >> 4) % 5];
+        const char *m = methods[(data[0] >> 4) % 9];
         if (e2bwire_fsreq_parse(m, copy, n, &f, err, sizeof(err)) == 0) {
             check_path(f.path);
             check_path(f.path2);
             FUZZ_CHECK(f.depth >= 1 && f.depth <= 8);
+            size_t wn = strlen(f.watcher); /* a watcher id: [A-Za-z0-9_-], bounded */
+            FUZZ_CHECK(wn <= E2BWIRE_WATCHER_MAX);
+            for (size_t i = 0; i < wn; i++)
+                FUZZ_CHECK(strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-",
+                                  f.watcher[i]));
+            FUZZ_CHECK(!f.recursive || strstr(m, "Watch"));
         }
         break;
     }

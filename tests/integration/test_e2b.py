@@ -11,6 +11,7 @@ Needs `node` (>= 20) and `npm ci` run in tests/e2b (scripts/test.sh does that) f
 the raw checks always run.
 """
 import base64
+import hashlib
 import http.client
 import json
 import os
@@ -21,6 +22,7 @@ import socket
 import struct
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 
@@ -180,9 +182,9 @@ def test_refusals_and_tenancy(gw2):
     status, body, _ = request(gw, "POST", "/e2b/sbx/process.Process/List", {},
                               {**sbx_headers(m), "Content-Type": "application/json"})
     assert status == 200 and body == {"processes": []}, body
-    env = json.dumps({"process": {"cmd": "/bin/true"}}).encode()
+    env = json.dumps({"process": {"pid": 1}}).encode()
     t0 = time.monotonic()
-    status, raw, hdrs = request(gw, "POST", "/e2b/sbx/filesystem.Filesystem/WatchDir",
+    status, raw, hdrs = request(gw, "POST", "/e2b/sbx/process.Process/Connect",
                                 bytes([0]) + len(env).to_bytes(4, "big") + env,
                                 {**sbx_headers(m), "Content-Type": "application/connect+json"})
     assert time.monotonic() - t0 < 30
@@ -752,3 +754,445 @@ def test_process_output_within_the_output_budget():
         assert output_held(gw) == 0  # all released once written
     finally:
         stop_gateway(gw)
+
+
+# ---- directory watches (docs/e2b.md, "Directory watches") ----
+
+class WatchStream:
+    """A WatchDir stream read as it comes (http.client takes the chunks apart)."""
+
+    def __init__(self, gw, m, path, recursive=False, headers=None):
+        self.c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+        self.c.request("POST", "/e2b/sbx/filesystem.Filesystem/WatchDir",
+                       body=envelope({"path": path, "recursive": recursive}),
+                       headers={**sbx_headers(m), "Content-Type": "application/connect+json",
+                                **(headers or {})})
+        self.r = self.c.getresponse()
+        assert self.r.status == 200 and \
+            self.r.headers["Content-Type"] == "application/connect+json"
+        self.events = []
+
+    def next(self):
+        """(flags, message) of the next envelope; None at the end of the answer."""
+        head = self.r.read(5)
+        if len(head) < 5:
+            return None
+        n = int.from_bytes(head[1:5], "big")
+        return head[0], json.loads(self.r.read(n))
+
+    def first(self):
+        return self.next()
+
+    def wait(self, name, etype, timeout=30):
+        """Reads until the event (name, EVENT_TYPE_etype) came; the events read so far."""
+        deadline = time.monotonic() + timeout
+        want = {"name": name, "type": "EVENT_TYPE_" + etype}
+        while want not in self.events:
+            assert time.monotonic() < deadline, (want, self.events)
+            got = self.next()
+            assert got is not None and got[0] == 0, (got, self.events)
+            if "filesystem" in got[1]:
+                self.events.append(got[1]["filesystem"])
+        return self.events
+
+    def end(self):
+        """The end-of-stream message after what is left."""
+        while True:
+            got = self.next()
+            assert got is not None, self.events
+            if got[0] & 2:
+                return got[1]
+            if "filesystem" in got[1]:
+                self.events.append(got[1]["filesystem"])
+
+    def close(self):
+        self.c.close()
+
+
+def rpc(gw, m, method, body):
+    return request(gw, "POST", f"/e2b/sbx/filesystem.Filesystem/{method}", body,
+                   {**sbx_headers(m), "Content-Type": "application/json"})
+
+
+def run_code(gw, m, code):
+    status, raw, _ = request(gw, "POST", "/e2b/sbx/execute", {"code": code},
+                             {**sbx_headers(m), "Content-Type": "application/json"})
+    assert status == 200, raw
+    lines = [json.loads(x) for x in raw.decode().splitlines()]
+    assert not [x for x in lines if x["type"] == "error"], lines
+    return lines
+
+
+def upload(gw, m, path, data):
+    boundary = "kgwtestboundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+            f"filename=\"{path}\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode() \
+        + data + f"\r\n--{boundary}--\r\n".encode()
+    status, res, _ = request(gw, "POST", "/e2b/sbx/files", body,
+                             {**sbx_headers(m),
+                              "Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert status == 200, res
+    return res
+
+
+def new_sandbox(gw, key, timeout=300):
+    status, m, _ = create(gw, key, {"templateID": "base", "timeout": timeout})
+    assert status == 201, m
+    return m
+
+
+def kill(gw, key, m):
+    request(gw, "DELETE", f"/e2b/api/sandboxes/{m['sandboxID']}", headers={"X-API-KEY": key})
+
+
+def test_watch_stream(gw2):
+    """WatchDir: the start message, then envd's events (names relative to the watched
+    directory) of files written through /files and by the kernel, recursive watches of
+    directories made later (what they held before their watch counts as created), a
+    non-recursive watch blind below its directory, and its end when the sandbox is killed.
+    Refusals: a file, a missing directory, a path outside /home/user, a symbolic link (never
+    followed), includeEntry."""
+    gw, keys = gw2
+    m = new_sandbox(gw, keys["alice"])
+    try:
+        run_code(gw, m, "import os\nos.makedirs('/home/user/w/old', exist_ok=True)\n"
+                        "os.symlink('/etc', '/home/user/w/etc')")
+        flat = WatchStream(gw, m, "/home/user/w")
+        deep = WatchStream(gw, m, "w", recursive=True)
+        for st in (flat, deep):
+            assert st.first() == (0, {"start": {}})
+        upload(gw, m, "/home/user/w/a.txt", b"one")
+        flat.wait("a.txt", "CREATE")
+        flat.wait("a.txt", "WRITE")
+        deep.wait("a.txt", "WRITE")
+        run_code(gw, m, "open('/home/user/w/old/k.txt', 'w').write('by the kernel')")
+        deep.wait("old/k.txt", "CREATE")
+        deep.wait("old/k.txt", "WRITE")
+        # a directory made later is watched; what it held before its watch is told as created
+        run_code(gw, m, "os.makedirs('/home/user/w/new/x/y')\n"
+                        "open('/home/user/w/new/x/y/z.txt', 'w').write('z')")
+        deep.wait("new/x/y/z.txt", "CREATE")
+        upload(gw, m, "/home/user/w/new/x/y/z.txt", b"again")
+        deep.wait("new/x/y/z.txt", "WRITE")
+        run_code(gw, m, "os.chmod('/home/user/w/a.txt', 0o600)\n"
+                        "os.rename('/home/user/w/a.txt', '/home/user/w/b.txt')\n"
+                        "os.remove('/home/user/w/b.txt')")
+        for name, etype in (("a.txt", "CHMOD"), ("a.txt", "RENAME"), ("b.txt", "CREATE"),
+                            ("b.txt", "REMOVE")):
+            flat.wait(name, etype)
+        # a directory moved within the watch: watched under its new name only
+        run_code(gw, m, "os.rename('/home/user/w/new', '/home/user/w/moved')\n"
+                        "open('/home/user/w/moved/x/after.txt', 'w').write('m')")
+        deep.wait("moved/x/after.txt", "CREATE")
+        assert not [e for e in deep.events if e["name"].startswith("new/x/after")], deep.events
+        # the flat watch saw its own directory's names only
+        assert all("/" not in e["name"] for e in flat.events), flat.events
+        # the symbolic link was never followed (nothing of /etc is watched)
+        assert not [e for e in deep.events if e["name"].startswith("etc/")], deep.events
+
+        # refusals: at once, an end-of-stream error
+        for path, codes in (("/home/user/w/old/k.txt", {"invalid_argument"}),
+                            ("/home/user/none", {"not_found"}), ("/etc", {"permission_denied"}),
+                            ("/home/user/w/etc", {"invalid_argument", "failed_precondition"})):
+            st = WatchStream(gw, m, path)
+            flags, msg = st.first()
+            assert flags == 2 and msg["error"]["code"] in codes, (path, msg)
+            st.close()
+        c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+        c.request("POST", "/e2b/sbx/filesystem.Filesystem/WatchDir",
+                  body=envelope({"path": "/home/user", "includeEntry": True}),
+                  headers={**sbx_headers(m), "Content-Type": "application/connect+json"})
+        raw = c.getresponse().read()
+        assert raw[0] == 2 and json.loads(raw[5:])["error"]["code"] == "unimplemented", raw
+        c.close()
+
+        # the sandbox killed: the stream's connection is dropped (as its other streams')
+        kill(gw, keys["alice"], m)
+        t0 = time.monotonic()
+        with pytest.raises((http.client.IncompleteRead, ConnectionError, AssertionError)):
+            while True:
+                got = deep.next()
+                assert got is not None and not got[0] & 2, got
+        assert time.monotonic() - t0 < 30
+        flat.close()
+        deep.close()
+    finally:
+        kill(gw, keys["alice"], m)
+
+
+def test_watch_ends_with_its_directory(gw2):
+    """A watched directory removed: the stream ends (no error) after the events before it."""
+    gw, keys = gw2
+    m = new_sandbox(gw, keys["alice"])
+    try:
+        rpc(gw, m, "MakeDir", {"path": "/home/user/gone"})
+        st = WatchStream(gw, m, "/home/user/gone")
+        assert st.first() == (0, {"start": {}})
+        upload(gw, m, "/home/user/gone/f", b"x")
+        st.wait("f", "CREATE")
+        assert rpc(gw, m, "Remove", {"path": "/home/user/gone"})[0] == 200
+        assert st.end() == {}
+        st.wait("f", "REMOVE")
+        assert st.next() is None
+        st.close()
+    finally:
+        kill(gw, keys["alice"], m)
+
+
+def test_watchers(gw2):
+    """CreateWatcher, GetWatcherEvents, RemoveWatcher (the Python SDK's synchronous
+    watch_dir): events drained by each poll; a watcher is its sandbox's alone; at most 16
+    watches per sandbox; a watcher not polled stops at 4096 waiting events and says so; the
+    sandbox's end takes its watchers with it."""
+    gw, keys = gw2
+    m = new_sandbox(gw, keys["alice"])
+    other = new_sandbox(gw, keys["alice"])
+    try:
+        rpc(gw, m, "MakeDir", {"path": "/home/user/p/q"})
+        status, body, _ = rpc(gw, m, "CreateWatcher", {"path": "/home/user/p", "recursive": True})
+        assert status == 200, body
+        wid = body["watcherId"]
+        upload(gw, m, "/home/user/p/q/one.txt", b"1")
+        deadline, seen = time.monotonic() + 30, []
+        while {"name": "q/one.txt", "type": "EVENT_TYPE_WRITE"} not in seen:
+            assert time.monotonic() < deadline, seen
+            status, body, _ = rpc(gw, m, "GetWatcherEvents", {"watcherId": wid})
+            assert status == 200, body
+            seen += body["events"]
+            time.sleep(0.1)
+        assert rpc(gw, m, "GetWatcherEvents", {"watcherId": wid})[1] == {"events": []}
+        # another sandbox's token does not find it
+        status, body, _ = rpc(gw, other, "GetWatcherEvents", {"watcherId": wid})
+        assert status == 404 and body["code"] == "not_found", body
+        assert rpc(gw, m, "RemoveWatcher", {"watcherId": wid})[0] == 200
+        status, body, _ = rpc(gw, m, "GetWatcherEvents", {"watcherId": wid})
+        assert status == 404, body
+        assert rpc(gw, m, "CreateWatcher", {"path": "/home/user/p/q/one.txt"})[0] == 400
+
+        # 16 watches per sandbox
+        ids = []
+        for _ in range(16):
+            status, body, _ = rpc(gw, m, "CreateWatcher", {"path": "/home/user/p"})
+            assert status == 200, body
+            ids.append(body["watcherId"])
+        status, body, _ = rpc(gw, m, "CreateWatcher", {"path": "/home/user/p"})
+        assert status == 429 and body["code"] == "resource_exhausted", body
+        st = WatchStream(gw, m, "/home/user/p")
+        flags, msg = st.first()
+        assert flags == 2 and msg["error"]["code"] == "resource_exhausted", msg
+        st.close()
+        # (the other sandbox has its own)
+        assert rpc(gw, other, "CreateWatcher", {"path": "/home/user"})[0] == 200
+        # not polled: it stops past 4096 events, and says so (two names in turn: inotify
+        # merges an event with the same one queued right before it)
+        run_code(gw, m, "import os\nfor n in 'ab':\n    open('/home/user/p/' + n, 'w').close()\n"
+                        "for i in range(2500):\n"
+                        "    os.utime('/home/user/p/a')\n"
+                        "    os.utime('/home/user/p/b')\n")
+        deadline = time.monotonic() + 30
+        while True:
+            status, body, _ = rpc(gw, m, "GetWatcherEvents", {"watcherId": ids[0]})
+            if status != 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert status == 429 and body["code"] == "resource_exhausted", body
+        assert "4096" in body["message"]
+        for wid in ids[1:]:
+            assert rpc(gw, m, "RemoveWatcher", {"watcherId": wid})[0] == 200
+        # killed: its watchers go with it (and the token is refused anyway)
+        kill(gw, keys["alice"], m)
+        assert rpc(gw, m, "GetWatcherEvents", {"watcherId": ids[0]})[0] == 502
+    finally:
+        kill(gw, keys["alice"], m)
+        kill(gw, keys["alice"], other)
+
+
+def test_watch_slow_reader_stops():
+    """A stream whose client takes nothing while its events pile up stops at 1 MiB waiting
+    (resource_exhausted at the end of what it holds), instead of the gateway holding them."""
+    from conftest import start_gateway, stop_gateway
+    gw = start_gateway(["--pool", "python3=0"])
+    try:
+        m = new_sandbox(gw, gw.token)
+        st = WatchStream(gw, m, "/home/user")
+        assert st.first() == (0, {"start": {}})
+        # ~75 bytes an event, 300 000 of them (22 MB): far more than the socket buffers and the
+        # 1 MiB together; two names in turn (inotify merges an event with the same one queued
+        # right before it), paced (25 000 a second) so that the gateway takes them all from
+        # inotify, whose queue would overflow otherwise (that ends the watch with data_loss)
+        run_code(gw, m, "import os, time\nfor n in 'ab':\n    open('/home/user/' + n, 'w').close()\n"
+                        "for i in range(300):\n"
+                        "    for j in range(500):\n"
+                        "        os.utime('/home/user/a')\n"
+                        "        os.utime('/home/user/b')\n"
+                        "    time.sleep(0.04)\n")
+        end = st.end()
+        assert end["error"]["code"] == "resource_exhausted", end
+        assert "1 MiB" in end["error"]["message"]
+        assert len(st.events) < 300000
+        st.close()
+        assert gw.alive()
+    finally:
+        stop_gateway(gw)
+
+
+def test_watch_bounds(tmp_path):
+    """--e2b-max-watch-dirs bounds the directories a sandbox's watches hold, and
+    --e2b-tenant-max-watch-dirs those of all of a tenant's sandboxes; another tenant is not
+    held back. A recursive watch that grows past the bound stops with resource_exhausted."""
+    from conftest import start_gateway, stop_gateway
+    path, keys = key_file(["alice", "bob"], directory=str(tmp_path))
+    gw = start_gateway(["--key-file", path, "--pool", "python3=0",
+                        "--e2b-max-watch-dirs", "8", "--e2b-tenant-max-watch-dirs", "12"])
+    made = []
+
+    def sandbox(tenant, ndirs):
+        m = new_sandbox(gw, keys[tenant])
+        made.append((keys[tenant], m))
+        run_code(gw, m, f"import os\nfor i in range({ndirs - 1}):\n"
+                        f"    os.makedirs(f'/home/user/t/d{{i}}')\n")
+        return m
+
+    try:
+        a = sandbox("alice", 6)           # /home/user/t and 5 below it
+        wa = WatchStream(gw, a, "/home/user/t", recursive=True)
+        assert wa.first() == (0, {"start": {}})
+        b = sandbox("alice", 7)
+        st = WatchStream(gw, b, "/home/user/t", recursive=True)   # 6 + 7 > 12: the tenant's
+        flags, msg = st.first()
+        assert flags == 2 and msg["error"]["code"] == "resource_exhausted", msg
+        assert "--e2b-tenant-max-watch-dirs" in msg["error"]["message"]
+        st.close()
+        status, body, _ = rpc(gw, b, "CreateWatcher", {"path": "/home/user/t",
+                                                        "recursive": True})
+        assert status == 429, body
+        wb = WatchStream(gw, b, "/home/user/t/d0")                 # 6 + 1
+        assert wb.first() == (0, {"start": {}})
+        # another tenant: its own count (8 is the sandbox's bound, 9 is past it)
+        c = sandbox("bob", 9)
+        st = WatchStream(gw, c, "/home/user/t", recursive=True)
+        flags, msg = st.first()
+        assert flags == 2 and msg["error"]["code"] == "resource_exhausted", msg
+        st.close()
+        run_code(gw, c, "import shutil; shutil.rmtree('/home/user/t/d7')")
+        wc = WatchStream(gw, c, "/home/user/t", recursive=True)    # 8
+        assert wc.first() == (0, {"start": {}})
+        # growing past the sandbox's bound: the watch stops and says why
+        run_code(gw, c, "os.makedirs('/home/user/t/d7')")
+        end = wc.end()
+        assert end["error"]["code"] == "resource_exhausted", end
+        assert {"name": "d7", "type": "EVENT_TYPE_CREATE"} in wc.events
+        # ... and lets its directories go: a watch of 8 fits again
+        wc2 = WatchStream(gw, c, "/home/user/t", recursive=True)
+        flags, msg = wc2.first()
+        assert flags == 2 and "resource_exhausted" in json.dumps(msg), msg   # 9 now
+        wc3 = WatchStream(gw, c, "/home/user/t/d0", recursive=True)
+        assert wc3.first() == (0, {"start": {}})
+        # a stream's end lets go of its directories: alice's second sandbox fits now
+        wa.close()
+        deadline = time.monotonic() + 10
+        while True:
+            st = WatchStream(gw, b, "/home/user/t", recursive=True)   # 1 + 7 <= 8, 12
+            got = st.first()
+            if got == (0, {"start": {}}) or time.monotonic() > deadline:
+                break
+            st.close()
+            time.sleep(0.2)
+        assert got == (0, {"start": {}}), got
+        for x in (st, wb, wc, wc2, wc3):
+            x.close()
+        assert gw.alive()
+    finally:
+        for key, m in made:
+            kill(gw, key, m)
+        stop_gateway(gw)
+
+
+# ---- signed file URLs (docs/e2b.md, "Signed file URLs") ----
+
+def signature(path, op, token, user="", expiration=None):
+    raw = f"{path}:{op}:{user}:{token}" + (f":{expiration}" if expiration is not None else "")
+    return "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
+
+
+def signed_url(m, path, op, user="", expiration=None, prefix=""):
+    """The URL as the SDKs build it: /files at the root, the query in URLSearchParams' form."""
+    q = {}
+    if user:
+        q["username"] = user
+    if path:
+        q["path"] = path
+    q["signature"] = signature(path, op, m["envdAccessToken"], user, expiration)
+    if expiration is not None:
+        q["signature_expiration"] = str(expiration)
+    return prefix + "/files?" + urllib.parse.urlencode(q)
+
+
+def test_signed_urls(gw2):
+    """A download and an upload through signed URLs at the root (no key, no sandbox headers);
+    a wrong, another sandbox's or expired signature is refused with 401 as envd refuses it;
+    kgw's own GET /files without a signature still wants a key; the URLs die with the
+    sandbox."""
+    gw, keys = gw2
+    m = new_sandbox(gw, keys["alice"])
+    m2 = new_sandbox(gw, keys["bob"])
+    try:
+        upload(gw, m, "/home/user/s/a b+c.txt", b"signed bytes")
+        later = int(time.time()) + 600
+        for path in ("/home/user/s/a b+c.txt", "s/a b+c.txt"):
+            for exp in (later, None):
+                status, body, hdrs = request(gw, "GET", signed_url(m, path, "read", expiration=exp))
+                assert status == 200 and body == b"signed bytes", (path, exp, status, body)
+        # a user name is part of what is signed
+        status, body, _ = request(gw, "GET", signed_url(m, "s/a b+c.txt", "read", user="user"))
+        assert status == 200 and body == b"signed bytes"
+        # the sandbox plane's own prefix takes them too
+        status, body, _ = request(gw, "GET", signed_url(m, "s/a b+c.txt", "read",
+                                                        prefix="/e2b/sbx"))
+        assert status == 200 and body == b"signed bytes"
+        # upload: multipart, the path of the URL
+        boundary = "sgnd"
+        form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                f"filename=\"x\"\r\n\r\nuploaded\r\n--{boundary}--\r\n").encode()
+        ctype = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        status, body, _ = request(gw, "POST", signed_url(m, "/home/user/up.txt", "write",
+                                                         expiration=later), form, ctype)
+        assert status == 200, body
+        assert body == [{"name": "up.txt", "type": "file", "path": "/home/user/up.txt"}]
+        status, body, _ = request(gw, "GET", "/e2b/sbx/files?path=up.txt", headers=sbx_headers(m))
+        assert body == b"uploaded"
+        # refusals: envd's 401s
+        expired = signed_url(m, "up.txt", "read", expiration=int(time.time()) - 10)
+        status, body, _ = request(gw, "GET", expired)
+        assert status == 401 and body["message"] == "signature is already expired", body
+        good = signed_url(m, "up.txt", "read", expiration=later)
+        for bad in (good.replace("signature=v1_", "signature=v1_A"),
+                    good.replace(f"signature_expiration={later}",
+                                 f"signature_expiration={later + 1}"),
+                    signed_url(m, "up.txt", "write", expiration=later),     # read with write's
+                    signed_url(m, "other.txt", "read").replace("other.txt", "up.txt"),
+                    "/files?path=up.txt&signature="):
+            status, body, _ = request(gw, "GET", bad)
+            assert status == 401 and body["message"] == "invalid signature", (bad, body)
+        status, body, _ = request(gw, "POST", signed_url(m, "up.txt", "read"), form, ctype)
+        assert status == 401, body
+        # another sandbox's URL is that sandbox's: it does not reach this one's files
+        status, body, _ = request(gw, "GET", signed_url(m2, "up.txt", "read"))
+        assert status == 404, body
+        status, body, _ = request(gw, "GET", good.replace(str(later), "soon"))
+        assert status == 400, body
+        # kgw's own GET /files (no signature) is unchanged: the key's
+        assert request(gw, "GET", "/files?workspace=x")[0] == 401
+        status, body, _ = request(gw, "GET", "/files",
+                                  headers={"Authorization": f"token {keys['alice']}"})
+        assert status == 400 and "workspace" in body["message"], body
+        # the signature does not take a path out of the workspace
+        status, body, _ = request(gw, "GET", signed_url(m, "/etc/passwd", "read"))
+        assert status == 400, body
+        # killed: its URLs die with it
+        kill(gw, keys["alice"], m)
+        status, body, _ = request(gw, "GET", good)
+        assert status == 401, body
+    finally:
+        kill(gw, keys["alice"], m)
+        kill(gw, keys["bob"], m2)

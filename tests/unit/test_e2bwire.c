@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 
 #include "check.h"
 
@@ -183,6 +184,160 @@ int main(void)
     CHECK_INT(e2bwire_fsreq_parse("ListDir", ls, strlen(ls), &f, err, sizeof(err)), 0);
     CHECK(f.depth == 1 && f.path[0] == '\0');
     CHECK_INT(e2bwire_fsreq_parse("Stat", "{}", 2, &f, err, sizeof(err)), -EINVAL);
+    /* watches: WatchDir as files.watchDir sends it (defaults left out), proto names too */
+    const char *wd = "{\"path\":\"/home/user/w\",\"recursive\":true}";
+    CHECK_INT(e2bwire_fsreq_parse("WatchDir", wd, strlen(wd), &f, err, sizeof(err)), 0);
+    CHECK(f.recursive);
+    CHECK_STR(f.path, "w");
+    wd = "{\"path\":\"w\",\"include_entry\":false,\"allowNetworkMounts\":true}";
+    CHECK_INT(e2bwire_fsreq_parse("CreateWatcher", wd, strlen(wd), &f, err, sizeof(err)), 0);
+    CHECK(!f.recursive);
+    wd = "{\"path\":\"w\",\"includeEntry\":true}"; /* envd 0.6.3's: not offered */
+    CHECK_INT(e2bwire_fsreq_parse("WatchDir", wd, strlen(wd), &f, err, sizeof(err)), -ENOSYS);
+    CHECK_STR(e2bwire_code_name(-ENOSYS), "unimplemented");
+    wd = "{\"path\":\"w\",\"recursive\":1}";
+    CHECK_INT(e2bwire_fsreq_parse("WatchDir", wd, strlen(wd), &f, err, sizeof(err)), -EINVAL);
+    wd = "{\"path\":\"/etc\"}";
+    CHECK_INT(e2bwire_fsreq_parse("WatchDir", wd, strlen(wd), &f, err, sizeof(err)), -EACCES);
+    wd = "{\"path\":\"w\",\"recursive\":true}"; /* not a field of Stat */
+    CHECK_INT(e2bwire_fsreq_parse("Stat", wd, strlen(wd), &f, err, sizeof(err)), -EINVAL);
+    wd = "{\"watcherId\":\"w0123abc\"}";
+    CHECK_INT(e2bwire_fsreq_parse("GetWatcherEvents", wd, strlen(wd), &f, err, sizeof(err)), 0);
+    CHECK_STR(f.watcher, "w0123abc");
+    wd = "{\"watcher_id\":\"w1\"}";
+    CHECK_INT(e2bwire_fsreq_parse("RemoveWatcher", wd, strlen(wd), &f, err, sizeof(err)), 0);
+    CHECK_STR(f.watcher, "w1");
+    wd = "{\"watcherId\":\"../x\"}";
+    CHECK_INT(e2bwire_fsreq_parse("RemoveWatcher", wd, strlen(wd), &f, err, sizeof(err)),
+              -EINVAL);
+    CHECK_INT(e2bwire_fsreq_parse("RemoveWatcher", "{}", 2, &f, err, sizeof(err)), -EINVAL);
+    wd = "{\"path\":\"w\"}"; /* a watcher is named by its id */
+    CHECK_INT(e2bwire_fsreq_parse("GetWatcherEvents", wd, strlen(wd), &f, err, sizeof(err)),
+              -EINVAL);
+    /* inotify masks as envd's event types, in its order */
+    {
+        const char *types[E2BWIRE_WATCH_TYPES];
+        CHECK(e2bwire_watch_types(IN_CREATE | IN_ISDIR, types) == 1);
+        CHECK_STR(types[0], "EVENT_TYPE_CREATE");
+        CHECK(e2bwire_watch_types(IN_MODIFY, types) == 1);
+        CHECK_STR(types[0], "EVENT_TYPE_WRITE");
+        CHECK(e2bwire_watch_types(IN_MOVED_FROM, types) == 1);
+        CHECK_STR(types[0], "EVENT_TYPE_RENAME");
+        CHECK(e2bwire_watch_types(IN_MOVED_TO, types) == 1);
+        CHECK_STR(types[0], "EVENT_TYPE_CREATE");
+        CHECK(e2bwire_watch_types(IN_DELETE, types) == 1);
+        CHECK_STR(types[0], "EVENT_TYPE_REMOVE");
+        CHECK(e2bwire_watch_types(IN_ATTRIB | IN_MODIFY, types) == 2);
+        CHECK_STR(types[0], "EVENT_TYPE_CHMOD");
+        CHECK_STR(types[1], "EVENT_TYPE_WRITE");
+        CHECK(e2bwire_watch_types(IN_IGNORED | IN_Q_OVERFLOW | IN_OPEN, types) == 0);
+    }
+    /* inotify records: each within what was read */
+    {
+        uint8_t rec[2 * (sizeof(struct inotify_event) + 16)];
+        struct inotify_event ev = {.wd = 3, .mask = IN_CREATE, .len = 16};
+        memset(rec, 0, sizeof(rec));
+        memcpy(rec, &ev, sizeof(ev));
+        memcpy(rec + sizeof(ev), "a.txt", 5);
+        ev = (struct inotify_event){.wd = 4, .mask = IN_DELETE_SELF, .len = 0};
+        memcpy(rec + sizeof(ev) + 16, &ev, sizeof(ev));
+        size_t off = 0, nl;
+        int w;
+        uint32_t m;
+        const char *nm;
+        size_t total = 2 * sizeof(ev) + 16;
+        CHECK_INT(e2bwire_inotify_next(rec, total, &off, &w, &m, &nm, &nl), 1);
+        CHECK(w == 3 && m == IN_CREATE && nl == 5 && memcmp(nm, "a.txt", 5) == 0);
+        CHECK_INT(e2bwire_inotify_next(rec, total, &off, &w, &m, &nm, &nl), 1);
+        CHECK(w == 4 && m == IN_DELETE_SELF && nl == 0);
+        CHECK_INT(e2bwire_inotify_next(rec, total, &off, &w, &m, &nm, &nl), 0);
+        off = 0; /* a name past the end */
+        CHECK_INT(e2bwire_inotify_next(rec, sizeof(ev) + 8, &off, &w, &m, &nm, &nl), -EBADMSG);
+        off = 0;
+        CHECK_INT(e2bwire_inotify_next(rec, sizeof(ev) - 1, &off, &w, &m, &nm, &nl), -EBADMSG);
+    }
+    /* multipart/form-data as undici's FormData sends it */
+    {
+        char b[E2BWIRE_BOUNDARY_MAX + 1];
+        CHECK_INT(e2bwire_boundary("multipart/form-data; boundary=----formdata-undici-0123", b,
+                                   sizeof(b)),
+                  0);
+        CHECK_STR(b, "----formdata-undici-0123");
+        CHECK_INT(e2bwire_boundary("Multipart/Form-Data;charset=utf-8; BOUNDARY=\"a b\"", b,
+                                   sizeof(b)),
+                  0);
+        CHECK_STR(b, "a b");
+        CHECK_INT(e2bwire_boundary("multipart/form-data", b, sizeof(b)), -EINVAL);
+        CHECK_INT(e2bwire_boundary("multipart/form-data; boundary=", b, sizeof(b)), -EINVAL);
+        CHECK_INT(e2bwire_boundary("application/json; boundary=x", b, sizeof(b)), -EINVAL);
+        CHECK_INT(e2bwire_boundary("multipart/form-data; boundary=\"x", b, sizeof(b)), -EINVAL);
+        static const char body[] =
+            "preamble\r\n--XX\r\n"
+            "Content-Disposition: form-data; name=\"file\"; filename=\"/home/user/a \\\"q\\\".txt\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n"
+            "one\r\n--X\r\n"
+            "\r\n--XX\r\n"
+            "content-disposition: form-data; name=file\r\n\r\n"
+            "no file name\r\n--XX\r\n"
+            "Content-Disposition: form-data; name=\"other\"; filename=\"x\"\r\n\r\n"
+            "\r\n--XX--\r\n";
+        size_t off = 0;
+        struct e2bwire_part part;
+        size_t n = sizeof(body) - 1;
+        CHECK_INT(e2bwire_part_next(body, n, "XX", &off, &part), 1);
+        CHECK_STR(part.name, "file");
+        CHECK(part.has_filename);
+        CHECK_STR(part.filename, "/home/user/a \"q\".txt");
+        CHECK(part.len == 10 && memcmp(part.data, "one\r\n--X\r\n", 10) == 0);
+        CHECK_INT(e2bwire_part_next(body, n, "XX", &off, &part), 1);
+        CHECK_STR(part.name, "file");
+        CHECK(!part.has_filename && part.len == 12 && memcmp(part.data, "no file name", 12) == 0);
+        CHECK_INT(e2bwire_part_next(body, n, "XX", &off, &part), 1);
+        CHECK_STR(part.name, "other");
+        CHECK(part.len == 0);
+        CHECK_INT(e2bwire_part_next(body, n, "XX", &off, &part), 0);
+        /* a body that starts with its delimiter; one not ended; none at all */
+        off = 0;
+        static const char b2[] = "--XX\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nz";
+        CHECK_INT(e2bwire_part_next(b2, sizeof(b2) - 1, "XX", &off, &part), -EINVAL);
+        off = 0;
+        CHECK_INT(e2bwire_part_next("no parts", 8, "XX", &off, &part), -EINVAL);
+        /* a file name longer than a path */
+        char *big = malloc(2 * FPATH_MAX + 200);
+        CHECK(big != NULL);
+        int bn = snprintf(big, 2 * FPATH_MAX + 200,
+                          "--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"");
+        memset(big + bn, 'a', FPATH_MAX + 1);
+        bn += FPATH_MAX + 1;
+        bn += snprintf(big + bn, 100, "\"\r\n\r\nz\r\n--XX--");
+        off = 0;
+        CHECK_INT(e2bwire_part_next(big, (size_t)bn, "XX", &off, &part), -ENAMETOOLONG);
+        free(big);
+    }
+    /* signed file URLs: envd's signatures (the values computed apart, with Python's hashlib) */
+    {
+        char sig[E2BWIRE_SIGNATURE_LEN + 1];
+        e2bwire_signature("hello.txt", "read", "", "tok", NULL, sig);
+        CHECK_STR(sig, "v1_dEkXrS/Y6p/Op9rMpEpzXeRJ5bBL0LYkjrRJr9/Zz44");
+        long long exp = 1700000000;
+        e2bwire_signature("/home/user/a b.txt", "write", "user", "0123abcd", &exp, sig);
+        CHECK_STR(sig, "v1_mxvSOT4DF7rVAUCPP92Ia+Grep6lnOwVktniEPt3A3I");
+        exp = -5;
+        e2bwire_signature("", "write", "", "t", &exp, sig);
+        CHECK_STR(sig, "v1_g4cDnraCY7O52IhB49SjMDaZjqm9rfwavpEuRmFyCac");
+        CHECK_INT(e2bwire_expiration_parse("1700000000", &exp), 0);
+        CHECK(exp == 1700000000);
+        CHECK_INT(e2bwire_expiration_parse("+12", &exp), 0);
+        CHECK(exp == 12);
+        CHECK_INT(e2bwire_expiration_parse("-3", &exp), 0);
+        CHECK(exp == -3);
+        static const char *const bad_exp[] = {"", "-", "1.5", " 1", "1 ", "0x10", "12a",
+                                              "99999999999999999999", "9223372036854775808"};
+        for (size_t i = 0; i < sizeof(bad_exp) / sizeof(bad_exp[0]); i++) {
+            CHECK_CASE(bad_exp[i]);
+            CHECK_INT(e2bwire_expiration_parse(bad_exp[i], &exp), -EINVAL);
+        }
+    }
 
     /* process.Start as commands.run sends it */
     struct e2bwire_start st;
