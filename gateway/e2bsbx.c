@@ -1146,7 +1146,8 @@ static void sbx_signed(struct gw_req *r)
     struct e2bsbx *s, *found = NULL;
     list_for_each(s, &e->sbxs, link)
     {
-        if (found || !s->ready || (one && strcmp(s->id, id) != 0) || e2b__sbx_kernel_ended(e, s))
+        if (found || !s->ready || s->paused || (one && strcmp(s->id, id) != 0) ||
+            e2b__sbx_kernel_ended(e, s))
             continue;
         e2bwire_signature(p ? p : "", op, u ? u : "", s->envd_token, x ? &exp : NULL, want);
         if (g && token_ok(g, want))

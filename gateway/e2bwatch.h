@@ -1,7 +1,7 @@
 /* e2bwatch.c: directory watches of the E2B sandbox plane (docs/e2b.md, "Directory watches"):
  * filesystem.Filesystem's WatchDir stream (the SDKs' files.watchDir) and its polled twin,
  * CreateWatcher, GetWatcherEvents and RemoveWatcher (the Python SDK's synchronous watch_dir).
- * One inotify descriptor for all of them, on the gateway's loop; every directory is opened
+ * One inotify descriptor per sandbox, on the gateway's loop; every directory is opened
  * below its workspace's root (nothing followed) before it is watched; a recursive watch
  * watches the directories that appear below it too. The directories watched are bounded per
  * sandbox (--e2b-max-watch-dirs) and per tenant (--e2b-tenant-max-watch-dirs). A stream ends
