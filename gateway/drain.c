@@ -8,7 +8,9 @@
  * their websockets while the executions already sent (kmgr_executions) finish. Closing: every
  * websocket is closed with 1001 after what is queued for it, and every kernel is shut down
  * the usual way; main.c's exit path then removes what is left (processes, cgroups, runtime
- * directory). SIGINT skips the wait; a signal while closing ends the loop at once. */
+ * directory). SIGINT skips the wait; a signal while closing ends the loop at once. SIGUSR2
+ * (drain_restart) closes at once too, with 1012 "service restart": main.c then execs kgw in
+ * place (gateway/handover.h). */
 #include "gateway/drain.h"
 
 #include <errno.h>
@@ -31,7 +33,8 @@ static double since_s(const gw_t *g)
 
 static void finish(gw_t *g)
 {
-    log_info("drain: done after %.1f s; exiting", since_s(g));
+    log_info("drain: done after %.1f s; %s", since_s(g),
+             g->drain.restart ? "restarting in place" : "exiting");
     g->drain.phase = GW_STOPPED;
     g->loop.evl.timer_disarm(&g->loop.evl, g->drain.timer);
     g->stopping = true;
@@ -44,20 +47,22 @@ static void finish(gw_t *g)
 static void close_all(gw_t *g, bool forced)
 {
     size_t n = kmgr_count(g->km);
+    int code = g->drain.restart ? DRAIN_RESTART_CODE : 1001;
+    const char *reason = g->drain.restart ? DRAIN_RESTART_REASON : DRAIN_CLOSE_REASON;
     g->drain.phase = GW_CLOSING;
     g->drain.deadline_ms = util_now_ms() + (uint64_t)g->cfg.km.shutdown_grace_ms + DRAIN_CLOSE_MS;
-    log_info("drain: closing %d websocket%s (1001) and shutting down %zu kernel%s", g->connections,
-             g->connections == 1 ? "" : "s", n, n == 1 ? "" : "s");
+    log_info("drain: closing %d websocket%s (%d) and shutting down %zu kernel%s", g->connections,
+             g->connections == 1 ? "" : "s", code, n, n == 1 ? "" : "s");
     /* requests still in flight get their end before the websockets close */
     for (size_t i = 0; i < kmgr_count(g->km); i++)
-        kernel_fail_pending(kmgr_at(g->km, i), KERNEL_OUT_SHUTDOWN, DRAIN_CLOSE_REASON);
-    g->drain.close_websockets(g, 1001, DRAIN_CLOSE_REASON);
+        kernel_fail_pending(kmgr_at(g->km, i), KERNEL_OUT_SHUTDOWN, reason);
+    g->drain.close_websockets(g, code, reason);
     /* kernel_shutdown never removes a kernel from the list before it returns */
     for (size_t i = 0; i < kmgr_count(g->km); i++) {
         kernel_t *k = kmgr_at(g->km, i);
         if (forced && kernel_executions(k) > 0 && kernel_interrupt(k) == 0)
             log_info("kernel=%s: drain: interrupting its execution", kernel_id(k));
-        kernel_shutdown(k, DRAIN_CLOSE_REASON);
+        kernel_shutdown(k, reason);
     }
     g->loop.evl.timer_arm(&g->loop.evl, g->drain.timer, 0);
 }
@@ -125,6 +130,7 @@ bool drain_closing(const gw_t *g)
 void drain_signal(gw_t *g, int signo)
 {
     const char *name = signo == SIGINT ? "SIGINT" : "SIGTERM";
+    g->drain.restart = false; /* a stop wins over a restart under way */
     if (!g->km) { /* no kernel manager yet: nothing to drain */
         g->drain.phase = GW_STOPPED;
         g->stopping = true;
@@ -163,4 +169,27 @@ void drain_signal(gw_t *g, int signo)
     case GW_STOPPED:
         return;
     }
+}
+
+int drain_restart(gw_t *g)
+{
+    if (g->drain.phase != GW_SERVING)
+        return -EBUSY;
+    g->drain.restart = true;
+    if (!g->km) { /* no kernel manager yet: nothing to close */
+        g->drain.phase = GW_STOPPED;
+        g->stopping = true;
+        lws_cancel_service(g->ctx);
+        return 0;
+    }
+    g->drain.started_ms = g->drain.logged_ms = util_now_ms();
+    g->drain.phase = GW_DRAINING;
+    g->drain.execs = kmgr_executions(g->km);
+    log_info("drain: SIGUSR2: restarting in place; %zu kernel%s, %zu execution%s, %d websocket%s "
+             "end",
+             kmgr_count(g->km), kmgr_count(g->km) == 1 ? "" : "s", g->drain.execs,
+             g->drain.execs == 1 ? "" : "s", g->connections, g->connections == 1 ? "" : "s");
+    kmgr_drain(g->km);
+    close_all(g, g->drain.execs > 0);
+    return 0;
 }

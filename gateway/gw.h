@@ -103,7 +103,7 @@ struct gw_stats {
 enum gw_phase {
     GW_SERVING,
     GW_DRAINING, /* SIGTERM: no new kernels; the executions running finish */
-    GW_CLOSING,  /* websockets closed (1001), kernels shutting down */
+    GW_CLOSING,  /* websockets closed (1001; 1012 for a restart), kernels shutting down */
     GW_STOPPED,  /* the loop ends */
 };
 
@@ -116,6 +116,7 @@ struct gw_drain {
     uint64_t logged_ms;   /* the last progress line */
     size_t execs;         /* executions running at the last look */
     int quiet;            /* looks in a row without executions */
+    bool restart;         /* SIGUSR2: the close is a restart in place (gateway/handover.h) */
     /* faces_close (drain_init): every face's websockets closed */
     void (*close_websockets)(struct gw *g, int code, const char *reason);
 };
@@ -140,6 +141,7 @@ typedef struct gw {
     int connections;
     struct list sessions; /* /api/sessions: gsess_t.link, newest first (sessions_init) */
     bool stopping;
+    bool handed_over; /* started by a restart in place (gateway/handover.h) */
     char instance_id[GW_INSTANCE_ID_MAX + 1]; /* GET /self_identify, X-KGW-Self-Identify */
     evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */
     uint64_t tick_us;                            /* when the tick last ran (monotonic) */

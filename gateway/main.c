@@ -26,6 +26,7 @@
 #include "gateway/faces.h"
 #include "gateway/filesapi.h"
 #include "gateway/gw.h"
+#include "gateway/handover.h"
 #include "gateway/http.h"
 #include "gateway/metrics.h"
 #include "gateway/reqguard.h"
@@ -484,6 +485,11 @@ static void on_signal(void *data)
             if (!drain_active(&G))
                 sdnotify_stopping();
             drain_signal(&G, (int)si.ssi_signo);
+        } else if (si.ssi_signo == SIGUSR2) {
+            if (drain_active(&G))
+                log_warn("SIGUSR2: the gateway is draining; not restarting");
+            else if (handover_check() == 0)
+                drain_restart(&G);
         }
     }
 }
@@ -603,6 +609,13 @@ static void man_page(FILE *out)
           ".TP\n"
           ".B SIGINT\n"
           "The same without waiting for executions.\n"
+          ".TP\n"
+          ".B SIGUSR2\n"
+          "Restart in place (an upgrade): kgw closes every websocket (1012, service restart), "
+          "shuts its kernels down as SIGINT does, and execs the path it was started from with "
+          "the same arguments and pid, keeping its listening sockets: no connection is refused "
+          "meanwhile. A generated API key is kept. Kernels do not survive it. Ignored while "
+          "draining.\n"
           ".SH ENVIRONMENT\n"
           ".TP\n"
           ".B KGW_*\n"
@@ -746,6 +759,8 @@ static int info_flag(int argc, char **argv)
     return -1;
 }
 
+static bool key_made; /* configure: kgw made up the API key (a restart carries it) */
+
 /* The options into G.cfg, checked, and what they set up before anything listens: logging,
  * keys, the audit log, the rate limiter. 0, or the exit status (2 for an invalid option, value
  * or key file) with the reason written. ret_generated: the API key was made up. */
@@ -775,10 +790,18 @@ static int configure(int argc, char **argv, bool *ret_generated)
         fprintf(stderr, "kgw: libsodium failed to initialise\n");
         return 1;
     }
+    int hr = handover_take(keybuf, sizeof(keybuf));
+    if (hr < 0)
+        log_warn("restart: the hand-over record is unreadable: %s", strerror(-hr));
+    G.handed_over = hr > 0;
     if ((!G.cfg.api_key || !G.cfg.api_key[0]) && !G.cfg.key_file[0]) {
-        util_random_hex(keybuf, 32);
+        if (hr <= 0 || !keybuf[0])
+            util_random_hex(keybuf, 32);
+        else
+            log_info("restart: keeping the API key generated before it");
         G.cfg.api_key = keybuf;
-        generated = true;
+        key_made = true;
+        generated = hr <= 0 || !keybuf[0];
     }
     if (auth_setup(&G, G.cfg.api_key, err, sizeof(err)) < 0) {
         fprintf(stderr, "kgw: --key-file: %s\n", err);
@@ -877,7 +900,7 @@ int main(int argc, char **argv)
 {
     bool generated = false, selftest = false, selftest_json = false;
     evl_io_t *sig_io = NULL;
-    int rc, selftest_port = 0;
+    int rc, selftest_port = 0, held[HANDOVER_LISTEN_MAX] = {-1, -1};
 
     G.routes = routes_table(&G.nroutes);
     sessions_init(&G);
@@ -893,6 +916,8 @@ int main(int argc, char **argv)
     }
     if ((rc = info_flag(argc, argv)) >= 0)
         return rc;
+    if ((rc = handover_init()) < 0)
+        log_warn("cannot read kgw's own path (%s): SIGUSR2 cannot restart it", strerror(-rc));
     if ((rc = configure(argc, argv, &generated)) != 0)
         return rc;
     if (selftest)
@@ -930,7 +955,12 @@ int main(int argc, char **argv)
     while (!G.stopping)
         lwsloop_turn(&G.loop);
     rc = selftest ? selftest_finish(selftest_json) : 0;
+    if (G.drain.restart && !selftest)
+        handover_hold(&G, held);
 out:
     teardown(sig_io, sfd);
+    if (G.drain.restart && !selftest &&
+        handover_exec(held, key_made ? G.cfg.api_key : NULL, argv) < 0)
+        rc = 1; /* what it had is gone: the service manager starts it again */
     return rc;
 }

@@ -88,6 +88,7 @@ int setup_signals(void)
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGCHLD);
     sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGUSR2);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -322,8 +323,9 @@ int setup_kernels(gw_t *g)
             sb->zygote_spec = g->cfg.default_kernel;
         }
         /* A private mount namespace: the per-kernel runtime tmpfs mounts are invisible to the
-         * host and vanish with the gateway. Failure is reported by the sandbox's dry run. */
-        if (unshare(CLONE_NEWNS) == 0)
+         * host and vanish with the gateway. Failure is reported by the sandbox's dry run.
+         * After a restart in place the process is in its own already (gateway/handover.h). */
+        if (!g->handed_over && unshare(CLONE_NEWNS) == 0)
             mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL);
         g->cfg.km.sandbox = sb;
     } else {

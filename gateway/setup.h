@@ -21,7 +21,7 @@ size_t setup_nofile(gw_t *g);
 /* The gateway's scheduler slice (--sched-slice-us), before any thread or child exists: its
  * threads inherit it; its children (kernels, the fork server) set the default back. */
 void setup_sched(gw_t *g);
-/* Blocks SIGINT, SIGTERM, SIGCHLD and SIGHUP for a signalfd, which it returns (non-blocking,
+/* Blocks SIGINT, SIGTERM, SIGCHLD, SIGHUP and SIGUSR2 for a signalfd, which it returns (non-blocking,
  * close-on-exec), and ignores SIGPIPE. -errno on failure. */
 int setup_signals(void);
 /* The lws context, the --ip/--port vhost (TLS with --certfile) serving protocols, and the

@@ -41,6 +41,7 @@ GATEWAY = {
     "gsecret.c": (SERVICE, None, "the gateway's secrets and TLS material"),
     "glisten.c": (SERVICE, None, "listening sockets, accepted on the loop and handed to lws"),
     "gw.c": (SERVICE, None, "the server object: kernels by id, refusals"),
+    "handover.c": (SERVICE, None, "the restart in place: listening sockets and a record across exec"),
     "http.c": (SERVICE, None, "the HTTP transport: requests, bodies, replies"),
     "kerr.c": (SERVICE, None, "the one table of kernel operations' errors (a pure table)"),
     "kops.c": (SERVICE, None, "kernel operations and their audit, for every face"),

@@ -4,6 +4,7 @@ wait in its backlog and no client is refused, whether kgw stopped by SIGTERM or 
 import errno
 import http.client
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -137,3 +138,157 @@ def test_socket_for_another_address_is_closed():
     finally:
         conftest.stop_gateway(gw)
         other.close()
+
+
+# --- SIGUSR2: kgw restarts itself in place (gateway/handover.h) ---
+
+def descendants(pid):
+    """The processes under pid (kernels, their sandboxes, the fork server)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def instance_dir(pid):
+    """The runtime directory (gw-XXXXXX) the kgw process holds the lock of."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith("/.lock") and "/gw-" in target:
+            return os.path.dirname(target)
+    return None
+
+
+def cgroups_of(inst):
+    return [n for base in conftest._own_cgroup_dirs() if os.path.isdir(base)
+            for n in os.listdir(base) if n.startswith(f"kgw-{inst}")]
+
+
+def wait_for(pred, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    return pred()
+
+
+def restarts(gw):
+    return gw.log().count("restart: exec ")
+
+
+def settled(gw, n):
+    """The n-th new image serves: its warm pool and fork server are up again."""
+    return wait_for(lambda: gw.log().count("fork server: ready") > n
+                    and gw.log().count("pool: python3 filled") > n, 60)
+
+
+def test_sigusr2_restarts_in_place():
+    import websockets.exceptions
+    import jclient as J
+
+    gw = conftest.start_gateway(["--pool", "python3=1", "--log-level", "info"])
+    try:
+        assert settled(gw, 0), gw.log()
+        pid = gw.proc.pid
+        procs_before = len(descendants(pid))
+        inst = instance_dir(pid)
+        assert inst and cgroups_of(os.path.basename(inst)), (inst, gw.log())
+        kid = gw.start_kernel()["id"]
+
+        async def until_closed(c, timeout=30):
+            deadline = time.monotonic() + timeout
+            try:
+                while True:
+                    await c._recv_frame(max(deadline - time.monotonic(), 0.01))
+            except websockets.exceptions.ConnectionClosed:
+                return c.ws.close_code
+
+        async def before():
+            c = await J.connect(gw, kid)
+            assert (await c.execute("x = 42")).reply["content"]["status"] == "ok"
+            loop = Loop(gw.port, gw.token)
+            loop.start()
+            time.sleep(0.3)
+            gw.proc.send_signal(signal.SIGUSR2)
+            code = await until_closed(c)
+            return code, loop
+
+        code, loop = J.run(before())
+        assert code == 1012, code
+        assert wait_for(lambda: gw.log().count("listening on http") >= 2, 60), gw.log()
+        _wait_ready(gw)
+        time.sleep(0.3)
+        loop.stop.set()
+        loop.join(60)
+        # the same process, and no connection refused while it changed images
+        assert gw.proc.poll() is None and gw.proc.pid == pid
+        assert "restart: exec " in gw.log() and "keeping the API key" not in gw.log()
+        assert loop.refused == 0, f"{loop.refused} connections refused"
+        assert loop.ok > 0 and len(loop.other) <= 1, (loop.ok, loop.other)
+        # kernels do not survive it yet (docs/operations.md "Upgrade")
+        assert gw.request("GET", f"/api/kernels/{kid}")[0] == 404
+        # nothing of the old image left: its runtime directory, cgroups and processes
+        assert settled(gw, 1), gw.log()
+        new = instance_dir(pid)
+        assert new and new != inst and not os.path.exists(inst), (inst, new)
+        assert cgroups_of(os.path.basename(inst)) == []
+        assert wait_for(lambda: len(descendants(pid)) == procs_before), \
+            (procs_before, descendants(pid))
+        # new kernels start and run (the fork server is back)
+        kid2 = gw.start_kernel()["id"]
+
+        async def works(k):
+            c = await J.connect(gw, k)
+            r = await c.execute("print(6 * 7)")
+            await c.close()
+            return r.stdout
+
+        assert "42" in J.run(works(kid2))
+        # a second restart works as well
+        gw.proc.send_signal(signal.SIGUSR2)
+        assert wait_for(lambda: gw.log().count("listening on http") >= 3, 60), gw.log()
+        _wait_ready(gw)
+        assert settled(gw, 2), gw.log()
+        assert gw.proc.pid == pid and gw.request("GET", f"/api/kernels/{kid2}")[0] == 404
+        assert not os.path.exists(new) and cgroups_of(os.path.basename(new)) == []
+        assert "42" in J.run(works(gw.start_kernel()["id"]))
+    finally:
+        conftest.stop_gateway(gw)
+
+
+def test_sigusr2_keeps_a_generated_key():
+    """Without --api-key kgw makes one up; the restarted image keeps it."""
+    port = conftest.free_port()
+    log = tempfile.NamedTemporaryFile(prefix="kgw-test-", suffix=".log", delete=False)
+    proc = subprocess.Popen([conftest.KGW_BIN, "--ip", "127.0.0.1", "--port", str(port),
+                             "--pool", "python3=0", "--log-level", "info",
+                             *shlex.split(os.environ.get("KGW_EXTRA_ARGS", ""))],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    gw = Gateway(proc, port, "", log.name)
+    try:
+        key = wait_for(lambda: re.search(r"API key \(generated.*: ([0-9a-f]{64})", gw.log()))
+        assert key, gw.log()
+        gw.token = key.group(1)
+        _wait_ready(gw)
+        proc.send_signal(signal.SIGUSR2)
+        assert wait_for(lambda: "keeping the API key" in gw.log()), gw.log()
+        _wait_ready(gw)  # answered 200 with the same key
+        assert gw.log().count("API key (generated") == 1
+    finally:
+        conftest.stop_gateway(gw)
