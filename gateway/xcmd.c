@@ -1,6 +1,6 @@
 /* Commands in a kernel's sandbox for the faces (xcmd.h): a client's command spec read and
- * checked, its stdin bytes fed as the pipe takes them, a command streamed to a client within
- * the kernel's output budget (the commands API's routes, xcmdapi.c, and E2B's processes frame
+ * checked, its stdin bytes fed as the pipe takes them, a command streamed to its clients
+ * (taps, each with its own queue) within the kernel's output budget (the commands API's routes, xcmdapi.c, and E2B's processes frame
  * its events), and a run whose output is collected (MCP's run_command). */
 #include "gateway/xcmd.h"
 

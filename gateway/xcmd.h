@@ -1,7 +1,7 @@
 /* xcmd.c: commands in a kernel's sandbox (kernelmgr/kcmd.h) for the faces (docs/commands.md):
- * a command as a client asks for it, its stdin fed to its pipe, a command streamed to a
- * client within the kernel's output budget (the commands API, xcmdapi.h; E2B's processes,
- * e2bsbx.c), and a run that collects a command's output for MCP's run_command. */
+ * a command as a client asks for it, its stdin fed to its pipe, a command streamed to its
+ * clients within the kernel's output budget (the commands API, xcmdapi.h: one; E2B's
+ * processes, e2bsbx.c: any number, or none), and a run that collects a command's output for MCP's run_command. */
 #ifndef KGW_GATEWAY_XCMD_H
 #define KGW_GATEWAY_XCMD_H
 
