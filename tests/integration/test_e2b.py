@@ -842,6 +842,10 @@ def test_process_detached_holds_nothing_and_is_bounded():
         assert isinstance(c, int), c
         proc_call(gw, m, "SendSignal", {"process": {"pid": b}, "signal": "SIGNAL_SIGKILL"})
         proc_call(gw, m, "SendSignal", {"process": {"pid": c}, "signal": "SIGNAL_SIGKILL"})
+        deadline = time.monotonic() + 10
+        while proc_pids(gw, m) and time.monotonic() < deadline:  # (their slots free at their end)
+            time.sleep(0.1)
+        assert proc_pids(gw, m) == []
 
         # the call's deadline (the SDKs' timeoutMs) still ends a detached command
         t0 = time.monotonic()
