@@ -241,6 +241,7 @@ int e2b_listen(gw_t *g)
     e->g = g;
     list_init(&e->sbxs);
     list_init(&e->runs);
+    list_init(&e->procs);
     if (parse_templates(e, g->cfg.e2b_templates ? g->cfg.e2b_templates : "") < 0) {
         log_error("--e2b-templates: expected TEMPLATE=KERNELSPEC[,...] (at most %d)",
                   E2B_TEMPLATES_MAX);
@@ -268,6 +269,7 @@ void e2b_fini(gw_t *g)
     if (!e)
         return;
     e2bwatch_fini(e);
+    e2b__procs_fini(e);
     while (!list_empty(&e->runs)) { /* their requests are closed after this */
         struct e2breq *q = list_first(&e->runs, struct e2breq, link);
         list_remove(&q->link);

@@ -80,6 +80,7 @@ struct e2b {
     struct kmgr_listener listener; /* its sandboxes end with their default kernels */
     struct list sbxs;
     struct list runs; /* struct e2breq.link: /execute streams */
+    struct list procs; /* struct e2bproc.link: process.Process commands (e2bsbx.c) */
     evl_timer_t *tick;
     struct e2b_template templates[E2B_TEMPLATES_MAX];
     size_t ntemplates;
@@ -101,19 +102,28 @@ struct e2breq {
     uint64_t last_ms;
     /* PUT: a POST /files being written */
     struct e2bput *up;
-    /* PROC: a process.Process/Start stream */
+    /* PROC: a process.Process/Start or Connect stream: its command (NULL once the gateway
+       ends) and its own queue of that command's events */
     struct e2bproc *proc;
+    xcmd_tap_t *tap;
     /* WATCH: a filesystem.Filesystem/WatchDir stream (e2bwatch.c) */
     struct e2bwatch *watch;
 };
 
+/* A command of process.Process. It outlives its Start stream: with no stream attached it runs
+ * on (its output read and dropped) until it ends (its timeout, a SendSignal, its sandbox's
+ * end); Connect attaches more streams. Freed once it ended with no stream attached. */
 struct e2bproc {
-    xcmd_stream_t *cmd; /* its envelopes queued within the kernel's output budget; its stdin
+    struct list link; /* e2b.procs */
+    gw_t *g;
+    xcmd_stream_t *cmd; /* detached from the start: each stream is a tap of it; its stdin
                            ("stdin": true: SendInput's bytes) */
-    unsigned handle;    /* the "pid" the client sees (kgw's handle of the command) */
+    unsigned handle;    /* the "pid" the clients see (kgw's handle of the command) */
     char sbx_id[UTIL_UUID_LEN + 1];
-    uint64_t keepalive_ms; /* the client's Keepalive-Ping-Interval */
+    uint64_t keepalive_ms; /* the starting client's Keepalive-Ping-Interval */
     json_t *config;        /* process.List's ProcessConfig: {"cmd", "args", "envs", "cwd"} */
+    size_t clients;        /* streams attached (struct e2breq.proc) */
+    evl_timer_t *reap;     /* it ended with none attached: freed on the loop's next turn */
 };
 
 struct e2bput {
@@ -141,5 +151,7 @@ struct e2bsbx *e2b__sbx_by_kernel(struct e2b *e, const char *kid);
 int e2b__sbx_setup(gw_t *g, const struct gw_caller *who, const struct e2bsbx *s, kernel_t *k);
 /* Queues one envelope of a process stream (a message, or with E2BWIRE_ENV_END its end). */
 void e2b__proc_send(struct e2breq *q, const char *json, uint8_t flags);
+/* The gateway ends: every command is killed and freed, its streams forget it. */
+void e2b__procs_fini(struct e2b *e);
 
 #endif

@@ -744,23 +744,35 @@ static void connect_stream_error(struct gw_req *r, const char *code, const char 
 
 static bool header(struct lws *wsi, const char *name, char *out, size_t outsz);
 
-/* Queues one envelope (a message, or with E2BWIRE_ENV_END the end of the stream). */
+/* One envelope framed into b: 0 or -ENOMEM. */
+static int proc_frame(buf_t *b, const char *json, uint8_t flags)
+{
+    buf_init(b, SIZE_MAX);
+    return e2bwire_envelope_write(b, flags, json, strlen(json));
+}
+
+/* Queues one envelope for this stream alone (a message, or with E2BWIRE_ENV_END its end). */
 void e2b__proc_send(struct e2breq *q, const char *json, uint8_t flags)
 {
-    struct e2bproc *p = q->proc;
     buf_t b;
-    buf_init(&b, SIZE_MAX);
-    if (e2bwire_envelope_write(&b, flags, json, strlen(json)) < 0 ||
-        xcmd_stream_send(p->cmd, b.data, b.len) < 0)
-        log_warn("e2b: command %u: out of memory for its events", p->handle);
+    if (!q->tap || proc_frame(&b, json, flags) < 0 || xcmd_tap_send(q->tap, b.data, b.len) < 0)
+        log_debug("e2b: a process stream: its event lost (no memory, or its command is gone)");
     buf_fini(&b);
     q->last_ms = util_now_ms();
 }
 
+/* Queues one envelope for every stream attached to the command. */
+static void proc_send_all(struct e2bproc *p, const char *json, uint8_t flags)
+{
+    buf_t b;
+    if (proc_frame(&b, json, flags) < 0 || xcmd_stream_send(p->cmd, b.data, b.len) < 0)
+        log_warn("e2b: command %u: out of memory for its events", p->handle);
+    buf_fini(&b);
+}
+
 static void proc_output(void *ud, int fd, const void *buf, size_t n)
 {
-    struct e2breq *q = ud;
-    struct e2bproc *p = q->proc;
+    struct e2bproc *p = ud;
     size_t bn = sodium_base64_encoded_len(n, sodium_base64_VARIANT_ORIGINAL);
     static const char *const heads[] = {"{\"event\":{\"data\":{\"stdout\":\"",
                                         "{\"event\":{\"data\":{\"stderr\":\""};
@@ -774,13 +786,13 @@ static void proc_output(void *ud, int fd, const void *buf, size_t n)
     memcpy(msg, head, hn);
     sodium_bin2base64(msg + hn, bn, buf, n, sodium_base64_VARIANT_ORIGINAL);
     memcpy(msg + strlen(msg), "\"}}}", 5);
-    e2b__proc_send(q, msg, 0);
+    proc_send_all(p, msg, 0);
     free(msg);
 }
 
 static void proc_end(void *ud, const struct kcmd_end *e)
 {
-    struct e2breq *q = ud;
+    struct e2bproc *p = ud;
     char status[64];
     if (e->exit_code >= 0)
         snprintf(status, sizeof(status), "exit status %d", e->exit_code);
@@ -798,10 +810,12 @@ static void proc_end(void *ud, const struct kcmd_end *e)
     char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
     json_decref(ev);
     if (s)
-        e2b__proc_send(q, s, 0);
+        proc_send_all(p, s, 0);
     free(s);
-    e2b__proc_send(q, "{}", E2BWIRE_ENV_END);
-    log_info("e2b: command %u: %s", q->proc->handle, status);
+    proc_send_all(p, "{}", E2BWIRE_ENV_END);
+    log_info("e2b: command %u: %s%s", p->handle, status, p->clients ? "" : " (detached)");
+    if (!p->clients) /* (not inside its own callback) */
+        p->g->loop.evl.timer_arm(&p->g->loop.evl, p->reap, 0);
 }
 
 static void proc_wake(void *ud)
@@ -810,8 +824,102 @@ static void proc_wake(void *ud)
     lws_callback_on_writable(q->r->wsi);
 }
 
+/* (nothing for the stream itself: each client's tap wakes its own connection) */
+static void proc_wake_none(void *ud)
+{
+    (void)ud;
+}
+
 static const struct xcmd_stream_ops proc_ops = {
-    .output = proc_output, .end = proc_end, .wake = proc_wake};
+    .output = proc_output, .end = proc_end, .wake = proc_wake_none};
+
+static void proc_free(struct e2bproc **pp)
+{
+    struct e2bproc *p = *pp;
+    if (!p)
+        return;
+    list_remove(&p->link);
+    xcmd_stream_free(&p->cmd); /* kills it if it still runs; no callback after */
+    evl_timer_destroy(&p->g->loop.evl, &p->reap);
+    json_decref(p->config);
+    free(p);
+    *pp = NULL;
+}
+
+static void proc_reap(void *data)
+{
+    struct e2bproc *p = data;
+    if (!p->clients && xcmd_stream_ended(p->cmd))
+        proc_free(&p);
+}
+
+void e2b__procs_fini(struct e2b *e)
+{
+    struct e2breq *q;
+    list_for_each(q, &e->runs, link)
+    {
+        if (q->kind == E2BREQ_PROC) {
+            xcmd_tap_free(&q->tap);
+            q->proc = NULL;
+        }
+    }
+    while (!list_empty(&e->procs)) {
+        struct e2bproc *p = list_first(&e->procs, struct e2bproc, link);
+        proc_free(&p);
+    }
+}
+
+/* A stream for the request r attached to p: q, r->face, the start event queued. 0 or
+ * -ENOMEM. */
+static int proc_attach(struct gw_req *r, struct e2bproc *p)
+{
+    struct e2breq *q = calloc(1, sizeof(*q));
+    if (!q || !(q->tap = xcmd_tap_new(p->cmd, proc_wake, q))) {
+        free(q);
+        return -ENOMEM;
+    }
+    q->kind = E2BREQ_PROC;
+    q->r = r;
+    q->proc = p;
+    snprintf(q->sbx_id, sizeof(q->sbx_id), "%s", p->sbx_id);
+    p->clients++;
+    r->face = q;
+    list_append(&r->g->e2b->runs, &q->link);
+    char msg[64];
+    snprintf(msg, sizeof(msg), "{\"event\":{\"start\":{\"pid\":%u}}}", p->handle);
+    e2b__proc_send(q, msg, 0);
+    return 0;
+}
+
+/* The command of that pid in the sandbox, still running, or NULL. */
+static struct e2bproc *proc_find(struct e2b *e, const struct e2bsbx *s, unsigned pid)
+{
+    struct e2bproc *p;
+    list_for_each(p, &e->procs, link)
+    {
+        if (p->handle == pid && strcmp(p->sbx_id, s->id) == 0 && !xcmd_stream_ended(p->cmd))
+            return p;
+    }
+    return NULL;
+}
+
+/* A streaming call's one envelope: its message in *ret_off, *ret_n; else answered (false). */
+static bool proc_envelope(struct gw_req *r, const char *what, size_t *ret_off, size_t *ret_n)
+{
+    uint8_t flags;
+    size_t used;
+    int rc = e2bwire_envelope_parse((const uint8_t *)(r->body.data ? r->body.data : ""),
+                                    r->body.len, E2BWIRE_ENVELOPE_MAX, &flags, ret_off, ret_n,
+                                    &used);
+    if (rc < 0 || used != r->body.len) {
+        char msg[128];
+        snprintf(msg, sizeof(msg),
+                 "one Connect envelope (uncompressed) holding a %s is expected", what);
+        connect_stream_error(r, "invalid_argument", msg);
+        return false;
+    }
+    return true;
+}
 
 static unsigned proc_handles = 1000;
 
@@ -819,16 +927,11 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
 {
     gw_t *g = r->g;
     char msg[256];
-    uint8_t flags;
-    size_t off, n, used;
-    int rc = e2bwire_envelope_parse((const uint8_t *)(r->body.data ? r->body.data : ""),
-                                    r->body.len, E2BWIRE_ENVELOPE_MAX, &flags, &off, &n, &used);
-    if (rc < 0 || used != r->body.len)
-        return connect_stream_error(r, "invalid_argument",
-                                    "one Connect envelope (uncompressed) holding a StartRequest "
-                                    "is expected");
+    size_t off, n;
+    if (!proc_envelope(r, "StartRequest", &off, &n))
+        return;
     struct e2bwire_start st;
-    rc = e2bwire_start_parse(r->body.data + off, n, &st, msg, sizeof(msg));
+    int rc = e2bwire_start_parse(r->body.data + off, n, &st, msg, sizeof(msg));
     if (rc < 0)
         return connect_stream_error(r, e2bwire_code_name(rc), msg);
     if (st.cwd_abs && !g->cfg.sandbox) { /* no file system of its own: the host's */
@@ -871,22 +974,21 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
     else
         snprintf(cwd, sizeof(cwd), "%s%s%s", g->cfg.sandbox ? SBX_E2B_HOME : wspace_path(w),
                  st.cwd[0] ? "/" : "", st.cwd);
-    struct e2breq *q = calloc(1, sizeof(*q));
-    struct e2bproc *p = q ? calloc(1, sizeof(*p)) : NULL;
+    struct e2bproc *p = calloc(1, sizeof(*p));
+    if (p && !(p->reap = g->loop.evl.timer_new(&g->loop.evl, proc_reap, p))) {
+        free(p);
+        p = NULL;
+    }
     if (!p) {
-        free(q);
         e2bwire_start_fini(&st);
         for (size_t i = 0; i < nb; i++)
             free(envbuf[i]);
         return connect_stream_error(r, "resource_exhausted", "out of memory");
     }
-    q->kind = E2BREQ_PROC;
-    q->r = r;
-    q->proc = p;
-    list_init(&q->link);
+    p->g = g;
+    list_init(&p->link);
     p->handle = proc_handles++;
     snprintf(p->sbx_id, sizeof(p->sbx_id), "%s", s->id);
-    snprintf(q->sbx_id, sizeof(q->sbx_id), "%s", s->id);
     p->keepalive_ms = 50000;
     char ka[16];
     if (header(r->wsi, "keepalive-ping-interval:", ka, sizeof(ka))) {
@@ -895,35 +997,65 @@ static void proc_start(struct gw_req *r, struct e2bsbx *s)
             p->keepalive_ms = (uint64_t)v * 1000;
     }
     struct kcmd_opts o = {.argv = st.argv, .cwd = cwd, .env = env, .stdin_open = st.stdin_open};
+    /* the call's deadline (the SDKs' timeoutMs) ends the command, as envd's does: it outlives
+       its client, not its deadline */
+    if (header(r->wsi, "connect-timeout-ms:", ka, sizeof(ka))) {
+        long long v = strtoll(ka, NULL, 10);
+        if (v > 0)
+            o.timeout_s = v > XREQ_TIMEOUT_MAX * 1000LL ? XREQ_TIMEOUT_MAX : (double)v / 1000.0;
+    }
     json_t *args = json_array();
     for (size_t i = 1; st.argv[i]; i++)
         json_array_append_new(args, json_string(st.argv[i]));
     p->config = json_pack("{s:s, s:o, s:{}, s:s}", "cmd", st.argv[0], "args", args, "envs",
                           "cwd", cwd);
     struct kerr kerr;
-    p->cmd = xcmd_stream_start(g, k, &o, &proc_ops, q, &kerr);
+    p->cmd = xcmd_stream_start(g, k, &o, &proc_ops, p, &kerr);
     e2bwire_start_fini(&st);
     for (size_t i = 0; i < nb; i++)
         free(envbuf[i]);
     if (!p->cmd) {
-        json_decref(p->config);
-        free(p);
-        free(q);
+        proc_free(&p);
         return connect_stream_error(
             r, kerr.code == -EAGAIN ? "resource_exhausted" : e2bwire_code_name(kerr.code),
             kerr.message);
     }
-    /* the request holds the stream (the command says nothing before the loop's next turn) */
-    r->face = q;
-    list_append(&g->e2b->runs, &q->link);
+    /* every client (this one too) is a tap of it: it runs on when they go (the command says
+       nothing before the loop's next turn) */
+    xcmd_stream_detach(p->cmd);
+    list_append(&g->e2b->procs, &p->link);
+    if (proc_attach(r, p) < 0) {
+        proc_free(&p);
+        return connect_stream_error(r, "resource_exhausted", "out of memory");
+    }
     log_info("e2b: sandbox=%s: command %u started", s->id, p->handle);
-    snprintf(msg, sizeof(msg), "{\"event\":{\"start\":{\"pid\":%u}}}", p->handle);
-    e2b__proc_send(q, msg, 0);
+}
+
+/* process.Process/Connect: a stream attached to a command of this sandbox still running (its
+ * start event, then its events from now on), beside any other. */
+static void proc_connect(struct gw_req *r, struct e2bsbx *s)
+{
+    char msg[256];
+    size_t off, n;
+    unsigned pid;
+    if (!proc_envelope(r, "ConnectRequest", &off, &n))
+        return;
+    if (e2bwire_input_parse(r->body.data + off, n, &pid, NULL, NULL, msg, sizeof(msg)) < 0)
+        return connect_stream_error(r, "invalid_argument", msg);
+    struct e2bproc *p = proc_find(r->g->e2b, s, pid);
+    if (!p) {
+        snprintf(msg, sizeof(msg), "process %u not found", pid);
+        return connect_stream_error(r, "not_found", msg);
+    }
+    if (proc_attach(r, p) < 0)
+        return connect_stream_error(r, "resource_exhausted", "out of memory");
+    log_info("e2b: sandbox=%s: command %u: a client attached (%zu)", s->id, pid, p->clients);
 }
 
 static int proc_write(struct gw_req *r, struct e2breq *q)
 {
-    struct e2bproc *p = q->proc;
+    if (!q->tap) /* the gateway ends */
+        return -1;
     if (!q->headers_sent) {
         if (http_write_head(r, 200, "application/connect+json", NULL, NULL, -1) < 0)
             return -1;
@@ -932,8 +1064,8 @@ static int proc_write(struct gw_req *r, struct e2breq *q)
     while (!lws_send_pipe_choked(r->wsi)) {
         static const char room[LWS_PRE + 24];
         const char *pend;
-        bool ended = xcmd_stream_ended(p->cmd);
-        size_t left = xcmd_stream_pending(p->cmd, &pend);
+        bool ended = xcmd_tap_ended(q->tap);
+        size_t left = xcmd_tap_pending(q->tap, &pend);
         size_t take = left < E2B_BATCH_BYTES ? left : E2B_BATCH_BYTES;
         bool last = ended && take == left;
         if (take == 0 && !last)
@@ -951,12 +1083,12 @@ static int proc_write(struct gw_req *r, struct e2breq *q)
         buf_fini(&b);
         if (rc < 0)
             return -1;
-        xcmd_stream_taken(p->cmd, take);
+        xcmd_tap_taken(q->tap, take);
         if (last)
             return 1;
     }
     const char *pend;
-    if (xcmd_stream_pending(p->cmd, &pend) || lws_partial_buffered(r->wsi)) {
+    if (xcmd_tap_pending(q->tap, &pend) || lws_partial_buffered(r->wsi)) {
         lws_set_timeout(r->wsi, PENDING_TIMEOUT_USER_OK, (int)r->g->cfg.stall_timeout);
         lws_callback_on_writable(r->wsi);
     } else {
@@ -973,36 +1105,32 @@ static void proc_signal(struct gw_req *r, struct e2bsbx *s)
     if (e2bwire_signal_parse(r->body.data ? r->body.data : "", r->body.len, &pid, &sig, msg,
                              sizeof(msg)) < 0)
         return connect_error(r, "invalid_argument", msg);
-    struct e2breq *q;
-    list_for_each(q, &r->g->e2b->runs, link)
-    {
-        if (q->kind == E2BREQ_PROC && q->proc->handle == pid &&
-            strcmp(q->proc->sbx_id, s->id) == 0 && !xcmd_stream_ended(q->proc->cmd)) {
-            struct kerr kerr;
-            int rc = xcmd_stream_signal(q->proc->cmd, sig, &kerr);
-            if (rc < 0 && rc != -ESRCH)
-                return connect_error(r, e2bwire_code_name(rc), kerr.message);
-            return req_reply(r, 200, json_object());
-        }
+    struct e2bproc *p = proc_find(r->g->e2b, s, pid);
+    if (p) {
+        struct kerr kerr;
+        int rc = xcmd_stream_signal(p->cmd, sig, &kerr);
+        if (rc < 0 && rc != -ESRCH)
+            return connect_error(r, e2bwire_code_name(rc), kerr.message);
+        return req_reply(r, 200, json_object());
     }
     snprintf(msg, sizeof(msg), "process %u not found", pid);
     return connect_error(r, "not_found", msg);
 }
 
-/* process.Process/List: the sandbox's commands still running, each with its config. */
+/* process.Process/List: the sandbox's commands still running (attached or not), each with
+ * its config. */
 static void proc_list(struct gw_req *r, struct e2bsbx *s)
 {
     json_t *a = json_array();
-    struct e2breq *q;
-    list_for_each(q, &r->g->e2b->runs, link)
+    struct e2bproc *p;
+    list_for_each(p, &r->g->e2b->procs, link)
     {
-        if (q->kind != E2BREQ_PROC || xcmd_stream_ended(q->proc->cmd) ||
-            strcmp(q->proc->sbx_id, s->id) != 0)
+        if (xcmd_stream_ended(p->cmd) || strcmp(p->sbx_id, s->id) != 0)
             continue;
-        json_t *p = json_pack("{s:I}", "pid", (json_int_t)q->proc->handle);
-        if (p && q->proc->config)
-            json_object_set(p, "config", q->proc->config);
-        json_array_append_new(a, p);
+        json_t *j = json_pack("{s:I}", "pid", (json_int_t)p->handle);
+        if (j && p->config)
+            json_object_set(j, "config", p->config);
+        json_array_append_new(a, j);
     }
     req_reply(r, 200, json_pack("{s:o}", "processes", a));
 }
@@ -1018,14 +1146,9 @@ static void proc_input(struct gw_req *r, struct e2bsbx *s, bool close)
     if (e2bwire_input_parse(r->body.data ? r->body.data : "", r->body.len, &pid,
                             close ? NULL : &data, &n, msg, sizeof(msg)) < 0)
         return connect_error(r, "invalid_argument", msg);
-    struct e2breq *q;
-    list_for_each(q, &r->g->e2b->runs, link)
-    {
-        if (q->kind != E2BREQ_PROC || q->proc->handle != pid ||
-            strcmp(q->proc->sbx_id, s->id) != 0 || xcmd_stream_ended(q->proc->cmd))
-            continue;
-        int rc = close ? xcmd_stream_close_input(q->proc->cmd)
-                       : xcmd_stream_input(q->proc->cmd, data, n);
+    struct e2bproc *p = proc_find(r->g->e2b, s, pid);
+    if (p) {
+        int rc = close ? xcmd_stream_close_input(p->cmd) : xcmd_stream_input(p->cmd, data, n);
         free(data);
         if (rc == -EBADF)
             return connect_error(r, "failed_precondition",
@@ -1089,6 +1212,8 @@ static void sbx_rpc(struct gw_req *r, struct e2bsbx *s, const char *service, con
     }
     if (strcmp(service, "process.Process") == 0 && strcmp(method, "Start") == 0 && stream)
         return proc_start(r, s);
+    if (strcmp(service, "process.Process") == 0 && strcmp(method, "Connect") == 0 && stream)
+        return proc_connect(r, s);
     if (strcmp(service, "process.Process") == 0 && strcmp(method, "SendSignal") == 0 && !stream)
         return proc_signal(r, s);
     if (strcmp(service, "process.Process") == 0 && strcmp(method, "List") == 0 && !stream)
@@ -1247,11 +1372,13 @@ void e2bsbx_req_fini(struct gw_req *r)
         }
         list_remove(&q->link);
     } else if (q->kind == E2BREQ_PROC) {
-        if (!xcmd_stream_ended(q->proc->cmd))
-            log_info("e2b: command %u: the client went away; killed", q->proc->handle);
-        xcmd_stream_free(&q->proc->cmd); /* kills it if it still runs; no callback after */
-        json_decref(q->proc->config);
-        free(q->proc);
+        struct e2bproc *p = q->proc;
+        xcmd_tap_free(&q->tap);
+        if (p && --p->clients == 0 && xcmd_stream_ended(p->cmd))
+            proc_free(&p);
+        else if (p && !xcmd_stream_ended(p->cmd))
+            log_info("e2b: command %u: a client went away; it runs on (%zu attached)",
+                     p->handle, p->clients);
         list_remove(&q->link);
     } else if (q->kind == E2BREQ_WATCH) {
         e2bwatch_destroy(&q->watch);

@@ -1,6 +1,6 @@
 /* Commands in a kernel's sandbox for the faces (xcmd.h): a client's command spec read and
- * checked, its stdin bytes fed as the pipe takes them, a command streamed to a client within
- * the kernel's output budget (the commands API's routes, xcmdapi.c, and E2B's processes frame
+ * checked, its stdin bytes fed as the pipe takes them, a command streamed to its clients
+ * (taps, each with its own queue) within the kernel's output budget (the commands API's routes, xcmdapi.c, and E2B's processes frame
  * its events), and a run whose output is collected (MCP's run_command). */
 #include "gateway/xcmd.h"
 
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/list.h"
 #include "common/obudget.h"
 #include "common/util.h"
 #include "gateway/kops.h"
@@ -265,7 +266,18 @@ json_t *xcmd_end_json(const struct kcmd_end *e)
     return j;
 }
 
-/* ---- a command streamed to a client, within the kernel's output budget ---- */
+/* ---- a command streamed to its clients, within the kernel's output budget ---- */
+
+/* One client's queue: framed events not written yet, from off, charged to the share. */
+struct xcmd_tap {
+    xcmd_stream_t *s; /* NULL once the stream is gone */
+    struct list link; /* s->taps (not for s->own) */
+    buf_t q;
+    size_t off, charged;
+    obudget_share_t *share;
+    void (*wake)(void *ud);
+    void *ud;
+};
 
 struct xcmd_stream {
     gw_t *g;
@@ -273,38 +285,162 @@ struct xcmd_stream {
     struct xcmd_stdin *in; /* NULL: no stdin (or no memory to feed it: it got EOF) */
     const struct xcmd_stream_ops *ops;
     void *ud;
-    buf_t q; /* framed events not written yet, from q_off */
-    size_t q_off;
-    obudget_share_t *share; /* the kernel's share of the output budget, charged what q holds */
-    size_t charged;
+    struct xcmd_tap own; /* the starting client's queue (until xcmd_stream_detach) */
+    bool own_attached;
+    struct list taps; /* struct xcmd_tap.link: the clients attached since */
+    obudget_share_t *share; /* the kernel's share of the output budget */
     bool ended, paused;
 };
 
+static bool tap_full(const struct xcmd_tap *t)
+{
+    return t->q.len - t->off > XCMD_QUEUE_MAX;
+}
+
+/* With a client attached: one of them holds over XCMD_QUEUE_MAX, or the kernel's share is
+ * over its limit. With none, the output is read and dropped: never over. */
 static bool over_budget(const xcmd_stream_t *s)
 {
-    return s->q.len - s->q_off > XCMD_QUEUE_MAX ||
-           (s->share && obudget_share_limit(s->share) &&
-            obudget_share_held(s->share) > obudget_share_limit(s->share));
+    bool any = s->own_attached || !list_empty(&s->taps);
+    if (!any)
+        return false;
+    if (s->share && obudget_share_limit(s->share) &&
+        obudget_share_held(s->share) > obudget_share_limit(s->share))
+        return true;
+    if (s->own_attached && tap_full(&s->own))
+        return true;
+    const struct xcmd_tap *t;
+    list_for_each(t, &s->taps, link)
+    {
+        if (tap_full(t))
+            return true;
+    }
+    return false;
+}
+
+static void resume_if_room(xcmd_stream_t *s)
+{
+    if (s->paused && !over_budget(s)) {
+        s->paused = false;
+        kcmd_pause(s->cmd, false); /* (may queue more, and the end) */
+    }
+}
+
+static void tap_init(struct xcmd_tap *t, xcmd_stream_t *s, void (*wake)(void *ud), void *ud)
+{
+    t->s = s;
+    t->wake = wake;
+    t->ud = ud;
+    buf_init(&t->q, SIZE_MAX);
+    list_init(&t->link);
+    if (s->share)
+        t->share = obudget_share_ref(s->share);
+}
+
+/* What it holds is released (and its queue emptied). */
+static void tap_fini(struct xcmd_tap *t)
+{
+    if (t->share) {
+        obudget_share_release(t->share, t->charged);
+        obudget_share_unref(&t->share);
+    }
+    t->charged = 0;
+    t->off = 0;
+    buf_fini(&t->q);
+}
+
+int xcmd_tap_send(xcmd_tap_t *t, const void *framed, size_t n)
+{
+    if (!t->s || buf_append(&t->q, framed, n) < 0)
+        return -ENOMEM;
+    if (t->share && n) {
+        obudget_share_charge(t->share, n);
+        t->charged += n;
+    }
+    t->wake(t->ud);
+    return 0;
+}
+
+size_t xcmd_tap_pending(const xcmd_tap_t *t, const char **ret)
+{
+    *ret = t->q.data ? t->q.data + t->off : "";
+    return t->q.len - t->off;
+}
+
+void xcmd_tap_taken(xcmd_tap_t *t, size_t n)
+{
+    t->off += n;
+    if (t->share) {
+        obudget_share_release(t->share, n);
+        t->charged -= n;
+    }
+    if (t->off == t->q.len) {
+        buf_reset(&t->q);
+        t->off = 0;
+    }
+    if (t->s)
+        resume_if_room(t->s);
+}
+
+bool xcmd_tap_ended(const xcmd_tap_t *t)
+{
+    return !t->s || t->s->ended;
+}
+
+xcmd_tap_t *xcmd_tap_new(xcmd_stream_t *s, void (*wake)(void *ud), void *ud)
+{
+    xcmd_tap_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    tap_init(t, s, wake, ud);
+    list_append(&s->taps, &t->link);
+    return t;
+}
+
+void xcmd_tap_free(xcmd_tap_t **p)
+{
+    xcmd_tap_t *t = *p;
+    if (!t)
+        return;
+    list_remove(&t->link);
+    tap_fini(t);
+    if (t->s)
+        resume_if_room(t->s); /* it may have been the slow one */
+    free(t);
+    *p = NULL;
 }
 
 int xcmd_stream_send(xcmd_stream_t *s, const void *framed, size_t n)
 {
-    if (buf_append(&s->q, framed, n) < 0)
-        return -ENOMEM;
-    if (s->share && n) {
-        obudget_share_charge(s->share, n);
-        s->charged += n;
+    int rc = 0;
+    if (s->own_attached && xcmd_tap_send(&s->own, framed, n) < 0)
+        rc = -ENOMEM;
+    xcmd_tap_t *t;
+    list_for_each(t, &s->taps, link)
+    {
+        if (xcmd_tap_send(t, framed, n) < 0)
+            rc = -ENOMEM;
     }
-    s->ops->wake(s->ud);
-    return 0;
+    return rc;
+}
+
+void xcmd_stream_detach(xcmd_stream_t *s)
+{
+    if (!s->own_attached)
+        return;
+    s->own_attached = false;
+    tap_fini(&s->own);
+    resume_if_room(s);
 }
 
 static void stream_output(void *ud, int fd, const void *buf, size_t n)
 {
     xcmd_stream_t *s = ud;
+    if (!s->own_attached && list_empty(&s->taps))
+        return; /* nobody attached: read and dropped */
     s->ops->output(s->ud, fd, buf, n);
     if (!s->paused && over_budget(s)) {
-        s->paused = true; /* the client is slow: the command waits on its full pipe */
+        s->paused = true; /* a client is slow: the command waits on its full pipe */
         kcmd_pause(s->cmd, true);
     }
 }
@@ -315,6 +451,12 @@ static void stream_end(void *ud, const struct kcmd_end *e)
     s->ops->end(s->ud, e);
     s->ended = true;
     xcmd_stdin_free(&s->in);
+}
+
+static void own_wake(void *ud)
+{
+    xcmd_stream_t *s = ud;
+    s->ops->wake(s->ud);
 }
 
 xcmd_stream_t *xcmd_stream_start(
@@ -329,9 +471,11 @@ xcmd_stream_t *xcmd_stream_start(
     s->g = g;
     s->ops = ops;
     s->ud = ud;
-    buf_init(&s->q, SIZE_MAX);
+    list_init(&s->taps);
     if (kernel_out_share(k))
         s->share = obudget_share_ref(kernel_out_share(k));
+    tap_init(&s->own, s, own_wake, s);
+    s->own_attached = true;
     struct kcmd_cbs cb = {.output = stream_output, .end = stream_end, .ud = s};
     if (kops_command_start(g, k, o, &cb, &s->cmd, err) < 0) {
         xcmd_stream_free(&s);
@@ -344,25 +488,12 @@ xcmd_stream_t *xcmd_stream_start(
 
 size_t xcmd_stream_pending(const xcmd_stream_t *s, const char **ret)
 {
-    *ret = s->q.data ? s->q.data + s->q_off : "";
-    return s->q.len - s->q_off;
+    return xcmd_tap_pending(&s->own, ret);
 }
 
 void xcmd_stream_taken(xcmd_stream_t *s, size_t n)
 {
-    s->q_off += n;
-    if (s->share) {
-        obudget_share_release(s->share, n);
-        s->charged -= n;
-    }
-    if (s->q_off == s->q.len) {
-        buf_reset(&s->q);
-        s->q_off = 0;
-    }
-    if (s->paused && !over_budget(s)) {
-        s->paused = false;
-        kcmd_pause(s->cmd, false); /* (may queue more, and the end) */
-    }
+    xcmd_tap_taken(&s->own, n);
 }
 
 bool xcmd_stream_ended(const xcmd_stream_t *s)
@@ -395,11 +526,14 @@ void xcmd_stream_free(xcmd_stream_t **p)
         return;
     xcmd_stdin_free(&s->in);
     kcmd_release(&s->cmd);
-    if (s->share) {
-        obudget_share_release(s->share, s->charged);
-        obudget_share_unref(&s->share);
+    xcmd_stream_detach(s);
+    while (!list_empty(&s->taps)) { /* they outlive it, ended */
+        xcmd_tap_t *t = list_first(&s->taps, xcmd_tap_t, link);
+        list_remove(&t->link);
+        list_init(&t->link);
+        t->s = NULL;
     }
-    buf_fini(&s->q);
+    obudget_share_unref(&s->share);
     free(s);
     *p = NULL;
 }

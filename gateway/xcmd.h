@@ -1,7 +1,7 @@
 /* xcmd.c: commands in a kernel's sandbox (kernelmgr/kcmd.h) for the faces (docs/commands.md):
- * a command as a client asks for it, its stdin fed to its pipe, a command streamed to a
- * client within the kernel's output budget (the commands API, xcmdapi.h; E2B's processes,
- * e2bsbx.c), and a run that collects a command's output for MCP's run_command. */
+ * a command as a client asks for it, its stdin fed to its pipe, a command streamed to its
+ * clients within the kernel's output budget (the commands API, xcmdapi.h: one; E2B's
+ * processes, e2bsbx.c: any number, or none), and a run that collects a command's output for MCP's run_command. */
 #ifndef KGW_GATEWAY_XCMD_H
 #define KGW_GATEWAY_XCMD_H
 
@@ -53,11 +53,15 @@ void xcmd_stdin_close(struct xcmd_stdin *in);
  * "message"}, new reference. */
 json_t *xcmd_end_json(const struct kcmd_end *e);
 
-/* A command streamed to a client. Its events, framed by the face (ops), wait in the stream's
- * queue, charged to the kernel's share of the output budget (common/obudget.h) until the face
- * has written them; past XCMD_QUEUE_MAX queued, or with the share over its limit, the
- * command's output is no longer read (kcmd_pause) until the client takes what is queued: the
- * command then waits on its pipe, and the gateway holds a bounded amount for a slow client. */
+/* A command streamed to its clients. Its events, framed by the face (ops), wait in each
+ * client's queue, charged to the kernel's share of the output budget (common/obudget.h) until
+ * the face has written them; past XCMD_QUEUE_MAX queued for one client, or with the share over
+ * its limit, the command's output is no longer read (kcmd_pause) until the clients take what
+ * is queued: the command then waits on its pipe, and the gateway holds a bounded amount for a
+ * slow client (which its face cuts after its stall timeout). The client that started it has
+ * the stream's own queue (xcmd_stream_pending); more attach as taps (E2B's Connect), each with
+ * its own queue. With no client attached (xcmd_stream_detach, no taps) the command runs on: its
+ * output is read and dropped, never paused, nothing held for it. */
 typedef struct xcmd_stream xcmd_stream_t;
 struct xcmd_stream_ops {
     /* n bytes (at most KCMD_READ_MAX) of its stdout (fd 1) or stderr (fd 2), to frame and
@@ -74,9 +78,10 @@ struct xcmd_stream_ops {
 xcmd_stream_t *xcmd_stream_start(
     gw_t *g, kernel_t *k, const struct kcmd_opts *o, const struct xcmd_stream_ops *ops, void *ud,
     struct kerr *err);
-/* Queues n framed bytes for the client (wakes it): 0, or -ENOMEM (they are lost). */
+/* Queues n framed bytes for each client attached (wakes them): 0, or -ENOMEM (they are lost
+ * for one). */
 int xcmd_stream_send(xcmd_stream_t *s, const void *framed, size_t n);
-/* The bytes queued and not yet written (*ret: where they start). */
+/* The starting client's bytes queued and not yet written (*ret: where they start). */
 size_t xcmd_stream_pending(const xcmd_stream_t *s, const char **ret);
 /* n of them were written: released, and the command read again if it waited for them. */
 void xcmd_stream_taken(xcmd_stream_t *s, size_t n);
@@ -88,8 +93,25 @@ int xcmd_stream_signal(xcmd_stream_t *s, int sig, struct kerr *err);
  * or no memory to feed it (it got EOF). */
 int xcmd_stream_input(xcmd_stream_t *s, const void *buf, size_t n);
 int xcmd_stream_close_input(xcmd_stream_t *s);
-/* A command still running is killed (no callback after); what is queued goes. NULL is fine. */
+/* The starting client goes (what it has queued is released): the command runs on, for the
+ * taps, or with none its output read and dropped. */
+void xcmd_stream_detach(xcmd_stream_t *s);
+/* A command still running is killed (no callback after); what is queued for the starting
+ * client goes; taps still attached outlive it, ended. NULL is fine. */
 void xcmd_stream_free(xcmd_stream_t **s);
+
+/* Another client attached to a stream: it gets what xcmd_stream_send queues from now on (and
+ * what xcmd_tap_send queues for it alone); wake(ud) when bytes were queued. NULL: no memory. */
+typedef struct xcmd_tap xcmd_tap_t;
+xcmd_tap_t *xcmd_tap_new(xcmd_stream_t *s, void (*wake)(void *ud), void *ud);
+/* As xcmd_stream_send, for it alone; -ENOMEM too once its stream is gone. */
+int xcmd_tap_send(xcmd_tap_t *t, const void *framed, size_t n);
+size_t xcmd_tap_pending(const xcmd_tap_t *t, const char **ret);
+void xcmd_tap_taken(xcmd_tap_t *t, size_t n);
+/* Whether its stream's end was framed, or its stream is gone (nothing is queued after). */
+bool xcmd_tap_ended(const xcmd_tap_t *t);
+/* It goes (what it has queued is released); the command runs on. NULL is fine. */
+void xcmd_tap_free(xcmd_tap_t **t);
 
 /* A command whose output is collected (MCP): stdout and stderr up to max bytes together (the
  * rest is counted, not kept), then done(ud) once it ended. */

@@ -168,7 +168,8 @@ int e2bwire_signal_parse(
 
 /* process.Process/SendInput's request ({"process": {"pid": N}, "input": {"stdin": BASE64}}):
  * 0 with *ret_pid and the bytes (*ret_data, malloc'd, *ret_n); with ret_data NULL,
- * CloseStdin's ({"process": {"pid": N}}). -EINVAL with a message otherwise. */
+ * CloseStdin's and Connect's ({"process": {"pid": N}}: a selector by tag is refused). -EINVAL
+ * with a message otherwise. */
 int e2bwire_input_parse(const char *body, size_t len, unsigned *ret_pid, uint8_t **ret_data,
                         size_t *ret_n, char *err, size_t errsz);
 

@@ -469,6 +469,48 @@ async function main() {
   assert.deepEqual(mine.args, ['-l', '-c', 'sleep 30'])
   await noStdin.kill()
   step('commands stdin, list')
+  // ---- commands.connect (process.Connect): a command outlives its client ----
+  const detached = await sbx.commands.run(
+    'for i in $(seq 1 40); do echo tick$i; sleep 0.25; done', { background: true })
+  await detached.disconnect()
+  await sleep(500)
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === detached.pid),
+    'a detached command runs on')
+  const later = []
+  const attached = await sbx.commands.connect(detached.pid, { onStdout: (d) => later.push(d) })
+  assert.equal(attached.pid, detached.pid)
+  const t1 = Date.now()
+  while (!later.join('').includes('tick') && Date.now() - t1 < 30_000) await sleep(100)
+  const ticks = later.join('').split('\n').filter(Boolean)
+  assert.ok(ticks.length > 0 && !ticks.includes('tick1'), `only what comes after: ${ticks}`)
+  const detachedEnd = await attached.wait()
+  assert.equal(detachedEnd.exitCode, 0)
+  assert.ok(detachedEnd.stdout.includes('tick40\n'), detachedEnd.stdout)
+  // two clients at once: both see the output and the end
+  const first = []
+  const twice = await sbx.commands.run('sleep 1; echo both; sleep 0.5; exit 4', {
+    background: true, onStdout: (d) => first.push(d) })
+  const second = await sbx.commands.connect(twice.pid)
+  assert.equal(second.pid, twice.pid)
+  const [e1, e2] = await Promise.all([twice.wait().catch((e) => e), second.wait().catch((e) => e)])
+  assert.deepEqual([e1.exitCode, e2.exitCode], [4, 4])
+  assert.equal(e1.stdout, 'both\n')
+  assert.equal(e2.stdout, 'both\n')
+  assert.equal(first.join(''), 'both\n')
+  // a pid that is not there (never, or ended)
+  await expectReject(sbx.commands.connect(999999), /not found|not_found/i, 'connect: no such pid')
+  await expectReject(sbx.commands.connect(twice.pid), /not found|not_found/i, 'connect: it ended')
+  // kill a detached one: listed until then, gone after
+  const longOne = await sbx.commands.run('sleep 60', { background: true })
+  await longOne.disconnect()
+  await sleep(300)
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === longOne.pid))
+  assert.equal(await sbx.commands.kill(longOne.pid), true)
+  const t2 = Date.now()
+  while ((await sbx.commands.list()).some((p) => p.pid === longOne.pid) && Date.now() - t2 < 10_000)
+    await sleep(100)
+  assert.ok(!(await sbx.commands.list()).some((p) => p.pid === longOne.pid), 'killed')
+  step('commands.connect')
   await expectReject(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }),
     /not offered|unimplemented/i, 'a PTY')
   step('unimplemented calls')

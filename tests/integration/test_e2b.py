@@ -183,14 +183,22 @@ def test_refusals_and_tenancy(gw2):
                               {**sbx_headers(m), "Content-Type": "application/json"})
     assert status == 200 and body == {"processes": []}, body
     env = json.dumps({"process": {"pid": 1}}).encode()
-    t0 = time.monotonic()
-    status, raw, hdrs = request(gw, "POST", "/e2b/sbx/process.Process/Connect",
-                                bytes([0]) + len(env).to_bytes(4, "big") + env,
-                                {**sbx_headers(m), "Content-Type": "application/connect+json"})
-    assert time.monotonic() - t0 < 30
-    assert status == 200 and hdrs["Content-Type"] == "application/connect+json"
-    assert raw[0] == 2 and int.from_bytes(raw[1:5], "big") == len(raw) - 5
-    assert json.loads(raw[5:])["error"]["code"] == "unimplemented"
+    for method, code in (("StreamInput", "unimplemented"), ("Connect", "not_found")):
+        t0 = time.monotonic()
+        status, raw, hdrs = request(gw, "POST", f"/e2b/sbx/process.Process/{method}",
+                                    bytes([0]) + len(env).to_bytes(4, "big") + env,
+                                    {**sbx_headers(m), "Content-Type": "application/connect+json"})
+        assert time.monotonic() - t0 < 30
+        assert status == 200 and hdrs["Content-Type"] == "application/connect+json"
+        assert raw[0] == 2 and int.from_bytes(raw[1:5], "big") == len(raw) - 5
+        assert json.loads(raw[5:])["error"]["code"] == code, (method, raw)
+    # Connect's body: a selector by pid (tags are not kept)
+    for bad in ({"process": {"tag": "x"}}, {"process": {}}, {"pid": 1}, []):
+        b = json.dumps(bad).encode()
+        status, raw, _ = request(gw, "POST", "/e2b/sbx/process.Process/Connect",
+                                 bytes([0]) + len(b).to_bytes(4, "big") + b,
+                                 {**sbx_headers(m), "Content-Type": "application/connect+json"})
+        assert status == 200 and json.loads(raw[5:])["error"]["code"] == "invalid_argument", raw
     # filesystem calls stay inside /home/user
     status, body, _ = request(gw, "POST", "/e2b/sbx/filesystem.Filesystem/ListDir",
                               {"path": "/etc"}, {**sbx_headers(m),
@@ -752,6 +760,100 @@ def test_process_output_within_the_output_budget():
         while output_held(gw) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert output_held(gw) == 0  # all released once written
+    finally:
+        stop_gateway(gw)
+
+
+def proc_call(gw, m, method, body):
+    """A unary process.Process call: (status, answer)."""
+    status, ans, _ = request(gw, "POST", f"/e2b/sbx/process.Process/{method}", body,
+                             {**sbx_headers(m), "Content-Type": "application/json"})
+    return status, ans
+
+
+def proc_pids(gw, m):
+    status, a = proc_call(gw, m, "List", {})
+    assert status == 200, a
+    return [p["pid"] for p in a["processes"]]
+
+
+def start_detached(gw, m, argv, headers=None):
+    """process.Process/Start whose client reads the start event and goes: the pid, or the
+    stream's end (a refusal)."""
+    c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    c.request("POST", "/e2b/sbx/process.Process/Start",
+              envelope({"process": {"cmd": argv[0], "args": argv[1:]}}),
+              {**sbx_headers(m), "Content-Type": "application/connect+json", **(headers or {})})
+    r = c.getresponse()
+    assert r.status == 200
+    head = r.read(5)
+    msg = json.loads(r.read(struct.unpack(">I", head[1:])[0]))
+    c.close()
+    return msg["event"]["start"]["pid"] if "event" in msg else msg
+
+
+def test_process_detached_holds_nothing_and_is_bounded():
+    """A process.Process command outlives its Start stream (docs/e2b.md, "Commands"): detached,
+    its output is read and dropped, so a flood neither blocks it on its pipe nor has the
+    gateway hold anything (kgw_output_buffer_bytes stays 0); List shows it while it runs.
+    Detached commands still count in --max-commands-per-kernel; Connect to one that ended is
+    not_found."""
+    from conftest import start_gateway, stop_gateway
+    gw = start_gateway(["--output-buffer-bytes", str(BUDGET), "--pool", "python3=0",
+                        "--max-commands-per-kernel", "2"])
+    try:
+        status, m, _ = create(gw, gw.token, {"templateID": "base", "timeout": 600})
+        assert status == 201, m
+        pid = start_detached(gw, m, ["/bin/bash", "-c",
+                                     f"sleep 1; head -c {FLOOD * 4} /dev/zero | tr '\\0' x"])
+        assert isinstance(pid, int), pid
+        assert pid in proc_pids(gw, m)  # it runs on without its client
+        held, deadline = [], time.monotonic() + 60
+        while pid in proc_pids(gw, m) and time.monotonic() < deadline:
+            held.append(output_held(gw))
+            time.sleep(0.05)
+        assert pid not in proc_pids(gw, m), "a detached flood must not block on its pipe"
+        assert len(held) > 5 and max(held) == 0, held
+        # ended: Connect finds nothing
+        c = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+        c.request("POST", "/e2b/sbx/process.Process/Connect", envelope({"process": {"pid": pid}}),
+                  {**sbx_headers(m), "Content-Type": "application/connect+json"})
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        assert r.status == 200 and body[0] == 2, body
+        assert json.loads(body[5:])["error"]["code"] == "not_found", body
+
+        # the kernel's limit of commands counts detached ones
+        a = start_detached(gw, m, ["sleep", "60"])
+        b = start_detached(gw, m, ["sleep", "60"])
+        assert isinstance(a, int) and isinstance(b, int), (a, b)
+        third = start_detached(gw, m, ["sleep", "60"])
+        assert third.get("error", {}).get("code") == "resource_exhausted", third
+        assert sorted(proc_pids(gw, m)) == sorted([a, b])
+        status, ans = proc_call(gw, m, "SendSignal",
+                                {"process": {"pid": a}, "signal": "SIGNAL_SIGKILL"})
+        assert status == 200, ans
+        deadline = time.monotonic() + 10
+        while a in proc_pids(gw, m) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc_pids(gw, m) == [b]
+        c = start_detached(gw, m, ["sleep", "60"])  # a slot again
+        assert isinstance(c, int), c
+        proc_call(gw, m, "SendSignal", {"process": {"pid": b}, "signal": "SIGNAL_SIGKILL"})
+        proc_call(gw, m, "SendSignal", {"process": {"pid": c}, "signal": "SIGNAL_SIGKILL"})
+        deadline = time.monotonic() + 10
+        while proc_pids(gw, m) and time.monotonic() < deadline:  # (their slots free at their end)
+            time.sleep(0.1)
+        assert proc_pids(gw, m) == []
+
+        # the call's deadline (the SDKs' timeoutMs) still ends a detached command
+        t0 = time.monotonic()
+        d = start_detached(gw, m, ["sleep", "60"], {"Connect-Timeout-Ms": "1500"})
+        assert isinstance(d, int), d
+        while d in proc_pids(gw, m) and time.monotonic() - t0 < 20:
+            time.sleep(0.1)
+        assert d not in proc_pids(gw, m) and time.monotonic() - t0 >= 1.4
     finally:
         stop_gateway(gw)
 

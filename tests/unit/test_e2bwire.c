@@ -379,6 +379,18 @@ int main(void)
         sr = "{\"process\":{\"pid\":8}}";
         CHECK_INT(e2bwire_input_parse(sr, strlen(sr), &ipid, NULL, NULL, err, sizeof(err)), 0);
         CHECK(ipid == 8);
+        /* Connect's too: a selector by pid alone (tags are not kept), nothing beside */
+        const char *const bad[] = {"{\"process\":{\"tag\":\"x\"}}",
+                                   "{\"process\":{\"pid\":8,\"tag\":\"x\"}}",
+                                   "{\"process\":{\"pid\":-1}}",
+                                   "{\"process\":{\"pid\":4294967296}}",
+                                   "{\"process\":{\"pid\":8},\"input\":{}}",
+                                   "{\"pid\":8}"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+            CHECK_INT(e2bwire_input_parse(bad[i], strlen(bad[i]), &ipid, NULL, NULL, err,
+                                          sizeof(err)),
+                      -EINVAL);
+        CHECK(ipid == 8);
     }
     /* elsewhere in the sandbox: an absolute path of its own file system */
     sr = "{\"process\":{\"cmd\":\"/bin/sh\",\"cwd\":\"/tmp/test-git\"}}";
