@@ -9,8 +9,9 @@
  * websocket is closed with 1001 after what is queued for it, and every kernel is shut down
  * the usual way; main.c's exit path then removes what is left (processes, cgroups, runtime
  * directory). SIGINT skips the wait; a signal while closing ends the loop at once. SIGUSR2
- * (drain_restart) closes at once too, with 1012 "service restart": main.c then execs kgw in
- * place (gateway/handover.h). */
+ * (drain_restart) closes at once too, with 1012 "service restart", and shuts down only the
+ * kernels that cannot go over (drain_carries): main.c then hands the others over and execs
+ * kgw in place (gateway/handover.h). */
 #include "gateway/drain.h"
 
 #include <errno.h>
@@ -41,12 +42,26 @@ static void finish(gw_t *g)
     lws_cancel_service(g->ctx);
 }
 
+bool drain_carries(gw_t *g, kernel_t *k)
+{
+    return g->drain.restart && kmgr_carriable(k) && (!g->drain.keeps || g->drain.keeps(g, k));
+}
+
+/* The kernels closing waits for: all, but those a restart carries over. */
+static size_t ending(gw_t *g)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < kmgr_count(g->km); i++)
+        n += !drain_carries(g, kmgr_at(g->km, i));
+    return n;
+}
+
 /* Closes every websocket (1001, after what is queued) and shuts every kernel down. forced:
  * executions are still running; each such kernel is interrupted first, so that it ends them
  * and honours the shutdown_request instead of waiting out --shutdown-grace-ms. */
 static void close_all(gw_t *g, bool forced)
 {
-    size_t n = kmgr_count(g->km);
+    size_t n = ending(g);
     int code = g->drain.restart ? DRAIN_RESTART_CODE : 1001;
     const char *reason = g->drain.restart ? DRAIN_RESTART_REASON : DRAIN_CLOSE_REASON;
     g->drain.phase = GW_CLOSING;
@@ -60,6 +75,8 @@ static void close_all(gw_t *g, bool forced)
     /* kernel_shutdown never removes a kernel from the list before it returns */
     for (size_t i = 0; i < kmgr_count(g->km); i++) {
         kernel_t *k = kmgr_at(g->km, i);
+        if (drain_carries(g, k))
+            continue;
         if (forced && kernel_executions(k) > 0 && kernel_interrupt(k) == 0)
             log_info("kernel=%s: drain: interrupting its execution", kernel_id(k));
         kernel_shutdown(k, reason);
@@ -90,7 +107,7 @@ static void on_tick(void *data)
         }
         g->drain.execs = n;
     } else if (g->drain.phase == GW_CLOSING) {
-        size_t n = kmgr_count(g->km);
+        size_t n = ending(g);
         if (n == 0 && g->connections == 0)
             return finish(g);
         if (now >= g->drain.deadline_ms) {
@@ -105,9 +122,11 @@ static void on_tick(void *data)
     g->loop.evl.timer_arm(&g->loop.evl, g->drain.timer, DRAIN_TICK_MS);
 }
 
-int drain_init(gw_t *g, void (*close_websockets)(gw_t *g, int code, const char *reason))
+int drain_init(gw_t *g, void (*close_websockets)(gw_t *g, int code, const char *reason),
+               bool (*keeps)(gw_t *g, kernel_t *k))
 {
     g->drain.close_websockets = close_websockets;
+    g->drain.keeps = keeps;
     g->drain.timer = g->loop.evl.timer_new(&g->loop.evl, on_tick, g);
     return g->drain.timer ? 0 : -errno;
 }
@@ -185,11 +204,12 @@ int drain_restart(gw_t *g)
     g->drain.started_ms = g->drain.logged_ms = util_now_ms();
     g->drain.phase = GW_DRAINING;
     g->drain.execs = kmgr_executions(g->km);
-    log_info("drain: SIGUSR2: restarting in place; %zu kernel%s, %zu execution%s, %d websocket%s "
-             "end",
-             kmgr_count(g->km), kmgr_count(g->km) == 1 ? "" : "s", g->drain.execs,
-             g->drain.execs == 1 ? "" : "s", g->connections, g->connections == 1 ? "" : "s");
     kmgr_drain(g->km);
+    size_t n = kmgr_count(g->km), end = ending(g);
+    log_info("drain: SIGUSR2: restarting in place; %zu kernel%s go%s over, %zu end%s; %d "
+             "websocket%s close",
+             n - end, n - end == 1 ? "" : "s", n - end == 1 ? "es" : "", end, end == 1 ? "s" : "",
+             g->connections, g->connections == 1 ? "" : "s");
     close_all(g, g->drain.execs > 0);
     return 0;
 }

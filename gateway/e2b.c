@@ -263,6 +263,20 @@ int e2b_listen(gw_t *g)
     return 0;
 }
 
+bool e2b_holds(gw_t *g, kernel_t *k)
+{
+    const struct e2bsbx *s;
+    if (!g->e2b)
+        return false;
+    list_for_each(s, &g->e2b->sbxs, link)
+    {
+        for (size_t i = 0; i < s->nkernels; i++)
+            if (!strcmp(s->kernels[i], kernel_id(k)))
+                return true;
+    }
+    return false;
+}
+
 void e2b_fini(gw_t *g)
 {
     struct e2b *e = g->e2b;

@@ -20,6 +20,9 @@
  * all. */
 int e2b_listen(gw_t *g);
 void e2b_fini(gw_t *g);
+/* Whether a sandbox uses k (a restart in place ends such a kernel: sandboxes do not go
+ * over). */
+bool e2b_holds(gw_t *g, kernel_t *k);
 
 /* The control plane's routes (authenticated as other routes): GET and POST [/v2]/sandboxes,
  * GET and DELETE /sandboxes/{id}, POST /sandboxes/{id}/timeout, POST /sandboxes/{id}/connect

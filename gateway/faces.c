@@ -45,6 +45,11 @@ void faces_fini(gw_t *g)
             faces_table[i].fini(g);
 }
 
+bool faces_keeps(gw_t *g, kernel_t *k)
+{
+    return !e2b_holds(g, k) && !mcp_holds(g, k);
+}
+
 void faces_close(gw_t *g, int code, const char *reason)
 {
     for (size_t i = 0; i < faces_n; i++)

@@ -27,5 +27,8 @@ int faces_init(gw_t *g);
 void faces_fini(gw_t *g);
 /* Closes every face's websockets, in the table's order (a drain's close, gateway/drain.c). */
 void faces_close(gw_t *g, int code, const char *reason);
+/* Whether k can go over a restart in place as the faces see it: no E2B sandbox, MCP session
+ * or named kernel uses it (their state is not carried). */
+bool faces_keeps(gw_t *g, kernel_t *k);
 
 #endif

@@ -119,6 +119,8 @@ struct gw_drain {
     bool restart;         /* SIGUSR2: the close is a restart in place (gateway/handover.h) */
     /* faces_close (drain_init): every face's websockets closed */
     void (*close_websockets)(struct gw *g, int code, const char *reason);
+    /* faces_keeps (drain_init): whether the faces let a kernel go over a restart in place */
+    bool (*keeps)(struct gw *g, kernel_t *k);
 };
 
 typedef struct conns conns_t;
@@ -142,6 +144,7 @@ typedef struct gw {
     struct list sessions; /* /api/sessions: gsess_t.link, newest first (sessions_init) */
     bool stopping;
     bool handed_over; /* started by a restart in place (gateway/handover.h) */
+    json_t *handover; /* ... its record, until the kernels and sessions are taken over */
     char instance_id[GW_INSTANCE_ID_MAX + 1]; /* GET /self_identify, X-KGW-Self-Identify */
     evl_timer_t *tick;                           /* loop responsiveness, for /check_liveness */
     uint64_t tick_us;                            /* when the tick last ran (monotonic) */

@@ -9,12 +9,15 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "gateway/glisten.h"
 
 extern char **environ;
+
+#define HANDOVER_CLOSE_RANGE_CLOEXEC (1U << 2) /* CLOSE_RANGE_CLOEXEC, Linux 5.11 */
 
 static char self_path[PATH_MAX]; /* handover_init's */
 
@@ -48,26 +51,7 @@ int handover_check(void)
     return 0;
 }
 
-static int parse_record(const char *buf, size_t n, char *key, size_t keysz)
-{
-    json_error_t e;
-    json_t *rec = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &e);
-    if (!json_is_object(rec)) {
-        json_decref(rec);
-        return -EINVAL;
-    }
-    json_t *k = json_object_get(rec, "api_key");
-    int r = 1;
-    key[0] = '\0';
-    if (json_is_string(k) && json_string_length(k) < keysz)
-        memcpy(key, json_string_value(k), json_string_length(k) + 1);
-    else if (k)
-        r = -EINVAL;
-    json_decref(rec);
-    return r;
-}
-
-int handover_take(char *key, size_t keysz)
+int handover_take(json_t **ret)
 {
     const char *v = getenv(HANDOVER_ENV);
     if (!v)
@@ -77,17 +61,34 @@ int handover_take(char *key, size_t keysz)
     long fd = strtol(v, &end, 10);
     bool ok = errno == 0 && *end == '\0' && end != v && fd >= 3 && fd <= INT_MAX;
     unsetenv(HANDOVER_ENV);
+    /* the kernels' descriptors the record names (kmgr_hand_over): close-on-exec at once, so
+     * no process started from here gets them, whatever becomes of the record */
+    if (syscall(SYS_close_range, KMGR_HANDOVER_FD_MIN, ~0U, HANDOVER_CLOSE_RANGE_CLOEXEC) < 0)
+        for (int d = KMGR_HANDOVER_FD_MIN; d < HANDOVER_FD_SCAN_MAX; d++)
+            fcntl(d, F_SETFD, FD_CLOEXEC);
     if (!ok)
         return -EBADF;
-    char buf[HANDOVER_RECORD_MAX];
-    ssize_t n = pread((int)fd, buf, sizeof(buf), 0);
-    int err = n < 0 ? errno : 0;
+    struct stat st;
+    if (fstat((int)fd, &st) < 0 || st.st_size > HANDOVER_RECORD_MAX) {
+        int err = errno;
+        close((int)fd);
+        return st.st_size > HANDOVER_RECORD_MAX ? -E2BIG : -err;
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    ssize_t n = buf ? pread((int)fd, buf, (size_t)st.st_size, 0) : -1;
+    int err = n < 0 ? (buf ? errno : ENOMEM) : 0;
     close((int)fd);
+    json_error_t e;
+    json_t *rec = n < 0 ? NULL : json_loadb(buf, (size_t)n, JSON_REJECT_DUPLICATES, &e);
+    free(buf);
     if (n < 0)
         return -err;
-    if ((size_t)n == sizeof(buf))
-        return -E2BIG;
-    return parse_record(buf, (size_t)n, key, keysz);
+    if (!json_is_object(rec)) {
+        json_decref(rec);
+        return -EINVAL;
+    }
+    *ret = rec;
+    return 1;
 }
 
 void handover_hold(const gw_t *g, int held[HANDOVER_LISTEN_MAX])
@@ -102,22 +103,16 @@ void handover_hold(const gw_t *g, int held[HANDOVER_LISTEN_MAX])
 }
 
 /* The record in a memfd left open across exec: its descriptor, or -errno. */
-static int write_record(const char *api_key)
+static int write_record(const json_t *rec)
 {
-    json_t *rec = json_object();
-    if (!rec || (api_key && json_object_set_new(rec, "api_key", json_string(api_key)) < 0)) {
-        json_decref(rec);
-        return -ENOMEM;
-    }
     char *s = json_dumps(rec, JSON_COMPACT);
-    json_decref(rec);
     if (!s)
         return -ENOMEM;
     size_t n = strlen(s);
     int fd = memfd_create("kgw-handover", 0); /* not close-on-exec: the new image reads it */
     int err = fd < 0 ? errno : 0;
-    if (fd >= 0 && (n >= HANDOVER_RECORD_MAX || write(fd, s, n) != (ssize_t)n)) {
-        err = n >= HANDOVER_RECORD_MAX ? E2BIG : errno ? errno : EIO;
+    if (fd >= 0 && (n > HANDOVER_RECORD_MAX || write(fd, s, n) != (ssize_t)n)) {
+        err = n > HANDOVER_RECORD_MAX ? E2BIG : errno ? errno : EIO;
         close(fd);
         fd = -1;
     }
@@ -125,7 +120,7 @@ static int write_record(const char *api_key)
     return fd < 0 ? -err : fd;
 }
 
-int handover_exec(int held[HANDOVER_LISTEN_MAX], const char *api_key, char **argv)
+int handover_exec(int held[HANDOVER_LISTEN_MAX], const json_t *rec, char **argv)
 {
     int n = 0;
     for (int i = 0; i < HANDOVER_LISTEN_MAX; i++) {
@@ -133,7 +128,7 @@ int handover_exec(int held[HANDOVER_LISTEN_MAX], const char *api_key, char **arg
         if (held[i] >= 0 && dup2(held[i], 3 + n) == 3 + n)
             n++;
     }
-    int rfd = write_record(api_key);
+    int rfd = write_record(rec);
     if (rfd < 0) {
         log_error("restart: cannot write the hand-over record: %s", strerror(-rfd));
         return rfd;

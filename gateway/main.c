@@ -611,11 +611,12 @@ static void man_page(FILE *out)
           "The same without waiting for executions.\n"
           ".TP\n"
           ".B SIGUSR2\n"
-          "Restart in place (an upgrade): kgw closes every websocket (1012, service restart), "
-          "shuts its kernels down as SIGINT does, and execs the path it was started from with "
-          "the same arguments and pid, keeping its listening sockets: no connection is refused "
-          "meanwhile. A generated API key is kept. Kernels do not survive it. Ignored while "
-          "draining.\n"
+          "Restart in place (an upgrade): kgw closes every websocket (1012, service restart) "
+          "and execs the path it was started from with the same arguments and pid, keeping its "
+          "listening sockets (no connection is refused meanwhile), a generated API key, and its "
+          "running kernels with their processes, workspaces, limits, egress policies and "
+          "sessions. Paused kernels, forks, kernels with checkpoints or secrets, and E2B and MCP "
+          "kernels are shut down first, as SIGINT does. Ignored while draining.\n"
           ".SH ENVIRONMENT\n"
           ".TP\n"
           ".B KGW_*\n"
@@ -790,10 +791,14 @@ static int configure(int argc, char **argv, bool *ret_generated)
         fprintf(stderr, "kgw: libsodium failed to initialise\n");
         return 1;
     }
-    int hr = handover_take(keybuf, sizeof(keybuf));
+    int hr = handover_take(&G.handover);
     if (hr < 0)
         log_warn("restart: the hand-over record is unreadable: %s", strerror(-hr));
     G.handed_over = hr > 0;
+    const char *made = json_string_value(json_object_get(G.handover, "api_key"));
+    snprintf(keybuf, sizeof(keybuf), "%s", made && strlen(made) < sizeof(keybuf) ? made : "");
+    json_t *km = json_object_get(G.handover, "km");
+    G.cfg.km.handover = json_object_get(km, "rundir") ? km : NULL;
     if ((!G.cfg.api_key || !G.cfg.api_key[0]) && !G.cfg.key_file[0]) {
         if (hr <= 0 || !keybuf[0])
             util_random_hex(keybuf, 32);
@@ -865,6 +870,34 @@ static void announce(bool generated)
     sdnotify_ready(status);
 }
 
+static bool carried(kernel_t *k, void *data)
+{
+    return drain_carries(data, k);
+}
+
+/* What goes over a restart in place: the API key kgw made up, the kernels (and with them, what
+ * the kernel manager's instance keeps) and their sessions. Out of memory: an empty record (the
+ * kernels end; the new image starts afresh). */
+static json_t *handover_record(void)
+{
+    json_t *rec = json_object();
+    json_t *sess = sessions_export(&G); /* before the kernels leave the manager */
+    json_t *km = G.km ? kmgr_hand_over(G.km, carried, &G) : json_object();
+    if (!rec || !sess || !km ||
+        (key_made && json_object_set_new(rec, "api_key", json_string(G.cfg.api_key)) < 0)) {
+        json_decref(rec);
+        json_decref(sess);
+        if (km && G.km) /* handed over already: ended as if the exec failed */
+            kmgr_handover_undo(km, G.cfg.km.runtime_dir);
+        json_decref(km);
+        log_error("restart: cannot write the hand-over record: out of memory");
+        return json_object();
+    }
+    json_object_set_new(rec, "km", km);
+    json_object_set_new(rec, "sessions", sess);
+    return rec;
+}
+
 /* Undoes what main() set up, whichever step it reached. */
 static void teardown(evl_io_t *sig_io, int sfd)
 {
@@ -901,6 +934,7 @@ int main(int argc, char **argv)
     bool generated = false, selftest = false, selftest_json = false;
     evl_io_t *sig_io = NULL;
     int rc, selftest_port = 0, held[HANDOVER_LISTEN_MAX] = {-1, -1};
+    json_t *rec = NULL;
 
     G.routes = routes_table(&G.nroutes);
     sessions_init(&G);
@@ -937,7 +971,7 @@ int main(int argc, char **argv)
     if (setup_listen(&G, protocols, metrics_protocols, fds) < 0)
         goto out;
     sig_io = G.loop.evl.io_add(&G.loop.evl, sfd, on_signal, (void *)(intptr_t)sfd);
-    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G, faces_close) < 0 || gw_trim_start(&G) < 0)
+    if (!sig_io || rest_start_tick(&G) < 0 || drain_init(&G, faces_close, faces_keeps) < 0 || gw_trim_start(&G) < 0)
         goto out;
     if (!(G.conns = conns_new(&G, fds))) {
         log_error("cannot track client connections: %s", strerror(errno));
@@ -945,6 +979,12 @@ int main(int argc, char **argv)
     }
     if (setup_kernels(&G) < 0)
         goto out;
+    if (G.handover) { /* the kernel manager took its part; the sessions' kernels are back */
+        sessions_import(&G, json_object_get(G.handover, "sessions"));
+        G.cfg.km.handover = NULL;
+        json_decref(G.handover);
+        G.handover = NULL;
+    }
     if (selftest) {
         if (selftest_start(&G) < 0)
             G.stopping = true;
@@ -955,12 +995,18 @@ int main(int argc, char **argv)
     while (!G.stopping)
         lwsloop_turn(&G.loop);
     rc = selftest ? selftest_finish(selftest_json) : 0;
-    if (G.drain.restart && !selftest)
+    if (G.drain.restart && !selftest) {
         handover_hold(&G, held);
+        rec = handover_record();
+    }
 out:
     teardown(sig_io, sfd);
-    if (G.drain.restart && !selftest &&
-        handover_exec(held, key_made ? G.cfg.api_key : NULL, argv) < 0)
-        rc = 1; /* what it had is gone: the service manager starts it again */
+    if (rec && handover_exec(held, rec, argv) < 0) {
+        /* what it had is gone: the service manager starts it again */
+        kmgr_handover_undo(json_object_get(rec, "km"), G.cfg.km.runtime_dir);
+        rc = 1;
+    }
+    json_decref(rec);
+    json_decref(G.handover);
     return rc;
 }

@@ -703,6 +703,21 @@ int mcp_listen(gw_t *g)
     return 0;
 }
 
+bool mcp_holds(gw_t *g, kernel_t *k)
+{
+    const struct mcp_session *s;
+    if (!g->mcp)
+        return false;
+    if (g->mcp->named && mcpnamed_holds(g->mcp->named, kernel_id(k)))
+        return true;
+    list_for_each(s, &g->mcp->sessions, link)
+    {
+        if (!strcmp(s->kernel_id, kernel_id(k)))
+            return true;
+    }
+    return false;
+}
+
 void mcp_fini(gw_t *g)
 {
     struct mcp *m = g->mcp;

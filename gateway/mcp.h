@@ -16,5 +16,8 @@ void mcp_req_fini(struct gw_req *r);
 int mcp_listen(gw_t *g);
 /* Frees every session (before the lws context goes: requests still open let go of theirs). */
 void mcp_fini(gw_t *g);
+/* Whether an MCP session or named kernel uses k (a restart in place ends such a kernel: its
+ * sessions do not go over). */
+bool mcp_holds(gw_t *g, kernel_t *k);
 
 #endif

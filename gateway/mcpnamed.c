@@ -20,6 +20,17 @@ struct mcpnamed {
     struct list entries;
 };
 
+bool mcpnamed_holds(const mcpnamed_t *n, const char *kernel_id)
+{
+    const struct mcpnamed_entry *e;
+    list_for_each(e, &n->entries, link)
+    {
+        if (!strcmp(e->kernel_id, kernel_id))
+            return true;
+    }
+    return false;
+}
+
 mcpnamed_t *mcpnamed_new(gw_t *g)
 {
     mcpnamed_t *n = calloc(1, sizeof(*n));

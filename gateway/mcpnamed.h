@@ -32,6 +32,8 @@ struct mcpnamed_entry {
 };
 
 mcpnamed_t *mcpnamed_new(gw_t *g);
+/* Whether an entry names the kernel with this id. */
+bool mcpnamed_holds(const mcpnamed_t *n, const char *kernel_id);
 /* Frees every entry (their kernels are left to the gateway's shutdown). */
 void mcpnamed_destroy(mcpnamed_t **pn);
 /* The tenant's entry of that name (name: checked by the caller, IDENT_KNAME), made when the

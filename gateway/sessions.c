@@ -12,6 +12,7 @@
 #include "common/util.h"
 #include "gateway/gw.h"
 #include "gateway/http.h"
+#include "gateway/drain.h"
 #include "gateway/kops.h"
 #include "gateway/rest.h"
 
@@ -315,6 +316,44 @@ int sessions_listen(gw_t *g)
 void sessions_init(gw_t *g)
 {
     list_init(&g->sessions);
+}
+
+json_t *sessions_export(gw_t *g)
+{
+    json_t *a = json_array();
+    gsess_t *s;
+    list_for_each(s, &g->sessions, link)
+    {
+        kernel_t *k = kmgr_find(g->km, s->kernel_id);
+        if (a && k && drain_carries(g, k))
+            json_array_append_new(a, json_pack("{s:s, s:s, s:O}", "id", s->id, "kernel_id",
+                                               s->kernel_id, "fields", s->fields));
+    }
+    return a;
+}
+
+void sessions_import(gw_t *g, const json_t *rec)
+{
+    json_t *v;
+    size_t i, n = 0;
+    json_array_foreach(rec, i, v)
+    {
+        const char *id = json_string_value(json_object_get(v, "id"));
+        const char *kid = json_string_value(json_object_get(v, "kernel_id"));
+        json_t *fields = json_object_get(v, "fields");
+        gsess_t *s;
+        if (!id || !kid || strlen(id) >= sizeof(s->id) || !json_is_object(fields) ||
+            !kmgr_find(g->km, kid) || find(g, id, NULL) || n >= SESSIONS_MAX ||
+            !(s = calloc(1, sizeof(*s))))
+            continue;
+        snprintf(s->id, sizeof(s->id), "%s", id);
+        snprintf(s->kernel_id, sizeof(s->kernel_id), "%s", kid);
+        s->fields = json_deep_copy(fields);
+        list_prepend(&g->sessions, &s->link);
+        n++;
+    }
+    if (n)
+        log_info("restart: %zu session%s carried over", n, n == 1 ? "" : "s");
 }
 
 void sessions_free_all(gw_t *g)

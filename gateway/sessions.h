@@ -14,5 +14,10 @@ void sessions_req_fini(struct gw_req *r);
 /* Subscribes sessions to kernel events (a session ends with its kernel). */
 int sessions_listen(gw_t *g);
 void sessions_free_all(gw_t *g);
+/* A restart in place (gateway/handover.h): the sessions of the kernels that go over, as a
+ * record (an array; NULL: out of memory); in the next image, the record's sessions whose
+ * kernels came over too, listed again as they were. */
+json_t *sessions_export(gw_t *g);
+void sessions_import(gw_t *g, const json_t *rec);
 
 #endif

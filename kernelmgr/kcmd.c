@@ -420,6 +420,30 @@ int kcmd__open(kernel_t *k, int *ret_init)
     return 0;
 }
 
+int kcmd__resume(kernel_t *k, int fd)
+{
+    struct kcmds *s;
+    kcmd__detach(k);
+    if (!(s = cmds(k)))
+        return -ENOMEM;
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 || fcntl(fd, F_SETFL, O_NONBLOCK) < 0)
+        return -errno;
+    if (!(s->io = k->m->evl->io_add(k->m->evl, fd, on_ctl, k)))
+        return errno ? -errno : -ENOMEM;
+    s->fd = fd;
+    return 0;
+}
+
+int kcmd__fd(const kernel_t *k)
+{
+    return k->cmds ? k->cmds->fd : -1;
+}
+
+int kcmd__running(const kernel_t *k)
+{
+    return k->cmds ? k->cmds->n : 0;
+}
+
 void kcmd__detach(kernel_t *k)
 {
     struct kcmds *s = k->cmds;

@@ -590,6 +590,19 @@ void kernel__adopt(kernel_t *k, pid_t pid, int pidfd)
     l->timer_arm(l, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
 }
 
+void kernel__resume(kernel_t *k, pid_t pid, int pidfd)
+{
+    evl_t *l = k->m->evl;
+    k->pid = pid;
+    k->pidfd = pidfd;
+    k->spawn_us = util_now_us();
+    began(k);
+    if (!(k->pid_io = l->io_add(l, k->pidfd, on_exit_io, k)))
+        log_warn("kernel=%s: cannot watch its process: %s", k->id, strerror(errno));
+    nudge(k);
+    l->timer_arm(l, k->deadline, (uint64_t)k->m->o.start_timeout_ms);
+}
+
 void kernel__adopt_failed(kernel_t *k, const char *why)
 {
     snprintf(k->last_cause, sizeof(k->last_cause), "%s", why);

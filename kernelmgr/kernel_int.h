@@ -20,6 +20,10 @@ void kernel__check_exit(kernel_t *k);
 /* A fork (kfork.c): k (built, not launched) runs in this process, which is not the gateway's
  * child (pidfd: its, taken); its start is proven as any start's. */
 void kernel__adopt(kernel_t *k, pid_t pid, int pidfd);
+/* A restart in place (kinstance__resume): k (built, not launched) runs in this process, the
+ * gateway's child, as it ran before the exec (pidfd: its, taken); "starting" until its
+ * kernel_info_reply and an iopub message prove it answers, as any start. */
+void kernel__resume(kernel_t *k, pid_t pid, int pidfd);
 /* The fork could not be made: k is dead (why: for its clients and the start's waiter). */
 void kernel__adopt_failed(kernel_t *k, const char *why);
 /* The manager's sockets closed and opened again on the kernel's endpoints (ipc_dir changed).

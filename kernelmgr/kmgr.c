@@ -21,6 +21,7 @@
 #include "kernelmgr/kernel_int.h"
 #include "kernelmgr/kexec_int.h"
 #include "kernelmgr/kfork_int.h"
+#include "kernelmgr/khandover_int.h"
 #include "kernelmgr/kinstance_int.h"
 #include "kernelmgr/klaunch_int.h"
 #include "kernelmgr/kpool_int.h"
@@ -149,6 +150,7 @@ static void remove_tree(int parentfd, const char *name, int depth)
 #define STALE_UNLOCKED_S 600 /* an instance directory without its lock this old is stale */
 
 static void ws_remove(kmgr_t *m, wspace_t *w);
+static void tenant_weights(kmgr_t *m, const char *tenant);
 static void remove_kernel(kmgr_t *m, kernel_t *k);
 static const struct wspace_ops ws_ops;
 static const struct kpool_ops pool_ops;
@@ -680,6 +682,41 @@ static const struct kernel_owner_ops kernel_owner = {
     .forked = own_forked,
 };
 
+/* ---- a restart in place (khandover.c) ---- */
+
+static void handover_added(kmgr_t *m, kernel_t *k)
+{
+    tenant_weights(m, k->ws->tenant);
+}
+
+static const struct khandover_ops handover_ops = {
+    .kernel_owner = &kernel_owner,
+    .ws = &ws_ops,
+    .ws_remove = ws_remove,
+    .added = handover_added,
+};
+
+bool kmgr_carriable(const kernel_t *k)
+{
+    return khandover__carriable(k);
+}
+
+json_t *kmgr_hand_over(kmgr_t *m, bool (*keep)(kernel_t *k, void *data), void *data)
+{
+    return khandover__export(m, keep, data, &handover_ops);
+}
+
+void kmgr_handover_undo(const json_t *rec, const char *runtime_dir)
+{
+    const char *dir = khandover__undo(rec, runtime_dir);
+    int basefd = dir ? open(runtime_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (basefd >= 0) {
+        remove_tree(basefd, dir, 0);
+        sbx_cgroups_remove_stale(dir);
+        close(basefd);
+    }
+}
+
 kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
 {
     char tmpl[PATH_MAX];
@@ -725,9 +762,13 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
         log_error("cannot create runtime directory %s: %s", o->runtime_dir, strerror(errno));
         goto fail;
     }
+    if (o->handover && khandover__dir(m, o->handover) < 0)
+        goto fail;
     sweep_stale(o->runtime_dir);
     snprintf(tmpl, sizeof(tmpl), "%s/gw-XXXXXX", o->runtime_dir);
-    if (!mkdtemp(tmpl)) {
+    if (m->rundir[0]) {
+        snprintf(tmpl, sizeof(tmpl), "%s", m->rundir);
+    } else if (!mkdtemp(tmpl)) {
         log_error("cannot create a private directory in %s: %s", o->runtime_dir,
                   strerror(errno));
         goto fail;
@@ -736,7 +777,8 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
     chmod(o->runtime_dir, 0711);
     chmod(m->rundir, 0711);
     snprintf(tmpl, sizeof(tmpl), "%s/.lock", m->rundir);
-    m->lockfd = open(tmpl, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (m->lockfd < 0)
+        m->lockfd = open(tmpl, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (m->lockfd < 0 || flock(m->lockfd, LOCK_EX | LOCK_NB) < 0) {
         log_error("cannot lock %s: %s", tmpl, strerror(errno));
         goto fail;
@@ -748,10 +790,14 @@ kmgr_t *kmgr_new(evl_t *evl, const struct kmgr_opts *o)
     zmq_ctx_set(m->zctx, ZMQ_MAX_SOCKETS, max_sockets);
     zmq_ctx_set(m->zctx, ZMQ_BLOCKY, 0);
     snprintf(m->sandbox_mode, sizeof(m->sandbox_mode), "disabled");
+    if (o->handover) /* the image before's copy: the kernels that came over keep theirs */
+        remove_python(m->rundir);
     if (o->python_dir && o->python_dir[0])
         python_setup(m, o->python_dir);
     if (o->sandbox)
         sandbox_setup(m);
+    if (o->handover)
+        khandover__resume(m, o->handover, &handover_ops);
     if (kzygote__init(m, kpool__kick) < 0 || kpool__init(m, &pool_ops) < 0)
         goto fail;
     if (!(m->trim = evl->timer_new(evl, on_trim, m)))
@@ -821,10 +867,12 @@ void kmgr_destroy(kmgr_t **pm)
     evl_timer_destroy(m->evl, &m->trim);
     if (m->zctx)
         zmq_ctx_term(m->zctx);
+    if (m->handed_over)
+        sbx_cgroups_let_go(&m->cgroups);
     sbx_cgroups_destroy(&m->cgroups);
     free(m->slots);
     kcallmsg_allow_destroy(&m->callbacks);
-    if (m->rundir[0]) {
+    if (m->rundir[0] && !m->handed_over) {
         remove_python(m->rundir);
         int dfd = open(m->rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dfd >= 0) { /* the fork server's scratch directory; the lock goes last */

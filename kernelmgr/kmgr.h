@@ -40,6 +40,9 @@ struct kmgr_pool_size {
 
 struct kmgr_opts {
     const char *runtime_dir;      /* base directory for per-kernel private directories */
+    /* a restart in place: kmgr_hand_over's record from the image before (NULL: a fresh
+     * start); kmgr_new takes its runtime directory and kernels */
+    const json_t *handover;
     const char *kernel_cwd;       /* working directory of kernels (NULL: the gateway's) */
     int max_kernels;
     int start_timeout_ms;
@@ -252,6 +255,18 @@ void kmgr_capacity(const kmgr_t *m, struct kmgr_capacity *ret);
  * refilling and its kernels are killed at once (they never ran user code). Kernels in use keep
  * running; the caller shuts them down. */
 void kmgr_drain(kmgr_t *m);
+/* A restart in place (gateway/handover.h, docs/operations.md "Upgrade"). carriable: whether
+ * k can go on in the next image as it is (running, not pooled, not a fork, no checkpoint
+ * requests, no secrets, not paused, nothing of its start pending). hand_over: a record of
+ * the instance (runtime directory, its lock, workspaces, and each carriable kernel that keep
+ * does not refuse: keep NULL keeps all), whose descriptors stay open across an exec; from
+ * then on, kmgr_destroy lets those kernels, workspaces, cgroups and the runtime directory be
+ * (the others end as at any exit). NULL + errno. undo: the exec failed: the kernels of the
+ * record are killed and what the instance left removed. */
+#define KMGR_HANDOVER_FD_MIN 16 /* the record's descriptors are at or above it */
+bool kmgr_carriable(const kernel_t *k);
+json_t *kmgr_hand_over(kmgr_t *m, bool (*keep)(kernel_t *k, void *data), void *data);
+void kmgr_handover_undo(const json_t *rec, const char *runtime_dir);
 bool kmgr_draining(const kmgr_t *m);
 /* Executions in progress, summed over every kernel (kernel_executions). */
 size_t kmgr_executions(const kmgr_t *m);

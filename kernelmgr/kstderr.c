@@ -192,6 +192,30 @@ void kstderr__drain(kernel_t *k)
     close_pipe(k);
 }
 
+int kstderr__resume(kernel_t *k, int fd)
+{
+    int wfd = -1, r = kstderr__open(k, &wfd);
+    if (r < 0)
+        return r;
+    /* the pipe kstderr__open made is for a new process: the one the process has replaces it */
+    close(wfd);
+    struct kstderr *e = k->err;
+    evl_io_destroy(k->m->evl, &e->io);
+    close(e->fd);
+    e->fd = -1;
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 || fcntl(fd, F_SETFL, O_NONBLOCK) < 0)
+        return -errno;
+    if (!(e->io = k->m->evl->io_add(k->m->evl, fd, on_readable, k)))
+        return errno ? -errno : -ENOMEM;
+    e->fd = fd;
+    return 0;
+}
+
+int kstderr__fd(const kernel_t *k)
+{
+    return k->err ? k->err->fd : -1;
+}
+
 void kstderr__free(kernel_t *k)
 {
     if (!k->err)

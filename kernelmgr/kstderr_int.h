@@ -12,6 +12,11 @@
  * secrets blotted out (tailbuf_excerpt); log: its last lines to the log, as warnings. */
 struct kstderr;
 int kstderr__open(kernel_t *k, int *ret_wfd);
+/* A restart in place (kinstance__resume): the pipe's read end fd, handed over, is k's again
+ * (taken: close-on-exec again; closed with k). 0 or -errno (the caller closes fd). */
+int kstderr__resume(kernel_t *k, int fd);
+/* The pipe's read end, -1 for none. */
+int kstderr__fd(const kernel_t *k);
 void kstderr__drain(kernel_t *k);
 void kstderr__free(kernel_t *k);
 size_t kstderr__excerpt(const kernel_t *k, char *out, size_t outsz);

@@ -13,7 +13,8 @@
  *   5  kconn (-> its client: kconn_ops)
  *   6  kinstance
  *   7  kpool (-> kmgr: kpool_ops), kfork (a kernel forked from another: kinstance, kckpt,
- *      kernel, klaunch)
+ *      kernel, klaunch), khandover (a restart in place: kinstance, wspace; -> kmgr:
+ *      khandover_ops)
  *   8  kmgr: provides every ops struct above
  * A kernel's subsystems keep their state behind one pointer each in struct kernel, the type
  * defined in the subsystem's own file (k->exec, k->out, k->err, k->cmds, k->env, k->wd, k->ckpt),
@@ -99,6 +100,7 @@ struct kmgr {
     uint64_t next_call_id; /* callback ids are unique in the gateway */
     char pydir[PATH_MAX];  /* kgw_tools for kernels ("": none); sandboxed: a copy in rundir */
     bool draining;         /* kmgr_drain: no new kernels, no warm pool */
+    bool handed_over;      /* kmgr_hand_over: kmgr_destroy leaves the instance as it is */
     struct kmgr_stats stats;
 };
 

@@ -243,6 +243,67 @@ fail:
     return NULL;
 }
 
+json_t *wspace__export(const wspace_t *w)
+{
+    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:b}", "id", w->id, "tenant",
+                     w->tenant, "path", w->path, "uid", (json_int_t)w->uid, "gid",
+                     (json_int_t)w->gid, "slot", (json_int_t)w->slot, "size", (json_int_t)w->size,
+                     "made", w->made, "mounted", w->mounted);
+}
+
+wspace_t *wspace__resume(kmgr_t *m, const json_t *rec, const struct wspace_ops *ops)
+{
+    const char *id = NULL, *tenant = NULL, *path = NULL;
+    json_int_t uid = -1, gid = -1, slot = -1, size = 0;
+    int made = 0, mounted = 0;
+    size_t rl = strlen(m->rundir);
+    if (json_unpack((json_t *)rec, "{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:b}", "id", &id,
+                    "tenant", &tenant, "path", &path, "uid", &uid, "gid", &gid, "slot", &slot,
+                    "size", &size, "made", &made, "mounted", &mounted) < 0 ||
+        strlen(id) >= WSPACE_ID_MAX || strlen(tenant) > KMGR_TENANT_MAX ||
+        strncmp(path, m->rundir, rl) != 0 || path[rl] != '/' || strstr(path + rl, "/..") ||
+        slot < -1 ||
+        (m->o.sandbox && (!m->slots || slot < 0 || (size_t)slot >= m->nslots || m->slots[slot]))) {
+        errno = EINVAL;
+        return NULL;
+    }
+    wspace_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return NULL;
+    w->m = m;
+    w->ops = ops;
+    w->slot = -1;
+    snprintf(w->id, sizeof(w->id), "%s", id);
+    snprintf(w->tenant, sizeof(w->tenant), "%s", tenant);
+    w->uid = (uid_t)uid;
+    w->gid = (gid_t)gid;
+    w->size = size;
+    w->made = made;
+    w->mounted = mounted;
+    if (!(w->path = strdup(path)) || !(w->grace = m->evl->timer_new(m->evl, on_grace, w))) {
+        int err = errno ? errno : ENOMEM;
+        wspace__let_go(w);
+        errno = err;
+        return NULL;
+    }
+    if (slot >= 0 && m->slots) {
+        m->slots[slot] = 1;
+        w->slot = (long)slot;
+    }
+    w->last_used_us = util_now_us();
+    arm_grace(w);
+    return w;
+}
+
+void wspace__let_go(wspace_t *w)
+{
+    if (!w)
+        return;
+    evl_timer_destroy(w->m->evl, &w->grace);
+    free(w->path);
+    free(w);
+}
+
 void wspace__attach(wspace_t *w)
 {
     w->kernels++;

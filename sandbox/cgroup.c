@@ -27,7 +27,7 @@ static const char *const v1_ctls[] = {"memory", "pids", "cpu"};
 /* The cgroup worker: a small process (forked while the gateway is small) that makes and
  * removes cgroup directories for the gateway, whose loop must not wait for them (a mkdir in
  * the v1 memory hierarchy takes 10-50 ms here, an rmdir up to 10 ms, and a removal retries
- * while the killed processes leave). It keeps SPARES empty cgroups ready ("cg-N" in every
+ * while the killed processes leave). It keeps SPARES empty cgroups ready ("cg-<tag>-N" in every
  * hierarchy); sbx_cgroup_new takes one as it is (a rename would take the cgroup_mutex like a
  * mkdir) and writes its limits,
  * so a kernel is still in its cgroup, with its limits, before it runs any code. Removals are
@@ -58,6 +58,7 @@ struct sbx_cgroups {
     pid_t worker;              /* the cgroup worker, 0 for none */
     int wfd;                   /* its socket, -1 for none */
     unsigned serial;           /* of spares */
+    unsigned tag;              /* in its spares' names: another image's never collide */
     int asked;                 /* spares asked for, not yet answered */
     int nready;
     char ready[SPARES][40]; /* spares made */
@@ -381,7 +382,7 @@ static void spares_refill(sbx_cgroups_t *cgs)
     }
     while (cgs->wfd >= 0 && cgs->nready + cgs->asked < SPARES) {
         char name[40];
-        snprintf(name, sizeof(name), "cg-%u", ++cgs->serial);
+        snprintf(name, sizeof(name), "cg-%x-%u", cgs->tag, ++cgs->serial);
         if (!worker_send(cgs, CGW_MAKE, name, 0))
             break;
         cgs->asked++;
@@ -396,6 +397,7 @@ sbx_cgroups_t *sbx_cgroups_new(const char *instance, char *why, size_t whysz)
     if (!cgs)
         return NULL;
     cgs->wfd = -1;
+    cgs->tag = (unsigned)(util_now_us() & 0xffffffffu);
     if (own_cgroup("memory", own, sizeof(own)) && stat("/sys/fs/cgroup/memory", &st) == 0) {
         cgs->version = 1;
         for (int i = 0; i < NCTL; i++) {
@@ -464,6 +466,25 @@ void sbx_cgroups_destroy(sbx_cgroups_t **pcgs)
     worker_stop(cgs); /* its removals are done before the tree goes */
     for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++)
         remove_tree(cgs->base[i]);
+    free(cgs);
+    *pcgs = NULL;
+}
+
+void sbx_cgroups_let_go(sbx_cgroups_t **pcgs)
+{
+    sbx_cgroups_t *cgs = *pcgs;
+    if (!cgs)
+        return;
+    spares_refill(cgs); /* the answers so far: their spares go too */
+    while (cgs->nready > 0)
+        if (!worker_send(cgs, CGW_REMOVE, cgs->ready[--cgs->nready], 0))
+            for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++) {
+                char dir[PATH_MAX + 48];
+                snprintf(dir, sizeof(dir), "%s/%s", cgs->base[i], cgs->ready[cgs->nready]);
+                rmdir(dir);
+            }
+    worker_stop(cgs); /* its removals are done; spares asked for and not answered stay
+                         empty until the tree goes */
     free(cgs);
     *pcgs = NULL;
 }
@@ -607,6 +628,41 @@ fail:
     sbx_cgroup_destroy(&cg);
     errno = -r;
     return NULL;
+}
+
+sbx_cgroup_t *sbx_cgroup_open(sbx_cgroups_t *cgs, const char *name)
+{
+    struct stat st;
+    if (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
+        errno = EINVAL;
+        return NULL;
+    }
+    sbx_cgroup_t *cg = calloc(1, sizeof(*cg));
+    if (!cg)
+        return NULL;
+    cg->cgs = cgs;
+    for (int i = 0; i < (cgs->version == 1 ? NCTL : 1); i++) {
+        snprintf(cg->path[i], sizeof(cg->path[i]), "%s/%s", cgs->base[i], name);
+        if (lstat(cg->path[i], &st) < 0 || !S_ISDIR(st.st_mode)) {
+            int err = errno ? errno : ENOTDIR;
+            free(cg);
+            errno = err;
+            return NULL;
+        }
+    }
+    return cg;
+}
+
+const char *sbx_cgroup_name(const sbx_cgroup_t *cg)
+{
+    const char *slash = strrchr(cg->path[0], '/');
+    return slash ? slash + 1 : cg->path[0];
+}
+
+void sbx_cgroup_forget(sbx_cgroup_t **pcg)
+{
+    free(*pcg);
+    *pcg = NULL;
 }
 
 int sbx_cgroup_set_limits(sbx_cgroup_t *cg, long long mem_bytes, long long pids,

@@ -19,6 +19,10 @@ void sbx_cgroups_destroy(sbx_cgroups_t **cgs);
  * paths: through the cgroup worker (sandbox/cgroup.c), not waited for (an unmount waits for
  * an RCU grace period, 1-31 ms here); without the worker (cgs NULL, or gone), here. */
 void sbx_cgroups_remove_dirs(sbx_cgroups_t *cgs, const char *dir, bool mounted, const char *also);
+/* Lets go of cgs for a restart in place (gateway/handover.h): its unused spares are removed
+ * and its worker stopped, but its cgroups and the kernels' in them stay for the next image,
+ * whose sbx_cgroups_new of the same instance finds them (sbx_cgroup_open). */
+void sbx_cgroups_let_go(sbx_cgroups_t **cgs);
 /* Removes the cgroups of a gateway instance that is gone (its runtime lock was free). */
 void sbx_cgroups_remove_stale(const char *instance);
 /* Removes every kgw-<instance> cgroup under this process's cgroups whose instance is not
@@ -30,6 +34,13 @@ bool sbx_cgroups_cpu_accounted(const sbx_cgroups_t *cgs);
 
 sbx_cgroup_t *sbx_cgroup_new(sbx_cgroups_t *cgs, const char *name, long long mem_bytes,
                              long long pids, long long cpu_millis);
+/* An existing cgroup of cgs by its name (sbx_cgroup_name), as the image before a restart in
+ * place left it, its limits as they are. NULL + errno (ENOENT: none). */
+sbx_cgroup_t *sbx_cgroup_open(sbx_cgroups_t *cgs, const char *name);
+/* Its name below the gateway's cgroup parent. */
+const char *sbx_cgroup_name(const sbx_cgroup_t *cg);
+/* Frees cg, leaving the cgroup and its processes as they are (a restart in place). */
+void sbx_cgroup_forget(sbx_cgroup_t **cg);
 /* Moves pid (and so its future children) into the cgroup. */
 int sbx_cgroup_attach(sbx_cgroup_t *cg, pid_t pid);
 /* Whether pid is in the cgroup (in every hierarchy, v1). */

@@ -497,3 +497,23 @@ def test_e2b_network_options(egw, net):
                                   {"allow_internet_access": True},
                                   headers={"X-API-KEY": egw.token})
     assert status == 400 and "egress policy" in body["message"], body
+
+
+def test_restart_in_place_keeps_the_egress_proxy(egw, net):
+    """SIGUSR2 (gateway/handover.h): the kernel goes over with its policy, and its proxy
+    listens again in its network namespace (the one before went with the old image)."""
+    import signal
+
+    from test_restart import wait_for
+    kid = start(egw.tenant, egress=f"{A_HOST}:{net['a']}")["id"]
+    ok, no = f"'http://{A_HOST}:{net['a']}/kept'", f"'http://{B_HOST}:{net['b']}/'"
+    assert kfetch(egw.tenant, kid, [ok])[0]["status"] == 200
+    images = egw.log().count("listening on http")
+    egw.proc.send_signal(signal.SIGUSR2)
+    assert wait_for(lambda: egw.log().count("listening on http") > images, 60), egw.log()
+    conftest._wait_ready(egw)
+    assert f"kernel={kid}: restart: carried over" in egw.log(), egw.log()
+    a, b = kfetch(egw.tenant, kid, [ok, no])
+    assert a["status"] == 200 and a["body"].startswith("hello from A /kept"), a
+    assert b.get("status") != 200, b
+    egw.tenant.delete_kernel(kid)

@@ -7,6 +7,7 @@ import os
 import re
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -198,7 +199,15 @@ def settled(gw, n):
                     and gw.log().count("pool: python3 filled") > n, 60)
 
 
+def kernel_pid(gw, kid, what):
+    """The pid of kid's process as the log says (its start, or its carrying over)."""
+    m = re.findall(rf"kernel={kid}: {what} \(pid (\d+)", gw.log())
+    return int(m[-1]) if m else None
+
+
 def test_sigusr2_restarts_in_place():
+    """The kernels go over: the same ids, processes, variables and sessions; clients reconnect
+    (1012); nothing of the instance is left once they are gone."""
     import websockets.exceptions
     import jclient as J
 
@@ -210,6 +219,12 @@ def test_sigusr2_restarts_in_place():
         inst = instance_dir(pid)
         assert inst and cgroups_of(os.path.basename(inst)), (inst, gw.log())
         kid = gw.start_kernel()["id"]
+        kpid = wait_for(lambda: kernel_pid(gw, kid, "ready"))
+        assert kpid and kpid in descendants(pid), gw.log()
+        st, sess, _ = gw.request("POST", "/api/sessions", {
+            "path": "work.ipynb", "name": "work.ipynb", "type": "notebook",
+            "kernel": {"id": kid}})
+        assert st == 201, (st, sess)
 
         async def until_closed(c, timeout=30):
             deadline = time.monotonic() + timeout
@@ -229,6 +244,30 @@ def test_sigusr2_restarts_in_place():
             code = await until_closed(c)
             return code, loop
 
+        async def value(k, expr):
+            c = await J.connect(gw, k)
+            r = await c.execute(f"print({expr})")
+            await c.close()
+            return r.stdout
+
+        def carried_over(n):
+            """After the n-th restart: kid is the same kernel, with its state and session."""
+            assert wait_for(lambda: gw.log().count("listening on http") >= n + 1, 60), gw.log()
+            _wait_ready(gw)
+            assert gw.proc.poll() is None and gw.proc.pid == pid
+            st, model, _ = gw.request("GET", f"/api/kernels/{kid}")
+            assert st == 200, (st, gw.log())
+            assert kid in [k["id"] for k in gw.request("GET", "/api/kernels")[1]]
+            assert kernel_pid(gw, kid, "restart: carried over") == kpid, gw.log()
+            assert kpid in descendants(pid)
+            assert "42" in J.run(value(kid, "x")), gw.log()
+            st, ss, _ = gw.request("GET", "/api/sessions")
+            assert st == 200 and [(s["id"], s["kernel"]["id"]) for s in ss
+                                  if s["path"] == "work.ipynb"] == [(sess["id"], kid)], ss
+            # the same instance: its runtime directory and cgroups
+            assert instance_dir(pid) == inst and os.path.isdir(f"{inst}/{kid}")
+            assert cgroups_of(os.path.basename(inst))
+
         code, loop = J.run(before())
         assert code == 1012, code
         assert wait_for(lambda: gw.log().count("listening on http") >= 2, 60), gw.log()
@@ -237,37 +276,100 @@ def test_sigusr2_restarts_in_place():
         loop.stop.set()
         loop.join(60)
         # the same process, and no connection refused while it changed images
-        assert gw.proc.poll() is None and gw.proc.pid == pid
         assert "restart: exec " in gw.log() and "keeping the API key" not in gw.log()
         assert loop.refused == 0, f"{loop.refused} connections refused"
         assert loop.ok > 0 and len(loop.other) <= 1, (loop.ok, loop.other)
-        # kernels do not survive it yet (docs/operations.md "Upgrade")
-        assert gw.request("GET", f"/api/kernels/{kid}")[0] == 404
-        # nothing of the old image left: its runtime directory, cgroups and processes
+        carried_over(1)
         assert settled(gw, 1), gw.log()
-        new = instance_dir(pid)
-        assert new and new != inst and not os.path.exists(inst), (inst, new)
-        assert cgroups_of(os.path.basename(inst)) == []
-        assert wait_for(lambda: len(descendants(pid)) == procs_before), \
-            (procs_before, descendants(pid))
         # new kernels start and run (the fork server is back)
         kid2 = gw.start_kernel()["id"]
-
-        async def works(k):
-            c = await J.connect(gw, k)
-            r = await c.execute("print(6 * 7)")
-            await c.close()
-            return r.stdout
-
-        assert "42" in J.run(works(kid2))
-        # a second restart works as well
+        assert "42" in J.run(value(kid2, "6 * 7"))
+        # a second restart keeps both
         gw.proc.send_signal(signal.SIGUSR2)
-        assert wait_for(lambda: gw.log().count("listening on http") >= 3, 60), gw.log()
-        _wait_ready(gw)
+        carried_over(2)
         assert settled(gw, 2), gw.log()
-        assert gw.proc.pid == pid and gw.request("GET", f"/api/kernels/{kid2}")[0] == 404
-        assert not os.path.exists(new) and cgroups_of(os.path.basename(new)) == []
-        assert "42" in J.run(works(gw.start_kernel()["id"]))
+        assert gw.request("GET", f"/api/kernels/{kid2}")[0] == 200
+        assert "42" in J.run(value(kid2, "6 * 7"))
+        # a client's restart of a kernel that came over: a new process, as any restart
+        assert gw.request("POST", f"/api/kernels/{kid2}/restart")[0] == 200, gw.log()
+        assert "42" in J.run(value(kid2, "6 * 7"))
+        # once they are deleted, nothing of them is left: processes, directories, cgroups
+        for k in (kid, kid2):
+            assert gw.request("DELETE", f"/api/kernels/{k}")[0] == 204
+        assert wait_for(lambda: len(descendants(pid)) == procs_before), \
+            (procs_before, descendants(pid))
+        assert kpid not in descendants(pid)
+        assert wait_for(lambda: not os.path.exists(f"{inst}/{kid}")
+                        and not os.path.exists(f"{inst}/{kid2}"))
+        assert gw.request("GET", "/api/sessions")[1] == []
+    finally:
+        conftest.stop_gateway(gw)
+    # and nothing of the instance once kgw has stopped
+    assert not os.path.exists(inst) and cgroups_of(os.path.basename(inst)) == []
+
+
+def test_sigusr2_ends_the_kernels_that_cannot_go_over():
+    """A kernel that is not running (here: paused) is shut down before the exec, as at any
+    exit; the others go over."""
+    gw = conftest.start_gateway(["--pool", "python3=0", "--log-level", "info"])
+    try:
+        pid = gw.proc.pid
+        keep, paused = gw.start_kernel()["id"], gw.start_kernel()["id"]
+        assert gw.request("POST", f"/api/kernels/{paused}/pause")[0] in (200, 204), gw.log()
+        gw.proc.send_signal(signal.SIGUSR2)
+        assert wait_for(lambda: gw.log().count("listening on http") >= 2, 60), gw.log()
+        _wait_ready(gw)
+        assert gw.request("GET", f"/api/kernels/{keep}")[0] == 200, gw.log()
+        assert gw.request("GET", f"/api/kernels/{paused}")[0] == 404, gw.log()
+        assert "1 kernel goes over, 1 ends" in gw.log(), gw.log()
+        assert not os.path.exists(f"{instance_dir(pid)}/{paused}")
+    finally:
+        conftest.stop_gateway(gw)
+
+
+def cgroup_dir(pid):
+    """The memory cgroup directory of a process (v2: its only one)."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, ctl, path = line.rstrip("\n").split(":", 2)
+            if ctl == "":
+                return "/sys/fs/cgroup" + path
+            if "memory" in ctl.split(","):
+                return "/sys/fs/cgroup/memory" + path
+    return None
+
+
+def test_sigusr2_ends_a_kernel_it_cannot_take_over(tmp_path):
+    """The new image cannot take a kernel whose kernelspec is gone: it is killed, and its
+    runtime directory and cgroup removed; the others go over."""
+    import jupyter_client.kernelspec as ks
+
+    spec = tmp_path / "kernels" / "gone"
+    spec.mkdir(parents=True)
+    src = ks.KernelSpecManager().find_kernel_specs()["python3"]
+    shutil.copy(os.path.join(src, "kernel.json"), spec / "kernel.json")
+    gw = conftest.start_gateway(["--pool", "python3=0", "--log-level", "info"],
+                                env={"JUPYTER_PATH": str(tmp_path)})
+    try:
+        pid = gw.proc.pid
+        inst = instance_dir(pid)
+        gone, kept = gw.start_kernel("gone")["id"], gw.start_kernel()["id"]
+        kpid = wait_for(lambda: kernel_pid(gw, gone, "ready"))
+        assert kpid and kpid in descendants(pid), gw.log()
+        cg = cgroup_dir(kpid)
+        assert cg and os.path.isdir(cg) and f"kgw-{os.path.basename(inst)}" in cg, cg
+        shutil.rmtree(spec)
+        gw.proc.send_signal(signal.SIGUSR2)
+        assert wait_for(lambda: gw.log().count("listening on http") >= 2, 60), gw.log()
+        _wait_ready(gw)
+        assert re.search(rf"kernel={gone}: restart: not carried over \(ended\): its "
+                         r"kernelspec gone is gone", gw.log()), gw.log()
+        assert gw.request("GET", f"/api/kernels/{gone}")[0] == 404
+        assert gw.request("GET", f"/api/kernels/{kept}")[0] == 200, gw.log()
+        assert wait_for(lambda: kpid not in descendants(pid)), descendants(pid)
+        assert wait_for(lambda: not os.path.exists(f"{inst}/{gone}")
+                        and not os.path.exists(f"{inst}/{gone}.root"))
+        assert wait_for(lambda: not os.path.exists(cg)), cg
     finally:
         conftest.stop_gateway(gw)
 
