@@ -513,6 +513,9 @@ def test_restart_in_place_keeps_the_egress_proxy(egw, net):
     assert wait_for(lambda: egw.log().count("listening on http") > images, 60), egw.log()
     conftest._wait_ready(egw)
     assert f"kernel={kid}: restart: carried over" in egw.log(), egw.log()
+    # the kernel counts as starting until it answers the new image; then its proxy listens
+    assert wait_for(lambda: (egw.tenant.request("GET", f"/api/kernels/{kid}")[1] or {})
+                    .get("execution_state") not in (None, "starting"), 60)
     a, b = kfetch(egw.tenant, kid, [ok, no])
     assert a["status"] == 200 and a["body"].startswith("hello from A /kept"), a
     assert b.get("status") != 200, b
