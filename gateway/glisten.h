@@ -9,10 +9,11 @@
 
 #include <libwebsockets.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 
 #include "common/evl.h"
 
-#define GLISTEN_BACKLOG    511 /* listen(2)'s backlog for the sockets kgw makes */
+#define GLISTEN_BACKLOG    SOMAXCONN /* listen(2)'s backlog for the sockets kgw makes (as lws's) */
 #define GLISTEN_ACCEPT_MAX 64  /* connections taken per loop turn: a burst cannot hold the loop */
 
 typedef struct glisten glisten_t;

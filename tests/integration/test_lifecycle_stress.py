@@ -147,7 +147,7 @@ def instance_of(pid):
 
 
 def cgroups_of(inst):
-    """{directory: processes in it} of the gateway's kernel cgroups (cg-N, every hierarchy)."""
+    """{directory: processes in it} of the gateway's kernel cgroups (cg-TAG-N, every hierarchy)."""
     out = {}
     for base in conftest._own_cgroup_dirs():
         try:
@@ -1142,11 +1142,11 @@ def pool_size(gw):
 
 
 def kernel_cgroup(pid):
-    """The kernel cgroup (cg-N) a process is in, or None."""
+    """The kernel cgroup (cg-TAG-N) a process is in, or None."""
     try:
         with open(f"/proc/{pid}/cgroup") as f:
             for line in f:
-                m = re.search(r"/kgw-gw-[^/]+/(cg-\d+)$", line.rstrip())
+                m = re.search(r"/kgw-gw-[^/]+/(cg-[0-9a-f]+-\d+)$", line.rstrip())
                 if m:
                     return m.group(1)
     except OSError:
