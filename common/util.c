@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <sodium.h>
@@ -195,4 +196,17 @@ bool util_env_name_ok(const char *s)
               *s == '_'))
             return false;
     return true;
+}
+
+int util_grow(void **v, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? 2 * *cap : 16;
+    void *nv = realloc(*v, c * size);
+    if (!nv)
+        return -ENOMEM;
+    *v = nv;
+    *cap = c;
+    return 0;
 }

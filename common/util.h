@@ -67,4 +67,8 @@ int util_sched_slice(uint64_t ns);
     } while (0)
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
+/* Room in the array *v (of *cap elements of size bytes) for element n: doubled (from 16)
+ * when full. 0 or -ENOMEM (*v and *cap unchanged). */
+int util_grow(void **v, size_t *cap, size_t n, size_t size);
+
 #endif

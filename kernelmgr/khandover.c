@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "kernelmgr/kexec_int.h"
 #include "kernelmgr/kinstance_int.h"
 #include "kernelmgr/private.h"
@@ -32,21 +33,6 @@ static wspace_t *ws_find(const kmgr_t *m, const char *id)
         if (!strcmp(m->ws[i]->id, id))
             return m->ws[i];
     return NULL;
-}
-
-static int grow(void **v, size_t *cap, size_t want, size_t size)
-{
-    if (want <= *cap)
-        return 0;
-    size_t c = *cap ? *cap * 2 : 16;
-    while (c < want)
-        c *= 2;
-    void *nv = realloc(*v, c * size);
-    if (!nv)
-        return -ENOMEM;
-    *v = nv;
-    *cap = c;
-    return 0;
 }
 
 bool khandover__carriable(const kernel_t *k)
@@ -187,7 +173,7 @@ void khandover__resume(kmgr_t *m, const json_t *rec, const struct khandover_ops 
     handover_cloexec(rec);
     json_array_foreach(json_object_get(rec, "workspaces"), i, v)
     {
-        wspace_t *w = grow((void **)&m->ws, &m->capws, m->nws + 1, sizeof(*m->ws)) < 0
+        wspace_t *w = util_grow((void **)&m->ws, &m->capws, m->nws, sizeof(*m->ws)) < 0
                           ? NULL
                           : wspace__resume(m, v, ops->ws);
         if (w)
@@ -200,7 +186,7 @@ void khandover__resume(kmgr_t *m, const json_t *rec, const struct khandover_ops 
         const char *id = json_string_value(json_object_get(v, "id"));
         wspace_t *w = ws_find(m, json_string_value(json_object_get(v, "workspace")));
         kernel_t *k = NULL;
-        if (!w || grow((void **)&m->v, &m->cap, m->n + 1, sizeof(*m->v)) < 0) {
+        if (!w || util_grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0) {
             snprintf(why, sizeof(why), "%s", w ? "out of memory" : "its workspace is gone");
             handover_kill(v);
         } else {

@@ -942,19 +942,6 @@ static bool within(long long want, long long cap)
     return want == 0 || (want > 0 && (cap == 0 || want <= cap));
 }
 
-static int grow(void **v, size_t *cap, size_t n, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    size_t c = *cap ? 2 * *cap : 16;
-    void *nv = realloc(*v, c * size);
-    if (!nv)
-        return -ENOMEM;
-    *v = nv;
-    *cap = c;
-    return 0;
-}
-
 /* The least recently used workspace no kernel uses and no transfer holds, or NULL. */
 static wspace_t *ws_idle(kmgr_t *m)
 {
@@ -988,7 +975,7 @@ static int new_workspace(kmgr_t *m, const char *tenant, long long size, bool for
         if (m->o.sandbox && slot < 0 && (slot = wspace__slot_take(m)) < 0)
             return -EAGAIN;
     }
-    if (grow((void **)&m->ws, &m->capws, m->nws, sizeof(*m->ws)) < 0) {
+    if (util_grow((void **)&m->ws, &m->capws, m->nws, sizeof(*m->ws)) < 0) {
         wspace__slot_put(m, slot);
         return -ENOMEM;
     }
@@ -1138,7 +1125,7 @@ int kmgr_start(kmgr_t *m, const struct kmgr_start *req, kernel_t **ret)
                                                                : 0;
     if ((r = tenant_quota(m, tenant, new_ws_bytes)) < 0)
         return refuse(m, KMGR_FAIL_QUOTA, r);
-    if (grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
+    if (util_grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
         return refuse(m, KMGR_FAIL_SPAWN, -ENOMEM);
     /* a pooled kernel's environment has no proxy variables, nor its sandbox a proxy */
     kernel_t *k = req->egress && req->egress->n
@@ -1196,7 +1183,7 @@ int kmgr_fork(kmgr_t *m, kernel_t *parent, const char *checkpoint, kernel_t **re
         return refuse(m, KMGR_FAIL_LIMIT, -EAGAIN);
     if ((r = tenant_quota(m, tenant, -1)) < 0) /* it shares its parent's workspace */
         return refuse(m, KMGR_FAIL_QUOTA, r);
-    if (grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
+    if (util_grow((void **)&m->v, &m->cap, m->n, sizeof(*m->v)) < 0)
         return refuse(m, KMGR_FAIL_SPAWN, -ENOMEM);
     if ((r = fd_room(m)) < 0)
         return refuse(m, KMGR_FAIL_LIMIT, r);
