@@ -759,8 +759,8 @@ static int unix_seconds(struct lws *wsi, const char *name, long long *ret)
     char v[64];                        /* lws copies "name=value" into it, not the value */
     const char *a = lws_get_urlarg_by_name(wsi, name, v, sizeof(v));
     size_t n = a ? strlen(a) : 0;
-    if (!a)
-        return 0;
+    if (!a) /* absent, or too long for v: the latter is refused, never ignored */
+        return http_urlarg(wsi, name) ? -EINVAL : 0;
     if (n == 0 || n > 12 || strspn(a, "0123456789") != n)
         return -EINVAL;
     *ret = strtoll(a, NULL, 10);

@@ -540,6 +540,9 @@ def test_sandbox_metrics(gw2):
         status, body, _ = request(gw, "GET", f"/e2b/api/sandboxes/{sid}/metrics?start=x",
                                   headers=key)
         assert status == 400, body
+        status, body, _ = request(gw, "GET", f"/e2b/api/sandboxes/{sid}/metrics?end={'9' * 70}",
+                                  headers=key)
+        assert status == 400, body  # too long to read is refused, never taken for absent
         status, _, _ = request(gw, "GET", f"/e2b/api/sandboxes/{sid}/metrics",
                                headers={"X-API-KEY": keys["bob"]})
         assert status == 404
